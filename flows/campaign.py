@@ -1,0 +1,173 @@
+"""The campaign flow: provision, build, model, then for each mode serve -> load -> land, then report.
+
+Every finished cell is landed before the next one starts; a failed cell is recorded with
+its cause and the campaign goes on; on Ctrl-C or any error every server is stopped and
+what was measured stays in the warehouse.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from datetime import datetime, timezone
+from itertools import groupby
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_link_artifact
+
+import warehouse
+from servebench import landing
+from servebench.model import vocab_size
+from servebench.paths import runs_dir
+from servebench.progress import reporter
+from servebench.providers import Node
+from servebench.serve import Server, is_healthy
+from servebench.spec import Campaign, GeneratedModelSpec, load_campaign
+from servebench.sweep import Cell, expand
+from tasks.build import build_engine
+from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session
+from tasks.load import cell_load_config, run_cell_load
+from tasks.model import prepare_model
+from tasks.provision import provision
+from tasks.report import render_report
+from tasks.serve import start_mode_server, stop_mode_server
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+@flow(name="campaign-run", log_prints=False)
+def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
+    """Run every cell of a campaign file and land the results; return where they are."""
+    campaign = load_campaign(campaign_file)
+    wh = str(warehouse_path or warehouse.default_path())
+    run_id = new_run_id()
+    run_dir = runs_dir() / run_id
+    run_dir.mkdir(parents=True)
+    shutil.copy(campaign_file, run_dir / "campaign.yaml")
+    land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
+                   spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
+                   campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
+    outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed", "cells": {}}
+    try:
+        reporter().stage("provisioning nodes")
+        nodes, inventories = provision(campaign)
+        land_nodes(wh, run_id, nodes, inventories)
+        reporter().stage("building the engine venv")
+        build = build_engine(campaign.engine)
+        land_build(wh, run_id, build)
+        reporter().stage("preparing the model")
+        model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
+        land_run_update(wh, run_id, model_path=model_dir)
+        cells = expand(campaign)
+        reporter().cells_planned(len(cells))
+        for _, mode_cells in groupby(cells, key=lambda c: c.mode.name):
+            run_mode(campaign, list(mode_cells), len(cells), nodes, build, model_dir, wh, run_id, run_dir,
+                     outcome["cells"])
+        outcome["status"] = run_status(outcome["cells"])
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        outcome["status"] = "interrupted" if interrupted else "failed"
+        outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        with session(wh) as con:
+            landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
+                               ended_at=landing.now())
+        outcome["report"] = write_report(wh, run_id, run_dir)
+    return outcome
+
+
+def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node], build, model_dir: str,
+             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str]) -> None:
+    """Start the mode's server once, run its cells in order, stop it whatever happens."""
+    mode = cells[0].mode
+    node = next(n for n in nodes if len(n.cpus) >= mode.world_size)
+    reporter().stage(f"mode {mode.name}: starting the server")
+    try:
+        server = start_mode_server(campaign, mode, node, build, model_dir, served_name(campaign), str(run_dir))
+    except Exception as exc:
+        land_server(wh, run_id, mode=mode.name, pid=None, port=None, command=[], env={}, log_path=None,
+                    started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=str(exc))
+        for cell in cells:
+            land_failed_cell(campaign, cell, wh, run_id, f"server did not start: {exc}", statuses)
+        return
+    land_mode_server(wh, run_id, server, "ready")
+    try:
+        for cell in cells:
+            reporter().cell_started(cell.key, cell.mode.name, len(statuses), total)
+            run_one_cell(campaign, cell, server, model_dir, wh, run_id, run_dir, statuses)
+    finally:
+        stop_mode_server.fn(campaign, server)  # plain call: must also run while a Ctrl-C unwinds
+        land_mode_server(wh, run_id, server, "ready")
+
+
+def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str, wh: str, run_id: str,
+                 run_dir: Path, statuses: dict[str, str]) -> None:
+    if not is_healthy(server):
+        land_failed_cell(campaign, cell, wh, run_id, f"server of mode {cell.mode.name} is no longer healthy "
+                         f"(exit code {server.process.exit_code()}); see {server.log_path}", statuses)
+        return
+    config = cell_load_config(campaign.load, cell, server.url, served_name(campaign), vocab_size(Path(model_dir)))
+    output = run_dir / "cells" / f"{cell.key}.json"
+    started = landing.now()
+    try:
+        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output))
+    except Exception as exc:
+        land_failed_cell(campaign, cell, wh, run_id, str(exc), statuses, started)
+        return
+    summary = result["summary"]
+    status = "completed" if summary["completed"] > 0 else "failed"
+    error = None if status == "completed" else f"every request failed: {summary['errors']}"
+    land_cell.with_options(task_run_name=f"land {cell.key}")(
+        wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status=status,
+        error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output))
+    statuses[cell.key] = status
+    throughput = summary.get("output_throughput") or 0.0
+    reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
+                             f"{throughput:.1f} tok/s")
+
+
+def land_failed_cell(campaign: Campaign, cell: Cell, wh: str, run_id: str, error: str, statuses: dict[str, str],
+                     started: datetime | None = None) -> None:
+    land_cell.with_options(task_run_name=f"land {cell.key}")(
+        wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status="failed",
+        error=error, started_at=started, ended_at=landing.now(), result=None, result_path=None)
+    statuses[cell.key] = "failed"
+    reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
+
+
+def land_mode_server(wh: str, run_id: str, server: Server, status: str) -> None:
+    land_server.fn(wh, run_id, mode=server.mode, pid=server.process.pid, port=server.port,
+                   command=server.launch.argv, env=server.launch.env, log_path=str(server.log_path),
+                   started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
+                   status=status, error=None)
+
+
+def run_status(statuses: dict[str, str]) -> str:
+    if statuses and all(s == "completed" for s in statuses.values()):
+        return "completed"
+    return "partial" if any(s == "completed" for s in statuses.values()) else "failed"
+
+
+def served_name(campaign: Campaign) -> str:
+    if isinstance(campaign.model, GeneratedModelSpec):
+        return campaign.model.generate
+    return Path(campaign.model.path).name
+
+
+def write_report(wh: str, run_id: str, run_dir: Path) -> str | None:
+    """Render the report; a failure here is reported but never hides the run's own outcome."""
+    try:
+        path = render_report.fn(wh, run_id, str(run_dir))
+    except Exception as exc:  # the measurements are landed already; the report can be redone
+        reporter().stage(f"report failed: {exc}")
+        return None
+    try:
+        create_link_artifact(link=Path(path).resolve().as_uri(), link_text=f"report for run {run_id}",
+                             key="campaign-report", description="servebench report (offline HTML)")
+    except Exception as exc:  # e.g. no Prefect API reachable: the path is returned anyway
+        reporter().stage(f"could not attach the report artifact: {exc}")
+    return path

@@ -1,0 +1,161 @@
+"""`servebench`: plan, run, load, query, report.
+
+Prefect is imported only by the commands that run flows, so `plan`, `query` and `load`
+start fast and the load generator's process carries nothing it does not need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+import warehouse
+from servebench.spec import SpecError, load_campaign
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or EXIT_OK
+    except SpecError as exc:
+        print(f"servebench: invalid campaign\n{exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except warehouse.WarehouseError as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servebench", description="Benchmark campaigns for LLM serving on CPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="validate a campaign, print its cells and server commands")
+    plan.add_argument("file")
+    plan.set_defaults(func=cmd_plan)
+
+    run = sub.add_parser("run", help="run a campaign end to end")
+    run.add_argument("file")
+    _warehouse_arg(run)
+    run.set_defaults(func=cmd_run)
+
+    query = sub.add_parser("query", help="run SQL on the warehouse (read-only)")
+    query.add_argument("sql")
+    query.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    _warehouse_arg(query)
+    query.set_defaults(func=cmd_query)
+
+    report = sub.add_parser("report", help="render the HTML report of a run")
+    which = report.add_mutually_exclusive_group()
+    which.add_argument("--run", help="run id (default: the latest run)")
+    which.add_argument("--campaign", help="the latest run of this campaign")
+    report.add_argument("--out", help="directory for report.html (default: the run directory)")
+    _warehouse_arg(report)
+    report.set_defaults(func=cmd_report)
+
+    from servebench.load.cli import add_load_parser
+    add_load_parser(sub)
+    return parser
+
+
+def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
+                        "warehouse/servebench.duckdb)")
+
+
+def _warehouse_path(args: argparse.Namespace) -> Path:
+    return Path(args.warehouse) if args.warehouse else warehouse.default_path()
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from servebench.plan import describe_plan
+
+    campaign = load_campaign(args.file)
+    print(describe_plan(campaign, Path(args.file)))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    campaign = load_campaign(args.file)  # fail fast, before Prefect starts
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the live display replaces the log scroll
+    from flows.campaign import campaign_run
+    from servebench import progress
+
+    console = Console(stderr=True)
+    path = str(_warehouse_path(args))
+    try:
+        with progress.live(console):
+            outcome = campaign_run(campaign_file=args.file, warehouse_path=path)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: servers stopped; cells measured so far are in {path}")
+        return EXIT_INTERRUPTED
+    counts = {}
+    for status in outcome["cells"].values():
+        counts[status] = counts.get(status, 0) + 1
+    console.print(f"campaign [bold]{campaign.name}[/] run {outcome['run_id']}: [bold]{outcome['status']}[/] "
+                  f"({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})")
+    console.print(f"warehouse: {outcome['warehouse']}")
+    console.print(f"report:    {outcome.get('report')}")
+    console.print(f"run dir:   {outcome['run_dir']}")
+    console.print('try:       servebench query "select mode, clients, rate, count(*) from requests '
+                  'join cells using (cell_id) group by all"')
+    return EXIT_OK if outcome["status"] == "completed" else EXIT_FAILED
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import duckdb
+
+    con = warehouse.connect(_warehouse_path(args), read_only=True)
+    try:
+        cursor = con.execute(args.sql)
+    except duckdb.Error as exc:
+        print(f"servebench: query failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    names = [d[0] for d in cursor.description] if cursor.description else []
+    result = cursor.fetchall() if names else []
+    con.close()
+    if args.format == "json":
+        print(json.dumps([dict(zip(names, row)) for row in result], default=str, indent=1))
+    elif args.format == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(names)
+        writer.writerows(result)
+    else:
+        table = Table(*names)
+        for row in result:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        Console().print(table)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from servebench.report import latest_run_id, run_report
+
+    con = warehouse.connect(_warehouse_path(args), read_only=True)
+    try:
+        run_id = args.run or latest_run_id(con, args.campaign)
+        if run_id is None:
+            print("servebench: no run found in the warehouse", file=sys.stderr)
+            return EXIT_FAILED
+        found = con.execute("select run_dir from runs where run_id = ?", [run_id]).fetchone()
+        if found is None:
+            print(f"servebench: no run {run_id!r} in the warehouse", file=sys.stderr)
+            return EXIT_FAILED
+        path = run_report(con, run_id, Path(args.out or found[0]))
+    finally:
+        con.close()
+    print(path)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The engine interface: what differs between vLLM and, later, llama.cpp.
+
+An engine says what goes into its venv, how its server is started for a mode, and how
+to tell it is ready and what it reports. It returns commands and data; running them is
+the serve stage's business, so engines are tested without starting anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from servebench.spec import EngineSpec, ModeSpec
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """Everything needed to start one server process."""
+
+    argv: list[str]
+    env: dict[str, str]          # set on top of the inherited environment
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+    unset_env: list[str] = field(default_factory=list)
+
+
+class Engine(Protocol):
+    name: str
+    generation_tokens_metric: str
+
+    def requirements(self, spec: EngineSpec) -> list[str]:
+        """Pinned packages for the engine venv, in install order."""
+
+    def remove_after_install(self) -> list[str]:
+        """Packages the engine's wheel drags in that break it and must be uninstalled."""
+
+    def version_distribution(self, spec: EngineSpec) -> str:
+        """The distribution whose version is the engine version."""
+
+    def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
+               host: str, port: int, node_cpus: list[int]) -> ServerLaunch:
+        """The server command and environment for one mode."""

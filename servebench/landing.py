@@ -1,0 +1,119 @@
+"""Landing measured results in the warehouse.
+
+Each cell lands as soon as it is measured (delete by cell_id, then insert, in one
+transaction), so an interrupted campaign keeps every finished cell and a re-landed cell
+never doubles its rows.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from servebench.build import EngineBuild
+from servebench.paths import PROJECT_ROOT
+from servebench.sweep import Cell
+
+REQUEST_COLUMNS = ("index", "warmup", "client", "scheduled_s", "sent_s", "first_token_s", "last_token_s",
+                   "input_tokens", "output_tokens", "chunks", "http_status", "error_kind", "error")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def cell_id(run_id: str, cell_key: str) -> str:
+    return f"{run_id}/{cell_key}"
+
+
+def servebench_commit() -> str | None:
+    try:
+        sha = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (sha + ("-dirty" if dirty else "")) or None
+
+
+def insert_run(con: duckdb.DuckDBPyConnection, *, run_id: str, campaign: str, spec_hash: str, spec_text: str,
+               spec_normalized: dict, campaign_file: str, run_dir: Path) -> None:
+    con.execute(
+        "insert into runs (run_id, campaign, spec_hash, spec_text, spec_normalized, campaign_file, started_at,"
+        " status, servebench_commit, host, run_dir) values (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+        [run_id, campaign, spec_hash, spec_text, json.dumps(spec_normalized), campaign_file, now(),
+         servebench_commit(), socket.gethostname(), str(run_dir)],
+    )
+
+
+def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields) -> None:
+    names = ", ".join(f"{name} = ?" for name in fields)
+    con.execute(f"update runs set {names} where run_id = ?", [*fields.values(), run_id])
+
+
+def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
+    """A build is recorded once, when it was made; reusing it changes nothing."""
+    con.execute(
+        "insert into builds values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict (build_key) do nothing",
+        [build.key, build.engine, build.engine_version, build.packages, build.python_version, build.platform,
+         build.venv_path, build.pip_freeze, build.build_seconds, build.created_at],
+    )
+
+
+def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict) -> None:
+    con.execute(
+        "insert or replace into nodes values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [run_id, node, facts["hostname"], address, facts["cpus"], facts["cpu_model"], facts["arch"],
+         facts["logical_cores"], facts["physical_cores"], facts["numa_nodes"], facts["mem_total_bytes"],
+         facts["kernel"], facts["isa_flags"]],
+    )
+
+
+def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
+                command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
+                ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None) -> None:
+    con.execute(
+        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [run_id, mode, pid, port, command, json.dumps(env), log_path, started_at, ready_seconds, stopped_at,
+         status, error],
+    )
+
+
+def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
+              status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
+              result: dict | None, result_path: str | None) -> str:
+    """Replace the cell's rows with this measurement; return its warehouse cell_id."""
+    cid = cell_id(run_id, cell.key)
+    summary = (result or {}).get("summary", {})
+    t0 = (result or {}).get("t0", {})
+    row = [
+        run_id, cid, cell.key, cell.mode.name, cell.mode.tp, cell.mode.pp, cell.mode.executor, cell.point.kind,
+        cell.point.rate, cell.point.clients, cell.repeat, input_len, output_len, cell.seed, status, error,
+        started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
+        summary.get("failed"), summary.get("request_throughput"), summary.get("output_throughput"),
+        _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),
+        _pct(summary, "e2el_ms", "p50"), result_path,
+    ]
+    requests = [[run_id, cid, *(r[c] for c in REQUEST_COLUMNS)] for r in (result or {}).get("requests", [])]
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from requests where cell_id = ?", [cid])
+        con.execute("delete from cells where cell_id = ?", [cid])
+        con.execute(f"insert into cells values ({', '.join('?' * len(row))})", row)
+        if requests:
+            con.executemany(f"insert into requests values ({', '.join('?' * len(requests[0]))})", requests)
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+    return cid
+
+
+def _pct(summary: dict, metric: str, name: str) -> float | None:
+    return (summary.get(metric) or {}).get(name)

@@ -1,0 +1,54 @@
+"""What `servebench plan` prints: the cells and the exact server commands, without running anything."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from servebench.build import build_key
+from servebench.engines import get_engine
+from servebench.model import model_cache_key
+from servebench.paths import cache_dir
+from servebench.providers import get_provider
+from servebench.serve import plan_launch
+from servebench.spec import Campaign, GeneratedModelSpec
+from servebench.sweep import expand
+
+PORT_PLACEHOLDER = 0  # chosen free at run time
+
+
+def describe_plan(campaign: Campaign, file: Path) -> str:
+    engine = get_engine(campaign.engine.kind)
+    key = build_key(campaign.engine)
+    python = str(cache_dir() / "engines" / key / "bin" / "python")
+    if isinstance(campaign.model, GeneratedModelSpec):
+        model_dir = str(cache_dir() / "models" / model_cache_key(campaign.model))
+        served = campaign.model.generate
+    else:
+        model_dir = str((file.parent / campaign.model.path).resolve())
+        served = Path(campaign.model.path).name
+    nodes = get_provider(campaign.provider).nodes()
+    cells = expand(campaign)
+    lines = [
+        f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
+        f"engine   {campaign.engine.package}  venv key {key}",
+        f"model    {model_dir}",
+        "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
+        f"cells    {len(cells)} = {len(campaign.modes)} modes x {len(cells) // len(campaign.modes) // campaign.load.repeats}"
+        f" load points x {campaign.load.repeats} repeats",
+        "",
+    ]
+    for mode in campaign.modes:
+        node = next(n for n in nodes if len(n.cpus) >= mode.world_size)
+        launch = plan_launch(engine, python=python, spec=campaign.engine, mode=mode, model_dir=model_dir,
+                             served_name=served, node=node, port=PORT_PLACEHOLDER)
+        argv = list(launch.argv)
+        argv[argv.index("--port") + 1] = "PORT"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}) on {node.name}:")
+        lines.append(f"  {env} \\\n    taskset -c {','.join(map(str, node.cpus))} {shlex.join(argv)}")
+        for cell in (c for c in cells if c.mode.name == mode.name):
+            lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
+        lines.append("")
+    lines.append("PORT is a free port chosen when the server starts.")
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""Long-lived processes servebench starts, and how it stops every one of them.
+
+Each process starts in its own session, so its process group holds everything it forks;
+stopping sends SIGTERM to that group, waits, then SIGKILLs the group and any descendant
+that moved to another group, each by PID. Shared-memory segments vLLM leaves in /dev/shm
+are removed by comparing the directory before and after. Never `pkill` or `ray stop`:
+other runs may share the host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+SHM_DIR = Path("/dev/shm")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except FileNotFoundError:
+        return set()
+
+
+def remove_shm_created_since(before: set[str]) -> list[str]:
+    """Remove the /dev/shm entries that appeared since `before`; return their names."""
+    removed = []
+    for name in sorted(shm_entries() - before):
+        try:
+            (SHM_DIR / name).unlink()
+            removed.append(name)
+        except FileNotFoundError:
+            continue
+        except IsADirectoryError:
+            continue
+    return removed
+
+
+@dataclass
+class ManagedProcess:
+    """A started process and what is needed to stop it and everything it spawned."""
+
+    argv: list[str]
+    pid: int
+    log_path: Path | None
+    popen: subprocess.Popen = field(repr=False)
+    started_monotonic: float = field(default_factory=time.monotonic)
+    known_descendants: set[int] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str] | None = None, log_path: Path | None = None,
+              cwd: Path | None = None) -> "ManagedProcess":
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            if log_path:
+                out.close()
+        return cls(argv=argv, pid=popen.pid, log_path=log_path, popen=popen)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self.popen.poll()
+
+    def remember_descendants(self) -> None:
+        """Note the current children: a child that left the process group is still stopped by PID."""
+        try:
+            self.known_descendants |= {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM the group, wait up to grace_s, then SIGKILL the group and every known descendant."""
+        self.remember_descendants()
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self._survivors():
+            time.sleep(0.1)
+            self.popen.poll()
+        survivors = self._survivors()
+        if survivors:
+            self._signal_group(signal.SIGKILL)
+            for proc in survivors:
+                try:
+                    proc.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(survivors, timeout=5)
+        try:
+            return self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)  # the leader's pid is the group id (start_new_session)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _survivors(self) -> list[psutil.Process]:
+        pids = {self.pid} | self.known_descendants | _group_members(self.pid)
+        alive = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        return alive
+
+
+def _group_members(pgid: int) -> set[int]:
+    members = set()
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid:
+                members.add(proc.info["pid"])
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
+def listening_ports(pids: set[int]) -> set[int]:
+    """TCP ports the given processes listen on (for leak checks)."""
+    ports = set()
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
+            ports.add(conn.laddr.port)
+    return ports

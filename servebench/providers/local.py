@@ -1,0 +1,43 @@
+"""The local provider: the nodes are CPU sets of this host.
+
+Several nodes on one host stand in for a cluster (each with its own CPU list), which is
+how distributed modes are tested without one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from servebench import inventory
+from servebench.processes import ManagedProcess
+from servebench.providers.base import Node
+from servebench.spec import LocalProviderSpec
+
+
+class LocalProvider:
+    def __init__(self, spec: LocalProviderSpec):
+        self._nodes = [Node(name=n.name, address="127.0.0.1", cpus=list(n.cpus)) for n in spec.nodes]
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def inventory(self, node: Node) -> dict:
+        return inventory.collect(cpus=node.cpus)
+
+    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
+              unset: list[str] = ()) -> ManagedProcess:
+        # taskset keeps every thread of the server (and its children) on the node's CPUs.
+        pinned = ["taskset", "-c", ",".join(map(str, node.cpus)), *argv]
+        full_env = {k: v for k, v in os.environ.items() if k not in unset} | env
+        return ManagedProcess.start(pinned, env=full_env, log_path=log_path)
+
+    def stop(self, process: ManagedProcess) -> int | None:
+        return process.stop()
+
+    def release(self) -> None:
+        return None

@@ -1,0 +1,83 @@
+"""Sweep expansion: a campaign becomes an ordered list of cells.
+
+A cell is one mode x one load point x one repeat. Its key is derived from what it
+measures, never from its position, so the same campaign yields the same keys on every
+night and a series can be followed across runs.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from servebench.spec import Campaign, ModeSpec
+
+
+class LoadPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["closed", "open"]
+    clients: int | None = None
+    rate: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"c{self.clients}" if self.kind == "closed" else f"rate{_number(self.rate)}"
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    mode: ModeSpec
+    point: LoadPoint
+    repeat: int
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode.name} {self.point.label} repeat {self.repeat}"
+
+
+def load_points(campaign: Campaign) -> list[LoadPoint]:
+    """Closed-loop points (low to high clients) first, then open-loop rates (low to high)."""
+    closed = [LoadPoint(kind="closed", clients=n) for n in sorted(set(campaign.load.clients))]
+    opened = [LoadPoint(kind="open", rate=r) for r in sorted(set(campaign.load.rates))]
+    return closed + opened
+
+
+def expand(campaign: Campaign) -> list[Cell]:
+    """Every cell in run order: grouped by mode, since one server serves all of a mode's cells."""
+    cells = []
+    for mode in campaign.modes:
+        for point in load_points(campaign):
+            for repeat in range(campaign.load.repeats):
+                cells.append(Cell(
+                    key=cell_key(mode.name, point, repeat),
+                    mode=mode,
+                    point=point,
+                    repeat=repeat,
+                    seed=cell_seed(campaign.load.seed, mode.name, point, repeat),
+                ))
+    return cells
+
+
+def cell_key(mode_name: str, point: LoadPoint, repeat: int) -> str:
+    return f"{mode_name}.{point.label}.r{repeat}"
+
+
+def cell_seed(base_seed: int, mode_name: str, point: LoadPoint, repeat: int) -> int:
+    """Per-cell seed: the same prompts and arrivals for the same point in every mode.
+
+    The mode is deliberately not part of the seed so that modes are compared on identical
+    workloads; repeats differ so they sample the workload's variance.
+    """
+    del mode_name
+    return (base_seed * 1_000_003 + zlib.crc32(f"{point.label}/{repeat}".encode())) % (2**31)
+
+
+def _number(value: float | None) -> str:
+    assert value is not None
+    return f"{value:g}"

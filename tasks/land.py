@@ -1,0 +1,64 @@
+"""Land stage: write what was measured to the warehouse, as soon as it is measured.
+
+Each call opens and closes its own connection so that `servebench query` can read the
+warehouse between cells while a campaign runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import duckdb
+from prefect import task
+from prefect.cache_policies import NONE
+
+import warehouse
+from servebench import landing
+
+
+@contextlib.contextmanager
+def session(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = warehouse.connect(path)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+@task(name="land-run", cache_policy=NONE)
+def land_run_start(path: str, **fields) -> None:
+    with session(path) as con:
+        landing.insert_run(con, **fields)
+
+
+@task(name="land-run-update", cache_policy=NONE)
+def land_run_update(path: str, run_id: str, **fields) -> None:
+    with session(path) as con:
+        landing.update_run(con, run_id, **fields)
+
+
+@task(name="land-nodes", cache_policy=NONE)
+def land_nodes(path: str, run_id: str, nodes, inventories: dict[str, dict]) -> None:
+    with session(path) as con:
+        for node in nodes:
+            landing.land_node(con, run_id, node.name, node.address, inventories[node.name])
+
+
+@task(name="land-build", cache_policy=NONE)
+def land_build(path: str, run_id: str, build) -> None:
+    with session(path) as con:
+        landing.land_build(con, build)
+        landing.update_run(con, run_id, build_key=build.key)
+
+
+@task(name="land-server", cache_policy=NONE)
+def land_server(path: str, run_id: str, **fields) -> None:
+    with session(path) as con:
+        landing.land_server(con, run_id, **fields)
+
+
+@task(name="land-cell", cache_policy=NONE)
+def land_cell(path: str, run_id: str, cell, **fields) -> str:
+    with session(path) as con:
+        return landing.land_cell(con, run_id, cell, **fields)

@@ -1,0 +1,38 @@
+"""Load stage: one cell's load, run by `servebench load` in its own process.
+
+A separate process keeps the flow's own threads (Prefect's logging and events) off the
+generator's event loop; the cell's JSON result stays in the run directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from servebench.load.config import LoadConfig, to_argv
+from servebench.load.runner import load_result
+from servebench.spec import LoadSpec
+from servebench.sweep import Cell
+
+
+def cell_load_config(load: LoadSpec, cell: Cell, base_url: str, served_name: str, vocab_size: int) -> LoadConfig:
+    return LoadConfig(
+        base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
+        arrival=load.arrival, input_len=load.input_len, output_len=load.output_len, vocab_size=vocab_size,
+        requests=load.requests, duration=load.duration, warmup=load.warmup, seed=cell.seed,
+        timeout_s=load.timeout_s,
+    )
+
+
+@task(name="load", cache_policy=NONE)
+def run_cell_load(config: LoadConfig, output: str) -> dict:
+    """Run the load; raise with the generator's own words if it did not produce a result."""
+    argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output, "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or not Path(output).exists():
+        raise RuntimeError(f"load generator exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")
+    return load_result(Path(output))

@@ -1,0 +1,96 @@
+"""The DuckDB warehouse: connection, numbered migrations and the default location.
+
+Migrations are the SQL files in `warehouse/migrations/NNN_name.sql`, append-only, applied
+in order on every writable connect and recorded in `schema_migrations`; the schema
+version is the highest applied number. Read-only connections refuse a database whose
+schema is older than this code, so a query never runs against a half-known layout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+DEFAULT_PATH = Path(__file__).parent / "servebench.duckdb"
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+
+class WarehouseError(Exception):
+    pass
+
+
+def default_path() -> Path:
+    """`SERVEBENCH_WAREHOUSE` if set, else warehouse/servebench.duckdb beside this module."""
+    return Path(os.environ.get("SERVEBENCH_WAREHOUSE") or DEFAULT_PATH)
+
+
+def migrations() -> list[tuple[int, Path]]:
+    found = []
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if not match:
+            raise WarehouseError(f"{path}: migration files are named NNN_lowercase_name.sql")
+        found.append((int(match.group(1)), path))
+    versions = [v for v, _ in found]
+    if versions != list(range(1, len(versions) + 1)):
+        raise WarehouseError(f"{MIGRATIONS_DIR}: migration numbers must run 001, 002, ... without gaps: {versions}")
+    return found
+
+
+def latest_version() -> int:
+    return len(migrations())
+
+
+def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; a writable connection first brings the schema up to date."""
+    path = Path(path) if path is not None else default_path()
+    if read_only:
+        if not path.exists():
+            raise WarehouseError(f"no warehouse at {path} (run a campaign first, or pass --warehouse)")
+        con = duckdb.connect(str(path), read_only=True)
+        version = schema_version(con)
+        if version < latest_version():
+            con.close()
+            raise WarehouseError(f"{path} has schema version {version}, this servebench needs {latest_version()}: "
+                                 "open it once writable (any `servebench run`) to migrate")
+        return con
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(path))
+    migrate(con)
+    return con
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "select count(*) from information_schema.tables where table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    return con.execute("select coalesce(max(version), 0) from schema_migrations").fetchone()[0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Apply pending migrations, each in its own transaction; return the versions applied."""
+    con.execute("create table if not exists schema_migrations "
+                "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
+    current = schema_version(con)
+    applied = []
+    for version, path in migrations():
+        if version <= current:
+            continue
+        con.execute("begin transaction")
+        try:
+            con.execute(path.read_text())
+            con.execute("insert into schema_migrations values (?, ?, ?)",
+                        [version, path.name, datetime.now(timezone.utc)])
+            con.execute("commit")
+        except Exception as exc:
+            con.execute("rollback")
+            raise WarehouseError(f"migration {path.name} failed: {exc}") from exc
+        applied.append(version)
+    return applied
