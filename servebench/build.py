@@ -15,6 +15,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +28,7 @@ from servebench.paths import ENGINE_SOURCE_DIR
 from servebench.spec import EngineSpec, sha256_json
 
 MARKER = "servebench-build.json"
-_SOURCE_SUFFIXES = {".py", ".toml", ".cfg", ".txt", ".json"}
+_SOURCE_SUFFIXES = {".py", ".json", ".txt"}
 
 
 class EngineBuild(BaseModel):
@@ -51,14 +52,19 @@ class BuildError(Exception):
     pass
 
 
+def engine_source_files(directory: Path = ENGINE_SOURCE_DIR) -> list[Path]:
+    """The engine-side package's source: its pyproject and the package tree (no build output)."""
+    package = [p for p in (directory / "servebench_engine").rglob("*")
+               if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts]
+    return [directory / "pyproject.toml", *sorted(package)]
+
+
 def source_digest(directory: Path = ENGINE_SOURCE_DIR) -> str:
-    """Hash of the engine-side source files (names and contents), ignoring caches."""
+    """Hash of the engine-side source files, names and contents."""
     digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*")):
-        if path.is_file() and path.suffix in _SOURCE_SUFFIXES and "__pycache__" not in path.parts \
-                and not any(part.endswith(".egg-info") for part in path.parts):
-            digest.update(str(path.relative_to(directory)).encode())
-            digest.update(path.read_bytes())
+    for path in engine_source_files(directory):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -108,10 +114,16 @@ def _build(spec: EngineSpec, key: str, venv: Path, log: Callable[[str], None]) -
         ("create venv", [sys.executable, "-m", "venv", str(venv)]),
         ("install engine packages", [*pip, "install", *engine.requirements(spec)]),
         ("remove broken companions", [*pip, "uninstall", "-y", *engine.remove_after_install()]),
-        ("install servebench-engine", [*pip, "install", "--no-deps", "--no-build-isolation",
-                                       str(ENGINE_SOURCE_DIR)]),
     ]
-    with open(log_path, "w") as out:
+    with open(log_path, "w") as out, tempfile.TemporaryDirectory() as scratch:
+        # pip builds in the source tree; a copy keeps build output out of the checkout
+        source = Path(scratch) / "engine"
+        for path in engine_source_files():
+            target = source / path.relative_to(ENGINE_SOURCE_DIR)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        steps.append(("install servebench-engine",
+                      [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
         for title, argv in steps:
             log(f"engine build {key}: {title}")
             out.write(f"$ {' '.join(argv)}\n")

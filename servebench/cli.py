@@ -87,6 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.file)  # fail fast, before Prefect starts
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the live display replaces the log scroll
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the temporary server
     from flows.campaign import campaign_run
     from servebench import progress
 

@@ -98,7 +98,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
         summary.get("failed"), summary.get("request_throughput"), summary.get("output_throughput"),
         _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),
-        _pct(summary, "e2el_ms", "p50"), result_path,
+        _pct(summary, "e2el_ms", "p50"), summary.get("client_output_tokens"), summary.get("server_output_tokens"),
+        result_path,
     ]
     requests = [[run_id, cid, *(r[c] for c in REQUEST_COLUMNS)] for r in (result or {}).get("requests", [])]
     con.execute("begin transaction")

@@ -36,10 +36,33 @@ def shm_entries() -> set[str]:
         return set()
 
 
+def shm_in_use() -> set[str]:
+    """/dev/shm entries some live process maps or holds open (read from /proc)."""
+    used: set[str] = set()
+    prefix = str(SHM_DIR) + "/"
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    at = line.find(prefix)
+                    if at >= 0:
+                        used.add(line[at + len(prefix):].split()[0])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(prefix):
+                    used.add(target[len(prefix):].split()[0])
+        except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+            continue
+    return used
+
+
 def remove_shm_created_since(before: set[str]) -> list[str]:
-    """Remove the /dev/shm entries that appeared since `before`; return their names."""
+    """Remove /dev/shm entries that appeared since `before` and no live process uses; return their names.
+
+    A segment still mapped by a process belongs to someone else's running server.
+    """
     removed = []
-    for name in sorted(shm_entries() - before):
+    for name in sorted(shm_entries() - before - shm_in_use()):
         try:
             (SHM_DIR / name).unlink()
             removed.append(name)

@@ -273,13 +273,14 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
     largest_node = max(len(node.cpus) for node in campaign.provider.nodes)
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
-        if names.count(mode.name) > 1:
+        size_field = where + ("tp" if mode.tp > 1 else "pp",)
+        if mode.name in names[:index]:
             problems.append((where + ("name",), f"mode name {mode.name!r} is used more than once"))
         if mode.world_size > campaign.provider.total_cpus:
-            problems.append((where + ("tp",), f"tp x pp = {mode.world_size} workers but the nodes give "
+            problems.append((size_field, f"tp x pp = {mode.world_size} workers but the nodes give "
                              f"{campaign.provider.total_cpus} CPUs in all (one worker needs at least one CPU)"))
         elif mode.executor == "mp" and mode.world_size > largest_node:
-            problems.append((where + ("tp",), f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} "
+            problems.append((size_field, f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} "
                              f"exceeds the largest node's {largest_node} CPUs"))
         if shape and shape["heads"] % mode.tp:
             problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
@@ -360,7 +361,7 @@ def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list[Spec
 
 
 def _problem_from_error(err: dict, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
-    path = _user_path(err["loc"], data)
+    path = _user_path(err["loc"], data, keep_missing_last=err["type"] == "missing")
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key"
@@ -371,7 +372,7 @@ def _problem_from_error(err: dict, data: Any, lines: dict[tuple, int], source: s
     return SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
 
 
-def _user_path(loc: tuple, data: Any) -> tuple:
+def _user_path(loc: tuple, data: Any, keep_missing_last: bool) -> tuple:
     """The error's location as the user wrote it: union tags pydantic adds to `loc` are dropped."""
     path: list = []
     for position, part in enumerate(loc):
@@ -380,7 +381,7 @@ def _user_path(loc: tuple, data: Any) -> tuple:
             data = data[part]
         elif isinstance(data, list) and isinstance(part, int) and part < len(data):
             data = data[part]
-        elif not last:
+        elif not (last and keep_missing_last):
             continue  # a tag such as 'local' or 'generated', not a key of the file
         path.append(part)
     return tuple(path)

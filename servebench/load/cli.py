@@ -25,6 +25,8 @@ def add_load_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=0, help="leading requests left out of the summary")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, seconds")
+    p.add_argument("--token-counter", default="vllm:generation_tokens_total",
+                   help="counter of generated tokens on the server's /metrics ('' to skip the check)")
     p.add_argument("--output-json", help="write config, summary and every request here")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     p.set_defaults(func=cmd_load)
@@ -39,7 +41,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             base_url=args.base_url, model=args.model, endpoint=args.endpoint, rate=args.rate, arrival=args.arrival,
             clients=args.clients, input_len=args.input_len, output_len=args.output_len, vocab_size=args.vocab_size,
             requests=args.requests, duration=args.duration, warmup=args.warmup, seed=args.seed,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout, token_counter=args.token_counter or None,
         )
     except ValidationError as exc:
         for err in exc.errors():

@@ -24,6 +24,8 @@ class LoadConfig(BaseModel):
     warmup: int = Field(0, ge=0)
     seed: int = 0
     timeout_s: float = Field(300.0, gt=0)
+    token_counter: str | None = Field("vllm:generation_tokens_total",
+                                      description="Server counter of generated tokens on /metrics, if any.")
 
     @model_validator(mode="after")
     def _check(self) -> "LoadConfig":
@@ -48,7 +50,8 @@ def to_argv(config: LoadConfig) -> list[str]:
     argv = ["--base-url", config.base_url, "--model", config.model, "--endpoint", config.endpoint,
             "--input-len", str(config.input_len), "--output-len", str(config.output_len),
             "--vocab-size", str(config.vocab_size), "--warmup", str(config.warmup), "--seed", str(config.seed),
-            "--timeout", f"{config.timeout_s:g}", "--arrival", config.arrival]
+            "--timeout", f"{config.timeout_s:g}", "--arrival", config.arrival,
+            "--token-counter", config.token_counter or ""]
     if config.rate is not None:
         argv += ["--rate", f"{config.rate:g}"]
     if config.clients is not None:

@@ -18,6 +18,7 @@ from servebench.load.config import LoadConfig
 from servebench.load.metrics import summarize
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
+from servebench.load.server_metrics import scrape_counter
 from servebench.load.workload import token_prompt
 
 RESULT_VERSION = 1
@@ -44,6 +45,7 @@ async def _run(config: LoadConfig, progress: Progress | None) -> dict:
     started_wall = datetime.now(timezone.utc)
     t0 = time.monotonic()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tokens_before = await _server_tokens(session, config)
         def issue(index: int, client: int | None, scheduled: float):
             record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled)
             records.append(record)
@@ -56,19 +58,30 @@ async def _run(config: LoadConfig, progress: Progress | None) -> dict:
             await _open_loop(config, t0, issue, done)
         else:
             await _closed_loop(config, t0, issue, done)
+        tokens_after = await _server_tokens(session, config)
     records.sort(key=lambda r: r.index)
     for record in records:  # timestamps relative to t0
         for name in ("scheduled_s", "sent_s", "first_token_s", "last_token_s"):
             value = getattr(record, name)
             if value is not None:
                 setattr(record, name, value - t0)
+    summary = summarize(records, config.rate)
+    summary["server_output_tokens"] = (tokens_after - tokens_before
+                                       if tokens_before is not None and tokens_after is not None else None)
+    summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
     return {
         "version": RESULT_VERSION,
         "config": config.model_dump(mode="json"),
         "t0": {"monotonic": t0, "wall": started_wall.isoformat()},
-        "summary": summarize(records, config.rate),
+        "summary": summary,
         "requests": [r.to_dict() for r in records],
     }
+
+
+async def _server_tokens(session: aiohttp.ClientSession, config: LoadConfig) -> float | None:
+    if not config.token_counter:
+        return None
+    return await scrape_counter(session, config.base_url, config.token_counter)
 
 
 async def _open_loop(config: LoadConfig, t0: float, issue, done: "_Counter") -> None:

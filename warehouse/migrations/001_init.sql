@@ -96,6 +96,8 @@ CREATE TABLE cells (
     ttft_p99_ms   DOUBLE,
     tpot_p50_ms   DOUBLE,
     e2el_p50_ms   DOUBLE,
+    client_output_tokens BIGINT,            -- sum of usage.completion_tokens over the cell's requests
+    server_output_tokens BIGINT,            -- delta of the server's generation-token counter (NULL: none)
     result_path   VARCHAR                   -- the load generator's JSON in the run directory
 );
 

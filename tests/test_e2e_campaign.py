@@ -1,0 +1,77 @@
+"""End to end: a reduced campaign through the Prefect flow with real vLLM and DuckDB.
+
+Slow (engine build on first use, ~1 min server start-up); everything is real: the engine
+venv, the vLLM server, the Prefect test server, the load generator and the warehouse.
+"""
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+import warehouse
+from servebench.processes import shm_entries
+from servebench.spec import load_campaign
+
+CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    return tmp_path / "w.duckdb"
+
+
+def engine_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "vllm.entrypoints" in cmdline or "VLLM::" in cmdline or "servebench load" in cmdline:
+            found.append(proc)
+    return found
+
+
+def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    assert engine_processes() == [], "an engine process was already running before the test"
+    shm_before = shm_entries()
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(isolated))
+    assert outcome["status"] == "completed", outcome
+
+    campaign = load_campaign(CAMPAIGN)
+    con = warehouse.connect(isolated, read_only=True)
+    cells = con.execute("select cell_key, status, client_output_tokens, server_output_tokens from cells "
+                        "where run_id = ? order by cell_key", [outcome["run_id"]]).fetchall()
+    assert [c[0] for c in cells] == ["tp1.c2.r0", "tp1.rate4.r0"]
+    assert all(c[1] == "completed" for c in cells)
+    counts = con.execute("select cell_key, count(*), min(output_tokens), max(output_tokens), "
+                         "count(error_kind), min(input_tokens) from requests join cells using (cell_id) "
+                         "group by cell_key order by cell_key").fetchall()
+    for key, n, lo, hi, errors, input_tokens in counts:
+        assert n == campaign.load.requests, key
+        assert lo == hi == campaign.load.output_len, key
+        assert errors == 0 and input_tokens == campaign.load.input_len, key
+    for key, status, client_tokens, server_tokens in cells:
+        # the client's usage-based count equals the server's own generation-token counter
+        assert client_tokens == server_tokens == campaign.load.requests * campaign.load.output_len, key
+    server = con.execute("select port, status, ready_seconds, stopped_at from servers").fetchone()
+    assert server[1] == "ready" and server[2] > 0 and server[3] is not None
+    run = con.execute("select status, spec_hash, build_key from runs").fetchone()
+    assert run[0] == "completed" and run[1] == campaign.spec_hash() and run[2]
+    assert con.execute("select count(*) from nodes").fetchone()[0] == 1
+    assert con.execute("select count(*) from builds").fetchone()[0] == 1
+    con.close()
+    assert Path(outcome["report"]).exists()
+
+    # nothing left behind: no engine process, no listener on the server's port, no new /dev/shm entry
+    assert engine_processes() == []
+    listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    assert server[0] not in listening
+    assert shm_entries() - shm_before == set()

@@ -1,0 +1,39 @@
+from servebench.spec import parse_campaign
+from servebench.sweep import expand
+
+CAMPAIGN = """
+name: t
+provider: {kind: local, nodes: [{name: n0, cpus: "0-1"}]}
+model: {generate: tiny-llama}
+modes: [{name: tp1}, {name: tp2, tp: 2}]
+load: {clients: [4, 1], rates: [8, 2.5], requests: 10, repeats: 2, seed: 7}
+"""
+
+
+def test_expansion_is_modes_x_points_x_repeats_grouped_by_mode():
+    cells = expand(parse_campaign(CAMPAIGN))
+    assert len(cells) == 2 * 4 * 2
+    assert [c.key for c in cells[:8]] == [
+        "tp1.c1.r0", "tp1.c1.r1", "tp1.c4.r0", "tp1.c4.r1",
+        "tp1.rate2.5.r0", "tp1.rate2.5.r1", "tp1.rate8.r0", "tp1.rate8.r1",
+    ]
+    assert {c.mode.name for c in cells[8:]} == {"tp2"}
+
+
+def test_keys_are_unique_and_stable():
+    first = [c.key for c in expand(parse_campaign(CAMPAIGN))]
+    again = [c.key for c in expand(parse_campaign(CAMPAIGN))]
+    assert first == again
+    assert len(set(first)) == len(first)
+
+
+def test_modes_share_workloads_repeats_do_not():
+    cells = {c.key: c for c in expand(parse_campaign(CAMPAIGN))}
+    assert cells["tp1.c4.r0"].seed == cells["tp2.c4.r0"].seed
+    assert cells["tp1.c4.r0"].seed != cells["tp1.c4.r1"].seed
+    assert cells["tp1.c4.r0"].seed != cells["tp1.c1.r0"].seed
+
+
+def test_base_seed_changes_every_cell_seed():
+    other = expand(parse_campaign(CAMPAIGN.replace("seed: 7", "seed: 8")))
+    assert all(a.seed != b.seed for a, b in zip(expand(parse_campaign(CAMPAIGN)), other))

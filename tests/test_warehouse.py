@@ -1,0 +1,67 @@
+import duckdb
+import pytest
+
+import warehouse
+from servebench import landing
+from servebench.spec import parse_campaign
+from servebench.sweep import expand
+
+CAMPAIGN = """
+name: t
+provider: {kind: local, nodes: [{name: n0, cpus: "0-1"}]}
+model: {generate: tiny-llama}
+modes: [{name: tp1}]
+load: {clients: [1, 2], requests: 2}
+"""
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "w.duckdb"
+
+
+def test_migrations_apply_once_and_record_the_version(db):
+    con = warehouse.connect(db)
+    assert warehouse.schema_version(con) == warehouse.latest_version() >= 1
+    assert warehouse.migrate(con) == []  # nothing pending the second time
+    tables = {row[0] for row in con.execute("show tables").fetchall()}
+    assert {"runs", "cells", "requests", "builds", "nodes", "servers", "schema_migrations"} <= tables
+    con.close()
+
+
+def test_read_only_connection_refuses_writes_and_missing_files(db, tmp_path):
+    warehouse.connect(db).close()
+    con = warehouse.connect(db, read_only=True)
+    with pytest.raises(duckdb.Error):
+        con.execute("delete from runs")
+    con.close()
+    with pytest.raises(warehouse.WarehouseError, match="no warehouse"):
+        warehouse.connect(tmp_path / "absent.duckdb", read_only=True)
+
+
+def test_env_var_overrides_default_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("SERVEBENCH_WAREHOUSE", str(tmp_path / "x.duckdb"))
+    assert warehouse.default_path() == tmp_path / "x.duckdb"
+
+
+def result_with(n: int) -> dict:
+    requests = [dict(index=i, warmup=False, client=0, scheduled_s=i, sent_s=i, first_token_s=i + 0.1,
+                     last_token_s=i + 0.5, input_tokens=8, output_tokens=4, chunks=4, http_status=200,
+                     error_kind=None, error=None) for i in range(n)]
+    return {"t0": {"monotonic": 1.0}, "summary": {"completed": n, "failed": 0}, "requests": requests}
+
+
+def test_landing_a_cell_twice_replaces_its_rows(db, tmp_path):
+    campaign = parse_campaign(CAMPAIGN)
+    cell = expand(campaign)[0]
+    con = warehouse.connect(db)
+    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
+                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+    kwargs = dict(input_len=8, output_len=4, status="completed", error=None, started_at=None, ended_at=None,
+                  result_path=None)
+    landing.land_cell(con, "r1", cell, result=result_with(3), **kwargs)
+    cid = landing.land_cell(con, "r1", cell, result=result_with(2), **kwargs)
+    assert cid == "r1/tp1.c1.r0"
+    assert con.execute("select count(*) from requests where cell_id = ?", [cid]).fetchone()[0] == 2
+    assert con.execute("select count(*) from cells").fetchone()[0] == 1
+    con.close()
