@@ -88,13 +88,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.file)  # fail fast, before Prefect starts
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the live display replaces the log scroll
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the temporary server
-    from flows.campaign import campaign_run
     from servebench import progress
+    from servebench.prefect_api import temporary_api
 
     console = Console(stderr=True)
     path = str(_warehouse_path(args))
     try:
-        with progress.live(console):
+        with temporary_api(), progress.live(console):
+            from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
+
             outcome = campaign_run(campaign_file=args.file, warehouse_path=path)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: servers stopped; cells measured so far are in {path}")

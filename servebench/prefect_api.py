@@ -1,0 +1,69 @@
+"""A temporary Prefect API server for `servebench run` when no PREFECT_API_URL is set.
+
+Prefect would start one itself, but inside our process group: a terminal's Ctrl-C then
+kills it while the flow is still stopping servers and landing results, and every later
+API call hangs in retries. This one runs in its own session, so Ctrl-C reaches only the
+flow, and it is stopped by PID when the command ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+from servebench.processes import ManagedProcess, free_port
+
+
+@contextlib.contextmanager
+def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
+    """Yield the API URL in use: the configured one, or a temporary server's.
+
+    Enter this before prefect is imported: prefect reads PREFECT_API_URL once, at import.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        yield os.environ["PREFECT_API_URL"]
+        return
+    if "prefect" in sys.modules:
+        raise RuntimeError("temporary_api() must be entered before prefect is imported")
+    prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
+
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent),
+            "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on"]
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    log = Path(tempfile.gettempdir()) / f"servebench-prefect-api-{port}.log"
+    server = ManagedProcess.start(argv, env=env, log_path=log)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait_healthy(server, url, startup_timeout_s, log)
+        os.environ["PREFECT_API_URL"] = url
+        yield url
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+        server.stop(grace_s=10)
+        log.unlink(missing_ok=True)
+
+
+def _wait_healthy(server: ManagedProcess, url: str, timeout_s: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"the temporary Prefect API server exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the temporary Prefect API server did not answer within {timeout_s:.0f} s")
