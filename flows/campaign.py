@@ -126,8 +126,9 @@ def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str,
         error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output))
     statuses[cell.key] = status
     throughput = summary.get("output_throughput") or 0.0
+    verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
     reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
-                             f"{throughput:.1f} tok/s")
+                             f"{throughput:.1f} tok/s{verdict}")
 
 
 def land_failed_cell(campaign: Campaign, cell: Cell, wh: str, run_id: str, error: str, statuses: dict[str, str],

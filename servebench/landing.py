@@ -20,7 +20,8 @@ from servebench.paths import PROJECT_ROOT
 from servebench.sweep import Cell
 
 REQUEST_COLUMNS = ("index", "warmup", "client", "scheduled_s", "sent_s", "first_token_s", "last_token_s",
-                   "input_tokens", "output_tokens", "chunks", "http_status", "error_kind", "error")
+                   "input_tokens", "output_tokens", "chunks", "chunk_times", "chunk_tokens", "token_source",
+                   "http_status", "error_kind", "error")
 
 
 def now() -> datetime:
@@ -96,10 +97,13 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         run_id, cid, cell.key, cell.mode.name, cell.mode.tp, cell.mode.pp, cell.mode.executor, cell.point.kind,
         cell.point.rate, cell.point.clients, cell.repeat, input_len, output_len, cell.seed, status, error,
         started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
-        summary.get("failed"), summary.get("request_throughput"), summary.get("output_throughput"),
+        summary.get("failed"), summary.get("offered_rate"), summary.get("achieved_rate"),
+        summary.get("request_throughput"), summary.get("output_throughput"), summary.get("goodput"),
         _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),
-        _pct(summary, "e2el_ms", "p50"), summary.get("client_output_tokens"), summary.get("server_output_tokens"),
-        result_path,
+        _pct(summary, "tpot_ms", "p99"), _pct(summary, "itl_ms", "p50"), _pct(summary, "itl_ms", "p99"),
+        _pct(summary, "e2el_ms", "p50"), _pct(summary, "e2el_ms", "p99"), _pct(summary, "schedule_lag_ms", "p99"),
+        summary.get("valid"), summary.get("invalid_reasons"),
+        summary.get("client_output_tokens"), summary.get("server_output_tokens"), result_path,
     ]
     requests = [[run_id, cid, *(r[c] for c in REQUEST_COLUMNS)] for r in (result or {}).get("requests", [])]
     con.execute("begin transaction")

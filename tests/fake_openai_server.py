@@ -2,7 +2,9 @@
 and misbehaves on request: used to test the load client's timing and fault handling.
 
 Behaviour is chosen per server: 'ok', 'http500', 'malformed', 'cut' (stream stops
-midway), 'hang' (never answers), 'empty_first' (role-only and empty chunks first).
+midway), 'hang' (never answers), 'empty_first' (role-only and empty chunks first),
+'no_usage' (no running usage, only a closing usage chunk), 'crlf' (CRLF line ends),
+'reset' (the connection is dropped before any answer).
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ import threading
 from aiohttp import web
 
 
-def chunk(text: str, completion_tokens: int, prompt_tokens: int) -> bytes:
-    body = {"choices": [{"index": 0, "text": text, "finish_reason": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chunk(text: str, completion_tokens: int, prompt_tokens: int, chat: bool = False, with_usage: bool = True,
+          newline: bytes = b"\n") -> bytes:
+    choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+    body: dict = {"choices": [{**choice, "finish_reason": None}]}
+    if with_usage:
+        body["usage"] = usage(prompt_tokens, completion_tokens)
+    return b"data: " + json.dumps(body).encode() + newline * 2
 
 
 class FakeServer:
@@ -47,6 +56,7 @@ class FakeServer:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -60,9 +70,15 @@ class FakeServer:
             return web.Response(status=500, text="engine exploded")
         if self.behaviour == "hang":
             await asyncio.sleep(3600)
+        if self.behaviour == "reset":
+            request.transport.close()
+            return web.Response()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        prompt_tokens = len(payload["prompt"])
+        chat = "messages" in payload
+        prompt_tokens = len(payload["messages"][0]["content"].split()) if chat else len(payload["prompt"])
+        newline = b"\r\n" if self.behaviour == "crlf" else b"\n"
+        with_usage = self.behaviour != "no_usage"
         if self.behaviour == "malformed":
             await response.write(b"data: {not json\n\n")
             return response
@@ -76,7 +92,11 @@ class FakeServer:
                 return response
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
-            await response.write(chunk("" if produced % 3 == 0 else "x", produced, prompt_tokens))
-        await response.write(b"data: [DONE]\n\n")
+            text = "" if produced % 3 == 0 and with_usage else "x"
+            await response.write(chunk(text, produced, prompt_tokens, chat, with_usage, newline))
+        if not with_usage:  # the closing usage-only chunk
+            closing = {"choices": [], "usage": usage(prompt_tokens, total)}
+            await response.write(b"data: " + json.dumps(closing).encode() + b"\n\n")
+        await response.write(b"data: [DONE]" + newline * 2)
         await response.write_eof()
         return response

@@ -7,9 +7,11 @@ import time
 import pytest
 
 from servebench.load import LoadConfig, run_load
+from servebench.load.config import to_argv
 from servebench.load.metrics import percentile, summarize
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
+from servebench.load.vllm_export import to_vllm_result
 from servebench.load.workload import token_prompt
 from tests.fake_openai_server import FakeServer
 
@@ -55,6 +57,7 @@ def test_open_loop_keeps_its_schedule():
 
 @pytest.mark.parametrize("behaviour, kind", [
     ("http500", "http"), ("malformed", "malformed"), ("cut", "disconnect"), ("hang", "timeout"),
+    ("reset", "disconnect"),
 ])
 def test_faults_become_error_rows(behaviour, kind):
     with FakeServer(behaviour) as server:
@@ -115,7 +118,7 @@ def test_summary_metrics_from_hand_made_records():
                       output_tokens=5, input_tokens=7),
         RequestRecord(index=3, warmup=False, scheduled_s=2.5, sent_s=2.5, error_kind="http", error="500"),
     ]
-    s = summarize(records, offered_rate=2.0)
+    s = summarize(records, LoadConfig(base_url="http://x", model="m", rate=2.0, requests=4, slo_ttft_ms=250))
     assert s["completed"] == 2 and s["failed"] == 1 and s["warmup_requests"] == 1
     assert s["duration_s"] == pytest.approx(2.0)            # first steady send 1.0 -> last token 3.0
     assert s["request_throughput"] == pytest.approx(1.0)
@@ -123,4 +126,89 @@ def test_summary_metrics_from_hand_made_records():
     assert s["ttft_ms"]["p50"] == pytest.approx(200.0)      # 100 and 300 ms
     assert s["tpot_ms"]["mean"] == pytest.approx((100.0 + 175.0) / 2)
     assert s["achieved_rate"] == pytest.approx(2 / 1.5)
+    assert s["scheduled_rate"] == pytest.approx(2 / 1.5)
     assert s["errors"] == {"http": 1}
+    assert s["goodput"] == pytest.approx(0.5)              # one request under 250 ms TTFT, over 2 s
+    assert s["whole_run"]["requests"] == 4
+
+
+def test_streamed_tokens_and_ttft_from_scheduled():
+    with FakeServer(token_delay_s=0.002) as server:
+        result = run_load(config(server.url, clients=1, requests=2))
+    r = result["requests"][0]
+    assert sum(r["chunk_tokens"]) == r["output_tokens"] == 4 and r["token_source"] == "usage"
+    assert len(r["chunk_times"]) == 4 and r["chunk_times"][0] == r["first_token_s"]
+    s = result["summary"]
+    assert s["itl_ms"]["count"] == 2 * 3 and s["itl_ms"]["p50"] >= 1.5
+    assert s["ttft_from_scheduled_ms"]["p50"] >= s["ttft_ms"]["p50"]
+    assert s["valid"], s["invalid_reasons"]
+
+
+def test_chat_endpoint_with_prompts_file(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "one two three"}\n{"messages": [{"role": "user", "content": "a b"}], '
+                       '"output_len": 2}\n')
+    with FakeServer() as server:
+        result = run_load(config(server.url, endpoint="chat", prompts=str(prompts), clients=1, requests=2))
+    assert [r["output_tokens"] for r in result["requests"]] in ([4, 2], [2, 4])
+    assert all("messages" in p and p["max_completion_tokens"] in (2, 4) for p in server.requests)
+
+
+def test_server_without_running_usage_falls_back_and_is_flagged():
+    with FakeServer("no_usage") as server:
+        result = run_load(config(server.url, clients=1, requests=2))
+    r = result["requests"][0]
+    assert r["token_source"] == "chunks" and r["output_tokens"] == 4 and r["error_kind"] is None
+    assert not result["summary"]["valid"]
+    assert any("no running usage" in reason for reason in result["summary"]["invalid_reasons"])
+
+
+def test_crlf_events_are_parsed():
+    with FakeServer("crlf") as server:
+        result = run_load(config(server.url, clients=1, requests=1))
+    assert result["requests"][0]["error_kind"] is None and result["requests"][0]["output_tokens"] == 4
+
+
+def test_client_that_falls_behind_is_invalid():
+    records = [RequestRecord(index=i, warmup=False, scheduled_s=i * 0.01, sent_s=i * 0.01 + 0.05,
+                             first_token_s=i * 0.01 + 0.06, last_token_s=i * 0.01 + 0.07, output_tokens=2,
+                             chunk_tokens=[1, 1], token_source="usage") for i in range(10)]
+    s = summarize(records, LoadConfig(base_url="http://x", model="m", rate=100.0, requests=10))
+    assert not s["valid"] and "schedule lag" in s["invalid_reasons"][0]
+
+
+def test_token_mismatch_is_invalid():
+    records = [RequestRecord(index=0, warmup=False, scheduled_s=0, sent_s=0, first_token_s=0.1, last_token_s=0.2,
+                             output_tokens=5, chunk_tokens=[1, 1], token_source="usage")]
+    s = summarize(records, LoadConfig(base_url="http://x", model="m", clients=1, requests=1))
+    assert not s["valid"] and "differ from the server's usage" in s["invalid_reasons"][0]
+
+
+def test_gamma_schedule_mean_rate_and_burstiness():
+    bursty = arrival_offsets(10.0, "gamma", seed=3, count=20000, burstiness=0.25)
+    smooth = arrival_offsets(10.0, "gamma", seed=3, count=20000, burstiness=4.0)
+    for offsets in (bursty, smooth):
+        assert 20000 / offsets[-1] == pytest.approx(10.0, rel=0.05)
+    gaps = lambda o: [b - a for a, b in zip(o, o[1:])]
+    variance = lambda g: sum((x - 0.1) ** 2 for x in g) / len(g)
+    assert variance(gaps(bursty)) > 10 * variance(gaps(smooth))
+
+
+def test_vllm_export_has_vllm_keys():
+    with FakeServer() as server:
+        result = run_load(config(server.url, clients=1, requests=3))
+    out = to_vllm_result(result)
+    for key in ("completed", "request_throughput", "output_throughput", "ttfts", "itls", "mean_ttft_ms",
+                "median_tpot_ms", "p99_itl_ms", "p99.9_e2el_ms", "input_lens", "output_lens"):
+        assert key in out
+    assert out["completed"] == 3 and out["output_lens"] == [4, 4, 4]
+
+
+def test_argv_round_trip_through_the_cli_parser():
+    from servebench.cli import build_parser
+    from servebench.load.cli import config_from_args
+
+    original = LoadConfig(base_url="http://h:1", model="m", rate=2.5, clients=3, arrival="gamma", burstiness=0.5,
+                          requests=10, warmup=1, seed=4, slo_ttft_ms=100, token_counter=None)
+    args = build_parser().parse_args(["load", *to_argv(original)])
+    assert config_from_args(args) == original

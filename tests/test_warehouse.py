@@ -46,7 +46,8 @@ def test_env_var_overrides_default_path(monkeypatch, tmp_path):
 
 def result_with(n: int) -> dict:
     requests = [dict(index=i, warmup=False, client=0, scheduled_s=i, sent_s=i, first_token_s=i + 0.1,
-                     last_token_s=i + 0.5, input_tokens=8, output_tokens=4, chunks=4, http_status=200,
+                     last_token_s=i + 0.5, input_tokens=8, output_tokens=4, chunks=4,
+                     chunk_times=[i + 0.1, i + 0.5], chunk_tokens=[2, 2], token_source="usage", http_status=200,
                      error_kind=None, error=None) for i in range(n)]
     return {"t0": {"monotonic": 1.0}, "summary": {"completed": n, "failed": 0}, "requests": requests}
 

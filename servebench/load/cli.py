@@ -3,69 +3,125 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import threading
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from servebench.load.config import FLAGS, LoadConfig
+
+HELP = {
+    "--base-url": "server URL, e.g. http://127.0.0.1:8000",
+    "--model": "the served model name",
+    "--endpoint": "completions (/v1/completions) or chat (/v1/chat/completions)",
+    "--rate": "open loop: requests per second (with --clients: a concurrency cap)",
+    "--arrival": "open-loop arrival process",
+    "--burstiness": "gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother",
+    "--clients": "closed loop: concurrent clients, each sending when its last answer is complete",
+    "--input-len": "random prompts of exactly N tokens",
+    "--output-len": "output tokens per request (enforced with ignore_eos)",
+    "--vocab-size": "random token ids are drawn below this (when no --tokenizer)",
+    "--tokenizer": "tokenizer.json or its directory: random text of exact length (needed for chat)",
+    "--prompts": "JSONL: {\"prompt\": ...} or {\"messages\": [...]}, optional \"output_len\"",
+    "--sharegpt": "ShareGPT JSON: first human turn as prompt",
+    "--requests": "number of requests", "--duration": "seconds of sending",
+    "--warmup": "leading requests left out of the steady-state summary",
+    "--seed": "base seed", "--data-seed": "prompt seed (default: --seed)",
+    "--schedule-seed": "arrival seed (default: derived from --seed)",
+    "--timeout": "per-request timeout, seconds",
+    "--slo-ttft-ms": "goodput SLO on TTFT", "--slo-tpot-ms": "goodput SLO on TPOT",
+    "--slo-e2el-ms": "goodput SLO on end-to-end latency",
+    "--max-schedule-lag-ms": "validity: schedule lag p99 above this marks the run invalid",
+    "--token-counter": "generated-token counter on the server's /metrics ('' to skip the check)",
+}
+
 
 def add_load_parser(sub) -> None:
-    p = sub.add_parser("load", help="drive load against an OpenAI-compatible server")
-    p.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="the served model name")
-    p.add_argument("--endpoint", choices=["completions"], default="completions")
-    p.add_argument("--rate", type=float, help="open loop: requests per second")
-    p.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
-    p.add_argument("--clients", type=int, help="closed loop: concurrent clients (with --rate: a cap)")
-    p.add_argument("--input-len", type=int, default=64, help="prompt tokens (random token ids)")
-    p.add_argument("--output-len", type=int, default=32, help="output tokens (enforced with ignore_eos)")
-    p.add_argument("--vocab-size", type=int, default=1024, help="prompt ids are drawn below this")
-    p.add_argument("--requests", type=int)
-    p.add_argument("--duration", type=float, help="seconds of sending")
-    p.add_argument("--warmup", type=int, default=0, help="leading requests left out of the summary")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, seconds")
-    p.add_argument("--token-counter", default="vllm:generation_tokens_total",
-                   help="counter of generated tokens on the server's /metrics ('' to skip the check)")
-    p.add_argument("--output-json", help="write config, summary and every request here")
+    p = sub.add_parser("load", help="drive load against an OpenAI-compatible server",
+                       description="Drive load against an OpenAI-compatible server and measure it.")
+    fields = LoadConfig.model_fields
+    for flag, name in FLAGS.items():
+        field = fields[name]
+        kwargs: dict = {"dest": name, "help": HELP.get(flag)}
+        annotation = str(field.annotation)
+        choices = getattr(field.annotation, "__args__", None) if "Literal" in annotation else None
+        if choices:
+            kwargs["choices"] = list(choices)
+        elif "float" in annotation:
+            kwargs["type"] = float
+        elif "int" in annotation:
+            kwargs["type"] = int
+        if field.is_required():
+            kwargs["required"] = True
+        elif field.default is not None:
+            kwargs["default"] = field.default
+        p.add_argument(flag, **kwargs)
+    p.add_argument("--output-json", help="write {config, summary, requests} here")
+    p.add_argument("--vllm-result", help="also write the run in `vllm bench serve --save-result` layout")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     p.set_defaults(func=cmd_load)
 
 
+def config_from_args(args: argparse.Namespace) -> LoadConfig:
+    """Flags -> LoadConfig; an empty --token-counter means no counter check."""
+    values = {name: getattr(args, name) for name in FLAGS.values()}
+    values = {k: v for k, v in values.items() if v is not None}
+    values["token_counter"] = getattr(args, "token_counter") or None
+    return LoadConfig(**values)
+
+
 def cmd_load(args: argparse.Namespace) -> int:
-    from servebench.load.config import LoadConfig
-    from servebench.load.runner import run_load, write_result
+    from servebench.load.runner import LiveCounts, run_load, write_result
+    from servebench.load.vllm_export import to_vllm_result
+    from servebench.load.workload import WorkloadError
 
     try:
-        config = LoadConfig(
-            base_url=args.base_url, model=args.model, endpoint=args.endpoint, rate=args.rate, arrival=args.arrival,
-            clients=args.clients, input_len=args.input_len, output_len=args.output_len, vocab_size=args.vocab_size,
-            requests=args.requests, duration=args.duration, warmup=args.warmup, seed=args.seed,
-            timeout_s=args.timeout, token_counter=args.token_counter or None,
-        )
+        config = config_from_args(args)
     except ValidationError as exc:
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "arguments"
+            field = next((f for f, n in FLAGS.items() if err["loc"] and n == err["loc"][0]), "arguments")
             print(f"servebench load: {field}: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         return 2
-    if args.quiet:
-        result = run_load(config)
-    else:
-        result = _run_with_progress(config, run_load)
+    live = LiveCounts()
+    try:
+        if args.quiet:
+            result = run_load(config, live)
+        else:
+            result = _with_progress(config, live, run_load)
+    except WorkloadError as exc:
+        print(f"servebench load: {exc}", file=sys.stderr)
+        return 2
     if args.output_json:
         write_result(result, Path(args.output_json))
+    if args.vllm_result:
+        Path(args.vllm_result).write_text(json.dumps(to_vllm_result(result), indent=1))
     if not args.quiet:
         print_summary(result["summary"])
     return 0
 
 
-def _run_with_progress(config, run_load) -> dict:
+def _with_progress(config: LoadConfig, live, run_load) -> dict:
+    """A progress bar fed from a separate thread at 4 Hz: nothing is added to the send path."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True) as progress:
-        task = progress.add_task("load", total=config.requests)
-        return run_load(config, lambda done, total: progress.update(task, completed=done))
+    stop = threading.Event()
+    with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+                  TimeElapsedColumn(), transient=True, stderr=True) as progress:
+        task = progress.add_task("load", total=config.requests, failed=0)
+
+        def refresh() -> None:
+            while not stop.wait(0.25):
+                progress.update(task, completed=live.done, total=live.total, failed=live.failed)
+
+        thread = threading.Thread(target=refresh, daemon=True)
+        thread.start()
+        try:
+            return run_load(config, live)
+        finally:
+            stop.set()
+            thread.join()
 
 
 def print_summary(summary: dict) -> None:
@@ -75,13 +131,15 @@ def print_summary(summary: dict) -> None:
     def fmt(value) -> str:
         return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
-    head = Table(title="load summary (steady window)", show_header=False)
-    for name in ("completed", "failed", "duration_s", "offered_rate", "achieved_rate", "request_throughput",
-                 "output_throughput"):
-        head.add_row(name, fmt(summary.get(name)))
-    dist = Table("metric (ms)", "mean", "p50", "p90", "p95", "p99", "p999", "count",
+    head = Table(title="load summary (steady window, after warmup)", show_header=False)
+    for name in ("completed", "failed", "duration_s", "offered_rate", "scheduled_rate", "achieved_rate",
+                 "request_throughput", "output_throughput", "goodput", "client_output_tokens",
+                 "server_output_tokens"):
+        if name in summary:
+            head.add_row(name, fmt(summary.get(name)))
+    dist = Table("metric (ms)", "mean", "p50", "p90", "p95", "p99", "p99.9", "count",
                  caption=f"percentiles: {summary['percentile_estimator']}")
-    for name in ("ttft_ms", "tpot_ms", "e2el_ms", "schedule_lag_ms"):
+    for name in ("ttft_ms", "ttft_from_scheduled_ms", "tpot_ms", "itl_ms", "e2el_ms", "schedule_lag_ms"):
         d = summary[name]
         dist.add_row(name, *(fmt(d[k]) for k in ("mean", "p50", "p90", "p95", "p99", "p999")), str(d["count"]))
     console = Console()
@@ -89,3 +147,5 @@ def print_summary(summary: dict) -> None:
     console.print(dist)
     if summary.get("errors"):
         console.print(f"errors: {summary['errors']}")
+    console.print("[green]valid[/]" if summary["valid"] else
+                  "[red]INVALID[/]: " + "; ".join(summary["invalid_reasons"]))

@@ -1,4 +1,4 @@
-"""What one load run is asked to do."""
+"""What one load run is asked to do (the `servebench load` flags, as a model)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,32 @@ class LoadConfig(BaseModel):
 
     base_url: str
     model: str
-    endpoint: Literal["completions"] = "completions"
+    endpoint: Literal["completions", "chat"] = "completions"
+    # arrivals
     rate: float | None = Field(None, gt=0, description="Open loop: offered requests per second.")
-    arrival: Literal["poisson", "constant"] = "poisson"
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape: 1 is Poisson, < 1 burstier, > 1 smoother.")
     clients: int | None = Field(None, ge=1, description="Closed loop: concurrent clients (with rate: a cap).")
+    # workload
     input_len: int = Field(64, ge=1)
     output_len: int = Field(32, ge=1)
-    vocab_size: int = Field(1024, ge=16, description="Prompt token ids are drawn below this.")
+    vocab_size: int = Field(1024, ge=16, description="Random token ids are drawn below this (no tokenizer).")
+    tokenizer: str | None = Field(None, description="tokenizer.json (or its directory) for exact-length text.")
+    prompts: str | None = Field(None, description="JSONL file of prompts.")
+    sharegpt: str | None = Field(None, description="ShareGPT JSON file.")
+    # extent
     requests: int | None = Field(None, ge=1)
     duration: float | None = Field(None, gt=0)
-    warmup: int = Field(0, ge=0)
+    warmup: int = Field(0, ge=0, description="Leading requests left out of the steady-state summary.")
     seed: int = 0
+    data_seed: int | None = Field(None, description="Prompts; defaults to seed.")
+    schedule_seed: int | None = Field(None, description="Arrivals; defaults to one derived from seed.")
     timeout_s: float = Field(300.0, gt=0)
+    # judgement
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    slo_tpot_ms: float | None = Field(None, gt=0)
+    slo_e2el_ms: float | None = Field(None, gt=0)
+    max_schedule_lag_ms: float = Field(10.0, gt=0, description="Validity: schedule lag p99 above this is invalid.")
     token_counter: str | None = Field("vllm:generation_tokens_total",
                                       description="Server counter of generated tokens on /metrics, if any.")
 
@@ -33,31 +47,46 @@ class LoadConfig(BaseModel):
             raise ValueError("give a rate (open loop), clients (closed loop) or both")
         if (self.requests is None) == (self.duration is None):
             raise ValueError("give exactly one of requests or duration")
+        if self.prompts and self.sharegpt:
+            raise ValueError("give at most one of prompts and sharegpt")
+        if self.requests is not None and self.warmup >= self.requests:
+            raise ValueError(f"warmup ({self.warmup}) must be fewer than requests ({self.requests})")
         return self
 
     @property
-    def data_seed(self) -> int:
-        return self.seed
+    def effective_data_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
 
     @property
-    def schedule_seed(self) -> int:
-        # Separate streams: changing the rate must not change the prompts, and vice versa.
-        return (self.seed * 7919 + 104729) % (2**31)
+    def effective_schedule_seed(self) -> int:
+        # A separate stream: changing the rate must not change the prompts, and vice versa.
+        return (self.seed * 7919 + 104729) % (2**31) if self.schedule_seed is None else self.schedule_seed
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return {name: value for name, value in (("ttft_ms", self.slo_ttft_ms), ("tpot_ms", self.slo_tpot_ms),
+                                                ("e2el_ms", self.slo_e2el_ms)) if value is not None}
+
+
+# flag name -> field name; the CLI and to_argv both use this table
+FLAGS: dict[str, str] = {
+    "--base-url": "base_url", "--model": "model", "--endpoint": "endpoint", "--rate": "rate",
+    "--arrival": "arrival", "--burstiness": "burstiness", "--clients": "clients", "--input-len": "input_len",
+    "--output-len": "output_len", "--vocab-size": "vocab_size", "--tokenizer": "tokenizer", "--prompts": "prompts",
+    "--sharegpt": "sharegpt", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
+    "--seed": "seed", "--data-seed": "data_seed", "--schedule-seed": "schedule_seed", "--timeout": "timeout_s",
+    "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
+    "--max-schedule-lag-ms": "max_schedule_lag_ms", "--token-counter": "token_counter",
+}
 
 
 def to_argv(config: LoadConfig) -> list[str]:
     """The `servebench load` flags that reproduce this config (the CLI parses them back)."""
-    argv = ["--base-url", config.base_url, "--model", config.model, "--endpoint", config.endpoint,
-            "--input-len", str(config.input_len), "--output-len", str(config.output_len),
-            "--vocab-size", str(config.vocab_size), "--warmup", str(config.warmup), "--seed", str(config.seed),
-            "--timeout", f"{config.timeout_s:g}", "--arrival", config.arrival,
-            "--token-counter", config.token_counter or ""]
-    if config.rate is not None:
-        argv += ["--rate", f"{config.rate:g}"]
-    if config.clients is not None:
-        argv += ["--clients", str(config.clients)]
-    if config.requests is not None:
-        argv += ["--requests", str(config.requests)]
-    if config.duration is not None:
-        argv += ["--duration", f"{config.duration:g}"]
+    argv: list[str] = []
+    for flag, name in FLAGS.items():
+        value = getattr(config, name)
+        if name == "token_counter":
+            argv += [flag, value or ""]
+        elif value is not None:
+            argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

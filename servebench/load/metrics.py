@@ -1,5 +1,13 @@
 """Metrics derived from request records: pure functions, no I/O.
 
+Definitions (all from the client's monotonic clock):
+- TTFT = first token - send (and, separately, first token - scheduled, which includes
+  the client's own queueing: schedule lag or a concurrency cap);
+- E2EL = last token - send; TPOT = (last token - first token) / (output tokens - 1);
+- ITL = every gap between consecutive token-carrying events of a request;
+- throughput over the steady window: the requests after warmup, first send to last token;
+- goodput: steady requests per second that met every SLO given (errors never do).
+
 Percentiles use linear interpolation between closest ranks (Hyndman-Fan type 7, numpy's
 default, as `vllm bench serve` does); the estimator is named in every summary.
 """
@@ -7,12 +15,13 @@ default, as `vllm bench serve` does); the estimator is named in every summary.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 from servebench.load.records import RequestRecord
 
 PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
-ESTIMATOR = "linear interpolation (Hyndman-Fan type 7)"
+ESTIMATOR = "linear interpolation between closest ranks (Hyndman-Fan type 7)"
+MIN_ACHIEVED_FRACTION = 0.99
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -27,13 +36,17 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 def distribution(values: Iterable[float], scale: float = 1.0) -> dict:
     data = sorted(v * scale for v in values)
-    summary = {"count": len(data), "mean": (sum(data) / len(data)) if data else None}
+    summary: dict = {"count": len(data), "mean": (sum(data) / len(data)) if data else None}
     summary.update({name: percentile(data, q) for name, q in PERCENTILES.items()})
     return summary
 
 
 def ttft(r: RequestRecord) -> float | None:
     return None if r.first_token_s is None or r.sent_s is None else r.first_token_s - r.sent_s
+
+
+def ttft_from_scheduled(r: RequestRecord) -> float | None:
+    return None if r.first_token_s is None or r.scheduled_s is None else r.first_token_s - r.scheduled_s
 
 
 def e2el(r: RequestRecord) -> float | None:
@@ -50,35 +63,99 @@ def schedule_lag(r: RequestRecord) -> float | None:
     return None if r.sent_s is None or r.scheduled_s is None else r.sent_s - r.scheduled_s
 
 
-def summarize(records: list[RequestRecord], offered_rate: float | None) -> dict:
-    """Summary over the steady window: the requests after warmup, first send to last token."""
+def itls(r: RequestRecord) -> list[float]:
+    times = r.chunk_times
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def meets_slos(r: RequestRecord, slos: dict[str, float]) -> bool:
+    if not r.ok:
+        return False
+    for name, limit_ms in slos.items():
+        value = {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el}[name](r)
+        if value is None or value * 1000.0 > limit_ms:
+            return False
+    return True
+
+
+def rate_of(times: list[float]) -> float | None:
+    """Events per second between the first and the last: (n - 1) / span."""
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else None
+
+
+def summarize(records: list[RequestRecord], config) -> dict:
+    """Steady-window summary plus the same over the whole run, with validity."""
     steady = [r for r in records if not r.warmup]
-    ok = [r for r in steady if r.ok]
-    window = _window(steady)
-    sent = [r.sent_s for r in steady if r.sent_s is not None]
-    achieved = (len(sent) - 1) / (max(sent) - min(sent)) if len(sent) > 1 and max(sent) > min(sent) else None
+    summary = window_summary(steady, config)
+    summary["warmup_requests"] = len(records) - len(steady)
+    summary["whole_run"] = window_summary(records, config)
+    summary["percentile_estimator"] = ESTIMATOR
+    summary["valid"], summary["invalid_reasons"] = validity(summary, steady, config)
+    return summary
+
+
+def window_summary(records: list[RequestRecord], config) -> dict:
+    ok = [r for r in records if r.ok]
+    window = _window(records)
     output_tokens = sum(r.output_tokens or 0 for r in ok)
+    input_tokens = sum(r.input_tokens or 0 for r in ok)
+    slos = config.slos
+    good = sum(1 for r in records if meets_slos(r, slos)) if slos else None
+    scheduled = [r.scheduled_s for r in records if r.scheduled_s is not None]
     return {
+        "requests": len(records),
         "completed": len(ok),
-        "failed": len(steady) - len(ok),
-        "warmup_requests": len(records) - len(steady),
+        "failed": len(records) - len(ok),
         "duration_s": window,
-        "offered_rate": offered_rate,
-        "achieved_rate": achieved,
+        "offered_rate": config.rate,
+        "scheduled_rate": rate_of(scheduled) if config.rate is not None else None,
+        "achieved_rate": rate_of([r.sent_s for r in records if r.sent_s is not None]),
         "request_throughput": len(ok) / window if window else None,
         "output_throughput": output_tokens / window if window else None,
+        "total_token_throughput": (output_tokens + input_tokens) / window if window else None,
+        "goodput": good / window if good is not None and window else None,
+        "slos": slos,
+        "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
-        "total_input_tokens": sum(r.input_tokens or 0 for r in ok),
         "ttft_ms": distribution(_values(ok, ttft), 1000.0),
+        "ttft_from_scheduled_ms": distribution(_values(ok, ttft_from_scheduled), 1000.0),
         "tpot_ms": distribution(_values(ok, tpot), 1000.0),
+        "itl_ms": distribution((gap for r in ok for gap in itls(r)), 1000.0),
         "e2el_ms": distribution(_values(ok, e2el), 1000.0),
-        "schedule_lag_ms": distribution(_values(steady, schedule_lag), 1000.0),
-        "percentile_estimator": ESTIMATOR,
-        "errors": _error_counts(steady),
+        "schedule_lag_ms": distribution(_values(records, schedule_lag), 1000.0),
+        "errors": _error_counts(records),
     }
 
 
-def _values(records: list[RequestRecord], metric) -> list[float]:
+def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, list[str]]:
+    """A run whose client could not keep its schedule, or whose token counts disagree, is invalid."""
+    reasons = []
+    lag_p99 = summary["schedule_lag_ms"]["p99"]
+    if config.rate is not None and lag_p99 is not None and lag_p99 > config.max_schedule_lag_ms:
+        reasons.append(f"schedule lag p99 {lag_p99:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
+                       "the client fell behind its schedule")
+    scheduled, achieved = summary["scheduled_rate"], summary["achieved_rate"]
+    if scheduled and achieved is not None and achieved < MIN_ACHIEVED_FRACTION * scheduled:
+        reasons.append(f"achieved rate {achieved:.2f} req/s is below {MIN_ACHIEVED_FRACTION:.0%} of the "
+                       f"scheduled {scheduled:.2f} req/s")
+    mismatched = [r.index for r in steady if r.ok and r.token_source == "usage"
+                  and sum(r.chunk_tokens) != r.output_tokens]
+    if mismatched:
+        reasons.append(f"{len(mismatched)} requests' streamed token counts differ from the server's usage "
+                       f"(first: request {mismatched[0]})")
+    from_chunks = sum(1 for r in steady if r.ok and r.token_source == "chunks")
+    if from_chunks:
+        reasons.append(f"{from_chunks} requests had no running usage in the stream: their tokens were "
+                       "counted from events, so TTFT/TPOT/ITL are approximate")
+    if not summary["completed"]:
+        reasons.append("no request completed")
+    return not reasons, reasons
+
+
+def _values(records: list[RequestRecord], metric: Callable[[RequestRecord], float | None]) -> list[float]:
     return [v for v in (metric(r) for r in records) if v is not None]
 
 

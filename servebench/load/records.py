@@ -1,11 +1,13 @@
 """One request as measured: raw monotonic timestamps and the server's token counts only.
 
-Everything else (TTFT, TPOT, throughput) is derived by servebench.load.metrics.
+Everything else (TTFT, TPOT, ITL, throughput) is derived by servebench.load.metrics.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+
+TIME_FIELDS = ("scheduled_s", "sent_s", "first_token_s", "last_token_s")
 
 
 @dataclass(slots=True)
@@ -15,11 +17,15 @@ class RequestRecord:
     client: int | None = None
     scheduled_s: float | None = None   # when the schedule said to send (closed loop: when the client was free)
     sent_s: float | None = None
-    first_token_s: float | None = None  # first chunk that carried at least one token
+    first_token_s: float | None = None  # first event that carried at least one token
     last_token_s: float | None = None
     input_tokens: int | None = None     # usage.prompt_tokens from the server
     output_tokens: int | None = None    # usage.completion_tokens from the server
-    chunks: int = 0
+    expected_input_tokens: int | None = None   # what the workload meant to send
+    chunks: int = 0                     # JSON events received (token-carrying or not)
+    chunk_times: list[float] = field(default_factory=list)   # arrival of each token-carrying event
+    chunk_tokens: list[int] = field(default_factory=list)    # tokens each of those carried
+    token_source: str | None = None     # "usage" (server's running count) or "chunks" (fallback)
     http_status: int | None = None
     error_kind: str | None = None       # http | connect | disconnect | timeout | malformed | incomplete
     error: str | None = None
@@ -28,5 +34,13 @@ class RequestRecord:
     def ok(self) -> bool:
         return self.error_kind is None
 
+    def shift(self, t0: float) -> None:
+        """Make every timestamp relative to t0."""
+        for name in TIME_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value - t0)
+        self.chunk_times = [t - t0 for t in self.chunk_times]
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}

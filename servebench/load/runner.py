@@ -1,33 +1,62 @@
 """Drive one load run: open loop (scheduled arrivals), closed loop (N clients), or both
-(arrivals with a concurrency cap). Records are kept in request order.
+(arrivals with a concurrency cap). The schedule and every request body exist before the
+first send; during the run the event loop only sends bytes and stamps arrivals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
-import aiohttp
+import uvloop
 
-from servebench.load.client import completion_payload, send
 from servebench.load.config import LoadConfig
+from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import summarize
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
 from servebench.load.server_metrics import scrape_counter
-from servebench.load.workload import token_prompt
+from servebench.load.workload import Workload, request_body
 
 RESULT_VERSION = 1
-Progress = Callable[[int, int | None], None]
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
-def run_load(config: LoadConfig, progress: Progress | None = None) -> dict:
+@dataclass
+class LiveCounts:
+    """Read by a progress display from another thread; written only by the event loop."""
+
+    sent: int = 0
+    done: int = 0
+    failed: int = 0
+    total: int | None = None
+
+
+def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     """Run the load and return {"version", "config", "t0", "summary", "requests"}."""
-    return asyncio.run(_run(config, progress))
+    workload = Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
+                        vocab_size=config.vocab_size, data_seed=config.effective_data_seed,
+                        tokenizer=config.tokenizer, prompts_file=config.prompts, sharegpt_file=config.sharegpt)
+    offsets = None
+    if config.rate is not None:
+        offsets = arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
+                                  count=config.requests, duration=config.duration, burstiness=config.burstiness)
+    count = len(offsets) if offsets is not None else config.requests
+    prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
+    live = live or LiveCounts()
+    live.total = count
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(config, workload, offsets, prepared, live))
+
+
+def _prepare(config: LoadConfig, workload: Workload, index: int) -> tuple[bytes, int | None]:
+    item = workload.item(index)
+    return request_body(config.model, config.endpoint, item), item.expected_input_tokens
 
 
 def write_result(result: dict, path: Path) -> None:
@@ -37,38 +66,53 @@ def write_result(result: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-async def _run(config: LoadConfig, progress: Progress | None) -> dict:
-    url = config.base_url.rstrip("/") + "/v1/completions"
-    records: list[RequestRecord] = []
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    started_wall = datetime.now(timezone.utc)
-    t0 = time.monotonic()
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tokens_before = await _server_tokens(session, config)
-        def issue(index: int, client: int | None, scheduled: float):
-            record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled)
-            records.append(record)
-            prompt = token_prompt(index, config.input_len, config.vocab_size, config.data_seed)
-            return record, send(session, url, completion_payload(config.model, prompt, config.output_len),
-                                record, config.timeout_s)
+def load_result(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
 
-        done = _Counter(progress, config.requests)
-        if config.rate is not None:
-            await _open_loop(config, t0, issue, done)
+
+async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
+               prepared: list[tuple[bytes, int | None]] | None, live: LiveCounts) -> dict:
+    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint])
+    pool = ConnectionPool(endpoint)
+    records: list[RequestRecord] = []
+    tokens_before = _server_tokens(config)
+    started_wall = datetime.now(timezone.utc)
+
+    def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
+        body, expected = prepared[index] if prepared is not None else _prepare(config, workload, index)
+        record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled,
+                               expected_input_tokens=expected)
+        records.append(record)
+        return record, endpoint.request_bytes(body)
+
+    async def one(record: RequestRecord, payload: bytes) -> None:
+        live.sent += 1
+        await stream_request(pool, payload, record, config.timeout_s)
+        live.done += 1
+        live.failed += record.error_kind is not None
+
+    gc.collect()
+    gc.freeze()  # no collector pauses inside the measurement
+    gc.disable()
+    t0 = time.monotonic()
+    try:
+        if offsets is not None:
+            await _open_loop(config, offsets, t0, make, one)
         else:
-            await _closed_loop(config, t0, issue, done)
-        tokens_after = await _server_tokens(session, config)
+            await _closed_loop(config, t0, make, one)
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        pool.close()
+    tokens_after = _server_tokens(config)
     records.sort(key=lambda r: r.index)
-    for record in records:  # timestamps relative to t0
-        for name in ("scheduled_s", "sent_s", "first_token_s", "last_token_s"):
-            value = getattr(record, name)
-            if value is not None:
-                setattr(record, name, value - t0)
-    summary = summarize(records, config.rate)
-    summary["server_output_tokens"] = (tokens_after - tokens_before
-                                       if tokens_before is not None and tokens_after is not None else None)
+    for record in records:
+        record.shift(t0)
+    summary = summarize(records, config)
+    server_tokens = tokens_after - tokens_before if None not in (tokens_before, tokens_after) else None
+    summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
+    _add_counter_check(summary, server_tokens)
     return {
         "version": RESULT_VERSION,
         "config": config.model_dump(mode="json"),
@@ -78,66 +122,53 @@ async def _run(config: LoadConfig, progress: Progress | None) -> dict:
     }
 
 
-async def _server_tokens(session: aiohttp.ClientSession, config: LoadConfig) -> float | None:
-    if not config.token_counter:
-        return None
-    return await scrape_counter(session, config.base_url, config.token_counter)
-
-
-async def _open_loop(config: LoadConfig, t0: float, issue, done: "_Counter") -> None:
-    offsets = arrival_offsets(config.rate, config.arrival, config.schedule_seed,
-                              count=config.requests, duration=config.duration)
+async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, one) -> None:
     cap = asyncio.Semaphore(config.clients) if config.clients else None
+
+    async def capped(record: RequestRecord, payload: bytes) -> None:
+        async with cap:
+            await one(record, payload)
+
     tasks = []
     for index, offset in enumerate(offsets):
-        delay = t0 + offset - time.monotonic()
+        due = t0 + offset
+        delay = due - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(_capped(cap, issue, index, t0 + offset, done)))
+        record, payload = make(index, None, due)
+        tasks.append(asyncio.ensure_future(capped(record, payload) if cap else one(record, payload)))
     await asyncio.gather(*tasks)
 
 
-async def _capped(cap: asyncio.Semaphore | None, issue, index: int, scheduled: float, done: "_Counter") -> None:
-    if cap is None:
-        _, coroutine = issue(index, None, scheduled)
-        await coroutine
-    else:
-        async with cap:
-            _, coroutine = issue(index, None, scheduled)
-            await coroutine
-    done.tick()
-
-
-async def _closed_loop(config: LoadConfig, t0: float, issue, done: "_Counter") -> None:
+async def _closed_loop(config: LoadConfig, t0: float, make, one) -> None:
     next_index = 0
     deadline = t0 + config.duration if config.duration else None
 
     async def client(client_id: int) -> None:
         nonlocal next_index
-        while True:
-            if config.requests is not None and next_index >= config.requests:
-                return
+        while config.requests is None or next_index < config.requests:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return
             index = next_index
             next_index += 1
-            _, coroutine = issue(index, client_id, now)
-            await coroutine
-            done.tick()
+            record, payload = make(index, client_id, now)
+            await one(record, payload)
 
     await asyncio.gather(*(client(i) for i in range(config.clients)))
 
 
-class _Counter:
-    def __init__(self, progress: Progress | None, total: int | None):
-        self.progress, self.total, self.count = progress, total, 0
-
-    def tick(self) -> None:
-        self.count += 1
-        if self.progress:
-            self.progress(self.count, self.total)
+def _server_tokens(config: LoadConfig) -> float | None:
+    """Read outside the measured window, so a blocking call costs the measurement nothing."""
+    if not config.token_counter:
+        return None
+    return scrape_counter(config.base_url, config.token_counter)
 
 
-def load_result(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+def _add_counter_check(summary: dict, server_tokens: float | None) -> None:
+    """Invalid when the server's own counter disagrees with the tokens the client counted."""
+    if server_tokens is not None and round(server_tokens) != summary["client_output_tokens"]:
+        summary["valid"] = False
+        summary["invalid_reasons"].append(
+            f"server counter says {server_tokens:.0f} tokens were generated, the client counted "
+            f"{summary['client_output_tokens']} (another client on the server, or lost events)")

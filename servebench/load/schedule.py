@@ -1,7 +1,9 @@
 """Arrival schedules for open-loop load, computed before the first request is sent.
 
 Gaps are drawn from a seeded generator and summed; unlike `vllm bench serve` they are not
-stretched to land the last arrival at N/rate, so a Poisson schedule is a Poisson process.
+stretched to land the last arrival at N/rate, so a Poisson schedule is a Poisson process
+(its realized rate over a finite run differs from the nominal one by chance; the summary
+reports both).
 """
 
 from __future__ import annotations
@@ -10,17 +12,25 @@ import random
 
 
 def arrival_offsets(rate: float, arrival: str, seed: int, count: int | None = None,
-                    duration: float | None = None) -> list[float]:
-    """Seconds from t0 at which each request is due: `count` of them, or all within `duration`."""
+                    duration: float | None = None, burstiness: float = 1.0) -> list[float]:
+    """Seconds from t0 at which each request is due: `count` of them, or all within `duration`.
+
+    gamma: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)), mean 1/rate;
+    burstiness 1 is Poisson, below 1 burstier, above 1 more regular.
+    """
     if (count is None) == (duration is None):
         raise ValueError("give exactly one of count or duration")
+    if arrival not in ("poisson", "constant", "gamma"):
+        raise ValueError(f"unknown arrival process {arrival!r}")
     rng = random.Random(seed)
     offsets: list[float] = []
     t = 0.0
-    while True:
-        if count is not None and len(offsets) >= count:
-            return offsets
-        if duration is not None and t >= duration:
-            return offsets
+    while (count is None or len(offsets) < count) and (duration is None or t < duration):
         offsets.append(t)
-        t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
+        if arrival == "poisson":
+            t += rng.expovariate(rate)
+        elif arrival == "gamma":
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        else:
+            t += 1.0 / rate
+    return offsets

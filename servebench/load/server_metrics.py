@@ -3,7 +3,9 @@ so the client's count can be checked against the server's."""
 
 from __future__ import annotations
 
-import aiohttp
+import urllib.error
+import urllib.request
+
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -18,12 +20,10 @@ def counter_value(text: str, sample_name: str) -> float | None:
     return total if found else None
 
 
-async def scrape_counter(session: aiohttp.ClientSession, base_url: str, sample_name: str) -> float | None:
+def scrape_counter(base_url: str, sample_name: str, timeout_s: float = 5.0) -> float | None:
     """None when the server has no /metrics or no such counter: the check is then skipped."""
     try:
-        async with session.get(base_url.rstrip("/") + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
-            if resp.status != 200:
-                return None
-            return counter_value(await resp.text(), sample_name)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as response:
+            return counter_value(response.read().decode(errors="replace"), sample_name)
+    except (urllib.error.URLError, OSError, ValueError):
         return None

@@ -90,12 +90,22 @@ CREATE TABLE cells (
     duration_s    DOUBLE,                   -- first send to last completion
     completed     INTEGER,
     failed        INTEGER,
+    offered_rate  DOUBLE,                   -- open loop: the nominal rate
+    achieved_rate DOUBLE,                   -- sends per second actually made
     request_throughput DOUBLE,              -- completed req/s over the steady window
     output_throughput  DOUBLE,              -- output tokens/s over the steady window
+    goodput       DOUBLE,                   -- req/s meeting the SLOs (NULL: no SLO given)
     ttft_p50_ms   DOUBLE,
     ttft_p99_ms   DOUBLE,
     tpot_p50_ms   DOUBLE,
+    tpot_p99_ms   DOUBLE,
+    itl_p50_ms    DOUBLE,
+    itl_p99_ms    DOUBLE,
     e2el_p50_ms   DOUBLE,
+    e2el_p99_ms   DOUBLE,
+    schedule_lag_p99_ms DOUBLE,
+    valid         BOOLEAN,                  -- the load generator's verdict on its own measurement
+    invalid_reasons VARCHAR[],
     client_output_tokens BIGINT,            -- sum of usage.completion_tokens over the cell's requests
     server_output_tokens BIGINT,            -- delta of the server's generation-token counter (NULL: none)
     result_path   VARCHAR                   -- the load generator's JSON in the run directory
@@ -113,7 +123,10 @@ CREATE TABLE requests (
     last_token_s   DOUBLE,
     input_tokens   INTEGER,                 -- from the server's usage
     output_tokens  INTEGER,                 -- from the server's usage
-    chunks         INTEGER,
+    chunks         INTEGER,                 -- JSON events received
+    chunk_times    DOUBLE[],                -- arrival of each token-carrying event (ITL = their gaps)
+    chunk_tokens   INTEGER[],               -- tokens each of those events carried
+    token_source   VARCHAR,                 -- usage (server's running count) | chunks (fallback)
     http_status    INTEGER,
     error_kind     VARCHAR,
     error          VARCHAR,
