@@ -55,6 +55,8 @@ def start_nginx(workdir: Path) -> tuple[ManagedProcess, int]:
     port = free_port()
     body = workdir / "body.sse"
     body.write_text(sse_body())
+    workdir.chmod(0o755)  # nginx's workers run as an unprivileged user
+    body.chmod(0o644)
     conf = workdir / "nginx.conf"
     conf.write_text(f"""
 daemon off;

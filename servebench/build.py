@@ -76,6 +76,7 @@ def build_inputs(spec: EngineSpec) -> dict:
         "platform": f"{sys.platform}-{platform.machine()}",
         "packages": engine.requirements(spec),
         "removed": engine.remove_after_install(),
+        "post_install": [argv[1:] for argv in engine.post_install("python", spec)],
         "engine_source": source_digest(),
     }
 
@@ -124,6 +125,7 @@ def _build(spec: EngineSpec, key: str, venv: Path, log: Callable[[str], None]) -
             shutil.copy2(path, target)
         steps.append(("install servebench-engine",
                       [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
+        steps += [(f"post-install: {' '.join(argv[1:4])}", argv) for argv in engine.post_install(python, spec)]
         for title, argv in steps:
             log(f"engine build {key}: {title}")
             out.write(f"$ {' '.join(argv)}\n")

@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("file")
     plan.set_defaults(func=cmd_plan)
 
+    build = sub.add_parser("build", help="build (or find) the engine venv of a campaign and print it")
+    build.add_argument("file")
+    build.set_defaults(func=cmd_build)
+
     run = sub.add_parser("run", help="run a campaign end to end")
     run.add_argument("file")
     _warehouse_arg(run)
@@ -81,6 +85,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     campaign = load_campaign(args.file)
     print(describe_plan(campaign, Path(args.file)))
+    return EXIT_OK
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from servebench.build import ensure_engine_venv
+    from servebench.paths import cache_dir
+
+    campaign = load_campaign(args.file)
+    build = ensure_engine_venv(campaign.engine, cache_dir(), log=lambda text: print(text, file=sys.stderr))
+    state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
+    print(f"{build.key} ({campaign.engine.package} -> {build.engine_version}, {state})")
+    print(build.python)
     return EXIT_OK
 
 

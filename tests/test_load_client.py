@@ -212,3 +212,53 @@ def test_argv_round_trip_through_the_cli_parser():
                           requests=10, warmup=1, seed=4, slo_ttft_ms=100, token_counter=None)
     args = build_parser().parse_args(["load", *to_argv(original)])
     assert config_from_args(args) == original
+
+
+def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():
+    import asyncio
+
+    from servebench.load.http import ConnectionPool, Endpoint, stream_request
+
+    async def scenario(url: str) -> tuple[RequestRecord, RequestRecord]:
+        pool = ConnectionPool(Endpoint(url + "/v1/completions"))
+        payload = pool.endpoint.request_bytes(b'{"prompt": [1, 2], "max_tokens": 2}')
+        first = RequestRecord(index=0, warmup=False)
+        await stream_request(pool, payload, first, 5)
+        conn = pool.idle[0]
+        conn.parser = type(conn.parser)(conn)  # as if the server had closed it: the next send gets no answer
+        conn.transport.write = lambda data: conn.transport.close()
+        second = RequestRecord(index=1, warmup=False)
+        await stream_request(pool, payload, second, 5)
+        pool.close()
+        return first, second
+
+    with FakeServer() as server:
+        first, second = asyncio.run(scenario(server.url))
+    assert first.ok and second.ok and second.output_tokens == 2
+
+
+def tiny_tokenizer(tmp_path) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    words = "alpha beta gamma delta node core cache token serve model layer tensor pipeline".split()
+    tokenizer.train_from_iterator([" ".join(words[(i * 7 + j) % len(words)] for j in range(9)) + f" {i}"
+                                   for i in range(500)], trainer=trainer)
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("length", [1, 7, 64, 300])
+def test_text_prompts_have_exact_token_counts(tmp_path, length):
+    from servebench.load.workload import ExactTextPrompts
+
+    prompts = ExactTextPrompts(tiny_tokenizer(tmp_path))
+    for index in range(5):
+        text = prompts.prompt(index, length, seed=1)
+        assert prompts.count(text) == length
+    assert prompts.prompt(3, length, seed=1) == prompts.prompt(3, length, seed=1)

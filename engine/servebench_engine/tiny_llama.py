@@ -22,6 +22,12 @@ WORDS = (
 ).split()
 
 
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
 def corpus(seed: int, lines: int = 4000) -> list[str]:
     rng = random.Random(seed)
     text = []
@@ -45,10 +51,12 @@ def train_tokenizer(seed: int, vocab_size: int):
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus(seed), trainer=trainer)
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         model_max_length=1_000_000,
     )
+    fast.chat_template = CHAT_TEMPLATE  # so the chat endpoint can be benchmarked too
+    return fast
 
 
 def write_model(out: Path, cfg: dict) -> None:

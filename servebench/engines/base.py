@@ -34,6 +34,9 @@ class Engine(Protocol):
     def remove_after_install(self) -> list[str]:
         """Packages the engine's wheel drags in that break it and must be uninstalled."""
 
+    def post_install(self, python: str, spec: EngineSpec) -> list[list[str]]:
+        """Commands run with the engine venv's python after everything is installed."""
+
     def version_distribution(self, spec: EngineSpec) -> str:
         """The distribution whose version is the engine version."""
 

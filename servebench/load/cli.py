@@ -104,11 +104,12 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def _with_progress(config: LoadConfig, live, run_load) -> dict:
     """A progress bar fed from a separate thread at 4 Hz: nothing is added to the send path."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     stop = threading.Event()
     with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
-                  TimeElapsedColumn(), transient=True, stderr=True) as progress:
+                  TimeElapsedColumn(), transient=True, console=Console(stderr=True)) as progress:
         task = progress.add_task("load", total=config.requests, failed=0)
 
         def refresh() -> None:

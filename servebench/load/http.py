@@ -144,17 +144,18 @@ class ConnectionPool:
         self.idle: list[Connection] = []
         self.open: set[Connection] = set()
 
-    async def acquire(self) -> Connection:
-        while self.idle:
+    async def acquire(self, fresh: bool = False) -> tuple[Connection, bool]:
+        """A connection and whether it was reused (kept alive from an earlier request)."""
+        while self.idle and not fresh:
             conn = self.idle.pop()
             if conn.reusable and conn.transport is not None and not conn.transport.is_closing():
-                return conn
+                return conn, True
         loop = asyncio.get_running_loop()
         _, conn = await asyncio.wait_for(
             loop.create_connection(lambda: Connection(self), self.endpoint.host, self.endpoint.port),
             self.connect_timeout_s)
         self.open.add(conn)
-        return conn
+        return conn, False
 
     def release(self, conn: Connection) -> None:
         if conn.reusable:
@@ -173,20 +174,30 @@ class ConnectionPool:
 
 
 async def stream_request(pool: ConnectionPool, payload: bytes, record: RequestRecord, timeout_s: float) -> None:
-    """Send one request and stream its answer into `record`; failures are recorded, never raised."""
+    """Send one request and stream its answer into `record`; failures are recorded, never raised.
+
+    A kept-alive connection the server closed while idle fails before any byte of an
+    answer arrives; such a request is sent again, once, on a new connection.
+    """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    try:
-        conn = await pool.acquire()
-    except (OSError, asyncio.TimeoutError) as exc:
-        record.sent_s = started
-        record.error_kind, record.error = "connect", f"{type(exc).__name__}: {exc}"
-        return
-    done = loop.create_future()
-    conn.send(payload, record, done)
-    remaining = timeout_s - (time.monotonic() - started)
-    try:
-        await asyncio.wait_for(asyncio.shield(done), max(remaining, 0.001))
-    except asyncio.TimeoutError:
-        record.error_kind, record.error = "timeout", f"no complete answer within {timeout_s:g} s"
-        pool.discard(conn)
+    for attempt in (0, 1):
+        try:
+            conn, reused = await pool.acquire(fresh=attempt > 0)
+        except (OSError, asyncio.TimeoutError) as exc:
+            record.sent_s = record.sent_s or time.monotonic()
+            record.error_kind, record.error = "connect", f"{type(exc).__name__}: {exc}"
+            return
+        done = loop.create_future()
+        conn.send(payload, record, done)
+        remaining = timeout_s - (time.monotonic() - started)
+        try:
+            await asyncio.wait_for(asyncio.shield(done), max(remaining, 0.001))
+        except asyncio.TimeoutError:
+            record.error_kind, record.error = "timeout", f"no complete answer within {timeout_s:g} s"
+            pool.discard(conn)
+            return
+        stale = reused and record.error_kind == "disconnect" and record.http_status is None and not record.chunks
+        if not stale or attempt:
+            return
+        record.error_kind = record.error = None

@@ -40,7 +40,14 @@ def token_prompt(index: int, input_len: int, vocab_size: int, seed: int) -> list
 
 
 class ExactTextPrompts:
-    """Random text that a given tokenizer turns into exactly N tokens."""
+    """Random text that a given tokenizer turns into exactly N tokens.
+
+    Prompts are built from whole-word pieces: single tokens that decode to a space and a
+    word and encode back to one token. Pre-tokenizers split text at spaces, so N pieces
+    make N tokens; every prompt is still checked, and adjusted a piece at a time.
+    """
+
+    SAMPLE = 5000  # vocabulary entries examined for the piece pool
 
     def __init__(self, tokenizer_path: str):
         from tokenizers import Tokenizer
@@ -50,24 +57,35 @@ class ExactTextPrompts:
         if not file.exists():
             raise WorkloadError(f"--tokenizer: no tokenizer.json at {path}")
         self.tokenizer = Tokenizer.from_file(str(file))
-        special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values()} \
-            if hasattr(self.tokenizer, "get_added_tokens_decoder") else set()
-        vocab = self.tokenizer.get_vocab()
-        self.ids = sorted(i for token, i in vocab.items() if token not in special)
+        self.pieces = self._word_pieces()
+        if len(self.pieces) < 10:
+            raise WorkloadError(f"--tokenizer {path}: too few whole-word tokens to build exact-length prompts")
+
+    def _word_pieces(self) -> list[str]:
+        vocab = sorted(self.tokenizer.get_vocab().values())
+        sample = random.Random(0).sample(vocab, min(self.SAMPLE, len(vocab)))
+        pieces = []
+        for token_id in sorted(sample):
+            text = self.tokenizer.decode([token_id])
+            if len(text) > 1 and text[0] == " " and text[1:].isalnum() and self.count(text) == 1:
+                pieces.append(text)
+        return pieces
 
     def count(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def prompt(self, index: int, length: int, seed: int) -> str:
         rng = random.Random(seed * 1_000_003 + index)
-        ids = [rng.choice(self.ids) for _ in range(length)]
-        for _ in range(20):
-            text = self.tokenizer.decode(ids)
-            tokens = self.tokenizer.encode(text, add_special_tokens=False).ids
-            if len(tokens) == length:
+        words = [rng.choice(self.pieces) for _ in range(length)]
+        for _ in range(4 * length + 10):
+            text = "".join(words).lstrip()
+            have = self.count(text)
+            if have == length:
                 return text
-            # merges change the count: re-draw from the re-encoded ids, trimmed or extended
-            ids = tokens[:length] + [rng.choice(self.ids) for _ in range(max(0, length - len(tokens)))]
+            if have > length:
+                words.pop()
+            else:
+                words.append(rng.choice(self.pieces))
         raise WorkloadError(f"could not make a prompt of exactly {length} tokens with this tokenizer")
 
 

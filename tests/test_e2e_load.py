@@ -1,0 +1,88 @@
+"""`servebench load` against a real vLLM server: token ids, exact-length text, chat.
+
+One tp1 server (from the campaign machinery: engine venv, tiny model, local provider)
+serves three load runs; each must agree with the server's usage and its own counter.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servebench.build import ensure_engine_venv
+from servebench.engines import get_engine
+from servebench.model import ensure_model
+from servebench.paths import cache_dir
+from servebench.processes import shm_entries
+from servebench.providers import get_provider
+from servebench.serve import pick_port, plan_launch, start_server, stop_server, wait_ready
+from servebench.spec import load_campaign
+from tests.test_e2e_campaign import engine_processes
+
+CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    campaign = load_campaign(CAMPAIGN)
+    build = ensure_engine_venv(campaign.engine, cache_dir(), log=lambda _: None)
+    model_dir = ensure_model(campaign.model, build.python, cache_dir())
+    provider = get_provider(campaign.provider)
+    node = provider.nodes()[0]
+    port = pick_port()
+    launch = plan_launch(get_engine("vllm"), python=build.python, spec=campaign.engine, mode=campaign.modes[0],
+                         model_dir=str(model_dir), served_name="tiny", node=node, port=port)
+    shm_before = shm_entries()
+    server = start_server(provider, node, launch, "tp1", port, tmp_path_factory.mktemp("logs") / "server.log")
+    try:
+        wait_ready(server, 600)
+        yield server, model_dir, build
+    finally:
+        stop_server(provider, server)
+    assert engine_processes() == []
+    assert shm_entries() - shm_before == set()
+
+
+def load(server, tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "load.json"
+    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", server.url, "--model", "tiny",
+                           "--output-len", "8", "--requests", "6", "--clients", "3", "--output-json", str(out),
+                           "--vllm-result", str(tmp_path / "vllm.json"), *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "load summary" in done.stdout and "valid" in done.stdout
+    return json.loads(out.read_text())
+
+
+def check(result: dict, input_len: int | None) -> None:
+    summary = result["summary"]
+    assert summary["valid"], summary["invalid_reasons"]
+    assert summary["completed"] == 6 and summary["failed"] == 0
+    assert summary["server_output_tokens"] == summary["client_output_tokens"] == 6 * 8
+    for r in result["requests"]:
+        assert r["output_tokens"] == 8 and sum(r["chunk_tokens"]) == 8 and r["token_source"] == "usage"
+        if input_len is not None:
+            assert r["input_tokens"] == input_len
+        assert r["sent_s"] < r["first_token_s"] <= r["last_token_s"]
+
+
+def test_completions_with_token_ids(vllm_server, tmp_path):
+    server, model_dir, _ = vllm_server
+    check(load(server, tmp_path, "--input-len", "24", "--vocab-size", "1000"), input_len=24)
+    vllm_format = json.loads((tmp_path / "vllm.json").read_text())
+    assert vllm_format["completed"] == 6 and vllm_format["output_lens"] == [8] * 6
+
+
+def test_completions_with_exact_length_text(vllm_server, tmp_path):
+    server, model_dir, _ = vllm_server
+    check(load(server, tmp_path, "--input-len", "40", "--tokenizer", str(model_dir)), input_len=40)
+
+
+def test_chat_endpoint(vllm_server, tmp_path):
+    server, model_dir, _ = vllm_server
+    result = load(server, tmp_path, "--endpoint", "chat", "--input-len", "16", "--tokenizer", str(model_dir))
+    check(result, input_len=None)
+    assert all(r["input_tokens"] > 16 for r in result["requests"])  # the chat template adds tokens
