@@ -68,6 +68,8 @@ class FakeServer:
         self.requests.append(payload)
         if self.behaviour == "http500":
             return web.Response(status=500, text="engine exploded")
+        if self.behaviour == "http400":
+            return web.json_response({"error": {"message": "max_tokens too large"}}, status=400)
         if self.behaviour == "hang":
             await asyncio.sleep(3600)
         if self.behaviour == "reset":

@@ -56,7 +56,7 @@ def test_open_loop_keeps_its_schedule():
 
 
 @pytest.mark.parametrize("behaviour, kind", [
-    ("http500", "http"), ("malformed", "malformed"), ("cut", "disconnect"), ("hang", "timeout"),
+    ("http500", "http"), ("http400", "http"), ("malformed", "malformed"), ("cut", "disconnect"), ("hang", "timeout"),
     ("reset", "disconnect"),
 ])
 def test_faults_become_error_rows(behaviour, kind):
@@ -262,3 +262,36 @@ def test_text_prompts_have_exact_token_counts(tmp_path, length):
         text = prompts.prompt(index, length, seed=1)
         assert prompts.count(text) == length
     assert prompts.prompt(3, length, seed=1) == prompts.prompt(3, length, seed=1)
+
+
+def test_duration_runs_stop_sending_at_the_deadline():
+    with FakeServer() as server:
+        closed = run_load(config(server.url, requests=None, duration=0.3, clients=2))
+        opened = run_load(config(server.url, requests=None, duration=0.5, clients=None, rate=20.0,
+                                 arrival="constant"))
+    assert max(r["sent_s"] for r in closed["requests"]) < 0.3 + 0.05
+    assert len(opened["requests"]) == 10  # arrivals at 0, 0.05, ..., 0.45
+
+
+def test_sharegpt_prompts_take_reply_length_with_a_tokenizer(tmp_path):
+    from servebench.load.workload import ExactTextPrompts, load_sharegpt
+
+    data = [{"conversations": [{"from": "human", "value": "alpha beta"},
+                               {"from": "gpt", "value": "gamma delta node core"}]},
+            {"conversations": [{"from": "human", "value": "only a question"}]}]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(data))
+    text = ExactTextPrompts(tiny_tokenizer(tmp_path))
+    items = load_sharegpt(path, default_output_len=9, text=text)
+    assert len(items) == 1 and items[0].prompt == "alpha beta"
+    assert items[0].output_len == text.count("gamma delta node core")
+    assert load_sharegpt(path, default_output_len=9, text=None)[0].output_len == 9
+
+
+def test_bad_prompts_file_names_the_line(tmp_path):
+    from servebench.load.workload import WorkloadError, load_prompts_jsonl
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"nothing": 1}\n')
+    with pytest.raises(WorkloadError, match=r"p.jsonl:2: each line needs 'prompt' or 'messages'"):
+        load_prompts_jsonl(path, 4, "completions")

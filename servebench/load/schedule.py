@@ -32,5 +32,5 @@ def arrival_offsets(rate: float, arrival: str, seed: int, count: int | None = No
         elif arrival == "gamma":
             t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
         else:
-            t += 1.0 / rate
+            t = len(offsets) / rate  # computed, not summed: no drift from rounding
     return offsets
