@@ -23,15 +23,19 @@ from servebench.paths import runs_dir
 from servebench.progress import reporter
 from servebench.providers import Node
 from servebench.serve import Server, is_healthy
-from servebench.spec import Campaign, GeneratedModelSpec, load_campaign
+from servebench.correctness import GateAnswer, GateResult
+from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, load_campaign
 from servebench.sweep import Cell, expand
 from tasks.build import build_engine
+from tasks.cluster import needs_ray, start_ray_cluster, stop_ray_cluster
 from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session
 from tasks.load import cell_load_config, run_cell_load
 from tasks.model import prepare_model
 from tasks.provision import provision
 from tasks.report import render_report
-from tasks.serve import start_mode_server, stop_mode_server
+from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
+
+REFERENCE_MODE = "reference-tp1"
 
 
 def new_run_id() -> str:
@@ -51,6 +55,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
                    spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
     outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed", "cells": {}}
+    cluster = None
     try:
         reporter().stage("provisioning nodes")
         nodes, inventories = provision(campaign)
@@ -63,9 +68,17 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         land_run_update(wh, run_id, model_path=model_dir)
         cells = expand(campaign)
         reporter().cells_planned(len(cells))
-        for _, mode_cells in groupby(cells, key=lambda c: c.mode.name):
-            run_mode(campaign, list(mode_cells), len(cells), nodes, build, model_dir, wh, run_id, run_dir,
-                     outcome["cells"])
+        if needs_ray(campaign):
+            reporter().stage("starting the Ray cluster")
+            cluster = start_ray_cluster(campaign, nodes, build, str(run_dir))
+        groups = [list(group) for _, group in groupby(cells, key=lambda c: c.mode.name)]
+        groups.sort(key=lambda group: not is_reference_mode(group[0].mode))  # the reference answers first
+        reference = None
+        if not is_reference_mode(groups[0][0].mode):
+            reference = reference_answers(campaign, nodes, build, model_dir, wh, run_id, run_dir)
+        for group in groups:
+            reference = run_mode(campaign, group, len(cells), nodes, build, model_dir, wh, run_id, run_dir,
+                                 outcome["cells"], cluster.address if cluster else None, reference)
         outcome["status"] = run_status(outcome["cells"])
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
@@ -73,6 +86,8 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        if cluster is not None:
+            stop_ray_cluster.fn(campaign, cluster)  # plain call: must also run while a Ctrl-C unwinds
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
                                ended_at=landing.now())
@@ -80,32 +95,68 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     return outcome
 
 
+def is_reference_mode(mode: ModeSpec) -> bool:
+    return mode.world_size == 1 and mode.executor == "mp"
+
+
+def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: str, wh: str, run_id: str,
+                      run_dir: Path) -> GateAnswer | None:
+    """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once."""
+    mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp")
+    reporter().stage("correctness reference: starting a TP=1 server")
+    server = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
+        campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir))
+    gate = None
+    try:
+        gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), None)
+    finally:
+        stop_mode_server.fn(campaign, server)
+        land_mode_server(wh, run_id, server, "ready", gate)
+    return answer
+
+
 def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node], build, model_dir: str,
-             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str]) -> None:
-    """Start the mode's server once, run its cells in order, stop it whatever happens."""
+             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], ray_address: str | None,
+             reference: GateAnswer | None) -> GateAnswer | None:
+    """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
+
+    Returns the campaign's reference answers (set by the first single-worker mode)."""
     mode = cells[0].mode
-    node = next(n for n in nodes if len(n.cpus) >= mode.world_size)
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
-        server = start_mode_server(campaign, mode, node, build, model_dir, served_name(campaign), str(run_dir))
+        server = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir), ray_address)
     except Exception as exc:
         land_server(wh, run_id, mode=mode.name, pid=None, port=None, command=[], env={}, log_path=None,
                     started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=str(exc))
         for cell in cells:
             land_failed_cell(campaign, cell, wh, run_id, f"server did not start: {exc}", statuses)
-        return
-    land_mode_server(wh, run_id, server, "ready")
+        return reference
+    gate = None
     try:
+        reporter().stage(f"mode {mode.name}: correctness gate")
+        gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), reference)
+        reference = reference or answer
+        land_mode_server(wh, run_id, server, "ready", gate)
         for cell in cells:
             reporter().cell_started(cell.key, cell.mode.name, len(statuses), total)
-            run_one_cell(campaign, cell, server, model_dir, wh, run_id, run_dir, statuses)
+            if gate.status == "failed":
+                land_failed_cell(campaign, cell, wh, run_id, f"correctness gate failed: {gate.detail}", statuses,
+                                 correctness=gate.status)
+            else:
+                run_one_cell(campaign, cell, server, model_dir, wh, run_id, run_dir, statuses, gate.status)
+    except Exception as exc:
+        for cell in cells:
+            if cell.key not in statuses:
+                land_failed_cell(campaign, cell, wh, run_id, f"{type(exc).__name__}: {exc}", statuses)
     finally:
         stop_mode_server.fn(campaign, server)  # plain call: must also run while a Ctrl-C unwinds
-        land_mode_server(wh, run_id, server, "ready")
+        land_mode_server(wh, run_id, server, "ready", gate)
+    return reference
 
 
 def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str, wh: str, run_id: str,
-                 run_dir: Path, statuses: dict[str, str]) -> None:
+                 run_dir: Path, statuses: dict[str, str], correctness: str | None) -> None:
     if not is_healthy(server):
         land_failed_cell(campaign, cell, wh, run_id, f"server of mode {cell.mode.name} is no longer healthy "
                          f"(exit code {server.process.exit_code()}); see {server.log_path}", statuses)
@@ -116,14 +167,15 @@ def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str,
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output))
     except Exception as exc:
-        land_failed_cell(campaign, cell, wh, run_id, str(exc), statuses, started)
+        land_failed_cell(campaign, cell, wh, run_id, str(exc), statuses, started, correctness)
         return
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
     land_cell.with_options(task_run_name=f"land {cell.key}")(
         wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status=status,
-        error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output))
+        error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output),
+        correctness=correctness)
     statuses[cell.key] = status
     throughput = summary.get("output_throughput") or 0.0
     verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
@@ -132,19 +184,21 @@ def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str,
 
 
 def land_failed_cell(campaign: Campaign, cell: Cell, wh: str, run_id: str, error: str, statuses: dict[str, str],
-                     started: datetime | None = None) -> None:
+                     started: datetime | None = None, correctness: str | None = None) -> None:
     land_cell.with_options(task_run_name=f"land {cell.key}")(
         wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status="failed",
-        error=error, started_at=started, ended_at=landing.now(), result=None, result_path=None)
+        error=error, started_at=started, ended_at=landing.now(), result=None, result_path=None,
+        correctness=correctness)
     statuses[cell.key] = "failed"
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
 
 
-def land_mode_server(wh: str, run_id: str, server: Server, status: str) -> None:
+def land_mode_server(wh: str, run_id: str, server: Server, status: str, gate: GateResult | None = None) -> None:
     land_server.fn(wh, run_id, mode=server.mode, pid=server.process.pid, port=server.port,
                    command=server.launch.argv, env=server.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
-                   status=status, error=None)
+                   status=status, error=None, correctness=gate.status if gate else None,
+                   correctness_detail=gate.detail if gate else None)
 
 
 def run_status(statuses: dict[str, str]) -> str:

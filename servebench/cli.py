@@ -10,6 +10,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -109,6 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     path = str(_warehouse_path(args))
+    signal.signal(signal.SIGTERM, _terminate)  # a scheduler's cancel stops as cleanly as Ctrl-C
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with temporary_api(), progress.live(console):
             from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
@@ -128,6 +132,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print('try:       servebench query "select mode, clients, rate, count(*) from requests '
                   'join cells using (cell_id) group by all"')
     return EXIT_OK if outcome["status"] == "completed" else EXIT_FAILED
+
+
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -78,17 +78,18 @@ def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: s
 
 def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
                 command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
-                ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None) -> None:
+                ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
+                correctness: str | None = None, correctness_detail: str | None = None) -> None:
     con.execute(
-        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [run_id, mode, pid, port, command, json.dumps(env), log_path, started_at, ready_seconds, stopped_at,
-         status, error],
+         status, error, correctness, correctness_detail],
     )
 
 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
               status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
-              result: dict | None, result_path: str | None) -> str:
+              result: dict | None, result_path: str | None, correctness: str | None = None) -> str:
     """Replace the cell's rows with this measurement; return its warehouse cell_id."""
     cid = cell_id(run_id, cell.key)
     summary = (result or {}).get("summary", {})
@@ -96,7 +97,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
     row = [
         run_id, cid, cell.key, cell.mode.name, cell.mode.tp, cell.mode.pp, cell.mode.executor, cell.point.kind,
         cell.point.rate, cell.point.clients, cell.repeat, input_len, output_len, cell.seed, status, error,
-        started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
+        correctness, started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
         summary.get("failed"), summary.get("offered_rate"), summary.get("achieved_rate"),
         summary.get("request_throughput"), summary.get("output_throughput"), summary.get("goodput"),
         _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),

@@ -10,7 +10,7 @@ from servebench.engines import get_engine
 from servebench.model import model_cache_key
 from servebench.paths import cache_dir
 from servebench.providers import get_provider
-from servebench.serve import plan_launch
+from servebench.serve import plan_launch, server_node
 from servebench.spec import Campaign, GeneratedModelSpec
 from servebench.sweep import expand
 
@@ -39,14 +39,20 @@ def describe_plan(campaign: Campaign, file: Path) -> str:
         "",
     ]
     for mode in campaign.modes:
-        node = next(n for n in nodes if len(n.cpus) >= mode.world_size)
+        node = server_node(mode, nodes)
         launch = plan_launch(engine, python=python, spec=campaign.engine, mode=mode, model_dir=model_dir,
-                             served_name=served, node=node, port=PORT_PLACEHOLDER)
+                             served_name=served, nodes=nodes, port=PORT_PLACEHOLDER,
+                             ray_address="RAY_HEAD:PORT" if mode.executor == "ray" else None)
         argv = list(launch.argv)
         argv[argv.index("--port") + 1] = "PORT"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}) on {node.name}:")
         lines.append(f"  {env} \\\n    taskset -c {','.join(map(str, node.cpus))} {shlex.join(argv)}")
+        by_name = {n.name: n for n in nodes}
+        for name, companion in launch.companions:
+            companion_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(companion.env.items()))
+            lines.append(f"  and on {name}: {companion_env} \\\n    taskset -c "
+                         f"{','.join(map(str, by_name[name].cpus))} {shlex.join(companion.argv)}")
         for cell in (c for c in cells if c.mode.name == mode.name):
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
         lines.append("")

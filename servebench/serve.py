@@ -7,14 +7,20 @@ with the tail of its log, which is kept in the run directory.
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import replace
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from servebench.cpus import format_cpu_list
 from servebench.engines import Engine, ServerLaunch
+from servebench.engines.base import MultiNode
+from servebench.placement import node_bindings
+from servebench.ray_cluster import node_key
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
 from servebench.providers import Node, Provider
 from servebench.spec import EngineSpec, ModeSpec
@@ -39,21 +45,66 @@ class Server:
     ready_seconds: float | None = None
     stopped_at: datetime | None = None
     removed_shm: list[str] = field(default_factory=list)
+    companions: list[ManagedProcess] = field(default_factory=list)  # other ranks of a multi-node server
+
+
+def server_node(mode: ModeSpec, nodes: list[Node]) -> Node:
+    """Where the API server runs: the head (first) node for distributed modes, else the node holding the workers."""
+    if mode.executor == "mp":
+        return next(n for n in nodes if len(n.cpus) >= mode.world_size)
+    return nodes[0]
 
 
 def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str,
-                served_name: str, node: Node, port: int) -> ServerLaunch:
+                served_name: str, nodes: list[Node], port: int, ray_address: str | None = None) -> ServerLaunch:
+    """The server's command and environment: core lists for every node that runs workers."""
+    binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
+    head = server_node(mode, nodes)
+    extra: dict[str, str] = {}
+    if mode.executor == "ray":
+        if ray_address is None:
+            raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
+        extra = {"RAY_ADDRESS": ray_address, "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
+                 "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
+                 "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
+    if mode.executor == "mp-multinode":
+        return _multinode_launch(engine, python=python, spec=spec, mode=mode, model_dir=model_dir,
+                                 served_name=served_name, nodes=nodes, port=port, binds=binds)
+    omp_bind = binds.get(head.name) or format_cpu_list(head.cpus)
     return engine.launch(python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name,
-                         host=HOST, port=port, node_cpus=node.cpus)
+                         host=HOST, port=port, omp_bind=omp_bind, extra_env=extra)
+
+
+def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str,
+                      served_name: str, nodes: list[Node], port: int, binds: dict[str, str]) -> ServerLaunch:
+    """Rank 0 serves the API on the first node; every other node that holds a worker runs a headless rank."""
+    ranked = [n for n in nodes if n.name in binds]
+    master = MultiNode(nnodes=len(ranked), node_rank=0, master_addr=ranked[0].address, master_port=free_port())
+    launches = []
+    for rank, node in enumerate(ranked):
+        env = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
+        launches.append((node.name, engine.launch(
+            python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name, host=HOST,
+            port=port if rank == 0 else free_port(), omp_bind=binds[node.name], extra_env=env,
+            multinode=replace(master, node_rank=rank))))
+    main = launches[0][1]
+    return replace(main, companions=launches[1:])
 
 
 def start_server(provider: Provider, node: Node, launch: ServerLaunch, mode: str, port: int,
-                 log_path: Path) -> Server:
+                 log_path: Path, nodes: list[Node] | None = None) -> Server:
+    """Start the server's main process on `node`, and each companion rank on its own node."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shm_before = shm_entries()
     process = provider.start(node, launch.argv, launch.env, log_path, unset=launch.unset_env)
-    return Server(mode=mode, url=f"http://{HOST}:{port}", port=port, launch=launch, process=process,
-                  log_path=log_path, shm_before=shm_before, started_at=datetime.now(timezone.utc))
+    server = Server(mode=mode, url=f"http://{HOST}:{port}", port=port, launch=launch, process=process,
+                    log_path=log_path, shm_before=shm_before, started_at=datetime.now(timezone.utc))
+    by_name = {n.name: n for n in nodes or [node]}
+    for name, companion in launch.companions:
+        companion_log = log_path.with_name(f"{log_path.stem}.{name}{log_path.suffix}")
+        server.companions.append(provider.start(by_name[name], companion.argv, companion.env, companion_log,
+                                                unset=companion.unset_env))
+    return server
 
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
@@ -64,6 +115,10 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
         if not server.process.alive():
             raise ServerFailed(f"server for mode {server.mode} exited with code {server.process.exit_code()} "
                                f"before it was ready; log {server.log_path}:\n{log_tail(server.log_path)}")
+        for companion in server.companions:
+            if not companion.alive():
+                raise ServerFailed(f"a rank of mode {server.mode} exited with code {companion.exit_code()}; "
+                                   f"log {companion.log_path}:\n{log_tail(companion.log_path)}")
         if _status(health) == 200:
             server.process.remember_descendants()
             server.ready_seconds = round(time.monotonic() - server.process.started_monotonic, 2)
@@ -74,11 +129,14 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
 
 
 def is_healthy(server: Server) -> bool:
-    return server.process.alive() and _status(server.url + server.launch.health_path) == 200
+    return (server.process.alive() and all(c.alive() for c in server.companions)
+            and _status(server.url + server.launch.health_path) == 200)
 
 
 def stop_server(provider: Provider, server: Server) -> Server:
     provider.stop(server.process)
+    for companion in server.companions:
+        provider.stop(companion)
     server.removed_shm = remove_shm_created_since(server.shm_before)
     server.stopped_at = datetime.now(timezone.utc)
     return server

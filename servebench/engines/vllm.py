@@ -8,8 +8,7 @@ OpenMP core lists: left to itself each rank would reserve ~92% of the node's mem
 
 from __future__ import annotations
 
-from servebench.cpus import omp_threads_bind
-from servebench.engines.base import ServerLaunch
+from servebench.engines.base import MultiNode, ServerLaunch
 from servebench.spec import EngineSpec, ModeSpec
 
 DEFAULT_KVCACHE_GIB = "1"
@@ -22,7 +21,7 @@ class VllmEngine:
     generation_tokens_metric = "vllm:generation_tokens_total"
 
     def requirements(self, spec: EngineSpec) -> list[str]:
-        return [spec.package, *spec.extra_packages]
+        return [spec.package, spec.ray, *spec.extra_packages]
 
     def remove_after_install(self) -> list[str]:
         return list(BROKEN_COMPANIONS)
@@ -36,27 +35,34 @@ class VllmEngine:
         return spec.package.split("==")[0].split("[")[0].strip()
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, node_cpus: list[int]) -> ServerLaunch:
-        argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model_dir,
-            "--served-model-name", served_name,
-            "--host", host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(mode.tp),
-            "--pipeline-parallel-size", str(mode.pp),
-            "--distributed-executor-backend", mode.executor,
-            *mode.args,
-        ]
+               host: str, port: int, omp_bind: str, extra_env: dict[str, str],
+               multinode: MultiNode | None = None) -> ServerLaunch:
+        parallel = ["--tensor-parallel-size", str(mode.tp), "--pipeline-parallel-size", str(mode.pp)]
+        if multinode is None:
+            argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+                    "--distributed-executor-backend", mode.executor, *parallel]
+        else:
+            # vLLM's native multi-node launcher lives in the `vllm serve` CLI (needs the
+            # 'vllm' +cpu metadata alias the build stage registers); ranks > 0 are headless.
+            argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model_dir, *parallel,
+                    "--distributed-executor-backend", "mp", "--nnodes", str(multinode.nnodes),
+                    "--node-rank", str(multinode.node_rank), "--master-addr", multinode.master_addr,
+                    "--master-port", str(multinode.master_port)]
+            if multinode.node_rank > 0:
+                argv.append("--headless")
+        argv += ["--served-model-name", served_name, "--host", host, "--port", str(port), *mode.args]
         env = {
             "VLLM_CPU_KVCACHE_SPACE": DEFAULT_KVCACHE_GIB,
-            "VLLM_CPU_OMP_THREADS_BIND": omp_threads_bind(node_cpus, mode.world_size),
+            "VLLM_CPU_OMP_THREADS_BIND": omp_bind,
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            **extra_env,
             **spec.env,
             **mode.env,
         }
         # VLLM_TARGET_DEVICE=cpu would disable platform plugins (facts file): never pass it on.
-        return ServerLaunch(argv=argv, env=env, unset_env=["VLLM_TARGET_DEVICE", "RAY_ADDRESS"])
+        # Without RAY_ADDRESS, ray.init() silently starts a Ray of its own: only ray modes get one.
+        unset = ["VLLM_TARGET_DEVICE"] + ([] if "RAY_ADDRESS" in env else ["RAY_ADDRESS"])
+        return ServerLaunch(argv=argv, env=env, unset_env=unset)

@@ -64,6 +64,8 @@ CREATE TABLE servers (
     stopped_at    TIMESTAMPTZ,
     status        VARCHAR NOT NULL,         -- ready | failed
     error         VARCHAR,
+    correctness   VARCHAR,                  -- reference | passed | failed (greedy tokens vs the TP=1 reference)
+    correctness_detail VARCHAR,
     PRIMARY KEY (run_id, mode)
 );
 
@@ -84,6 +86,7 @@ CREATE TABLE cells (
     seed          BIGINT NOT NULL,
     status        VARCHAR NOT NULL,         -- completed | failed | skipped
     error         VARCHAR,
+    correctness   VARCHAR,                  -- the mode's server's gate result
     started_at    TIMESTAMPTZ,
     ended_at      TIMESTAMPTZ,
     t0_monotonic  DOUBLE,                   -- the generator's monotonic clock at the cell's t0

@@ -1,0 +1,65 @@
+"""End to end with real Ray and real vLLM: TP=2 and PP=2 across two Ray nodes (simulated
+on this host with distinct node keys), through the Prefect flow.
+
+Asserts the correctness gate passed against the TP=1 reference, every cell landed, the
+plugin's cross-node guard kept shared memory out of the TP group, and that no Ray, vLLM
+or worker process, listening port or /dev/shm segment is left afterwards.
+"""
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+import warehouse
+from servebench.processes import shm_entries
+
+CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e-ray.yaml"
+pytestmark = pytest.mark.e2e
+
+
+def leftovers() -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if any(mark in cmdline for mark in ("vllm.entrypoints", "ray::", "raylet", "gcs_server", "ray start",
+                                             "servebench load", "VLLM::")):
+            found.append(f"{proc.pid} {cmdline[:100]}")
+    return found
+
+
+def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    assert leftovers() == [], "Ray or vLLM processes were already running"
+    shm_before = shm_entries()
+    listening_before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    db = tmp_path / "w.duckdb"
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(db))
+    assert outcome["status"] == "completed", outcome
+
+    con = warehouse.connect(db, read_only=True)
+    servers = dict(con.execute("select mode, correctness from servers").fetchall())
+    assert servers == {"reference-tp1": "reference", "tp2-ray": "passed", "pp2-ray": "passed"}
+    cells = con.execute("select cell_key, status, correctness, client_output_tokens, server_output_tokens "
+                        "from cells order by cell_key").fetchall()
+    assert [c[0] for c in cells] == ["pp2-ray.c2.r0", "tp2-ray.c2.r0"]
+    for key, status, correctness, client_tokens, server_tokens in cells:
+        assert status == "completed" and correctness == "passed", key
+        assert client_tokens == server_tokens == 6 * 16, key
+    logs = dict(con.execute("select mode, log_path from servers").fetchall())
+    con.close()
+
+    # the guard: the TP group spans the two nodes, so it must not use /dev/shm all-reduce
+    tp_log = Path(logs["tp2-ray"]).read_text()
+    assert "servebench CPU Ray worker rank 1: node node1@" in tp_log
+    assert "group tp:0 spans nodes" in tp_log and "using gloo" in tp_log
+
+    assert leftovers() == []
+    listening_after = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    assert listening_after - listening_before == set()
+    assert shm_entries() - shm_before == set()

@@ -1,0 +1,32 @@
+import pytest
+
+from servebench.placement import node_bindings, ray_slots_per_node, workers_per_node
+
+TWO_NODES = [[0, 1], [0, 1]]
+
+
+def test_ray_spreads_workers_evenly():
+    assert workers_per_node("ray", 2, TWO_NODES) == [1, 1]
+    assert workers_per_node("ray", 4, TWO_NODES) == [2, 2]
+    assert workers_per_node("ray", 3, [[0, 1], [2, 3], [4, 5]]) == [1, 1, 1]
+    assert workers_per_node("ray", 1, TWO_NODES) == [1, 0]
+
+
+def test_mp_uses_one_node_and_multinode_one_worker_per_node():
+    assert workers_per_node("mp", 2, [[0], [1, 2]]) == [0, 2]
+    assert workers_per_node("mp-multinode", 2, TWO_NODES) == [1, 1]
+    with pytest.raises(ValueError, match="one worker per node"):
+        workers_per_node("mp-multinode", 4, TWO_NODES)
+
+
+def test_ray_slots_are_the_most_workers_any_mode_puts_on_a_node():
+    assert ray_slots_per_node([2, 2, 4], nodes=2) == 2
+    assert ray_slots_per_node([2], nodes=2) == 1
+    assert ray_slots_per_node([], nodes=2) == 1
+
+
+def test_bindings_split_each_nodes_cores_among_its_workers():
+    assert node_bindings("ray", 4, ["a", "b"], TWO_NODES) == {"a": "0|1", "b": "0|1"}
+    assert node_bindings("ray", 2, ["a", "b"], TWO_NODES) == {"a": "0-1", "b": "0-1"}
+    assert node_bindings("mp", 2, ["a", "b"], TWO_NODES) == {"a": "0|1"}
+    assert node_bindings("ray", 2, ["a", "b"], [[0, 1, 2, 3], [4, 5, 6, 7]]) == {"a": "0-3", "b": "4-7"}
