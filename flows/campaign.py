@@ -22,6 +22,7 @@ from servebench.model import vocab_size
 from servebench.paths import runs_dir
 from servebench.progress import reporter
 from servebench.providers import Node
+from servebench.ray_cluster import RayCluster
 from servebench.serve import Server, is_healthy
 from servebench.correctness import GateAnswer, GateResult
 from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, load_campaign
@@ -34,6 +35,7 @@ from tasks.model import prepare_model
 from tasks.provision import provision
 from tasks.report import render_report
 from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
+from tasks.telemetry import start_telemetry, stop_telemetry
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -78,7 +80,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
             reference = reference_answers(campaign, nodes, build, model_dir, wh, run_id, run_dir)
         for group in groups:
             reference = run_mode(campaign, group, len(cells), nodes, build, model_dir, wh, run_id, run_dir,
-                                 outcome["cells"], cluster.address if cluster else None, reference)
+                                 outcome["cells"], cluster, reference)
         outcome["status"] = run_status(outcome["cells"])
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
@@ -116,7 +118,7 @@ def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: s
 
 
 def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node], build, model_dir: str,
-             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], ray_address: str | None,
+             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], cluster: RayCluster | None,
              reference: GateAnswer | None) -> GateAnswer | None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
@@ -125,15 +127,18 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir), ray_address)
+            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir),
+            cluster.address if cluster else None)
     except Exception as exc:
         land_server(wh, run_id, mode=mode.name, pid=None, port=None, command=[], env={}, log_path=None,
                     started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=str(exc))
         for cell in cells:
             land_failed_cell(campaign, cell, wh, run_id, f"server did not start: {exc}", statuses)
         return reference
-    gate = None
+    gate = telemetry = None
     try:
+        telemetry = start_telemetry.with_options(task_run_name=f"start-telemetry {mode.name}")(
+            campaign, server, nodes, cluster, str(run_dir))
         reporter().stage(f"mode {mode.name}: correctness gate")
         gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), reference)
         reference = reference or answer
@@ -150,8 +155,13 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
             if cell.key not in statuses:
                 land_failed_cell(campaign, cell, wh, run_id, f"{type(exc).__name__}: {exc}", statuses)
     finally:
-        stop_mode_server.fn(campaign, server)  # plain call: must also run while a Ctrl-C unwinds
+        if telemetry is not None:
+            stop_telemetry.fn(telemetry)
+        stop_mode_server.fn(campaign, server)  # plain calls: must also run while a Ctrl-C unwinds
         land_mode_server(wh, run_id, server, "ready", gate)
+        if telemetry is not None:
+            with session(wh) as con:
+                landing.land_samples(con, run_id, mode.name, telemetry.node_files, telemetry.server_files)
     return reference
 
 

@@ -97,7 +97,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
     row = [
         run_id, cid, cell.key, cell.mode.name, cell.mode.tp, cell.mode.pp, cell.mode.executor, cell.point.kind,
         cell.point.rate, cell.point.clients, cell.repeat, input_len, output_len, cell.seed, status, error,
-        correctness, started_at, ended_at, t0.get("monotonic"), summary.get("duration_s"), summary.get("completed"),
+        correctness, started_at, ended_at, t0.get("monotonic"), _end_monotonic(result), summary.get("duration_s"), summary.get("completed"),
         summary.get("failed"), summary.get("offered_rate"), summary.get("achieved_rate"),
         summary.get("request_throughput"), summary.get("output_throughput"), summary.get("goodput"),
         _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),
@@ -119,6 +119,49 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         con.execute("rollback")
         raise
     return cid
+
+
+def _end_monotonic(result: dict | None) -> float | None:
+    if not result or not result.get("requests"):
+        return None
+    ends = [r.get("last_token_s") or r.get("sent_s") or 0.0 for r in result["requests"]]
+    return result["t0"]["monotonic"] + max(ends)
+
+
+def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_files: list[Path],
+                 server_files: list[Path]) -> tuple[int, int]:
+    """Land a server's telemetry JSONL files (replacing earlier rows of the same run and mode)."""
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from node_samples where run_id = ? and mode = ?", [run_id, mode])
+        con.execute("delete from server_samples where run_id = ? and mode = ?", [run_id, mode])
+        for path in (p for p in node_files if p.exists() and p.stat().st_size):
+            con.execute(
+                "insert into node_samples select ?, ?, node, t_mono, t_wall, cpu_pct, cpu_pct_per_core, "
+                "mem_used_bytes, mem_available_bytes, engine_rss_bytes, engine_processes, net "
+                f"from read_json(?, format='newline_delimited', columns={NODE_SAMPLE_COLUMNS})",
+                [run_id, mode, str(path)])
+        for path in (p for p in server_files if p.exists() and p.stat().st_size):
+            con.execute(
+                "insert into server_samples select ?, ?, t_mono, t_wall, kv_usage, running, waiting, "
+                "preemptions_total, prompt_tokens_total, generation_tokens_total "
+                f"from read_json(?, format='newline_delimited', columns={SERVER_SAMPLE_COLUMNS})",
+                [run_id, mode, str(path)])
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+    counts = [con.execute(f"select count(*) from {t} where run_id = ? and mode = ?", [run_id, mode]).fetchone()[0]
+              for t in ("node_samples", "server_samples")]
+    return counts[0], counts[1]
+
+
+NODE_SAMPLE_COLUMNS = ("{'node': 'VARCHAR', 't_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'cpu_pct': 'DOUBLE', "
+                       "'cpu_pct_per_core': 'JSON', 'mem_used_bytes': 'BIGINT', 'mem_available_bytes': 'BIGINT', "
+                       "'engine_rss_bytes': 'BIGINT', 'engine_processes': 'INTEGER', 'net': 'JSON'}")
+SERVER_SAMPLE_COLUMNS = ("{'t_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'kv_usage': 'DOUBLE', 'running': 'DOUBLE', "
+                         "'waiting': 'DOUBLE', 'preemptions_total': 'DOUBLE', 'prompt_tokens_total': 'DOUBLE', "
+                         "'generation_tokens_total': 'DOUBLE'}")
 
 
 def _pct(summary: dict, metric: str, name: str) -> float | None:

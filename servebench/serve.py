@@ -46,6 +46,8 @@ class Server:
     stopped_at: datetime | None = None
     removed_shm: list[str] = field(default_factory=list)
     companions: list[ManagedProcess] = field(default_factory=list)  # other ranks of a multi-node server
+    node_name: str = ""                                              # where the main process runs
+    companion_nodes: list[str] = field(default_factory=list)
 
 
 def server_node(mode: ModeSpec, nodes: list[Node]) -> Node:
@@ -98,12 +100,14 @@ def start_server(provider: Provider, node: Node, launch: ServerLaunch, mode: str
     shm_before = shm_entries()
     process = provider.start(node, launch.argv, launch.env, log_path, unset=launch.unset_env)
     server = Server(mode=mode, url=f"http://{HOST}:{port}", port=port, launch=launch, process=process,
-                    log_path=log_path, shm_before=shm_before, started_at=datetime.now(timezone.utc))
+                    log_path=log_path, shm_before=shm_before, started_at=datetime.now(timezone.utc),
+                    node_name=node.name)
     by_name = {n.name: n for n in nodes or [node]}
     for name, companion in launch.companions:
         companion_log = log_path.with_name(f"{log_path.stem}.{name}{log_path.suffix}")
         server.companions.append(provider.start(by_name[name], companion.argv, companion.env, companion_log,
                                                 unset=companion.unset_env))
+        server.companion_nodes.append(name)
     return server
 
 

@@ -177,6 +177,11 @@ class LoadSpec(StrictModel):
         return self
 
 
+class TelemetrySpec(StrictModel):
+    node_hz: float = Field(5.0, gt=0, le=100, description="Node samples per second (CPU, memory, network).")
+    scrape_hz: float = Field(1.0, gt=0, le=20, description="Engine /metrics scrapes per second.")
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -186,6 +191,7 @@ class Campaign(StrictModel):
     model: ModelSpec
     modes: list[ModeSpec] = Field(min_length=1)
     load: LoadSpec
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
 
     @field_validator("model", mode="before")
     @classmethod

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import duckdb
 import pytest
 
@@ -66,3 +69,21 @@ def test_landing_a_cell_twice_replaces_its_rows(db, tmp_path):
     assert con.execute("select count(*) from requests where cell_id = ?", [cid]).fetchone()[0] == 2
     assert con.execute("select count(*) from cells").fetchone()[0] == 1
     con.close()
+
+
+def test_a_failed_migration_releases_the_file(db, tmp_path, monkeypatch):
+    warehouse.connect(db).close()
+    bad = tmp_path / "migrations"
+    bad.mkdir()
+    for version, path in warehouse.migrations():
+        (bad / path.name).write_text(path.read_text())
+    (bad / f"{warehouse.latest_version() + 1:03d}_broken.sql").write_text("create view v as select nope from cells;")
+    monkeypatch.setattr(warehouse, "MIGRATIONS_DIR", bad)
+    with pytest.raises(warehouse.WarehouseError, match="broken.sql failed") as caught:
+        warehouse.connect(db)
+    # another process (as a later landing or `servebench query` would be) can open the file
+    # while the failure, and every frame it references, is still alive here
+    other = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(db)!r}).close()"],
+                           capture_output=True, text=True)
+    assert other.returncode == 0, other.stderr
+    assert caught.value is not None

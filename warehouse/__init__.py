@@ -52,7 +52,7 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
     if read_only:
         if not path.exists():
             raise WarehouseError(f"no warehouse at {path} (run a campaign first, or pass --warehouse)")
-        con = duckdb.connect(str(path), read_only=True)
+        con = _open(path, read_only=True)
         version = schema_version(con)
         if version < latest_version():
             con.close()
@@ -60,9 +60,23 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
                                  "open it once writable (any `servebench run`) to migrate")
         return con
     path.parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(path))
-    migrate(con)
+    con = _open(path, read_only=False)
+    try:
+        migrate(con)
+    except BaseException:
+        con.close()  # a failed migration must not keep the file locked
+        raise
     return con
+
+
+def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise WarehouseError(f"{path} is locked by another process (a campaign landing results?): "
+                                 f"try again in a moment. DuckDB said: {exc}") from None
+        raise
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -90,6 +90,7 @@ CREATE TABLE cells (
     started_at    TIMESTAMPTZ,
     ended_at      TIMESTAMPTZ,
     t0_monotonic  DOUBLE,                   -- the generator's monotonic clock at the cell's t0
+    t_end_monotonic DOUBLE,                 -- ... at the cell's last token (telemetry windows)
     duration_s    DOUBLE,                   -- first send to last completion
     completed     INTEGER,
     failed        INTEGER,

@@ -1,0 +1,109 @@
+"""Sample one node: CPU (total and per core, limited to the node's CPUs), memory, the RSS
+of the engine's processes, and network bytes/packets per interface.
+
+Needs only the standard library and psutil, so it runs in either environment and on a
+remote node: `python -m servebench.telemetry.node_sampler --node n0 --cpus 0-3 --pids 123
+--hz 5 --out samples.jsonl`. It stops on SIGTERM/SIGINT or when every watched PID is gone.
+Timestamps are CLOCK_MONOTONIC (the load generator's clock) plus wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+
+import psutil
+
+
+def parse_cpus(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            cpus.extend(range(int(a), int(b) + 1))
+        elif part:
+            cpus.append(int(part))
+    return cpus
+
+
+def engine_rss(roots: list[psutil.Process]) -> tuple[int, int]:
+    """Resident bytes of the watched processes and all their descendants, and how many there are."""
+    seen: dict[int, psutil.Process] = {}
+    for root in roots:
+        try:
+            for proc in [root, *root.children(recursive=True)]:
+                seen[proc.pid] = proc
+        except psutil.NoSuchProcess:
+            continue
+    total = 0
+    for proc in seen.values():
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total, len(seen)
+
+
+def sample(node: str, cpus: list[int], roots: list[psutil.Process]) -> dict:
+    per_core = psutil.cpu_percent(percpu=True)
+    mine = [per_core[c] for c in cpus if c < len(per_core)]
+    memory = psutil.virtual_memory()
+    rss, nprocs = engine_rss(roots)
+    net = psutil.net_io_counters(pernic=True)
+    return {
+        "node": node, "t_mono": time.monotonic(), "t_wall": time.time(),
+        "cpu_pct": sum(mine) / len(mine) if mine else None,
+        "cpu_pct_per_core": dict(zip(map(str, cpus), mine)),
+        "mem_used_bytes": memory.total - memory.available, "mem_available_bytes": memory.available,
+        "engine_rss_bytes": rss, "engine_processes": nprocs,
+        "net": {name: [c.bytes_sent, c.bytes_recv, c.packets_sent, c.packets_recv] for name, c in net.items()},
+    }
+
+
+def run(node: str, cpus: list[int], pids: list[int], hz: float, out: str) -> int:
+    stop = {"now": False}
+
+    def handle(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    roots = []
+    for pid in pids:
+        try:
+            roots.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    psutil.cpu_percent(percpu=True)  # the first reading is relative to this one
+    period = 1.0 / hz
+    written = 0
+    next_at = time.monotonic() + period
+    with open(out, "a", buffering=1) as sink:
+        while not stop["now"]:
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            next_at += period
+            if pids and not any(p.is_running() for p in roots):
+                break
+            sink.write(json.dumps(sample(node, cpus, roots)) + "\n")
+            written += 1
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--cpus", required=True, help="the node's CPUs, e.g. 0-3,8")
+    parser.add_argument("--pids", default="", help="engine processes to follow (with descendants)")
+    parser.add_argument("--hz", type=float, default=5.0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    pids = [int(p) for p in args.pids.split(",") if p]
+    run(args.node, parse_cpus(args.cpus), pids, args.hz, args.out)
+
+
+if __name__ == "__main__":
+    main()
