@@ -23,7 +23,7 @@ from servebench.paths import runs_dir
 from servebench.progress import reporter
 from servebench.providers import Node
 from servebench.ray_cluster import RayCluster
-from servebench.serve import Server, is_healthy
+from servebench.serve import Server, is_healthy, kv_capacity_tokens
 from servebench.correctness import GateAnswer, GateResult
 from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, load_campaign
 from servebench.sweep import Cell, expand
@@ -208,7 +208,8 @@ def land_mode_server(wh: str, run_id: str, server: Server, status: str, gate: Ga
                    command=server.launch.argv, env=server.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
                    status=status, error=None, correctness=gate.status if gate else None,
-                   correctness_detail=gate.detail if gate else None)
+                   correctness_detail=gate.detail if gate else None,
+                   kv_capacity_tokens=kv_capacity_tokens(server.log_path))
 
 
 def run_status(statuses: dict[str, str]) -> str:

@@ -79,11 +79,12 @@ def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: s
 def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
                 command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
-                correctness: str | None = None, correctness_detail: str | None = None) -> None:
+                correctness: str | None = None, correctness_detail: str | None = None,
+                kv_capacity_tokens: int | None = None) -> None:
     con.execute(
-        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [run_id, mode, pid, port, command, json.dumps(env), log_path, started_at, ready_seconds, stopped_at,
-         status, error, correctness, correctness_detail],
+         status, error, correctness, correctness_detail, kv_capacity_tokens],
     )
 
 

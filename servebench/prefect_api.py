@@ -49,9 +49,25 @@ def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
         os.environ["PREFECT_API_URL"] = url
         yield url
     finally:
+        _drain_prefect_services()
         os.environ.pop("PREFECT_API_URL", None)
         server.stop(grace_s=10)
         log.unlink(missing_ok=True)
+
+
+def _drain_prefect_services(timeout_s: float = 20.0) -> None:
+    """Deliver Prefect's pending events and logs while the API still answers.
+
+    Otherwise they are drained at interpreter exit, after the server is gone, and the
+    process waits on retries against a dead API.
+    """
+    if "prefect" not in sys.modules:
+        return
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout_s)
 
 
 def _wait_healthy(server: ManagedProcess, url: str, timeout_s: float, log: Path) -> None:

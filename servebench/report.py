@@ -1,18 +1,26 @@
-"""Reports: altair charts from the warehouse, written as self-contained HTML.
+"""Reports: altair charts from the warehouse, written as one self-contained HTML page per run
+(Vega inlined, no CDN: it opens on an air-gapped cluster) plus a PNG and an SVG of each chart.
 
-Reads only the warehouse, so a report can be rendered again for any past run. The
-Vega JavaScript is inlined (no CDN): the page opens on an air-gapped cluster.
+Reads only the warehouse, so a report can be rendered again for any past run. The charts
+are the seeds' figures: throughput against TTFT and TPOT per request rate; normalized
+throughput, KV-cache usage and cache-miss probability against parallel clients with the
+theoretical saturation point; per-node CPU, memory and network timelines with the cells
+shaded; modes and executors side by side.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import altair as alt
 import duckdb
+import vl_convert as vlc
 
-CELL_COLUMNS = """cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
-    completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms"""
+CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
+    completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+    e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness"""
+WIDTH, HEIGHT = 380, 240
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
@@ -27,40 +35,183 @@ def latest_run_id(con: duckdb.DuckDBPyConnection, campaign: str | None = None) -
     return found[0] if found else None
 
 
-def throughput_vs_clients(cells: list[dict]) -> alt.Chart:
-    closed = [c for c in cells if c["load_kind"] == "closed" and c["output_throughput"] is not None]
-    return alt.Chart(alt.Data(values=closed)).mark_line(point=True).encode(
+def _data(values: list[dict]) -> alt.Data:
+    return alt.Data(values=json.loads(json.dumps(values, default=str)))
+
+
+def _titled(chart: alt.Chart, title: str, subtitle: str) -> alt.Chart:
+    return chart.properties(title=alt.TitleParams(title, subtitle=subtitle), width=WIDTH, height=HEIGHT)
+
+
+def throughput_vs_latency(cells: list[dict], latency: str, label: str) -> alt.Chart | None:
+    opened = [c for c in cells if c["load_kind"] == "open" and c["output_throughput"] and c[latency] is not None]
+    if not opened:
+        return None
+    chart = alt.Chart(_data(opened)).mark_line(point=alt.OverlayMarkDef(size=60)).encode(
+        x=alt.X(f"{latency}:Q", title=f"{label} (ms)"),
+        y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)"),
+        color=alt.Color("mode:N", title="mode"),
+        order=alt.Order("rate:Q"),
+        tooltip=["cell_id:N", "mode:N", alt.Tooltip("rate:Q", title="offered req/s"),
+                 alt.Tooltip(f"{latency}:Q", format=".1f"), alt.Tooltip("output_throughput:Q", format=".1f")],
+    )
+    labels = alt.Chart(_data(opened)).mark_text(dx=8, dy=-8, fontSize=10).encode(
+        x=f"{latency}:Q", y="output_throughput:Q", text=alt.Text("rate:Q", format="~g"), color="mode:N")
+    return _titled(chart + labels, f"Throughput vs {label}, per request rate",
+                   "open loop; each point is one offered rate (req/s, labelled); one line per mode")
+
+
+def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
+                   saturation: list[dict], fmt: str = ".2f") -> alt.Chart | None:
+    closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
+    if not closed:
+        return None
+    line = alt.Chart(_data(closed)).mark_line(point=True).encode(
         x=alt.X("clients:Q", title="parallel clients (closed loop)"),
-        y=alt.Y("mean(output_throughput):Q", title="output throughput (tokens/s)"),
+        y=alt.Y(f"mean({field}):Q", title=axis),
         color=alt.Color("mode:N", title="mode"),
-        tooltip=["cell_key:N", "mode:N", "clients:Q", alt.Tooltip("mean(output_throughput):Q", format=".1f"),
-                 alt.Tooltip("mean(ttft_p50_ms):Q", title="TTFT p50 (ms)", format=".1f")],
-    ).properties(title="Throughput vs parallel clients, per mode", width=420, height=280)
+        tooltip=["cell_id:N", "mode:N", "clients:Q", alt.Tooltip(f"mean({field}):Q", format=fmt, title=axis)],
+    )
+    max_clients = max(r["clients"] for r in closed)
+    marks = [s for s in saturation if s["saturation_clients"] is not None]
+    if marks:
+        shown = [{**s, "x": min(s["saturation_clients"], max_clients * 1.5)} for s in marks]
+        rule = alt.Chart(_data(shown)).mark_rule(strokeDash=[6, 4]).encode(
+            x="x:Q", color="mode:N",
+            tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=",.0f"),
+                     alt.Tooltip("kv_capacity_tokens:Q", title="KV capacity (tokens)", format=",")])
+        line = line + rule
+        subtitle += "; dashed: theoretical KV saturation = capacity / (input + output tokens)"
+        if any(s["saturation_clients"] > max_clients * 1.5 for s in marks):
+            subtitle += " (drawn at the edge when beyond the chart)"
+    return _titled(line, title, subtitle)
 
 
-def throughput_vs_rate(cells: list[dict]) -> alt.Chart:
-    opened = [c for c in cells if c["load_kind"] == "open" and c["output_throughput"] is not None]
-    return alt.Chart(alt.Data(values=opened)).mark_line(point=True).encode(
-        x=alt.X("rate:Q", title="offered request rate (req/s, open loop)"),
-        y=alt.Y("mean(output_throughput):Q", title="output throughput (tokens/s)"),
-        color=alt.Color("mode:N", title="mode"),
-        tooltip=["cell_key:N", "mode:N", "rate:Q", alt.Tooltip("mean(output_throughput):Q", format=".1f"),
-                 alt.Tooltip("mean(ttft_p50_ms):Q", title="TTFT p50 (ms)", format=".1f")],
-    ).properties(title="Throughput vs offered rate, per mode", width=420, height=280)
+def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
+    if not samples:
+        return None
+    start = min(s["t_mono"] for s in samples)
+    points, previous = [], {}
+    for s in sorted(samples, key=lambda s: (s["node"], s["t_mono"])):
+        net = json.loads(s["net"]) if isinstance(s["net"], str) else (s["net"] or {})
+        total = sum(v[0] + v[1] for v in net.values())
+        last = previous.get(s["node"])
+        rate = (total - last[1]) / (s["t_mono"] - last[0]) / 1e6 if last and s["t_mono"] > last[0] else None
+        previous[s["node"]] = (s["t_mono"], total)
+        t = round(s["t_mono"] - start, 2)
+        points += [{"t": t, "node": s["node"], "metric": "CPU busy (%)", "value": s["cpu_pct"]},
+                   {"t": t, "node": s["node"], "metric": "memory used (GB)", "value": s["mem_used_bytes"] / 1e9},
+                   {"t": t, "node": s["node"], "metric": "engine RSS (GB)", "value": s["engine_rss_bytes"] / 1e9}]
+        if rate is not None:
+            points.append({"t": t, "node": s["node"], "metric": "network (MB/s, all interfaces)", "value": rate})
+    spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"], "start": c["t0_monotonic"] - start,
+              "end": c["t_end_monotonic"] - start} for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
+    charts = []
+    for metric in ("CPU busy (%)", "memory used (GB)", "engine RSS (GB)", "network (MB/s, all interfaces)"):
+        line = alt.Chart(_data([p for p in points if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
+            x=alt.X("t:Q", title="seconds since the first sample"),
+            y=alt.Y("value:Q", title=metric),
+            color=alt.Color("node:N", title="node"),
+            tooltip=["node:N", alt.Tooltip("t:Q", format=".1f"), alt.Tooltip("value:Q", format=".2f")])
+        shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
+            x="start:Q", x2="end:Q", tooltip=["cell_id:N", "cell:N"])
+        charts.append((shade + line).properties(width=WIDTH * 2 + 60, height=110, title=metric))
+    return alt.vconcat(*charts).properties(title=alt.TitleParams(
+        "Per-node timelines", subtitle="shaded: cells (hover for the cell id); sampled by servebench's node sampler"))
+
+
+def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
+    done = [{**c, "point": f"c{c['clients']}" if c["load_kind"] == "closed" else f"{c['rate']:g} req/s",
+             "mode_executor": f"{c['mode']} ({c['executor']})"} for c in cells if c["output_throughput"]]
+    if not done:
+        return None
+    bars = alt.Chart(_data(done)).mark_bar().encode(
+        x=alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30)),
+        y=alt.Y("mean(output_throughput):Q", title="output throughput (tokens/s)", stack=None),
+        color=alt.Color("executor:N", title="executor"),
+        column=alt.Column("point:N", title="load point"),
+        tooltip=["cell_id:N", "mode:N", "executor:N", alt.Tooltip("mean(output_throughput):Q", format=".1f")],
+    ).properties(width=140, height=HEIGHT, title="throughput")
+    latency = []
+    for c in done:
+        for name, field in (("TTFT p50", "ttft_p50_ms"), ("TTFT p99", "ttft_p99_ms"), ("TPOT p50", "tpot_p50_ms"),
+                            ("TPOT p99", "tpot_p99_ms")):
+            if c[field] is not None:
+                latency.append({"cell_id": c["cell_id"], "mode_executor": c["mode_executor"], "executor": c["executor"],
+                                "point": c["point"], "percentile": name, "ms": c[field]})
+    dots = alt.Chart(_data(latency)).mark_point(filled=True, size=70).encode(
+        x=alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30)),
+        y=alt.Y("ms:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")),
+        shape=alt.Shape("percentile:N", title="percentile"), color=alt.Color("executor:N", title="executor"),
+        column=alt.Column("point:N", title="load point"),
+        tooltip=["cell_id:N", "percentile:N", alt.Tooltip("ms:Q", format=".1f")],
+    ).properties(width=140, height=HEIGHT, title="latency percentiles")
+    return alt.vconcat(bars, dots).properties(title=alt.TitleParams(
+        "Modes and executors side by side", subtitle="one panel per load point"))
+
+
+def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.TopLevelMixin]:
+    cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
+    kv = rows(con, "select k.*, n.normalized_throughput from cell_kv k join cell_normalized n using (cell_id) "
+                   "where k.run_id = ?", [run_id])
+    saturation = rows(con, "select mode, any_value(kv_capacity_tokens) kv_capacity_tokens, "
+                           "any_value(saturation_clients) saturation_clients from cell_saturation "
+                           "where run_id = ? group by mode", [run_id])
+    samples = rows(con, "select node, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
+                        "where run_id = ? order by t_mono", [run_id])
+    charts = {
+        "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT p50"),
+        "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT p50"),
+        "normalized_throughput": versus_clients(kv, "normalized_throughput", "Normalized throughput vs clients",
+                                                "throughput / best cell of the mode", "1.0 = the mode's best cell",
+                                                saturation),
+        "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage (0-1)",
+                                   "vllm:kv_cache_usage_perc, peak during the cell", saturation),
+        "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
+                                     "preemptions per request (capped at 1)",
+                                     "requests whose KV cache was evicted and recomputed", saturation),
+        "node_timelines": node_timelines(samples, cells),
+        "modes_side_by_side": modes_side_by_side(cells),
+    }
+    return {name: chart for name, chart in charts.items() if chart is not None}
 
 
 def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Path:
-    """Write <out_dir>/report.html for one run and return its path."""
+    """Write <out_dir>/report.html (every chart), and charts/<name>.png and .svg; return the HTML path."""
     run = rows(con, "select campaign, started_at, status, spec_hash from runs where run_id = ?", [run_id])
     if not run:
         raise ValueError(f"no run {run_id!r} in the warehouse")
-    cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
     info = run[0]
-    charts = [chart for chart, kind in ((throughput_vs_clients(cells), "closed"), (throughput_vs_rate(cells), "open"))
-              if any(c["load_kind"] == kind for c in cells)]
-    page = alt.hconcat(*charts) if charts else alt.Chart(alt.Data(values=[{}])).mark_text(text="no cells measured")
-    page = page.properties(title=f"servebench run {run_id}: campaign {info['campaign']} ({info['status']})")
+    charts = build_charts(con, run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
+    chart_dir = out_dir / "charts"
+    chart_dir.mkdir(exist_ok=True)
+    for name, chart in charts.items():
+        spec = chart.to_json()
+        (chart_dir / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec))
+        (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
+    page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
+                 f"spec {info['spec_hash']}, started {info['started_at']}", charts)
     path = out_dir / "report.html"
-    page.save(str(path), inline=True)
+    path.write_text(page)
     return path
+
+
+def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin]) -> str:
+    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart."""
+    divs, calls = [], []
+    for index, (name, chart) in enumerate(charts.items()):
+        divs.append(f'<section><div id="chart-{index}" class="chart" data-name="{name}"></div></section>')
+        calls.append(f"vegaEmbed('#chart-{index}', {chart.to_json(indent=None)}, {{renderer: 'svg', actions: false}})"
+                     ".catch(e => console.error(e));")
+    if not charts:
+        divs.append("<p>No cell of this run was measured.</p>")
+    bundle = vlc.javascript_bundle("\n".join(calls))  # the libraries and the calls, no network needed
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:24px}} section{{margin:28px 0}} h1{{margin-bottom:0}}
+.sub{{color:#555;margin-top:4px}}</style></head>
+<body><h1>{title}</h1><p class="sub">{subtitle}</p>
+{''.join(divs)}
+<script type="module">{bundle}</script>
+</body></html>"""

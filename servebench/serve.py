@@ -8,6 +8,7 @@ with the tail of its log, which is kept in the run directory.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import replace
 import urllib.error
@@ -144,6 +145,18 @@ def stop_server(provider: Provider, server: Server) -> Server:
     server.removed_shm = remove_shm_created_since(server.shm_before)
     server.stopped_at = datetime.now(timezone.utc)
     return server
+
+
+KV_CAPACITY = re.compile(r"KV cache size: ([\d,]+) tokens")
+
+
+def kv_capacity_tokens(log_path: Path) -> int | None:
+    """What vLLM says at start-up: 'CPU KV cache size: 1,048,576 tokens' (the first engine's)."""
+    try:
+        match = KV_CAPACITY.search(log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(match.group(1).replace(",", "")) if match else None
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

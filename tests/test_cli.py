@@ -51,5 +51,5 @@ def test_query_on_a_missing_warehouse_says_so(tmp_path):
 def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
+    command = next(line for line in ci.splitlines() if "pytest" in line and not line.startswith("#"))
     assert command in readme

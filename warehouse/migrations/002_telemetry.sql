@@ -71,3 +71,13 @@ SELECT run_id, cell_id, cell_key, mode, clients, rate, output_throughput,
        output_throughput / nullif(max(output_throughput) OVER (PARTITION BY run_id, mode), 0)
            AS normalized_throughput
 FROM cells;
+
+-- KV-cache capacity in tokens, as vLLM reports it at start-up ("KV cache size: N tokens").
+ALTER TABLE servers ADD COLUMN kv_capacity_tokens BIGINT;
+
+-- Per cell: the theoretical saturation point, capacity / (input + output tokens per request):
+-- the number of parallel clients whose sequences fill the KV cache.
+CREATE VIEW cell_saturation AS
+SELECT c.run_id, c.cell_id, c.cell_key, c.mode, s.kv_capacity_tokens,
+       s.kv_capacity_tokens / (c.input_len + c.output_len) AS saturation_clients
+FROM cells c JOIN servers s ON s.run_id = c.run_id AND s.mode = c.mode;

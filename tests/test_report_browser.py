@@ -1,0 +1,118 @@
+"""The report in a real browser: Debian's headless Chromium opens it offline, no console
+message may appear, every chart must render, and a screenshot is saved for a person.
+
+The warehouse is synthetic but landed through servebench's own landing code, so the test
+needs no engine; the campaign end-to-end tests render reports from real runs.
+"""
+
+import json
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import warehouse
+from servebench import landing
+from servebench.report import run_report
+from servebench.spec import parse_campaign
+from servebench.sweep import expand
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync",
+         "--disable-component-update", "--no-first-run", "--disable-quic"]
+SCREENSHOTS = Path(__file__).parent / "artifacts"
+
+CAMPAIGN = """
+name: synthetic
+provider: {kind: local, nodes: [{name: node0, cpus: "0-1"}, {name: node1, cpus: "0-1"}]}
+model: {generate: tiny-llama}
+modes: [{name: tp1}, {name: tp2-ray, tp: 2, executor: ray}]
+load: {clients: [1, 4, 8], rates: [2, 8], requests: 8, input_len: 32, output_len: 16}
+"""
+
+
+def synthetic_warehouse(path: Path, tmp: Path) -> str:
+    campaign = parse_campaign(CAMPAIGN)
+    rng = random.Random(1)
+    con = warehouse.connect(path)
+    landing.insert_run(con, run_id="r1", campaign="synthetic", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
+                       spec_normalized=campaign.normalized(), campaign_file="synthetic.yaml", run_dir=tmp)
+    t0 = 1000.0
+    for cell in expand(campaign):
+        n = 8
+        speed = 1.0 if cell.mode.name == "tp1" else 0.4
+        requests = [dict(index=i, warmup=False, client=0, scheduled_s=i * 0.1, sent_s=i * 0.1,
+                         first_token_s=i * 0.1 + 0.02 / speed, last_token_s=i * 0.1 + 0.3 / speed, input_tokens=32,
+                         output_tokens=16, chunks=16, chunk_times=[], chunk_tokens=[], token_source="usage",
+                         http_status=200, error_kind=None, error=None) for i in range(n)]
+        summary = {"completed": n, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed * rng.uniform(0.8, 1.2),
+                   "request_throughput": 8 * speed, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
+                   "tpot_ms": {"p50": 18 / speed, "p99": 25 / speed}, "valid": True, "invalid_reasons": []}
+        landing.land_cell(con, "r1", cell, input_len=32, output_len=16, status="completed", error=None,
+                          started_at=None, ended_at=None, correctness="passed",
+                          result={"t0": {"monotonic": t0}, "summary": summary, "requests": requests},
+                          result_path=None)
+        t0 += 5.0
+    for mode in ("tp1", "tp2-ray"):
+        landing.land_server(con, "r1", mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
+                            started_at=None, ready_seconds=50.0, stopped_at=None, status="ready", error=None,
+                            correctness="passed", kv_capacity_tokens=480)
+    node_file, server_file = tmp / "n.jsonl", tmp / "s.jsonl"
+    with open(node_file, "w") as nf, open(server_file, "w") as sf:
+        for k in range(int((t0 - 1000.0) * 5)):
+            t = 1000.0 + k / 5
+            for node in ("node0", "node1"):
+                nf.write(json.dumps({"node": node, "t_mono": t, "t_wall": t, "cpu_pct": rng.uniform(10, 95),
+                                     "cpu_pct_per_core": {"0": 50.0, "1": 50.0}, "mem_used_bytes": 4e9,
+                                     "mem_available_bytes": 2e10, "engine_rss_bytes": 2e9, "engine_processes": 4,
+                                     "net": {"lo": [k * 1000, k * 1200, k, k]}}) + "\n")
+            sf.write(json.dumps({"t_mono": t, "t_wall": t, "kv_usage": min(1.0, k / 200), "running": 4.0,
+                                 "waiting": 0.0, "preemptions_total": k // 20, "prompt_tokens_total": k * 10.0,
+                                 "generation_tokens_total": k * 5.0}) + "\n")
+    for mode in ("tp1", "tp2-ray"):
+        landing.land_samples(con, "r1", mode, [node_file], [server_file])
+    con.close()
+    return "r1"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("report")
+    db = tmp / "w.duckdb"
+    run_id = synthetic_warehouse(db, tmp)
+    con = warehouse.connect(db, read_only=True)
+    path = run_report(con, run_id, tmp / "out")
+    con.close()
+    return path
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess:
+    assert CHROMIUM, "Debian's chromium is needed for this test: apt-get install -y chromium (README command 2)"
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
+                              text=True, timeout=120)
+
+
+def test_report_is_self_contained(report):
+    html = report.read_text()
+    assert not re.search(r"<script[^>]+src=", html), "the page loads a script from elsewhere"
+    assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
+    charts = sorted(p.name for p in (report.parent / "charts").iterdir())
+    assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 14
+
+
+def test_report_renders_in_chromium_without_console_messages(report):
+    done = chromium("--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom", report.as_uri())
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
+    assert console == [], "\n".join(console)
+    rendered = re.findall(r'<div id="chart-\d+" class="chart[^"]*vega-embed', done.stdout)
+    assert len(rendered) == 7, f"{len(rendered)} charts rendered"
+    assert done.stdout.count('class="marks"') >= 7
+    SCREENSHOTS.mkdir(exist_ok=True)
+    shot = SCREENSHOTS / "report.png"
+    chromium("--window-size=1300,3600", "--virtual-time-budget=15000", f"--screenshot={shot}", report.as_uri())
+    assert shot.exists() and shot.stat().st_size > 50_000
