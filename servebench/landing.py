@@ -129,40 +129,38 @@ def _end_monotonic(result: dict | None) -> float | None:
     return result["t0"]["monotonic"] + max(ends)
 
 
+SAMPLE_TABLES = {  # table -> (its columns after run_id and mode, the JSONL columns and types)
+    "node_samples": ("node, t_mono, t_wall, cpu_pct, cpu_pct_per_core, mem_used_bytes, mem_available_bytes, "
+                     "engine_rss_bytes, engine_processes, net",
+                     "{'node': 'VARCHAR', 't_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'cpu_pct': 'DOUBLE', "
+                     "'cpu_pct_per_core': 'JSON', 'mem_used_bytes': 'BIGINT', 'mem_available_bytes': 'BIGINT', "
+                     "'engine_rss_bytes': 'BIGINT', 'engine_processes': 'INTEGER', 'net': 'JSON'}"),
+    "server_samples": ("t_mono, t_wall, kv_usage, running, waiting, preemptions_total, prompt_tokens_total, "
+                       "generation_tokens_total",
+                       "{'t_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'kv_usage': 'DOUBLE', 'running': 'DOUBLE', "
+                       "'waiting': 'DOUBLE', 'preemptions_total': 'DOUBLE', 'prompt_tokens_total': 'DOUBLE', "
+                       "'generation_tokens_total': 'DOUBLE'}"),
+}
+
+
 def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_files: list[Path],
                  server_files: list[Path]) -> tuple[int, int]:
     """Land a server's telemetry JSONL files (replacing earlier rows of the same run and mode)."""
+    files = {"node_samples": node_files, "server_samples": server_files}
     con.execute("begin transaction")
     try:
-        con.execute("delete from node_samples where run_id = ? and mode = ?", [run_id, mode])
-        con.execute("delete from server_samples where run_id = ? and mode = ?", [run_id, mode])
-        for path in (p for p in node_files if p.exists() and p.stat().st_size):
-            con.execute(
-                "insert into node_samples select ?, ?, node, t_mono, t_wall, cpu_pct, cpu_pct_per_core, "
-                "mem_used_bytes, mem_available_bytes, engine_rss_bytes, engine_processes, net "
-                f"from read_json(?, format='newline_delimited', columns={NODE_SAMPLE_COLUMNS})",
-                [run_id, mode, str(path)])
-        for path in (p for p in server_files if p.exists() and p.stat().st_size):
-            con.execute(
-                "insert into server_samples select ?, ?, t_mono, t_wall, kv_usage, running, waiting, "
-                "preemptions_total, prompt_tokens_total, generation_tokens_total "
-                f"from read_json(?, format='newline_delimited', columns={SERVER_SAMPLE_COLUMNS})",
-                [run_id, mode, str(path)])
+        for table, (columns, types) in SAMPLE_TABLES.items():
+            con.execute(f"delete from {table} where run_id = ? and mode = ?", [run_id, mode])
+            for path in (p for p in files[table] if p.exists() and p.stat().st_size):
+                con.execute(f"insert into {table} select ?, ?, {columns} from "
+                            f"read_json(?, format='newline_delimited', columns={types})", [run_id, mode, str(path)])
         con.execute("commit")
     except Exception:
         con.execute("rollback")
         raise
     counts = [con.execute(f"select count(*) from {t} where run_id = ? and mode = ?", [run_id, mode]).fetchone()[0]
-              for t in ("node_samples", "server_samples")]
+              for t in SAMPLE_TABLES]
     return counts[0], counts[1]
-
-
-NODE_SAMPLE_COLUMNS = ("{'node': 'VARCHAR', 't_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'cpu_pct': 'DOUBLE', "
-                       "'cpu_pct_per_core': 'JSON', 'mem_used_bytes': 'BIGINT', 'mem_available_bytes': 'BIGINT', "
-                       "'engine_rss_bytes': 'BIGINT', 'engine_processes': 'INTEGER', 'net': 'JSON'}")
-SERVER_SAMPLE_COLUMNS = ("{'t_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'kv_usage': 'DOUBLE', 'running': 'DOUBLE', "
-                         "'waiting': 'DOUBLE', 'preemptions_total': 'DOUBLE', 'prompt_tokens_total': 'DOUBLE', "
-                         "'generation_tokens_total': 'DOUBLE'}")
 
 
 def _pct(summary: dict, metric: str, name: str) -> float | None:

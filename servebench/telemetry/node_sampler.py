@@ -10,11 +10,11 @@ Timestamps are CLOCK_MONOTONIC (the load generator's clock) plus wall time.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import time
 
 import psutil
+
+from servebench.telemetry.periodic import run_periodic
 
 
 def parse_cpus(text: str) -> list[int]:
@@ -63,13 +63,6 @@ def sample(node: str, cpus: list[int], roots: list[psutil.Process]) -> dict:
 
 
 def run(node: str, cpus: list[int], pids: list[int], hz: float, out: str) -> int:
-    stop = {"now": False}
-
-    def handle(signum, frame):
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
     roots = []
     for pid in pids:
         try:
@@ -77,20 +70,8 @@ def run(node: str, cpus: list[int], pids: list[int], hz: float, out: str) -> int
         except psutil.NoSuchProcess:
             continue
     psutil.cpu_percent(percpu=True)  # the first reading is relative to this one
-    period = 1.0 / hz
-    written = 0
-    next_at = time.monotonic() + period
-    with open(out, "a", buffering=1) as sink:
-        while not stop["now"]:
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            next_at += period
-            if pids and not any(p.is_running() for p in roots):
-                break
-            sink.write(json.dumps(sample(node, cpus, roots)) + "\n")
-            written += 1
-    return written
+    return run_periodic(hz, out, lambda: sample(node, cpus, roots),
+                        done=lambda: bool(pids) and not any(p.is_running() for p in roots))
 
 
 def main() -> None:

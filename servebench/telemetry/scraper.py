@@ -9,13 +9,13 @@ cell. `python -m servebench.telemetry.scraper --url http://127.0.0.1:8000 --hz 1
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import time
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from servebench.telemetry.periodic import run_periodic
 
 VLLM_SAMPLES = {
     "vllm:kv_cache_usage_perc": "kv_usage",
@@ -46,29 +46,12 @@ def scrape_once(url: str, timeout_s: float = 2.0) -> dict[str, float] | None:
 
 
 def run(url: str, hz: float, out: str, mode: str) -> int:
-    stop = {"now": False}
+    def row() -> dict | None:
+        t_mono, t_wall = time.monotonic(), time.time()
+        values = scrape_once(url)
+        return None if values is None else {"mode": mode, "t_mono": t_mono, "t_wall": t_wall, **values}
 
-    def handle(signum, frame):
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-    period = 1.0 / hz
-    written = 0
-    next_at = time.monotonic()
-    with open(out, "a", buffering=1) as sink:
-        while not stop["now"]:
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            next_at += period
-            t_mono, t_wall = time.monotonic(), time.time()
-            values = scrape_once(url)
-            if values is None:
-                continue
-            sink.write(json.dumps({"mode": mode, "t_mono": t_mono, "t_wall": t_wall, **values}) + "\n")
-            written += 1
-    return written
+    return run_periodic(hz, out, row)
 
 
 def main() -> None:
