@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_link_artifact
+from prefect.exceptions import TerminationSignal
 
 import warehouse
 from servebench import landing
@@ -83,7 +84,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
                                  outcome["cells"], cluster, reference)
         outcome["status"] = run_status(outcome["cells"])
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt)
+        interrupted = isinstance(exc, (KeyboardInterrupt, TerminationSignal))  # Ctrl-C, or SIGTERM via Prefect
         outcome["status"] = "interrupted" if interrupted else "failed"
         outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
         raise

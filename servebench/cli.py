@@ -118,7 +118,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
 
             outcome = campaign_run(campaign_file=args.file, warehouse_path=path)
-    except KeyboardInterrupt:
+    except BaseException as exc:  # Ctrl-C, or SIGTERM (Prefect raises its TerminationSignal for it)
+        if not isinstance(exc, KeyboardInterrupt) and type(exc).__name__ != "TerminationSignal":
+            raise
         console.print(f"[yellow]interrupted[/]: servers stopped; cells measured so far are in {path}")
         return EXIT_INTERRUPTED
     counts = {}
