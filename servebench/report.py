@@ -92,18 +92,19 @@ def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
         return None
     start = min(s["t_mono"] for s in samples)
     points, previous = [], {}
-    for s in sorted(samples, key=lambda s: (s["node"], s["t_mono"])):
+    for s in sorted(samples, key=lambda s: (s["node"], s["mode"], s["t_mono"])):
         net = json.loads(s["net"]) if isinstance(s["net"], str) else (s["net"] or {})
         total = sum(v[0] + v[1] for v in net.values())
-        last = previous.get(s["node"])
+        last = previous.get((s["node"], s["mode"]))
         rate = (total - last[1]) / (s["t_mono"] - last[0]) / 1e6 if last and s["t_mono"] > last[0] else None
-        previous[s["node"]] = (s["t_mono"], total)
+        previous[(s["node"], s["mode"])] = (s["t_mono"], total)
         t = round(s["t_mono"] - start, 2)
-        points += [{"t": t, "node": s["node"], "metric": "CPU busy (%)", "value": s["cpu_pct"]},
-                   {"t": t, "node": s["node"], "metric": "memory used (GB)", "value": s["mem_used_bytes"] / 1e9},
-                   {"t": t, "node": s["node"], "metric": "engine RSS (GB)", "value": s["engine_rss_bytes"] / 1e9}]
+        base = {"t": t, "node": s["node"], "mode": s["mode"]}
+        points += [{**base, "metric": "CPU busy (%)", "value": s["cpu_pct"]},
+                   {**base, "metric": "memory used (GB)", "value": s["mem_used_bytes"] / 1e9},
+                   {**base, "metric": "engine RSS (GB)", "value": s["engine_rss_bytes"] / 1e9}]
         if rate is not None:
-            points.append({"t": t, "node": s["node"], "metric": "network (MB/s, all interfaces)", "value": rate})
+            points.append({**base, "metric": "network (MB/s, all interfaces)", "value": rate})
     spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"], "start": c["t0_monotonic"] - start,
               "end": c["t_end_monotonic"] - start} for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
     charts = []
@@ -112,7 +113,8 @@ def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
             x=alt.X("t:Q", title="seconds since the first sample"),
             y=alt.Y("value:Q", title=metric),
             color=alt.Color("node:N", title="node"),
-            tooltip=["node:N", alt.Tooltip("t:Q", format=".1f"), alt.Tooltip("value:Q", format=".2f")])
+            detail="mode:N",  # one segment per server: no line drawn across the gaps between them
+            tooltip=["node:N", "mode:N", alt.Tooltip("t:Q", format=".1f"), alt.Tooltip("value:Q", format=".2f")])
         shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
             x="start:Q", x2="end:Q", tooltip=["cell_id:N", "cell:N"])
         charts.append((shade + line).properties(width=WIDTH * 2 + 60, height=110, title=metric))
@@ -157,7 +159,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
     saturation = rows(con, "select mode, any_value(kv_capacity_tokens) kv_capacity_tokens, "
                            "any_value(saturation_clients) saturation_clients from cell_saturation "
                            "where run_id = ? group by mode", [run_id])
-    samples = rows(con, "select node, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
+    samples = rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
                         "where run_id = ? order by t_mono", [run_id])
     charts = {
         "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT p50"),
