@@ -28,29 +28,50 @@ def parse_cpus(text: str) -> list[int]:
     return cpus
 
 
-def engine_rss(roots: list[psutil.Process]) -> tuple[int, int]:
-    """Resident bytes of the watched processes and all their descendants, and how many there are."""
-    seen: dict[int, psutil.Process] = {}
-    for root in roots:
-        try:
-            for proc in [root, *root.children(recursive=True)]:
-                seen[proc.pid] = proc
-        except psutil.NoSuchProcess:
-            continue
-    total = 0
-    for proc in seen.values():
-        try:
-            total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total, len(seen)
+class EngineProcesses:
+    """The watched processes and their descendants; the tree is re-walked at most every five
+    seconds (a walk scans all of /proc and costs more than everything else in a sample;
+    engine processes appear at start-up, not mid-run)."""
+
+    REFRESH_S = 5.0
+
+    def __init__(self, roots: list[psutil.Process]):
+        self.roots = roots
+        self.members: dict[int, psutil.Process] = {}
+        self.walked_at = float("-inf")
+
+    def rss(self) -> tuple[int, int]:
+        """Resident bytes of the processes and how many there are."""
+        if time.monotonic() - self.walked_at >= self.REFRESH_S:
+            self._walk()
+        total = 0
+        for pid, proc in list(self.members.items()):
+            try:
+                total += proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                del self.members[pid]
+        return total, len(self.members)
+
+    def alive(self) -> bool:
+        return any(root.is_running() for root in self.roots)
+
+    def _walk(self) -> None:
+        members: dict[int, psutil.Process] = {}
+        for root in self.roots:
+            try:
+                for proc in [root, *root.children(recursive=True)]:
+                    members[proc.pid] = self.members.get(proc.pid, proc)
+            except psutil.NoSuchProcess:
+                continue
+        self.members = members
+        self.walked_at = time.monotonic()
 
 
-def sample(node: str, cpus: list[int], roots: list[psutil.Process]) -> dict:
+def sample(node: str, cpus: list[int], engine: EngineProcesses) -> dict:
     per_core = psutil.cpu_percent(percpu=True)
     mine = [per_core[c] for c in cpus if c < len(per_core)]
     memory = psutil.virtual_memory()
-    rss, nprocs = engine_rss(roots)
+    rss, nprocs = engine.rss()
     net = psutil.net_io_counters(pernic=True)
     return {
         "node": node, "t_mono": time.monotonic(), "t_wall": time.time(),
@@ -69,9 +90,9 @@ def run(node: str, cpus: list[int], pids: list[int], hz: float, out: str) -> int
             roots.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             continue
+    engine = EngineProcesses(roots)
     psutil.cpu_percent(percpu=True)  # the first reading is relative to this one
-    return run_periodic(hz, out, lambda: sample(node, cpus, roots),
-                        done=lambda: bool(pids) and not any(p.is_running() for p in roots))
+    return run_periodic(hz, out, lambda: sample(node, cpus, engine), done=lambda: bool(pids) and not engine.alive())
 
 
 def main() -> None:
