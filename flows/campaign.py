@@ -31,7 +31,7 @@ from servebench.sweep import Cell, expand
 from tasks.build import build_engine
 from tasks.cluster import needs_ray, start_ray_cluster, stop_ray_cluster
 from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session
-from tasks.load import cell_load_config, run_cell_load
+from tasks.load import cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.provision import provision
 from tasks.report import render_report
@@ -186,7 +186,7 @@ def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str,
     land_cell.with_options(task_run_name=f"land {cell.key}")(
         wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status=status,
         error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output),
-        correctness=correctness)
+        correctness=correctness, requests_csv=Path(requests_csv_path(str(output))))
     statuses[cell.key] = status
     throughput = summary.get("output_throughput") or 0.0
     verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,13 +17,9 @@ from pathlib import Path
 import duckdb
 
 from servebench.build import EngineBuild
+from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import PROJECT_ROOT
 from servebench.sweep import Cell
-
-REQUEST_COLUMNS = ("index", "warmup", "client", "scheduled_s", "sent_s", "first_token_s", "last_token_s",
-                   "input_tokens", "output_tokens", "chunks", "chunk_times", "chunk_tokens", "token_source",
-                   "http_status", "error_kind", "error")
-
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -90,8 +87,13 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
               status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
-              result: dict | None, result_path: str | None, correctness: str | None = None) -> str:
-    """Replace the cell's rows with this measurement; return its warehouse cell_id."""
+              result: dict | None, result_path: str | None, correctness: str | None = None,
+              requests_csv: Path | None = None) -> str:
+    """Replace the cell's rows with this measurement; return its warehouse cell_id.
+
+    Request rows come from `requests_csv` (the load generator writes one), else from the
+    result's requests, written to a temporary CSV first: one fast path either way.
+    """
     cid = cell_id(run_id, cell.key)
     summary = (result or {}).get("summary", {})
     t0 = (result or {}).get("t0", {})
@@ -107,19 +109,28 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         summary.get("valid"), summary.get("invalid_reasons"),
         summary.get("client_output_tokens"), summary.get("server_output_tokens"), result_path,
     ]
-    requests = [[run_id, cid, *(r[c] for c in REQUEST_COLUMNS)] for r in (result or {}).get("requests", [])]
-    con.execute("begin transaction")
-    try:
-        con.execute("delete from requests where cell_id = ?", [cid])
-        con.execute("delete from cells where cell_id = ?", [cid])
-        con.execute(f"insert into cells values ({', '.join('?' * len(row))})", row)
-        if requests:
-            con.executemany(f"insert into requests values ({', '.join('?' * len(requests[0]))})", requests)
-        con.execute("commit")
-    except Exception:
-        con.execute("rollback")
-        raise
+    with tempfile.TemporaryDirectory() as scratch:
+        if requests_csv is None and (result or {}).get("requests"):
+            requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
+        con.execute("begin transaction")
+        try:
+            con.execute("delete from requests where cell_id = ?", [cid])
+            con.execute("delete from cells where cell_id = ?", [cid])
+            con.execute(f"insert into cells values ({', '.join('?' * len(row))})", row)
+            if requests_csv is not None:
+                _insert_requests_csv(con, run_id, cid, requests_csv)
+            con.execute("commit")
+        except Exception:
+            con.execute("rollback")
+            raise
     return cid
+
+
+def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, path: Path) -> None:
+    types = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in REQUEST_CSV_TYPES.items()) + "}"
+    columns = ", ".join(f'"{name}"' for name in REQUEST_CSV_TYPES)
+    con.execute(f"insert into requests select ?, ?, {columns} from read_csv(?, header = true, columns = {types}, "
+                "nullstr = '')", [run_id, cid, str(path)])
 
 
 def _end_monotonic(result: dict | None) -> float | None:

@@ -28,10 +28,15 @@ def cell_load_config(load: LoadSpec, cell: Cell, base_url: str, served_name: str
     )
 
 
+def requests_csv_path(output: str) -> str:
+    return str(Path(output).with_suffix(".requests.csv"))
+
+
 @task(name="load", cache_policy=NONE)
 def run_cell_load(config: LoadConfig, output: str) -> dict:
     """Run the load; raise with the generator's own words if it did not produce a result."""
-    argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output, "--quiet"]
+    argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
+            "--requests-csv", requests_csv_path(output), "--quiet"]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0 or not Path(output).exists():
         raise RuntimeError(f"load generator exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")

@@ -60,6 +60,7 @@ def add_load_parser(sub) -> None:
         p.add_argument(flag, **kwargs)
     p.add_argument("--output-json", help="write {config, summary, requests} here")
     p.add_argument("--vllm-result", help="also write the run in `vllm bench serve --save-result` layout")
+    p.add_argument("--requests-csv", help="also write the request rows as CSV (what the warehouse lands)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     p.set_defaults(func=cmd_load)
 
@@ -97,6 +98,10 @@ def cmd_load(args: argparse.Namespace) -> int:
         write_result(result, Path(args.output_json))
     if args.vllm_result:
         Path(args.vllm_result).write_text(json.dumps(to_vllm_result(result), indent=1))
+    if args.requests_csv:
+        from servebench.load.records import write_requests_csv
+
+        write_requests_csv(result["requests"], Path(args.requests_csv))
     if not args.quiet:
         print_summary(result["summary"])
     return 0

@@ -5,7 +5,9 @@ Everything else (TTFT, TPOT, ITL, throughput) is derived by servebench.load.metr
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
+from pathlib import Path
 
 TIME_FIELDS = ("scheduled_s", "sent_s", "first_token_s", "last_token_s")
 
@@ -44,3 +46,21 @@ class RequestRecord:
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+# The request columns a CSV hands to DuckDB, with their types (after run_id and cell_id).
+REQUEST_CSV_TYPES = {
+    "index": "INTEGER", "warmup": "BOOLEAN", "client": "INTEGER", "scheduled_s": "DOUBLE", "sent_s": "DOUBLE",
+    "first_token_s": "DOUBLE", "last_token_s": "DOUBLE", "input_tokens": "INTEGER", "output_tokens": "INTEGER",
+    "chunks": "INTEGER", "token_source": "VARCHAR", "http_status": "INTEGER", "error_kind": "VARCHAR",
+    "error": "VARCHAR",
+}
+
+
+def write_requests_csv(requests: list[dict], path: Path) -> Path:
+    """Request rows as CSV, the fast way into DuckDB (its parallel reader lands 1M rows in about a second)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(REQUEST_CSV_TYPES)
+        writer.writerows([r.get(name) for name in REQUEST_CSV_TYPES] for r in requests)
+    return path

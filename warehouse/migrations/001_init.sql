@@ -127,9 +127,7 @@ CREATE TABLE requests (
     last_token_s   DOUBLE,
     input_tokens   INTEGER,                 -- from the server's usage
     output_tokens  INTEGER,                 -- from the server's usage
-    chunks         INTEGER,                 -- JSON events received
-    chunk_times    DOUBLE[],                -- arrival of each token-carrying event (ITL = their gaps)
-    chunk_tokens   INTEGER[],               -- tokens each of those events carried
+    chunks         INTEGER,                 -- JSON events received (every event's arrival: the cell's JSON)
     token_source   VARCHAR,                 -- usage (server's running count) | chunks (fallback)
     http_status    INTEGER,
     error_kind     VARCHAR,
