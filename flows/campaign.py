@@ -36,7 +36,7 @@ from tasks.model import prepare_model
 from tasks.provision import provision
 from tasks.report import render_report
 from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
-from tasks.telemetry import start_telemetry, stop_telemetry
+from tasks.telemetry import Telemetry, stop_telemetry
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -107,14 +107,13 @@ def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: s
     """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once."""
     mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp")
     reporter().stage("correctness reference: starting a TP=1 server")
-    server = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
+    server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
         campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir))
     gate = None
     try:
         gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), None)
     finally:
-        stop_mode_server.fn(campaign, server)
-        land_mode_server(wh, run_id, server, "ready", gate)
+        stop_server_and_telemetry(campaign, server, telemetry, wh, run_id, gate)
     return answer
 
 
@@ -127,19 +126,16 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
     mode = cells[0].mode
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
-        server = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir),
-            cluster.address if cluster else None)
+        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir), cluster)
     except Exception as exc:
         land_server(wh, run_id, mode=mode.name, pid=None, port=None, command=[], env={}, log_path=None,
                     started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=str(exc))
         for cell in cells:
             land_failed_cell(campaign, cell, wh, run_id, f"server did not start: {exc}", statuses)
         return reference
-    gate = telemetry = None
+    gate = None
     try:
-        telemetry = start_telemetry.with_options(task_run_name=f"start-telemetry {mode.name}")(
-            campaign, server, nodes, cluster, str(run_dir))
         reporter().stage(f"mode {mode.name}: correctness gate")
         gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), reference)
         reference = reference or answer
@@ -156,14 +152,18 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
             if cell.key not in statuses:
                 land_failed_cell(campaign, cell, wh, run_id, f"{type(exc).__name__}: {exc}", statuses)
     finally:
-        if telemetry is not None:
-            stop_telemetry.fn(telemetry)
-        stop_mode_server.fn(campaign, server)  # plain calls: must also run while a Ctrl-C unwinds
-        land_mode_server(wh, run_id, server, "ready", gate)
-        if telemetry is not None:
-            with session(wh) as con:
-                landing.land_samples(con, run_id, mode.name, telemetry.node_files, telemetry.server_files)
+        stop_server_and_telemetry(campaign, server, telemetry, wh, run_id, gate)
     return reference
+
+
+def stop_server_and_telemetry(campaign: Campaign, server: Server, telemetry: Telemetry, wh: str, run_id: str,
+                              gate: GateResult | None) -> None:
+    """Plain calls, not task runs: this must also work while a Ctrl-C unwinds."""
+    stop_telemetry.fn(telemetry)
+    stop_mode_server.fn(campaign, server)
+    land_mode_server(wh, run_id, server, "ready", gate)
+    with session(wh) as con:
+        landing.land_samples(con, run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
 def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str, wh: str, run_id: str,

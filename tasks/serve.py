@@ -8,6 +8,8 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.build import EngineBuild
+from servebench.ray_cluster import RayCluster
+from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
 from servebench.correctness import GateAnswer, GateResult, ask, compare
 from servebench.engines import get_engine
 from servebench.providers import Node, get_provider
@@ -17,21 +19,25 @@ from servebench.spec import Campaign, ModeSpec
 
 @task(name="start-server", cache_policy=NONE)
 def start_mode_server(campaign: Campaign, mode: ModeSpec, nodes: list[Node], build: EngineBuild, model_dir: str,
-                      served_name: str, run_dir: str, ray_address: str | None = None) -> Server:
-    """Start the mode's server and wait for /health; on failure the process is already stopped."""
+                      served_name: str, run_dir: str, cluster: RayCluster | None = None
+                      ) -> tuple[Server, Telemetry]:
+    """Start the mode's server with its telemetry (which covers model load too), and wait for
+    /health; on failure both are already stopped."""
     provider = get_provider(campaign.provider)
     port = pick_port()
     launch = plan_launch(get_engine(campaign.engine.kind), python=build.python, spec=campaign.engine, mode=mode,
                          model_dir=model_dir, served_name=served_name, nodes=nodes, port=port,
-                         ray_address=ray_address)
+                         ray_address=cluster.address if cluster else None)
     server = start_server(provider, server_node(mode, nodes), launch, mode.name, port,
                           Path(run_dir) / "servers" / f"{mode.name}.log", nodes)
+    telemetry = start_telemetry.fn(campaign, server, nodes, cluster, run_dir)
     try:
         wait_ready(server, campaign.engine.ready_timeout_s)
     except BaseException:
+        stop_telemetry.fn(telemetry)
         stop_server(provider, server)
         raise
-    return server
+    return server, telemetry
 
 
 @task(name="stop-server", cache_policy=NONE)

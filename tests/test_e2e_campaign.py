@@ -67,8 +67,16 @@ def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     assert run[0] == "completed" and run[1] == campaign.spec_hash() and run[2]
     assert con.execute("select count(*) from nodes").fetchone()[0] == 1
     assert con.execute("select count(*) from builds").fetchone()[0] == 1
+    # telemetry: the node sampled from launch (model load included), scrapes placed in cells
+    first_sample, cpu = con.execute("select min(t_mono), avg(cpu_pct) from node_samples").fetchone()
+    first_cell = con.execute("select min(t0_monotonic) from cells").fetchone()[0]
+    assert first_sample < first_cell - 10 and 0 < cpu <= 100
+    kv = con.execute("select cell_key, samples, kv_usage_peak from cell_kv order by cell_key").fetchall()
+    assert all(samples >= 1 for _, samples, _ in kv), kv
+    assert con.execute("select kv_capacity_tokens from servers").fetchone()[0] > 0
     con.close()
     assert Path(outcome["report"]).exists()
+    assert len(list((Path(outcome["report"]).parent / "charts").glob("*.png"))) >= 5
 
     # nothing left behind: no engine process, no listener on the server's port, no new /dev/shm entry
     assert engine_processes() == []
