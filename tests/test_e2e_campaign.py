@@ -71,8 +71,11 @@ def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     first_sample, cpu = con.execute("select min(t_mono), avg(cpu_pct) from node_samples").fetchone()
     first_cell = con.execute("select min(t0_monotonic) from cells").fetchone()[0]
     assert first_sample < first_cell - 10 and 0 < cpu <= 100
-    kv = con.execute("select cell_key, samples, kv_usage_peak from cell_kv order by cell_key").fetchall()
-    assert all(samples >= 1 for _, samples, _ in kv), kv
+    # a cell longer than the scrape period (1 s) holds scrapes; a shorter one may not
+    kv = con.execute("select k.cell_key, k.samples, c.t_end_monotonic - c.t0_monotonic from cell_kv k "
+                     "join cells c using (cell_id)").fetchall()
+    assert kv and all(samples >= 1 for _, samples, seconds in kv if seconds > 2.0), kv
+    assert sum(samples for _, samples, _ in kv) >= 1, kv
     assert con.execute("select kv_capacity_tokens from servers").fetchone()[0] > 0
     con.close()
     assert Path(outcome["report"]).exists()
