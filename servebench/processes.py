@@ -159,12 +159,3 @@ def _group_members(pgid: int) -> set[int]:
         except (ProcessLookupError, PermissionError):
             continue
     return members
-
-
-def listening_ports(pids: set[int]) -> set[int]:
-    """TCP ports the given processes listen on (for leak checks)."""
-    ports = set()
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.pid in pids:
-            ports.add(conn.laddr.port)
-    return ports

@@ -1,4 +1,4 @@
-"""The load generator: arrival schedules (pure timing), a streaming client (transport only),
+"""The load generator: arrival schedules (pure timing), a lean HTTP/1.1 client and SSE parser (transport only),
 per-request records (raw timestamps only) and metrics (pure functions over records).
 
 `run_load(config)` is the one entry point the campaign flow and `servebench load` use.
