@@ -69,6 +69,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         reporter().stage("preparing the model")
         model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
         land_run_update(wh, run_id, model_path=model_dir)
+        vocab = vocab_size(Path(model_dir))
         cells = expand(campaign)
         reporter().cells_planned(len(cells))
         if needs_ray(campaign):
@@ -78,9 +79,9 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         groups.sort(key=lambda group: not is_reference_mode(group[0].mode))  # the reference answers first
         reference = None
         if not is_reference_mode(groups[0][0].mode):
-            reference = reference_answers(campaign, nodes, build, model_dir, wh, run_id, run_dir)
+            reference = reference_answers(campaign, nodes, build, model_dir, vocab, wh, run_id, run_dir)
         for group in groups:
-            reference = run_mode(campaign, group, len(cells), nodes, build, model_dir, wh, run_id, run_dir,
+            reference = run_mode(campaign, group, len(cells), nodes, build, model_dir, vocab, wh, run_id, run_dir,
                                  outcome["cells"], cluster, reference)
         outcome["status"] = run_status(outcome["cells"])
     except BaseException as exc:
@@ -102,8 +103,8 @@ def is_reference_mode(mode: ModeSpec) -> bool:
     return mode.world_size == 1 and mode.executor == "mp"
 
 
-def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: str, wh: str, run_id: str,
-                      run_dir: Path) -> GateAnswer | None:
+def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: str, vocab: int, wh: str,
+                      run_id: str, run_dir: Path) -> GateAnswer | None:
     """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once."""
     mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp")
     reporter().stage("correctness reference: starting a TP=1 server")
@@ -111,14 +112,14 @@ def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: s
         campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir))
     gate = None
     try:
-        gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), None)
+        gate, answer = correctness_gate(server, served_name(campaign), vocab, None)
     finally:
         stop_server_and_telemetry(campaign, server, telemetry, wh, run_id, gate)
     return answer
 
 
 def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node], build, model_dir: str,
-             wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], cluster: RayCluster | None,
+             vocab: int, wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], cluster: RayCluster | None,
              reference: GateAnswer | None) -> GateAnswer | None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
@@ -137,7 +138,7 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(server, served_name(campaign), vocab_size(Path(model_dir)), reference)
+        gate, answer = correctness_gate(server, served_name(campaign), vocab, reference)
         reference = reference or answer
         land_mode_server(wh, run_id, server, "ready", gate)
         for cell in cells:
@@ -146,7 +147,7 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
                 land_failed_cell(campaign, cell, wh, run_id, f"correctness gate failed: {gate.detail}", statuses,
                                  correctness=gate.status)
             else:
-                run_one_cell(campaign, cell, server, model_dir, wh, run_id, run_dir, statuses, gate.status)
+                run_one_cell(campaign, cell, server, vocab, wh, run_id, run_dir, statuses, gate.status)
     except Exception as exc:
         for cell in cells:
             if cell.key not in statuses:
@@ -166,13 +167,13 @@ def stop_server_and_telemetry(campaign: Campaign, server: Server, telemetry: Tel
         landing.land_samples(con, run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
-def run_one_cell(campaign: Campaign, cell: Cell, server: Server, model_dir: str, wh: str, run_id: str,
+def run_one_cell(campaign: Campaign, cell: Cell, server: Server, vocab: int, wh: str, run_id: str,
                  run_dir: Path, statuses: dict[str, str], correctness: str | None) -> None:
     if not is_healthy(server):
         land_failed_cell(campaign, cell, wh, run_id, f"server of mode {cell.mode.name} is no longer healthy "
                          f"(exit code {server.process.exit_code()}); see {server.log_path}", statuses)
         return
-    config = cell_load_config(campaign.load, cell, server.url, served_name(campaign), vocab_size(Path(model_dir)))
+    config = cell_load_config(campaign.load, cell, server.url, served_name(campaign), vocab)
     output = run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     try:

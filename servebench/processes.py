@@ -112,6 +112,7 @@ class ManagedProcess:
     def stop(self, grace_s: float = 20.0) -> int | None:
         """SIGTERM the group, wait up to grace_s, then SIGKILL the group and every known descendant."""
         self.remember_descendants()
+        self.known_descendants |= _group_members(self.pid)  # one scan of /proc, not one per poll
         self._signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self._survivors():
@@ -138,7 +139,7 @@ class ManagedProcess:
             pass
 
     def _survivors(self) -> list[psutil.Process]:
-        pids = {self.pid} | self.known_descendants | _group_members(self.pid)
+        pids = {self.pid} | self.known_descendants
         alive = []
         for pid in pids:
             try:

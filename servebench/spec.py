@@ -19,6 +19,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from servebench.cpus import parse_cpu_list
+from servebench.placement import workers_per_node
 
 # head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
@@ -302,8 +303,6 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
 
 
 def _placement_problem(mode: ModeSpec, provider: LocalProviderSpec) -> str | None:
-    from servebench.placement import workers_per_node
-
     nodes = [node.cpus for node in provider.nodes]
     if mode.world_size > provider.total_cpus:
         return (f"tp x pp = {mode.world_size} workers but the nodes give {provider.total_cpus} CPUs in all "

@@ -45,9 +45,10 @@ def start_telemetry(campaign: Campaign, server: Server, nodes: list[Node], clust
     out = Path(run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
     telemetry = Telemetry(mode=server.mode)
+    pids_by_node = engine_pids(server, nodes, cluster)
     for node in nodes:
         path = out / f"{server.mode}.node.{node.name}.jsonl"
-        pids = engine_pids(server, nodes, cluster)[node.name]
+        pids = pids_by_node[node.name]
         argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", "--node", node.name,
                 "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
                 "--hz", f"{campaign.telemetry.node_hz:g}", "--out", str(path)]
