@@ -19,6 +19,7 @@ from prefect.exceptions import TerminationSignal
 
 import warehouse
 from servebench import landing
+from servebench.load.runner import load_result
 from servebench.model import vocab_size
 from servebench.paths import runs_dir
 from servebench.progress import reporter
@@ -59,6 +60,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
     outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed", "cells": {}}
     cluster = None
+    cells: list[Cell] = []
     try:
         reporter().stage("provisioning nodes")
         nodes, inventories = provision(campaign)
@@ -92,11 +94,30 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     finally:
         if cluster is not None:
             stop_ray_cluster.fn(campaign, cluster)  # plain call: must also run while a Ctrl-C unwinds
+        land_measured_cells(campaign, cells, wh, run_id, run_dir, outcome["cells"])
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
                                ended_at=landing.now())
         outcome["report"] = write_report(wh, run_id, run_dir)
     return outcome
+
+
+def land_measured_cells(campaign: Campaign, cells: list[Cell], wh: str, run_id: str, run_dir: Path,
+                        statuses: dict[str, str]) -> None:
+    """Land cells that were measured but not landed (an interrupt between the two): the load
+    generator writes its JSON last, so a JSON in the run directory is a complete result."""
+    for cell in cells:
+        output = run_dir / "cells" / f"{cell.key}.json"
+        if cell.key in statuses or not output.exists():
+            continue
+        result = load_result(output)
+        status = "completed" if result["summary"]["completed"] > 0 else "failed"
+        with session(wh) as con:
+            landing.land_cell(con, run_id, cell, input_len=campaign.load.input_len,
+                              output_len=campaign.load.output_len, status=status, error=None, started_at=None,
+                              ended_at=landing.now(), result=result, result_path=str(output),
+                              requests_csv=Path(requests_csv_path(str(output))))
+        statuses[cell.key] = status
 
 
 def is_reference_mode(mode: ModeSpec) -> bool:

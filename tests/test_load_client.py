@@ -295,3 +295,18 @@ def test_bad_prompts_file_names_the_line(tmp_path):
     path.write_text('{"prompt": "ok"}\n{"nothing": 1}\n')
     with pytest.raises(WorkloadError, match=r"p.jsonl:2: each line needs 'prompt' or 'messages'"):
         load_prompts_jsonl(path, 4, "completions")
+
+
+def test_cli_writes_csv_and_json_into_a_new_directory(tmp_path):
+    import subprocess
+    import sys
+
+    with FakeServer() as server:
+        out = tmp_path / "new" / "dir"
+        done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", server.url, "--model", "m",
+                               "--clients", "1", "--requests", "2", "--input-len", "3", "--output-len", "2",
+                               "--vocab-size", "50", "--token-counter", "", "--quiet",
+                               "--requests-csv", str(out / "r.csv"), "--output-json", str(out / "r.json")],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (out / "r.json").exists() and len((out / "r.csv").read_text().splitlines()) == 3

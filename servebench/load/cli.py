@@ -94,14 +94,14 @@ def cmd_load(args: argparse.Namespace) -> int:
     except WorkloadError as exc:
         print(f"servebench load: {exc}", file=sys.stderr)
         return 2
-    if args.output_json:
-        write_result(result, Path(args.output_json))
     if args.vllm_result:
         Path(args.vllm_result).write_text(json.dumps(to_vllm_result(result), indent=1))
     if args.requests_csv:
         from servebench.load.records import write_requests_csv
 
         write_requests_csv(result["requests"], Path(args.requests_csv))
+    if args.output_json:  # last, and atomically: its presence means every output is complete
+        write_result(result, Path(args.output_json))
     if not args.quiet:
         print_summary(result["summary"])
     return 0

@@ -59,6 +59,7 @@ REQUEST_CSV_TYPES = {
 
 def write_requests_csv(requests: list[dict], path: Path) -> Path:
     """Request rows as CSV, the fast way into DuckDB (its parallel reader lands 1M rows in about a second)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(REQUEST_CSV_TYPES)
