@@ -26,7 +26,7 @@ from servebench.progress import reporter
 from servebench.providers import Node
 from servebench.ray_cluster import RayCluster
 from servebench.serve import Server, is_healthy, kv_capacity_tokens
-from servebench.correctness import GateAnswer, GateResult
+from servebench.correctness import GateAnswer, GateResult, blocks_cells
 from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, load_campaign
 from servebench.sweep import Cell, expand
 from tasks.build import build_engine
@@ -164,7 +164,7 @@ def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node
         land_mode_server(wh, run_id, server, "ready", gate)
         for cell in cells:
             reporter().cell_started(cell.key, cell.mode.name, len(statuses), total)
-            if gate.status == "failed":
+            if blocks_cells(gate, campaign.correctness.accept):
                 land_failed_cell(campaign, cell, wh, run_id, f"correctness gate failed: {gate.detail}", statuses,
                                  correctness=gate.status)
             else:

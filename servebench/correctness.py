@@ -87,6 +87,11 @@ def compare(reference: GateAnswer, answer: GateAnswer) -> GateResult:
                                               f"to the TP=1 reference{tail}")
 
 
+def blocks_cells(result: GateResult, accept: str) -> bool:
+    """Whether the mode's cells must not run: a failure always; a near-tie unless accepted."""
+    return result.status == "failed" or (result.status == "close" and accept != "near-ties")
+
+
 def _near_tie(reference: GateAnswer, answer: GateAnswer, prompt: int, at: int) -> bool:
     if not reference.top or not answer.top:
         return False

@@ -35,7 +35,7 @@ def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Pat
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    config = spec.model_dump(mode="json", exclude={"generate"})
+    config = spec.model_dump(mode="json", exclude={"generate", "dtype"})
     result = subprocess.run(
         [engine_python, "-m", "servebench_engine.tiny_llama", "--out", str(tmp), "--config", json.dumps(config)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},

@@ -42,7 +42,8 @@ def describe_plan(campaign: Campaign, file: Path) -> str:
         node = server_node(mode, nodes)
         launch = plan_launch(engine, python=python, spec=campaign.engine, mode=mode, model_dir=model_dir,
                              served_name=served, nodes=nodes, port=PORT_PLACEHOLDER,
-                             ray_address="RAY_HEAD:PORT" if mode.executor == "ray" else None)
+                             ray_address="RAY_HEAD:PORT" if mode.executor == "ray" else None,
+                             dtype=campaign.model.dtype)
         argv = list(launch.argv)
         argv[argv.index("--port") + 1] = "PORT"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))

@@ -59,7 +59,8 @@ def server_node(mode: ModeSpec, nodes: list[Node]) -> Node:
 
 
 def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str,
-                served_name: str, nodes: list[Node], port: int, ray_address: str | None = None) -> ServerLaunch:
+                served_name: str, nodes: list[Node], port: int, ray_address: str | None = None,
+                dtype: str = "auto") -> ServerLaunch:
     """The server's command and environment: core lists for every node that runs workers."""
     binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
     head = server_node(mode, nodes)
@@ -72,14 +73,14 @@ def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
     if mode.executor == "mp-multinode":
         return _multinode_launch(engine, python=python, spec=spec, mode=mode, model_dir=model_dir,
-                                 served_name=served_name, nodes=nodes, port=port, binds=binds)
+                                 served_name=served_name, nodes=nodes, port=port, binds=binds, dtype=dtype)
     omp_bind = binds.get(head.name) or format_cpu_list(head.cpus)
     return engine.launch(python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name,
-                         host=HOST, port=port, omp_bind=omp_bind, extra_env=extra)
+                         host=HOST, port=port, omp_bind=omp_bind, extra_env=extra, dtype=dtype)
 
 
 def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str,
-                      served_name: str, nodes: list[Node], port: int, binds: dict[str, str]) -> ServerLaunch:
+                      served_name: str, nodes: list[Node], port: int, binds: dict[str, str], dtype: str) -> ServerLaunch:
     """Rank 0 serves the API on the first node; every other node that holds a worker runs a headless rank."""
     ranked = [n for n in nodes if n.name in binds]
     master = MultiNode(nnodes=len(ranked), node_rank=0, master_addr=ranked[0].address, master_port=free_port())
@@ -89,7 +90,7 @@ def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: Mo
         launches.append((node.name, engine.launch(
             python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name, host=HOST,
             port=port if rank == 0 else free_port(), omp_bind=binds[node.name], extra_env=env,
-            multinode=replace(master, node_rank=rank))))
+            multinode=replace(master, node_rank=rank), dtype=dtype)))
     main = launches[0][1]
     return replace(main, companions=launches[1:])
 

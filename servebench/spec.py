@@ -20,6 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
 
 from servebench.cpus import parse_cpu_list
 from servebench.placement import workers_per_node
+from servebench.regression.settings import DetectionSettings
 
 # head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
@@ -90,10 +91,16 @@ class VllmEngineSpec(StrictModel):
 EngineSpec = Annotated[VllmEngineSpec, Field(discriminator="kind")]
 
 
+ServedDtype = Literal["auto", "bfloat16", "float32"]
+DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) computes in; 'auto' is the "
+                     "model's own. float32 keeps sharded kernels from flipping near-ties of a random model.")
+
+
 class GeneratedModelSpec(StrictModel):
     """A tiny random-weight Llama with a locally trained tokenizer (nothing downloaded)."""
 
     generate: Literal["tiny-llama"]
+    dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = 0
     layers: int = Field(4, ge=1)
     hidden: int = Field(128, ge=32)
@@ -122,6 +129,7 @@ class LocalModelSpec(StrictModel):
     """A model directory on the nodes (HF layout with config.json)."""
 
     path: str = Field(min_length=1)
+    dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
 
 
 def _model_kind(value: Any) -> str | None:
@@ -183,6 +191,12 @@ class TelemetrySpec(StrictModel):
     scrape_hz: float = Field(1.0, gt=0, le=20, description="Engine /metrics scrapes per second.")
 
 
+class CorrectnessSpec(StrictModel):
+    accept: Literal["equal", "near-ties"] = Field(
+        "equal", description="'equal': every greedy token must equal the TP=1 reference, else the mode's cells "
+                             "fail. 'near-ties': also accept parting at a near-tie (bf16 models sharded).")
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -193,6 +207,8 @@ class Campaign(StrictModel):
     modes: list[ModeSpec] = Field(min_length=1)
     load: LoadSpec
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    detection: DetectionSettings = Field(default_factory=DetectionSettings)
 
     @field_validator("model", mode="before")
     @classmethod

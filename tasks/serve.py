@@ -27,7 +27,7 @@ def start_mode_server(campaign: Campaign, mode: ModeSpec, nodes: list[Node], bui
     port = pick_port()
     launch = plan_launch(get_engine(campaign.engine.kind), python=build.python, spec=campaign.engine, mode=mode,
                          model_dir=model_dir, served_name=served_name, nodes=nodes, port=port,
-                         ray_address=cluster.address if cluster else None)
+                         ray_address=cluster.address if cluster else None, dtype=campaign.model.dtype)
     server = start_server(provider, server_node(mode, nodes), launch, mode.name, port,
                           Path(run_dir) / "servers" / f"{mode.name}.log", nodes)
     telemetry = start_telemetry.fn(campaign, server, nodes, cluster, run_dir)

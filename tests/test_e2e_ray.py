@@ -45,14 +45,13 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     con = warehouse.connect(db, read_only=True)
     servers = dict(con.execute("select mode, correctness from servers").fetchall())
     assert servers.pop("reference-tp1") == "reference"
-    # "close": equal up to a near-tie (servebench/correctness.py); a broken shard fails
-    assert servers == {"tp2-ray": servers["tp2-ray"], "pp2-ray": servers["pp2-ray"]}
-    assert set(servers.values()) <= {"passed", "close"}, servers
+    # float32: every greedy token equal to TP=1 (a broken shard diverges at once)
+    assert servers == {"tp2-ray": "passed", "pp2-ray": "passed"}, servers
     cells = con.execute("select cell_key, status, correctness, client_output_tokens, server_output_tokens "
                         "from cells order by cell_key").fetchall()
     assert [c[0] for c in cells] == ["pp2-ray.c2.r0", "tp2-ray.c2.r0"]
     for key, status, correctness, client_tokens, server_tokens in cells:
-        assert status == "completed" and correctness in ("passed", "close"), key
+        assert status == "completed" and correctness == "passed", key
         assert client_tokens == server_tokens == 6 * 16, key
     logs = dict(con.execute("select mode, log_path from servers").fetchall())
     con.close()

@@ -54,5 +54,5 @@ class Engine(Protocol):
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
                host: str, port: int, omp_bind: str, extra_env: dict[str, str],
-               multinode: MultiNode | None = None) -> ServerLaunch:
+               multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
         """The command and environment of one server process for a mode (or of one rank of it)."""

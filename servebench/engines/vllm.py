@@ -36,7 +36,7 @@ class VllmEngine:
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
                host: str, port: int, omp_bind: str, extra_env: dict[str, str],
-               multinode: MultiNode | None = None) -> ServerLaunch:
+               multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
         parallel = ["--tensor-parallel-size", str(mode.tp), "--pipeline-parallel-size", str(mode.pp)]
         if multinode is None:
             argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
@@ -50,7 +50,8 @@ class VllmEngine:
                     "--master-port", str(multinode.master_port)]
             if multinode.node_rank > 0:
                 argv.append("--headless")
-        argv += ["--served-model-name", served_name, "--host", host, "--port", str(port), *mode.args]
+        argv += ["--served-model-name", served_name, "--host", host, "--port", str(port), "--dtype", dtype,
+                 *mode.args]
         env = {
             "VLLM_CPU_KVCACHE_SPACE": DEFAULT_KVCACHE_GIB,
             "VLLM_CPU_OMP_THREADS_BIND": omp_bind,
