@@ -1,0 +1,228 @@
+"""Regression detection over one series, in layers, so that noise does not page anyone.
+
+(a) The gate: tonight's repeats against the repeats of the last K good nights, one-sided
+    Mann-Whitney U (no normality assumed; latency is skewed) *and* a minimum effect size: a
+    significant 1% change is not worth a morning.
+    The effect must also exceed `noise_z` standard errors of tonight's median, from the
+    scatter measured within the baseline nights: on a noisy series 5% is not news.
+(b) Confirmation: change points over the whole history (since the last accepted baseline)
+    with `ruptures` (PELT, least-squares cost, penalty scaled by the noise measured *within*
+    nights, so a level shift does not inflate it). Each change point must also pass the
+    U test and the effect size between the regimes it separates, else it is merged away.
+    A change is confirmed when its last `confirm_nights` nights all stay beyond half the
+    minimum effect on the same side; it is then reported every night until a user accepts
+    it (annotation) or the series comes back.
+(c) Annotations are applied before (a) and (b): excluded nights vanish; an accepted night
+    starts the history afresh.
+
+A gate alarm without a confirmed change point is `suspected` (a single bad night looks like
+that too); `--fail-on-regression` fails on both, since a CI gate sees one night only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Literal
+
+import numpy as np
+import ruptures
+from pydantic import BaseModel
+from scipy.stats import mannwhitneyu
+
+from servebench.regression.series import Metric, Night
+from servebench.regression.settings import DetectionSettings
+
+Kind = Literal["regression", "improvement", "noisy"]
+Status = Literal["suspected", "confirmed", "noisy"]
+
+
+class Finding(BaseModel):
+    """What tonight's analysis says about one series and metric."""
+
+    kind: Kind
+    status: Status
+    metric: str
+    last_good_run: str | None = None
+    first_bad_run: str | None = None
+    baseline_value: float | None = None
+    value: float | None = None
+    change: float | None = None        # relative: value / baseline - 1 (signed)
+    p_value: float | None = None
+    change_point: bool = False         # (b) placed a change at first_bad_run
+    nights_since_change: int = 0
+    detail: str = ""
+
+
+def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | None = None) -> Finding | None:
+    """Tonight is the last night; None when there is nothing to say."""
+    settings = settings or DetectionSettings()
+    history = usable_history(nights)[-settings.history_nights:]
+    if not history or history[-1].run_id != nights[-1].run_id:
+        return None                                  # tonight itself was excluded
+    tonight = history[-1]
+    if tonight.noisy(metric):
+        return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
+                       detail=f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%}); not tested")
+    clean = [n for n in history if not n.noisy(metric)]
+    clean = [n for i, n in enumerate(clean) if not _isolated(clean, i, settings)]
+    starts = change_points(clean, settings)
+    confirmed = _confirmed_change(clean, starts, metric, settings)
+    if confirmed is not None:
+        return confirmed
+    regime = starts[-1] if starts else 0
+    if regime > 0:       # a change too young to confirm: the gate compares with the nights before it
+        previous = starts[-2] if len(starts) > 1 else 0
+        return _gate(tonight, clean[max(previous, regime - settings.baseline_nights):regime], metric, settings,
+                     first_bad=clean[regime])
+    return _gate(tonight, clean[:-1][-settings.baseline_nights:], metric, settings, first_bad=None)
+
+
+def usable_history(nights: list[Night]) -> list[Night]:
+    """Annotations applied: history starts at the last accepted night; excluded nights vanish."""
+    start = max((i for i, n in enumerate(nights) if n.accepted), default=0)
+    return [n for n in nights[start:] if not n.excluded]
+
+
+def change_points(nights: list[Night], settings: DetectionSettings) -> list[int]:
+    """Indices of the nights that start a new regime, each significant and large enough.
+
+    PELT runs over night means (one point per night keeps it fast); its penalty uses the
+    variance of a night mean, from the scatter *within* nights."""
+    if len(nights) < 2:
+        return []
+    scale = abs(statistics.median([v for n in nights for v in n.values])) or 1.0
+    signal = np.array([statistics.fmean(n.values) / scale for n in nights], dtype=float)
+    repeats = statistics.fmean(len(n.values) for n in nights)
+    sigma2 = max(_noise_variance(nights, scale) / repeats, 1e-8)
+    ends = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(signal).predict(
+        pen=settings.penalty * sigma2 * math.log(len(signal)))
+    return _validated(nights, [e for e in ends if 0 < e < len(nights)], settings)
+
+
+def _isolated(nights: list[Night], index: int, settings: DetectionSettings, width: int = 3) -> bool:
+    """An outlier night: off, the same way, from both the nights before and the nights after it
+    (a step's first night agrees with the nights after; tonight has no nights after)."""
+    before, after = nights[max(0, index - width):index], nights[index + 1:index + 1 + width]
+    if not before or not after:
+        return False
+    value = nights[index].value
+    offsets = []
+    for side in (before, after):
+        level = statistics.median([n.value for n in side])
+        offsets.append(_relative(value, level))
+        noise = math.sqrt(_noise_variance(side, level or 1.0) / len(nights[index].values))
+        if abs(offsets[-1]) < max(settings.min_effect, settings.noise_z * noise):
+            return False
+    return (offsets[0] > 0) == (offsets[1] > 0)
+
+
+def _validated(nights: list[Night], starts: list[int], settings: DetectionSettings) -> list[int]:
+    """Drop, one at a time, the change point whose regimes differ least, until all pass."""
+    starts = list(starts)
+    while starts:
+        edges = [0, *starts, len(nights)]
+        scores = []
+        for i in range(1, len(edges) - 1):
+            left = [v for n in nights[edges[i - 1]:edges[i]] for v in n.values]
+            right = [v for n in nights[edges[i]:edges[i + 1]] for v in n.values]
+            p = _u_test(right, left, "two-sided")
+            change = _relative(statistics.median(right), statistics.median(left))
+            long_enough = edges[i] - edges[i - 1] >= 2          # one night is not a baseline
+            scores.append((long_enough and p < settings.alpha and abs(change) >= settings.min_effect, -p, i - 1))
+        failing = [s for s in scores if not s[0]]
+        if not failing:
+            return starts
+        starts.pop(min(failing, key=lambda s: s[1])[2])        # the least significant goes first
+    return starts
+
+
+def _confirmed_change(clean: list[Night], starts: list[int], metric: Metric,
+                      settings: DetectionSettings) -> Finding | None:
+    """Tonight lies in a regime opened by a change point with enough nights behind it."""
+    if not starts or len(clean) - starts[-1] < settings.confirm_nights:
+        return None
+    start = starts[-1]
+    previous = starts[-2] if len(starts) > 1 else 0
+    before = clean[max(previous, start - settings.baseline_nights):start]
+    after = clean[start:]
+    base_values = [v for n in before for v in n.values]
+    values = [v for n in after for v in n.values]
+    baseline = statistics.median(base_values)
+    change = _relative(statistics.median(values), baseline)
+    worse = _is_worse(change, metric)
+    recent = after[-settings.confirm_nights:]
+    if any(_is_worse(_relative(n.value, baseline), metric) != worse
+           or abs(_relative(n.value, baseline)) < settings.min_effect / 2 for n in recent):
+        return None                       # the change did not persist to tonight (an outlier night, say)
+    p = _u_test(values, base_values, _worse_side(metric) if worse else _better_side(metric))
+    if not worse and len(after) > settings.baseline_nights:
+        return None                       # an improvement is news for K nights; a regression until accepted
+    return Finding(kind="regression" if worse else "improvement", status="confirmed", metric=metric.name,
+                   last_good_run=before[-1].run_id, first_bad_run=after[0].run_id,
+                   baseline_value=statistics.median(base_values), value=statistics.median(values),
+                   change=change, p_value=p, change_point=True, nights_since_change=len(after),
+                   detail=f"change point {len(after)} night(s) ago, confirmed")
+
+
+def _gate(tonight: Night, before: list[Night], metric: Metric, settings: DetectionSettings,
+          first_bad: Night | None) -> Finding | None:
+    """first_bad: where (b) placed a change not yet confirmed, if it did."""
+    if not before:
+        return None
+    base_values = [v for n in before for v in n.values]
+    baseline = statistics.median(base_values)
+    change = _relative(tonight.value, baseline)
+    standard_error = math.sqrt(_noise_variance(before, baseline or 1.0) / len(tonight.values))
+    if abs(change) < max(settings.min_effect, settings.noise_z * standard_error):
+        return None
+    worse = _is_worse(change, metric)
+    p = _u_test(tonight.values, base_values, _worse_side(metric) if worse else _better_side(metric))
+    if p >= settings.alpha:
+        return None
+    return Finding(kind="regression" if worse else "improvement", status="suspected", metric=metric.name,
+                   last_good_run=before[-1].run_id, first_bad_run=(first_bad or tonight).run_id,
+                   baseline_value=statistics.median(base_values), value=tonight.value, change=change,
+                   p_value=p, change_point=first_bad is not None, nights_since_change=1,
+                   detail=f"tonight's {len(tonight.values)} repeats vs {len(base_values)} from "
+                          f"{len(before)} good night(s); awaiting confirmation")
+
+
+def _noise_variance(nights: list[Night], scale: float) -> float:
+    """Pooled within-night variance (immune to level shifts); with one repeat per night, the
+    robust variance of night-to-night differences instead."""
+    pooled = [(len(n.values) - 1, statistics.variance([v / scale for v in n.values]))
+              for n in nights if len(n.values) > 1]
+    dof = sum(d for d, _ in pooled)
+    if dof >= 2:
+        return sum(d * var for d, var in pooled) / dof
+    medians = [n.value / scale for n in nights]
+    diffs = [abs(b - a) for a, b in zip(medians, medians[1:])]
+    if not diffs:
+        return 0.0
+    mad = statistics.median(diffs) / 0.6745                     # |diff| of two N(0, s2) has sd s*sqrt(2)
+    return (mad / math.sqrt(2)) ** 2
+
+
+def _u_test(sample: list[float], reference: list[float], alternative: str) -> float:
+    if len(sample) == 0 or len(reference) == 0:
+        return 1.0
+    if len(set(sample) | set(reference)) == 1:
+        return 1.0                                               # all equal: no evidence either way
+    return float(mannwhitneyu(sample, reference, alternative=alternative).pvalue)
+
+
+def _relative(value: float, baseline: float) -> float:
+    return value / baseline - 1.0 if baseline else 0.0
+
+
+def _is_worse(change: float, metric: Metric) -> bool:
+    return change < 0 if metric.direction == "higher" else change > 0
+
+
+def _worse_side(metric: Metric) -> str:
+    return "less" if metric.direction == "higher" else "greater"
+
+
+def _better_side(metric: Metric) -> str:
+    return "greater" if metric.direction == "higher" else "less"

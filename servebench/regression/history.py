@@ -1,0 +1,157 @@
+"""The warehouse side of detection: give runs their series ids, read nights with the users'
+annotations applied, and land what each night's analysis found."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timezone
+
+import duckdb
+from pydantic import BaseModel
+
+from servebench.regression.detect import Finding, analyze
+from servebench.regression.series import IDENTITY_FIELDS, METRICS, Night, hardware_fingerprint, series_id, series_label
+from servebench.regression.settings import DetectionSettings
+
+_REPEAT_SUFFIX = re.compile(r"\.r\d+$")
+
+
+class FindingRow(BaseModel):
+    """A finding with everything a reader needs to act on it."""
+
+    run_id: str
+    series_id: str
+    metric: str
+    night_at: datetime
+    series_label: str
+    campaign: str
+    mode: str
+    cell_point: str
+    hardware_fingerprint: str | None
+    direction: str
+    last_good_at: datetime | None = None
+    first_bad_at: datetime | None = None
+    engine_last_good: str | None = None
+    engine_first_bad: str | None = None
+    engine_versions: list[str] = []
+    finding: Finding
+
+
+def cell_point(cell_key: str) -> str:
+    """tp2.c4.r1 -> tp2.c4: the load point, the same in every repeat."""
+    return _REPEAT_SUFFIX.sub("", cell_key)
+
+
+def assign_series(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """Set the run's hardware fingerprint and its cells' series ids (idempotent)."""
+    cols = ["node", "cpus", "cpu_model", "arch", "logical_cores", "mem_total_bytes", "numa_nodes"]
+    nodes = [dict(zip(cols, row)) for row in
+             con.execute(f"select {', '.join(cols)} from nodes where run_id = ?", [run_id]).fetchall()]
+    if not nodes:
+        return None
+    fingerprint = hardware_fingerprint(nodes)
+    campaign = con.execute("select campaign from runs where run_id = ?", [run_id]).fetchone()[0]
+    con.execute("update runs set hardware_fingerprint = ? where run_id = ?", [fingerprint, run_id])
+    fields = [f for f in IDENTITY_FIELDS if f != "campaign"]
+    cells = con.execute(f"select cell_id, {', '.join(fields)} from cells where run_id = ?", [run_id]).fetchall()
+    updates = [[series_id({"campaign": campaign, **dict(zip(fields, row[1:]))}, fingerprint), row[0]]
+               for row in cells]
+    if updates:
+        con.executemany("update cells set series_id = ? where cell_id = ?", updates)
+    return fingerprint
+
+
+def assign_missing_series(con: duckdb.DuckDBPyConnection) -> None:
+    """Runs landed before detection existed (or interrupted before it ran) get their ids."""
+    for (run_id,) in con.execute("select distinct run_id from cells where series_id is null").fetchall():
+        assign_series(con, run_id)
+
+
+def nights_of(con: duckdb.DuckDBPyConnection, series: str, metric: str, until: datetime) -> list[Night]:
+    """The series' nights up to `until`, oldest first, annotations applied."""
+    rows = con.execute(
+        "select run_id, night_at, engine_version, repeat_values from series_nights "
+        "where series_id = ? and metric = ? and night_at <= ? order by night_at, run_id",
+        [series, metric, until]).fetchall()
+    notes = con.execute(
+        "select run_id, action from annotations where (series_id is null or series_id = ?) "
+        "and (metric is null or metric = ?)", [series, metric]).fetchall()
+    excluded = {r for r, a in notes if a == "exclude"}
+    accepted = {r for r, a in notes if a == "accept"}
+    return [Night(run_id=r, at=at, engine_version=v, values=list(values), excluded=r in excluded,
+                  accepted=r in accepted) for r, at, v, values in rows]
+
+
+def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str, settings: DetectionSettings) -> list[FindingRow]:
+    """Tonight's analysis of every series the run measured; replaces the run's earlier rows."""
+    assign_missing_series(con)
+    night_at = con.execute("select started_at from runs where run_id = ?", [run_id]).fetchone()[0]
+    series = con.execute(
+        "select distinct c.series_id, r.campaign, c.mode, c.cell_key, c.load_kind, c.clients, c.rate, "
+        "c.input_len, c.output_len, r.hardware_fingerprint from cells c join runs r using (run_id) "
+        "where c.run_id = ? and c.series_id is not null order by c.cell_key", [run_id]).fetchall()
+    rows, seen = [], set()
+    for sid, campaign, mode, key, load_kind, clients, rate, input_len, output_len, fingerprint in series:
+        if sid in seen:
+            continue                                      # one series, several repeats
+        seen.add(sid)
+        identity = dict(campaign=campaign, mode=mode, load_kind=load_kind, clients=clients, rate=rate,
+                        input_len=input_len, output_len=output_len)
+        for metric in METRICS.values():
+            nights = nights_of(con, sid, metric.name, night_at)
+            if not nights or nights[-1].run_id != run_id:
+                continue
+            finding = analyze(nights, metric, settings)
+            if finding is None:
+                continue
+            rows.append(_row(run_id, sid, night_at, identity, cell_point(key), fingerprint, metric.direction,
+                             nights, finding))
+    store_findings(con, run_id, rows)
+    return rows
+
+
+def _row(run_id: str, sid: str, night_at: datetime, identity: dict, point: str, fingerprint: str | None,
+         direction: str, nights: list[Night], finding: Finding) -> FindingRow:
+    by_run = {n.run_id: n for n in nights}
+    good, bad = by_run.get(finding.last_good_run or ""), by_run.get(finding.first_bad_run or "")
+    versions: list[str] = []
+    if good and bad:
+        for n in nights:
+            if good.at <= n.at <= bad.at and n.engine_version and n.engine_version not in versions:
+                versions.append(n.engine_version)
+    return FindingRow(run_id=run_id, series_id=sid, metric=finding.metric, night_at=night_at,
+                      series_label=series_label(identity), campaign=identity["campaign"], mode=identity["mode"],
+                      cell_point=point, hardware_fingerprint=fingerprint, direction=direction,
+                      last_good_at=good.at if good else None, first_bad_at=bad.at if bad else None,
+                      engine_last_good=good.engine_version if good else None,
+                      engine_first_bad=bad.engine_version if bad else None, engine_versions=versions,
+                      finding=finding)
+
+
+def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, rows: list[FindingRow]) -> None:
+    con.execute("begin")
+    con.execute("delete from regressions where run_id = ?", [run_id])
+    now = datetime.now(timezone.utc)
+    for r in rows:
+        f = r.finding
+        con.execute(
+            "insert into regressions values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?, ?, ?)",
+            [r.run_id, r.series_id, r.metric, now, r.night_at, r.series_label, r.campaign, r.mode, r.cell_point,
+             r.hardware_fingerprint, f.kind, f.status, r.direction, f.last_good_run, f.first_bad_run,
+             r.last_good_at, r.first_bad_at, f.baseline_value, f.value, f.change, f.p_value, f.change_point,
+             f.nights_since_change, r.engine_last_good, r.engine_first_bad, r.engine_versions, f.detail])
+    con.execute("commit")
+
+
+def annotate(con: duckdb.DuckDBPyConnection, action: str, run_id: str, note: str, series: str | None = None,
+             metric: str | None = None, author: str | None = None) -> str:
+    if con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchone()[0] == 0:
+        raise ValueError(f"no run {run_id!r} in the warehouse")
+    if metric is not None and metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+    annotation_id = uuid.uuid4().hex[:12]
+    con.execute("insert into annotations values (?, ?, ?, ?, ?, ?, ?, ?)",
+                [annotation_id, datetime.now(timezone.utc), action, run_id, series, metric, note, author])
+    return annotation_id
