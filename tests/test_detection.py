@@ -79,7 +79,7 @@ def test_an_accepted_change_becomes_the_new_baseline_and_an_excluded_night_vanis
 
 
 def test_two_nights_with_enough_repeats_are_enough_for_the_gate():
-    nights = [Night(run_id="a", at=history([1.0], 0.0, 1, 0)[0].at, values=[100, 101, 99, 100, 102]),
+    nights = [Night(run_id="a", at=history([1.0], 0.0, 1, 0)[0].at, values=[100, 101, 99, 103, 102]),
               Night(run_id="b", at=history([1.0, 1.0], 0.0, 1, 0)[1].at, values=[80, 81, 79, 82, 78])]
     finding = analyze(nights, METRICS["output_throughput"])
     assert finding.kind == "regression" and finding.status == "suspected" and finding.p_value < 0.005
