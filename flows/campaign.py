@@ -36,6 +36,7 @@ from tasks.load import cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.provision import provision
 from tasks.report import render_report
+from tasks.regressions import detect_regressions, publish_regressions
 from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
 from tasks.telemetry import Telemetry, stop_telemetry
 
@@ -98,8 +99,28 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
                                ended_at=landing.now())
+        if outcome["status"] != "interrupted":
+            outcome["regressions"] = find_regressions(wh, run_id, campaign)
         outcome["report"] = write_report(wh, run_id, run_dir)
     return outcome
+
+
+def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]:
+    """Tonight against the history; a failure here never hides the run's own outcome."""
+    reporter().stage("looking for regressions in the history")
+    try:
+        rows = detect_regressions(wh, run_id, campaign.detection)
+    except Exception as exc:  # the measurements are landed; `servebench regressions --recompute` redoes it
+        reporter().stage(f"regression detection failed: {exc}")
+        return {}
+    try:
+        publish_regressions(rows, run_id)
+    except Exception as exc:
+        reporter().stage(f"could not attach the regressions artifact: {exc}")
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["kind"]] = counts.get(row["kind"], 0) + 1
+    return counts
 
 
 def land_measured_cells(campaign: Campaign, cells: list[Cell], wh: str, run_id: str, run_dir: Path,

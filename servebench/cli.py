@@ -1,4 +1,4 @@
-"""`servebench`: plan, run, load, query, report.
+"""`servebench`: plan, build, run, serve, load, query, report, regressions, compare, annotate.
 
 Prefect is imported only by the commands that run flows, so `plan`, `query` and `load`
 start fast and the load generator's process carries nothing it does not need.
@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     _warehouse_arg(run)
     run.set_defaults(func=cmd_run)
 
+    serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this machine "
+                           "(needs a running Prefect server: PREFECT_API_URL)")
+    serve.add_argument("deployments", nargs="*", help="names from prefect.yaml (default: all)")
+    serve.set_defaults(func=cmd_serve)
+
     query = sub.add_parser("query", help="run SQL on the warehouse (read-only)")
     query.add_argument("sql")
     query.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -68,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     from servebench.load.cli import add_load_parser
+    from servebench.regression.cli import add_regression_parsers
     add_load_parser(sub)
+    add_regression_parsers(sub)
     return parser
 
 
@@ -130,10 +137,35 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})")
     console.print(f"warehouse: {outcome['warehouse']}")
     console.print(f"report:    {outcome.get('report')}")
+    found = outcome.get("regressions") or {}
+    console.print(f"history:   {found.get('regression', 0)} regression(s), {found.get('improvement', 0)} "
+                  f"improvement(s) against earlier runs (servebench regressions)")
     console.print(f"run dir:   {outcome['run_dir']}")
     console.print('try:       servebench query "select mode, clients, rate, count(*) from requests '
                   'join cells using (cell_id) group by all"')
     return EXIT_OK if outcome["status"] == "completed" else EXIT_FAILED
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if not os.environ.get("PREFECT_API_URL"):
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            print("servebench: schedules need a persistent Prefect server. Start one (`prefect server start`) "
+                  "and export PREFECT_API_URL=http://127.0.0.1:4200/api, then run `servebench serve` again.",
+                  file=sys.stderr)
+            return EXIT_FAILED
+    from flows.serve import ROOT, serve_nightly
+
+    os.chdir(ROOT)  # prefect.yaml's parameters are paths relative to the checkout
+    try:
+        serve_nightly(args.deployments or None)
+    except ValueError as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 def _terminate(signum, frame) -> None:

@@ -85,6 +85,17 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
     )
 
 
+# the order of land_cell's row (later migrations add columns that are filled elsewhere)
+CELL_COLUMNS = [
+    "run_id", "cell_id", "cell_key", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients", '"repeat"',
+    "input_len", "output_len", "seed", "status", "error", "correctness", "started_at", "ended_at", "t0_monotonic",
+    "t_end_monotonic", "duration_s", "completed", "failed", "offered_rate", "achieved_rate", "request_throughput",
+    "output_throughput", "goodput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms",
+    "itl_p99_ms", "e2el_p50_ms", "e2el_p99_ms", "schedule_lag_p99_ms", "valid", "invalid_reasons",
+    "client_output_tokens", "server_output_tokens", "result_path",
+]
+
+
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
               status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
               result: dict | None, result_path: str | None, correctness: str | None = None,
@@ -116,7 +127,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         try:
             con.execute("delete from requests where cell_id = ?", [cid])
             con.execute("delete from cells where cell_id = ?", [cid])
-            con.execute(f"insert into cells values ({', '.join('?' * len(row))})", row)
+            con.execute(f"insert into cells ({', '.join(CELL_COLUMNS)}) values ({', '.join('?' * len(row))})", row)
             if requests_csv is not None:
                 _insert_requests_csv(con, run_id, cid, requests_csv)
             con.execute("commit")

@@ -152,6 +152,37 @@ def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
         "Modes and executors side by side", subtitle="one panel per load point"))
 
 
+def history(nights: list[dict], changes: list[dict]) -> alt.Chart | None:
+    """Each series of the run, night by night (median of repeats), with the regressions and
+    improvements detection placed at their first bad night."""
+    if len({n["run_id"] for n in nights}) < 2:
+        return None
+    panels = []
+    for metric in dict.fromkeys(n["metric"] for n in nights):
+        line = alt.Chart(_data([n for n in nights if n["metric"] == metric])).mark_line(
+            point=alt.OverlayMarkDef(size=40)).encode(
+            x=alt.X("night_at:T", title="night (run start)"),
+            y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+            color=alt.Color("point:N", title="cell"),
+            tooltip=["point:N", "run_id:N", "engine_version:N", alt.Tooltip("value:Q", format=".4g"),
+                     alt.Tooltip("repeats:Q"), alt.Tooltip("cv:Q", format=".1%")])
+        marks = [c for c in changes if c["metric"] == metric]
+        layer = line
+        if marks:
+            layer = line + alt.Chart(_data(marks)).mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(
+                x="first_bad_at:T",
+                color=alt.Color("kind:N", title="change", scale=alt.Scale(
+                    domain=["regression", "improvement"], range=["#d62728", "#2ca02c"])),
+                tooltip=["kind:N", "status:N", "point:N", "first_bad_run:N", "last_good_run:N",
+                         alt.Tooltip("change:Q", format="+.1%"), alt.Tooltip("p_value:Q", format=".2g"),
+                         "engine_first_bad:N"])
+        panels.append(layer.resolve_scale(color="independent").properties(width=WIDTH * 2 + 60, height=150,
+                                                                            title=metric))
+    return alt.vconcat(*panels).properties(title=alt.TitleParams(
+        "History of this run's series", subtitle="median of repeats per night; dashed: change found "
+                                                 "(first bad night), red regression, green improvement"))
+
+
 def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.TopLevelMixin]:
     cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
     kv = rows(con, "select k.*, n.normalized_throughput from cell_kv k join cell_normalized n using (cell_id) "
@@ -174,8 +205,28 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                                      "requests whose KV cache was evicted and recomputed", saturation),
         "node_timelines": node_timelines(samples, cells),
         "modes_side_by_side": modes_side_by_side(cells),
+        "history": history(*history_rows(con, run_id)),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
+
+
+def history_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[list[dict], list[dict]]:
+    """Nights of the run's series up to the run (output throughput, and every metric with a
+    finding), and the findings of those series up to the run."""
+    points = "select distinct series_id, regexp_replace(cell_key, '\\.r\\d+$', '') point from cells where run_id = ?"
+    changes = rows(con, f"""select g.*, p.point from regressions g join ({points}) p using (series_id)
+        where g.kind in ('regression', 'improvement') and g.night_at <= (select started_at from runs where run_id = ?)
+        and (g.change_point or g.run_id = ?)""", [run_id, run_id, run_id])
+    metrics = sorted({"output_throughput"} | {c["metric"] for c in changes})
+    nights = rows(con, f"""select s.series_id, s.metric, s.run_id, s.night_at, s.engine_version, s.value, s.repeats,
+        s.cv, p.point from series_nights s join ({points}) p using (series_id)
+        where s.metric in ({', '.join('?' * len(metrics))})
+          and s.night_at <= (select started_at from runs where run_id = ?)
+        order by s.night_at""", [run_id, *metrics, run_id])
+    firsts = {}
+    for c in changes:      # one mark per change (it is reported again every night it stays open)
+        firsts.setdefault((c["series_id"], c["metric"], c["first_bad_run"]), c)
+    return nights, list(firsts.values())
 
 
 def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Path:

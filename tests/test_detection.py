@@ -60,11 +60,11 @@ def test_a_slow_drift_is_caught_before_it_costs_fifteen_percent():
     assert alarms and alarms[0] - 30 + 1 <= 30, alarms
 
 
-def test_a_noisy_night_is_flagged_not_tested_and_kept_out_of_the_baseline():
+def test_a_noisy_night_without_a_gross_change_is_flagged_noisy():
     nights = history([1.0] * 12, noise=0.03, repeats=3, seed=5)
     nights[-1].values = [100.0, 60.0, 140.0]
     finding = analyze(nights, METRICS["output_throughput"])
-    assert finding.kind == "noisy" and "not tested" in finding.detail
+    assert finding.kind == "noisy" and "no change beyond the noise" in finding.detail
 
 
 def test_an_accepted_change_becomes_the_new_baseline_and_an_excluded_night_vanishes():
@@ -95,3 +95,12 @@ def test_series_ids_ignore_the_engine_and_follow_the_hardware():
                     clients=4, input_len=32, output_len=32)
     assert series_id(identity, same) == series_id(dict(identity), same)
     assert series_id({**identity, "clients": 8}, same) != series_id(identity, same)
+
+
+def test_a_noisy_night_with_a_gross_drop_is_still_a_regression_and_never_a_baseline():
+    nights = history([1.0] * 12, noise=0.03, repeats=3, seed=5)
+    nights[-1].values = [30.0, 22.0, 26.0]          # CV 15%, far below the baseline
+    finding = analyze(nights, METRICS["output_throughput"])
+    assert finding.kind == "regression" and "vary by" in finding.detail
+    nights.append(history([1.0] * 13, noise=0.03, repeats=3, seed=6)[-1])
+    assert analyze(nights, METRICS["output_throughput"]) is None   # tonight is compared with clean nights

@@ -61,10 +61,14 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
     if not history or history[-1].run_id != nights[-1].run_id:
         return None                                  # tonight itself was excluded
     tonight = history[-1]
-    if tonight.noisy(metric):
-        return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
-                       detail=f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%}); not tested")
     clean = [n for n in history if not n.noisy(metric)]
+    if tonight.noisy(metric):            # never a baseline nor a change point; a gross change still shows
+        finding = _gate(tonight, clean[-settings.baseline_nights:], metric, settings, first_bad=None)
+        noise = f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%})"
+        if finding is None:
+            return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
+                           detail=f"{noise}; no change beyond the noise")
+        return finding.model_copy(update={"detail": f"{noise}; {finding.detail}"})
     clean = [n for i, n in enumerate(clean) if not _isolated(clean, i, settings)]
     starts = change_points(clean, settings)
     confirmed = _confirmed_change(clean, starts, metric, settings)
@@ -110,7 +114,7 @@ def _isolated(nights: list[Night], index: int, settings: DetectionSettings, widt
     offsets = []
     for side in (before, after):
         level = statistics.median([n.value for n in side])
-        offsets.append(_relative(value, level))
+        offsets.append(relative_change(value, level))
         noise = math.sqrt(_noise_variance(side, level or 1.0) / len(nights[index].values))
         if abs(offsets[-1]) < max(settings.min_effect, settings.noise_z * noise):
             return False
@@ -126,8 +130,8 @@ def _validated(nights: list[Night], starts: list[int], settings: DetectionSettin
         for i in range(1, len(edges) - 1):
             left = [v for n in nights[edges[i - 1]:edges[i]] for v in n.values]
             right = [v for n in nights[edges[i]:edges[i + 1]] for v in n.values]
-            p = _u_test(right, left, "two-sided")
-            change = _relative(statistics.median(right), statistics.median(left))
+            p = u_test(right, left, "two-sided")
+            change = relative_change(statistics.median(right), statistics.median(left))
             long_enough = edges[i] - edges[i - 1] >= 2          # one night is not a baseline
             scores.append((long_enough and p < settings.alpha and abs(change) >= settings.min_effect, -p, i - 1))
         failing = [s for s in scores if not s[0]]
@@ -149,13 +153,13 @@ def _confirmed_change(clean: list[Night], starts: list[int], metric: Metric,
     base_values = [v for n in before for v in n.values]
     values = [v for n in after for v in n.values]
     baseline = statistics.median(base_values)
-    change = _relative(statistics.median(values), baseline)
+    change = relative_change(statistics.median(values), baseline)
     worse = _is_worse(change, metric)
     recent = after[-settings.confirm_nights:]
-    if any(_is_worse(_relative(n.value, baseline), metric) != worse
-           or abs(_relative(n.value, baseline)) < settings.min_effect / 2 for n in recent):
+    if any(_is_worse(relative_change(n.value, baseline), metric) != worse
+           or abs(relative_change(n.value, baseline)) < settings.min_effect / 2 for n in recent):
         return None                       # the change did not persist to tonight (an outlier night, say)
-    p = _u_test(values, base_values, _worse_side(metric) if worse else _better_side(metric))
+    p = u_test(values, base_values, _worse_side(metric) if worse else _better_side(metric))
     if not worse and len(after) > settings.baseline_nights:
         return None                       # an improvement is news for K nights; a regression until accepted
     return Finding(kind="regression" if worse else "improvement", status="confirmed", metric=metric.name,
@@ -172,12 +176,13 @@ def _gate(tonight: Night, before: list[Night], metric: Metric, settings: Detecti
         return None
     base_values = [v for n in before for v in n.values]
     baseline = statistics.median(base_values)
-    change = _relative(tonight.value, baseline)
-    standard_error = math.sqrt(_noise_variance(before, baseline or 1.0) / len(tonight.values))
+    change = relative_change(tonight.value, baseline)
+    variance = max(_noise_variance(before, baseline or 1.0), _noise_variance([tonight], baseline or 1.0))
+    standard_error = math.sqrt(variance / len(tonight.values))
     if abs(change) < max(settings.min_effect, settings.noise_z * standard_error):
         return None
     worse = _is_worse(change, metric)
-    p = _u_test(tonight.values, base_values, _worse_side(metric) if worse else _better_side(metric))
+    p = u_test(tonight.values, base_values, _worse_side(metric) if worse else _better_side(metric))
     if p >= settings.alpha:
         return None
     return Finding(kind="regression" if worse else "improvement", status="suspected", metric=metric.name,
@@ -204,7 +209,7 @@ def _noise_variance(nights: list[Night], scale: float) -> float:
     return (mad / math.sqrt(2)) ** 2
 
 
-def _u_test(sample: list[float], reference: list[float], alternative: str) -> float:
+def u_test(sample: list[float], reference: list[float], alternative: str) -> float:
     if len(sample) == 0 or len(reference) == 0:
         return 1.0
     if len(set(sample) | set(reference)) == 1:
@@ -212,7 +217,7 @@ def _u_test(sample: list[float], reference: list[float], alternative: str) -> fl
     return float(mannwhitneyu(sample, reference, alternative=alternative).pvalue)
 
 
-def _relative(value: float, baseline: float) -> float:
+def relative_change(value: float, baseline: float) -> float:
     return value / baseline - 1.0 if baseline else 0.0
 
 

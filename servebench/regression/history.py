@@ -3,6 +3,7 @@ annotations applied, and land what each night's analysis found."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import datetime, timezone
@@ -155,3 +156,63 @@ def annotate(con: duckdb.DuckDBPyConnection, action: str, run_id: str, note: str
     con.execute("insert into annotations values (?, ?, ?, ?, ?, ?, ?, ?)",
                 [annotation_id, datetime.now(timezone.utc), action, run_id, series, metric, note, author])
     return annotation_id
+
+
+def findings(con: duckdb.DuckDBPyConnection, since: datetime | None = None, campaign: str | None = None,
+             run_id: str | None = None, latest_only: bool = False) -> list[dict]:
+    """Landed findings as dicts (newest nights first). latest_only: each campaign's newest
+    analyzed run, which is what a CI gate asks about."""
+    where, params = ["true"], []
+    if since is not None:
+        where.append("night_at >= ?")
+        params.append(since)
+    if campaign is not None:
+        where.append("campaign = ?")
+        params.append(campaign)
+    if run_id is not None:
+        where.append("run_id = ?")
+        params.append(run_id)
+    if latest_only:
+        where.append("run_id in (select arg_max(run_id, night_at) from regressions group by campaign)")
+    cursor = con.execute(f"select * from regressions where {' and '.join(where)} order by night_at desc", params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def run_settings(con: duckdb.DuckDBPyConnection, run_id: str) -> DetectionSettings:
+    """The detection settings of the campaign as that run had it."""
+    spec = con.execute("select spec_normalized from runs where run_id = ?", [run_id]).fetchone()[0]
+    section = (json.loads(spec) if isinstance(spec, str) else spec or {}).get("detection")
+    return DetectionSettings(**section) if section else DetectionSettings()
+
+
+def recompute(con: duckdb.DuckDBPyConnection, since: datetime | None = None, campaign: str | None = None,
+              latest_only: bool = False) -> int:
+    """Analyze finished runs again, oldest first (after an annotation, or with new settings)."""
+    where, params = ["status <> 'running'"], []
+    if since is not None:
+        where.append("started_at >= ?")
+        params.append(since)
+    if campaign is not None:
+        where.append("campaign = ?")
+        params.append(campaign)
+    runs = [r for (r,) in con.execute(f"select run_id from runs where {' and '.join(where)} order by started_at",
+                                       params).fetchall()]
+    if latest_only:
+        newest = {c: r for c, r in con.execute(
+            f"select campaign, arg_max(run_id, started_at) from runs where {' and '.join(where)} group by campaign",
+            params).fetchall()}
+        runs = [r for r in runs if r in newest.values()]
+    for run_id in runs:
+        analyze_run(con, run_id, run_settings(con, run_id))
+    return len(runs)
+
+
+def point_values(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[tuple[str, str], list[float]]:
+    """(load point, metric) -> the repeats' values of one run, for `servebench compare`."""
+    rows = con.execute("select cell_key, metric, value from cell_metrics where run_id = ? order by \"repeat\"",
+                       [run_id]).fetchall()
+    values: dict[tuple[str, str], list[float]] = {}
+    for key, metric, value in rows:
+        values.setdefault((cell_point(key), metric), []).append(value)
+    return values

@@ -1,0 +1,69 @@
+"""Findings as a reader wants them in the morning: a markdown list (the Prefect artifact) and
+plain table rows (the CLI), alarms first, each with its engine version range."""
+
+from __future__ import annotations
+
+from servebench.regression.series import METRICS
+
+ORDER = {("regression", "confirmed"): 0, ("regression", "suspected"): 1, ("improvement", "confirmed"): 2,
+         ("improvement", "suspected"): 3, ("noisy", "noisy"): 4}
+COLUMNS = ["night", "series", "metric", "kind", "status", "baseline", "value", "change", "p", "last good",
+           "first bad", "engine versions"]
+
+
+def sort_key(row: dict) -> tuple:
+    return ORDER.get((row["kind"], row["status"]), 9), row["series_label"], row["metric"]
+
+
+def version_range(row: dict) -> str:
+    versions = row.get("engine_versions") or []
+    if not versions:
+        return row.get("engine_first_bad") or "?"
+    return versions[0] if len(versions) == 1 else f"{versions[0]} .. {versions[-1]} ({len(versions)})"
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    out = []
+    for r in sorted(rows, key=sort_key):
+        unit = METRICS[r["metric"]].unit if r["metric"] in METRICS else ""
+        out.append([
+            str(r["run_id"]), r["series_label"], r["metric"], r["kind"], r["status"],
+            _num(r.get("baseline_value"), unit), _num(r.get("value"), unit),
+            f"{r['change']:+.1%}" if r.get("change") is not None else "",
+            f"{r['p_value']:.2g}" if r.get("p_value") is not None else "",
+            str(r.get("last_good_run") or ""), str(r.get("first_bad_run") or ""), version_range(r),
+        ])
+    return out
+
+
+def markdown(rows: list[dict], run_id: str) -> str:
+    alarms = [r for r in rows if r["kind"] == "regression"]
+    better = [r for r in rows if r["kind"] == "improvement"]
+    noisy = [r for r in rows if r["kind"] == "noisy"]
+    lines = [f"# servebench: regressions in run `{run_id}`", ""]
+    if not alarms and not better:
+        lines.append("No regression and no improvement in any series.")
+    for title, group in (("Regressions", alarms), ("Improvements", better)):
+        if not group:
+            continue
+        lines += ["", f"## {title} ({len(group)})", "",
+                  "| series | metric | status | baseline | tonight | change | p | engine versions |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in sorted(group, key=sort_key):
+            unit = METRICS[r["metric"]].unit
+            lines.append(f"| {r['series_label']} | {r['metric']} | {r['status']} | "
+                         f"{_num(r['baseline_value'], unit)} | {_num(r['value'], unit)} | {r['change']:+.1%} | "
+                         f"{r['p_value']:.2g} | {version_range(r)} (last good `{r['last_good_run']}`, "
+                         f"first bad `{r['first_bad_run']}`) |")
+    if noisy:
+        lines += ["", f"{len(noisy)} series were too noisy tonight to test: "
+                  + ", ".join(sorted({f"{r['series_label']} {r['metric']}" for r in noisy}))]
+    lines += ["", "Accept an intended change with `servebench annotate accept RUN --note ...`; "
+                  "drop a bad night with `servebench annotate exclude RUN --note ...`."]
+    return "\n".join(lines)
+
+
+def _num(value, unit: str) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g} {unit}".strip()

@@ -1,0 +1,31 @@
+"""Regression stage: analyze tonight's series against the history, land the findings and
+tell the reader in a Prefect markdown artifact."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NONE
+
+import warehouse
+from servebench.regression.history import analyze_run, findings
+from servebench.regression.settings import DetectionSettings
+from servebench.regression.summary import markdown
+
+
+@task(name="detect-regressions", cache_policy=NONE)
+def detect_regressions(warehouse_path: str, run_id: str, settings: DetectionSettings) -> list[dict]:
+    con = warehouse.connect(warehouse_path)
+    try:
+        analyze_run(con, run_id, settings)
+        return findings(con, run_id=run_id)
+    finally:
+        con.close()
+
+
+@task(name="regressions-artifact", cache_policy=NONE)
+def publish_regressions(rows: list[dict], run_id: str) -> str:
+    text = markdown(rows, run_id)
+    create_markdown_artifact(markdown=text, key="campaign-regressions",
+                             description=f"regressions and improvements found in run {run_id}")
+    return text

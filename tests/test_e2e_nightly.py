@@ -1,0 +1,165 @@
+"""Two nights through a real Prefect server: deploy prefect.yaml, trigger runs with
+`prefect deployment run`, let a real process worker execute them, and find the regression
+planted in the second night (`--max-num-seqs 1` serializes the two clients).
+
+Asserts: both flow runs complete and land rows; the CLI reports the regression and
+`--fail-on-regression` exits non-zero; the Prefect markdown artifact lists it; `compare`
+calls the second run worse; the report's history chart marks the change; nothing is left
+running (server, worker, engine) and no port stays open.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+import warehouse
+from servebench.processes import free_port, shm_entries
+from tests.test_e2e_campaign import engine_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+NIGHTLY = ROOT / "tests" / "campaigns" / "good" / "e2e-nightly.yaml"
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.e2e
+
+
+def slower_copy(tmp_path: Path) -> Path:
+    """The same campaign (same series) with a setting that makes serving slower."""
+    text = NIGHTLY.read_text().replace("    tp: 1\n", '    tp: 1\n    args: ["--max-num-seqs", "1"]\n')
+    assert "--max-num-seqs" in text
+    path = tmp_path / "e2e-nightly.yaml"
+    path.write_text(text)
+    return path
+
+
+def prefect(env: dict, *args: str, timeout: float = 180) -> str:
+    done = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"prefect {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def api(env: dict, method: str, path: str, body: dict | None = None):
+    request = urllib.request.Request(env["PREFECT_API_URL"] + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """By PID: the process group, then anything of it that escaped."""
+    if proc.poll() is None:
+        family = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for child in family:
+            if child.is_running():
+                child.kill()
+
+
+def wait_for_run(env: dict, flow_run_id: str, timeout: float = 900) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = api(env, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return state
+        time.sleep(2)
+    raise AssertionError(f"flow run {flow_run_id} did not finish in {timeout} s")
+
+
+def trigger(env: dict, campaign: Path, db: Path) -> str:
+    out = prefect(env, "deployment", "run", "campaign-run/smoke-nightly",
+                  "--param", f"campaign_file={campaign}", "--param", f"warehouse_path={db}")
+    return next(word for line in out.splitlines() if "UUID" in line for word in line.split() if len(word) == 36)
+
+
+def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
+    port = free_port()
+    db = tmp_path / "nightly.duckdb"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL":
+           f"http://127.0.0.1:{port}/api", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "SERVEBENCH_RUNS": str(tmp_path / "runs"), "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env.pop("SERVEBENCH_WAREHOUSE", None)
+    shm_before = shm_entries()
+    server = start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env,
+                   tmp_path / "server.log")
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                api(env, "GET", "/health")
+                break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                assert time.monotonic() < deadline, "the Prefect server did not come up"
+                time.sleep(1)
+        prefect(env, "work-pool", "create", "servebench-local", "--type", "process")
+        prefect(env, "work-queue", "create", "cluster-local", "--pool", "servebench-local", "--limit", "1")
+        deployed = prefect(env, "--no-prompt", "deploy", "--all")
+        assert "smoke-nightly" in deployed and "local-ray-nightly" in deployed
+        schedules = api(env, "GET", "/deployments/name/campaign-run/smoke-nightly")["schedules"]
+        assert schedules[0]["schedule"]["cron"] == "0 2 * * *"
+        assert schedules[0]["schedule"]["timezone"] == "Europe/Lisbon"
+        worker = start([str(BIN / "prefect"), "worker", "start", "--pool", "servebench-local"], env,
+                       tmp_path / "worker.log")
+
+        first = trigger(env, NIGHTLY, db)
+        assert wait_for_run(env, first) == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
+        second = trigger(env, slower_copy(tmp_path), db)
+        assert wait_for_run(env, second) == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
+
+        artifacts = api(env, "POST", "/artifacts/filter", {"artifacts": {"key": {"any_": ["campaign-regressions"]}},
+                                                           "sort": "CREATED_DESC"})
+        newest = next(a for a in artifacts if a["flow_run_id"] == second)
+        assert "## Regressions" in newest["data"] and "e2e-nightly/tp1 c2" in newest["data"], newest["data"]
+    finally:
+        if worker is not None:
+            stop(worker)
+        stop(server)
+
+    con = warehouse.connect(db, read_only=True)
+    runs = con.execute("select run_id, status from runs order by started_at").fetchall()
+    regressions = con.execute("select metric, status, change from regressions where run_id = ? and kind = "
+                              "'regression'", [runs[1][0]]).fetchall()
+    rows = con.execute("select count(*) from requests").fetchone()[0]
+    con.close()
+    assert [s for _, s in runs] == ["completed", "completed"] and rows == 2 * 6 * 24
+    assert "output_throughput" in {m for m, _, _ in regressions}, regressions
+
+    cli = [str(BIN / "servebench")]
+    listed = subprocess.run(cli + ["regressions", "--warehouse", str(db), "--fail-on-regression"],
+                            capture_output=True, text=True, env=env)
+    assert listed.returncode == 3, listed.stdout + listed.stderr
+    assert "output_throughput" in listed.stdout and "regression" in listed.stdout
+    assert subprocess.run(cli + ["regressions", "--warehouse", str(db)], capture_output=True, env=env).returncode == 0
+    compared = subprocess.run(cli + ["compare", runs[0][0], runs[1][0], "--warehouse", str(db), "--format", "json"],
+                              capture_output=True, text=True, env=env)
+    verdicts = {(d["point"], d["metric"]): d["verdict"] for d in json.loads(compared.stdout)}
+    assert verdicts[("tp1.c2", "output_throughput")] == "worse", verdicts
+    report = (tmp_path / "runs" / runs[1][0] / "report.html").read_text()
+    assert '"history"' in report and "first_bad_at" in report and "regression" in report
+
+    assert engine_processes() == []
+    assert shm_entries() - shm_before == set()
+    leftovers = [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert leftovers == []
+    shutil.rmtree(tmp_path / "prefect-home", ignore_errors=True)
