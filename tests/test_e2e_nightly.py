@@ -130,7 +130,7 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
         artifacts = api(env, "POST", "/artifacts/filter", {"artifacts": {"key": {"any_": ["campaign-regressions"]}},
                                                            "sort": "CREATED_DESC"})
         newest = next(a for a in artifacts if a["flow_run_id"] == second)
-        assert "## Regressions" in newest["data"] and "e2e-nightly/tp1 c2" in newest["data"], newest["data"]
+        assert "## Regressions" in newest["data"] and "e2e-nightly/tp1 c4" in newest["data"], newest["data"]
     finally:
         if worker is not None:
             stop(worker)
@@ -142,7 +142,7 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
                               "'regression'", [runs[1][0]]).fetchall()
     rows = con.execute("select count(*) from requests").fetchone()[0]
     con.close()
-    assert [s for _, s in runs] == ["completed", "completed"] and rows == 2 * 6 * 24
+    assert [s for _, s in runs] == ["completed", "completed"] and rows == 2 * 6 * 40
     assert "output_throughput" in {m for m, _, _ in regressions}, regressions
 
     cli = [str(BIN / "servebench")]
@@ -154,7 +154,7 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
     compared = subprocess.run(cli + ["compare", runs[0][0], runs[1][0], "--warehouse", str(db), "--format", "json"],
                               capture_output=True, text=True, env=env)
     verdicts = {(d["point"], d["metric"]): d["verdict"] for d in json.loads(compared.stdout)}
-    assert verdicts[("tp1.c2", "output_throughput")] == "worse", verdicts
+    assert verdicts[("tp1.c4", "output_throughput")] == "worse", verdicts
     report = (tmp_path / "runs" / runs[1][0] / "report.html").read_text()
     assert '"history"' in report and "first_bad_at" in report and "regression" in report
 

@@ -46,7 +46,7 @@ def markdown(rows: list[dict], run_id: str) -> str:
     for title, group in (("Regressions", alarms), ("Improvements", better)):
         if not group:
             continue
-        lines += ["", f"## {title} ({len(group)})", "",
+        lines += ([] if lines[-1] == "" else [""]) + [f"## {title} ({len(group)})", "",
                   "| series | metric | status | baseline | tonight | change | p | engine versions |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in sorted(group, key=sort_key):
