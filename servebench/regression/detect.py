@@ -63,7 +63,7 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
     tonight = history[-1]
     clean = [n for n in history if not n.noisy(metric)]
     if tonight.noisy(metric):            # never a baseline nor a change point; a gross change still shows
-        finding = _gate(tonight, clean[-settings.baseline_nights:], metric, settings, first_bad=None)
+        finding = _gate(tonight, clean[-settings.baseline_nights:], metric, settings, None, clean + [tonight])
         noise = f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%})"
         if finding is None:
             return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
@@ -78,8 +78,8 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
     if regime > 0:       # a change too young to confirm: the gate compares with the nights before it
         previous = starts[-2] if len(starts) > 1 else 0
         return _gate(tonight, clean[max(previous, regime - settings.baseline_nights):regime], metric, settings,
-                     first_bad=clean[regime])
-    return _gate(tonight, clean[:-1][-settings.baseline_nights:], metric, settings, first_bad=None)
+                     clean[regime], clean)
+    return _gate(tonight, clean[:-1][-settings.baseline_nights:], metric, settings, None, clean)
 
 
 def usable_history(nights: list[Night]) -> list[Night]:
@@ -170,15 +170,17 @@ def _confirmed_change(clean: list[Night], starts: list[int], metric: Metric,
 
 
 def _gate(tonight: Night, before: list[Night], metric: Metric, settings: DetectionSettings,
-          first_bad: Night | None) -> Finding | None:
-    """first_bad: where (b) placed a change not yet confirmed, if it did."""
+          first_bad: Night | None, scatter: list[Night]) -> Finding | None:
+    """first_bad: where (b) placed a change not yet confirmed, if it did. scatter: the nights
+    whose within-night spread measures the noise (the whole window: many degrees of freedom)."""
     if not before:
         return None
     base_values = [v for n in before for v in n.values]
     baseline = statistics.median(base_values)
     change = relative_change(tonight.value, baseline)
-    variance = max(_noise_variance(before, baseline or 1.0), _noise_variance([tonight], baseline or 1.0))
-    standard_error = math.sqrt(variance / len(tonight.values))
+    variance = _noise_variance(scatter, baseline or 1.0)
+    # the standard error of the difference of two medians (a median needs ~1.25x a mean's)
+    standard_error = 1.25 * math.sqrt(variance / len(tonight.values) + variance / len(base_values))
     if abs(change) < max(settings.min_effect, settings.noise_z * standard_error):
         return None
     worse = _is_worse(change, metric)
