@@ -17,6 +17,8 @@ import pytest
 
 import warehouse
 from servebench import landing
+from servebench.regression.history import analyze_run
+from servebench.regression.settings import DetectionSettings
 from servebench.report import run_report
 from servebench.spec import parse_campaign
 from servebench.sweep import expand
@@ -31,34 +33,49 @@ name: synthetic
 provider: {kind: local, nodes: [{name: node0, cpus: "0-1"}, {name: node1, cpus: "0-1"}]}
 model: {generate: tiny-llama}
 modes: [{name: tp1}, {name: tp2-ray, tp: 2, executor: ray}]
-load: {clients: [1, 4, 8], rates: [2, 8], requests: 8, input_len: 32, output_len: 16}
+load: {clients: [1, 4, 8], rates: [2, 8], requests: 8, input_len: 32, output_len: 16, repeats: 5}
 """
+NODE = {"hostname": "h", "cpus": [0, 1], "cpu_model": "Synthetic CPU", "arch": "x86_64", "logical_cores": 2,
+        "physical_cores": 2, "numa_nodes": 1, "mem_total_bytes": 24 * 2**30, "kernel": "6", "isa_flags": []}
 
 
 def synthetic_warehouse(path: Path, tmp: Path) -> str:
-    campaign = parse_campaign(CAMPAIGN)
-    rng = random.Random(1)
+    """Two nights of the campaign; on the second, tp2-ray is a third slower (a regression)."""
     con = warehouse.connect(path)
-    landing.insert_run(con, run_id="r1", campaign="synthetic", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
+    land_night(con, tmp, "r0", tp2_speed=0.6)
+    run_id = land_night(con, tmp, "r1", tp2_speed=0.4)
+    analyze_run(con, "r0", DetectionSettings())
+    analyze_run(con, run_id, DetectionSettings())
+    con.close()
+    return run_id
+
+
+def land_night(con, tmp: Path, run_id: str, tp2_speed: float) -> str:
+    campaign = parse_campaign(CAMPAIGN)
+    rng = random.Random(run_id)
+    landing.insert_run(con, run_id=run_id, campaign="synthetic", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
                        spec_normalized=campaign.normalized(), campaign_file="synthetic.yaml", run_dir=tmp)
+    for node in ("node0", "node1"):
+        landing.land_node(con, run_id, node, "127.0.0.1", NODE)
     t0 = 1000.0
     for cell in expand(campaign):
         n = 8
-        speed = 1.0 if cell.mode.name == "tp1" else 0.4
+        speed = 1.0 if cell.mode.name == "tp1" else tp2_speed
         requests = [dict(index=i, warmup=False, client=0, scheduled_s=i * 0.1, sent_s=i * 0.1,
                          first_token_s=i * 0.1 + 0.02 / speed, last_token_s=i * 0.1 + 0.3 / speed, input_tokens=32,
                          output_tokens=16, chunks=16, chunk_times=[], chunk_tokens=[], token_source="usage",
                          http_status=200, error_kind=None, error=None) for i in range(n)]
-        summary = {"completed": n, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed * rng.uniform(0.8, 1.2),
-                   "request_throughput": 8 * speed, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
+        jitter = rng.uniform(0.97, 1.03)
+        summary = {"completed": n, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed * jitter,
+                   "request_throughput": 8 * speed * jitter, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
                    "tpot_ms": {"p50": 18 / speed, "p99": 25 / speed}, "valid": True, "invalid_reasons": []}
-        landing.land_cell(con, "r1", cell, input_len=32, output_len=16, status="completed", error=None,
+        landing.land_cell(con, run_id, cell, input_len=32, output_len=16, status="completed", error=None,
                           started_at=None, ended_at=None, correctness="passed",
                           result={"t0": {"monotonic": t0}, "summary": summary, "requests": requests},
                           result_path=None)
         t0 += 5.0
     for mode in ("tp1", "tp2-ray"):
-        landing.land_server(con, "r1", mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
+        landing.land_server(con, run_id, mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
                             started_at=None, ready_seconds=50.0, stopped_at=None, status="ready", error=None,
                             correctness="passed", kv_capacity_tokens=480)
     node_file, server_file = tmp / "n.jsonl", tmp / "s.jsonl"
@@ -74,9 +91,8 @@ def synthetic_warehouse(path: Path, tmp: Path) -> str:
                                  "waiting": 0.0, "preemptions_total": k // 20, "prompt_tokens_total": k * 10.0,
                                  "generation_tokens_total": k * 5.0}) + "\n")
     for mode in ("tp1", "tp2-ray"):
-        landing.land_samples(con, "r1", mode, [node_file], [server_file])
-    con.close()
-    return "r1"
+        landing.land_samples(con, run_id, mode, [node_file], [server_file])
+    return run_id
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +118,7 @@ def test_report_is_self_contained(report):
     assert not re.search(r"<script[^>]+src=", html), "the page loads a script from elsewhere"
     assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
     charts = sorted(p.name for p in (report.parent / "charts").iterdir())
-    assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 14
+    assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 16
 
 
 def test_report_renders_in_chromium_without_console_messages(report):
@@ -110,8 +126,9 @@ def test_report_renders_in_chromium_without_console_messages(report):
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], "\n".join(console)
     rendered = re.findall(r'<div id="chart-\d+" class="chart[^"]*vega-embed', done.stdout)
-    assert len(rendered) == 7, f"{len(rendered)} charts rendered"
-    assert done.stdout.count('class="marks"') >= 7
+    assert len(rendered) == 8, f"{len(rendered)} charts rendered"
+    assert done.stdout.count('class="marks"') >= 8
+    assert 'data-name="history"' in done.stdout
     SCREENSHOTS.mkdir(exist_ok=True)
     shot = SCREENSHOTS / "report.png"
     chromium("--window-size=1300,3600", "--virtual-time-budget=15000", f"--screenshot={shot}", report.as_uri())
