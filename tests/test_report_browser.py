@@ -92,6 +92,7 @@ def land_night(con, tmp: Path, run_id: str, tp2_speed: float) -> str:
                                  "generation_tokens_total": k * 5.0}) + "\n")
     for mode in ("tp1", "tp2-ray"):
         landing.land_samples(con, run_id, mode, [node_file], [server_file])
+    landing.update_run(con, run_id, status="completed", ended_at=landing.now())
     return run_id
 
 

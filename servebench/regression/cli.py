@@ -33,6 +33,8 @@ def add_regression_parsers(sub) -> None:
     compare.add_argument("run_a")
     compare.add_argument("run_b")
     compare.add_argument("--format", choices=["table", "json"], default="table")
+    compare.add_argument("--alpha", type=float, default=0.05, help="two-sided U-test level (default 0.05)")
+    compare.add_argument("--min-effect", type=float, default=0.05, help="smallest relative change that counts")
     _warehouse_arg(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -109,7 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             sides.append(point_values(con, run_id))
     finally:
         con.close()
-    deltas = compare_runs(*sides)
+    deltas = compare_runs(*sides, alpha=args.alpha, min_effect=args.min_effect)
     if not deltas:
         print(f"servebench: runs {args.run_a} and {args.run_b} share no measured load point", file=sys.stderr)
         return EXIT_FAILED

@@ -1,6 +1,9 @@
 """Two runs side by side: per load point (the cell key without its repeat), the change of each
 main metric and whether it is significant (two-sided U test over the repeats, and the
-minimum effect), so "is B faster than A" has one answer per cell and metric."""
+minimum effect), so "is B faster than A" has one answer per cell and metric.
+
+Its level is 0.05, not the nightly gate's 0.005: one comparison asked on purpose is not a
+year of nights times every series, where the stricter level keeps false alarms rare."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ from pydantic import BaseModel
 
 from servebench.regression.detect import relative_change, u_test
 from servebench.regression.series import METRICS
-from servebench.regression.settings import DetectionSettings
 
 
 class Delta(BaseModel):
@@ -26,10 +28,13 @@ class Delta(BaseModel):
     verdict: str             # better | worse | same | untested
 
 
+COMPARE_ALPHA = 0.05
+MIN_EFFECT = 0.05
+
+
 def compare_runs(a: dict[tuple[str, str], list[float]], b: dict[tuple[str, str], list[float]],
-                 settings: DetectionSettings | None = None) -> list[Delta]:
+                 alpha: float = COMPARE_ALPHA, min_effect: float = MIN_EFFECT) -> list[Delta]:
     """a, b: (point, metric) -> the repeats' values. Points measured in only one run are skipped."""
-    settings = settings or DetectionSettings()
     deltas = []
     for point, metric in sorted(set(a) & set(b)):
         values_a, values_b = a[(point, metric)], b[(point, metric)]
@@ -40,7 +45,7 @@ def compare_runs(a: dict[tuple[str, str], list[float]], b: dict[tuple[str, str],
         info = METRICS[metric]
         if p is None:
             verdict = "untested"
-        elif p < settings.alpha and abs(change) >= settings.min_effect:
+        elif p < alpha and abs(change) >= min_effect:
             verdict = "better" if (change > 0) == (info.direction == "higher") else "worse"
         else:
             verdict = "same"

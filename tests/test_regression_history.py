@@ -1,0 +1,59 @@
+"""The warehouse side of detection, on two synthetic nights (tp2-ray a third slower on the
+second): series ids, findings landed with their runs and versions, the CLI's exit codes,
+`compare`, and annotations that accept the change or exclude the night."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import warehouse
+from tests.test_report_browser import synthetic_warehouse
+
+
+@pytest.fixture()
+def db(tmp_path):
+    path = tmp_path / "w.duckdb"
+    synthetic_warehouse(path, tmp_path)
+    return path
+
+
+def servebench(db, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servebench", *args, "--warehouse", str(db)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_slower_night_is_a_regression_of_the_slower_mode_only(db):
+    con = warehouse.connect(db, read_only=True)
+    found = con.execute("select mode, metric, kind, status, last_good_run, first_bad_run, change from regressions "
+                        "where run_id = 'r1' and kind <> 'noisy'").fetchall()
+    fingerprints = con.execute("select distinct hardware_fingerprint from runs").fetchall()
+    con.close()
+    assert len(fingerprints) == 1
+    assert {mode for mode, *_ in found} == {"tp2-ray"}
+    throughput = [f for f in found if f[1] == "output_throughput"]
+    assert len(throughput) == 5                     # one per load point
+    for _, _, kind, status, good, bad, change in throughput:
+        assert (kind, status, good, bad) == ("regression", "suspected", "r0", "r1") and -0.4 < change < -0.25
+
+
+def test_cli_fails_on_regression_compares_and_accepts(db):
+    listed = servebench(db, "regressions", "--fail-on-regression")
+    assert listed.returncode == 3 and "tp2-ray" in listed.stdout, listed.stdout + listed.stderr
+    compared = json.loads(servebench(db, "compare", "r0", "r1", "--format", "json").stdout)
+    verdicts = {(d["point"], d["metric"]): d["verdict"] for d in compared}
+    assert verdicts[("tp2-ray.c4", "output_throughput")] == "worse"
+    assert verdicts[("tp1.c4", "output_throughput")] == "same"
+    accepted = servebench(db, "annotate", "accept", "r1", "--note", "tp2-ray moved to gloo on purpose")
+    assert accepted.returncode == 0, accepted.stderr
+    assert servebench(db, "regressions", "--fail-on-regression").returncode == 0
+
+
+def test_an_excluded_night_raises_nothing_and_bad_annotations_are_refused(db):
+    assert servebench(db, "annotate", "exclude", "r1", "--note", "node1 throttled").returncode == 0
+    assert servebench(db, "regressions", "--fail-on-regression").returncode == 0
+    refused = servebench(db, "annotate", "exclude", "nope", "--note", "x")
+    assert refused.returncode == 1 and "no run 'nope'" in refused.stderr
+    refused = servebench(db, "annotate", "exclude", "r1", "--metric", "speed", "--note", "x")
+    assert refused.returncode == 1 and "unknown metric 'speed'" in refused.stderr
