@@ -116,7 +116,9 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
         prefect(env, "work-queue", "create", "cluster-local", "--pool", "servebench-local", "--limit", "1")
         deployed = prefect(env, "--no-prompt", "deploy", "--all")
         assert "smoke-nightly" in deployed and "local-ray-nightly" in deployed
-        schedules = api(env, "GET", "/deployments/name/campaign-run/smoke-nightly")["schedules"]
+        deployment = api(env, "GET", "/deployments/name/campaign-run/smoke-nightly")
+        assert deployment["global_concurrency_limit"]["limit"] == 1
+        schedules = deployment["schedules"]
         assert schedules[0]["schedule"]["cron"] == "0 2 * * *"
         assert schedules[0]["schedule"]["timezone"] == "Europe/Lisbon"
         worker = start([str(BIN / "prefect"), "worker", "start", "--pool", "servebench-local"], env,
