@@ -1,4 +1,5 @@
-"""The campaign flow: provision, build, model, then for each mode serve -> load -> land, then report.
+"""The campaign flow: provision, build, model, then for each mode serve -> load -> land, then
+regressions against the history, then report.
 
 Every finished cell is landed before the next one starts; a failed cell is recorded with
 its cause and the campaign goes on; on Ctrl-C or any error every server is stopped and
