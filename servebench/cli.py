@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a campaign end to end")
     run.add_argument("file")
-    _warehouse_arg(run)
+    warehouse_arg(run)
     run.set_defaults(func=cmd_run)
 
     serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this machine "
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     query = sub.add_parser("query", help="run SQL on the warehouse (read-only)")
     query.add_argument("sql")
     query.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    _warehouse_arg(query)
+    warehouse_arg(query)
     query.set_defaults(func=cmd_query)
 
     report = sub.add_parser("report", help="render the HTML report of a run")
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--run", help="run id (default: the latest run)")
     which.add_argument("--campaign", help="the latest run of this campaign")
     report.add_argument("--out", help="directory for report.html (default: the run directory)")
-    _warehouse_arg(report)
+    warehouse_arg(report)
     report.set_defaults(func=cmd_report)
 
     from servebench.load.cli import add_load_parser
@@ -79,12 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
+def warehouse_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
                         "warehouse/servebench.duckdb)")
 
 
-def _warehouse_path(args: argparse.Namespace) -> Path:
+def warehouse_path(args: argparse.Namespace) -> Path:
     return Path(args.warehouse) if args.warehouse else warehouse.default_path()
 
 
@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from servebench.prefect_api import temporary_api
 
     console = Console(stderr=True)
-    path = str(_warehouse_path(args))
+    path = str(warehouse_path(args))
     signal.signal(signal.SIGTERM, _terminate)  # a scheduler's cancel stops as cleanly as Ctrl-C
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -175,7 +175,7 @@ def _terminate(signum, frame) -> None:
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
 
-    con = warehouse.connect(_warehouse_path(args), read_only=True)
+    con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
         cursor = con.execute(args.sql)
     except duckdb.Error as exc:
@@ -201,7 +201,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from servebench.report import latest_run_id, run_report
 
-    con = warehouse.connect(_warehouse_path(args), read_only=True)
+    con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
         run_id = args.run or latest_run_id(con, args.campaign)
         if run_id is None:

@@ -17,16 +17,13 @@ import altair as alt
 import duckdb
 import vl_convert as vlc
 
+from servebench.regression.series import cell_point
+from warehouse import rows
+
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness"""
 WIDTH, HEIGHT = 380, 240
-
-
-def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
-    cursor = con.execute(sql, params or [])
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def latest_run_id(con: duckdb.DuckDBPyConnection, campaign: str | None = None) -> str | None:
@@ -213,19 +210,24 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
 def history_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[list[dict], list[dict]]:
     """Nights of the run's series up to the run (output throughput, and every metric with a
     finding), and the findings of those series up to the run."""
-    points = "select distinct series_id, regexp_replace(cell_key, '\\.r\\d+$', '') point from cells where run_id = ?"
-    changes = rows(con, f"""select g.*, p.point from regressions g join ({points}) p using (series_id)
-        where g.kind in ('regression', 'improvement') and g.night_at <= (select started_at from runs where run_id = ?)
-        and (g.change_point or g.run_id = ?)""", [run_id, run_id, run_id])
+    points = {r["series_id"]: cell_point(r["cell_key"]) for r in rows(
+        con, "select distinct series_id, cell_key from cells where run_id = ? and series_id is not null", [run_id])}
+    if not points:
+        return [], []
+    ids = ", ".join("?" * len(points))
+    until = "(select started_at from runs where run_id = ?)"
+    changes = rows(con, f"""select * from regressions where series_id in ({ids})
+        and kind in ('regression', 'improvement') and night_at <= {until} and (change_point or run_id = ?)""",
+                   [*points, run_id, run_id])
     metrics = sorted({"output_throughput"} | {c["metric"] for c in changes})
-    nights = rows(con, f"""select s.series_id, s.metric, s.run_id, s.night_at, s.engine_version, s.value, s.repeats,
-        s.cv, p.point from series_nights s join ({points}) p using (series_id)
-        where s.metric in ({', '.join('?' * len(metrics))})
-          and s.night_at <= (select started_at from runs where run_id = ?)
-        order by s.night_at""", [run_id, *metrics, run_id])
+    nights = rows(con, f"""select series_id, metric, run_id, night_at, engine_version, value, repeats, cv
+        from series_nights where series_id in ({ids}) and metric in ({', '.join('?' * len(metrics))})
+          and night_at <= {until} order by night_at""", [*points, *metrics, run_id])
     firsts = {}
     for c in changes:      # one mark per change (it is reported again every night it stays open)
         firsts.setdefault((c["series_id"], c["metric"], c["first_bad_run"]), c)
+    for row in [*nights, *firsts.values()]:
+        row["point"] = points[row["series_id"]]
     return nights, list(firsts.values())
 
 

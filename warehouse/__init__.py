@@ -108,3 +108,10 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
             raise WarehouseError(f"migration {path.name} failed: {exc}") from exc
         applied.append(version)
     return applied
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
+    """A query's rows as dicts keyed by column name."""
+    cursor = con.execute(sql, params or [])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]

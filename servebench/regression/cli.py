@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 import warehouse
+from servebench.cli import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
 
-EXIT_OK, EXIT_FAILED, EXIT_REGRESSION = 0, 1, 3
+EXIT_REGRESSION = 3
 
 
 def add_regression_parsers(sub) -> None:
@@ -26,7 +27,7 @@ def add_regression_parsers(sub) -> None:
     regressions.add_argument("--fail-on-regression", action="store_true",
                              help=f"exit {EXIT_REGRESSION} if a regression (suspected or confirmed) is listed")
     regressions.add_argument("--format", choices=["table", "json", "markdown"], default="table")
-    _warehouse_arg(regressions)
+    warehouse_arg(regressions)
     regressions.set_defaults(func=cmd_regressions)
 
     compare = sub.add_parser("compare", help="per-cell deltas of the main metrics between two runs")
@@ -35,7 +36,7 @@ def add_regression_parsers(sub) -> None:
     compare.add_argument("--format", choices=["table", "json"], default="table")
     compare.add_argument("--alpha", type=float, default=0.05, help="two-sided U-test level (default 0.05)")
     compare.add_argument("--min-effect", type=float, default=0.05, help="smallest relative change that counts")
-    _warehouse_arg(compare)
+    warehouse_arg(compare)
     compare.set_defaults(func=cmd_compare)
 
     annotate = sub.add_parser("annotate", help="accept a change as the new baseline, or exclude a night")
@@ -45,13 +46,8 @@ def add_regression_parsers(sub) -> None:
     annotate.add_argument("--series", help="one series id (default: every series of the run)")
     annotate.add_argument("--metric", help="one metric (default: every metric)")
     annotate.add_argument("--author")
-    _warehouse_arg(annotate)
+    warehouse_arg(annotate)
     annotate.set_defaults(func=cmd_annotate)
-
-
-def _warehouse_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
-                        "warehouse/servebench.duckdb)")
 
 
 def _since(text: str) -> datetime:
@@ -66,15 +62,11 @@ def _since(text: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def _path(args: argparse.Namespace):
-    return args.warehouse or warehouse.default_path()
-
-
 def cmd_regressions(args: argparse.Namespace) -> int:
     from servebench.regression.history import findings, recompute
     from servebench.regression.summary import COLUMNS, markdown, table_rows
 
-    con = warehouse.connect(_path(args), read_only=not args.recompute)
+    con = warehouse.connect(warehouse_path(args), read_only=not args.recompute)
     try:
         if args.recompute:
             analyzed = recompute(con, since=args.since, campaign=args.campaign)
@@ -101,7 +93,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from servebench.regression.compare import compare_runs
     from servebench.regression.history import point_values
 
-    con = warehouse.connect(_path(args), read_only=True)
+    con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
         sides = []
         for run_id in (args.run_a, args.run_b):
@@ -130,7 +122,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_annotate(args: argparse.Namespace) -> int:
     from servebench.regression.history import annotate, recompute
 
-    con = warehouse.connect(_path(args))
+    con = warehouse.connect(warehouse_path(args))
     try:
         try:
             annotation_id = annotate(con, args.action, args.run, args.note, args.series, args.metric, args.author)

@@ -3,8 +3,9 @@
 (a) The gate: tonight's repeats against the repeats of the last K good nights, one-sided
     Mann-Whitney U (no normality assumed; latency is skewed) *and* a minimum effect size: a
     significant 1% change is not worth a morning.
-    The effect must also exceed `noise_z` standard errors of tonight's median, from the
-    scatter measured within the baseline nights: on a noisy series 5% is not news.
+    The effect must also exceed `noise_z` standard errors of the difference of the two
+    medians, from the scatter measured within the window's nights: on a noisy series 5% is
+    not news.
 (b) Confirmation: change points over the whole history (since the last accepted baseline)
     with `ruptures` (PELT, least-squares cost, penalty scaled by the noise measured *within*
     nights, so a level shift does not inflate it). Each change point must also pass the
@@ -74,11 +75,8 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
     confirmed = _confirmed_change(clean, starts, metric, settings)
     if confirmed is not None:
         return confirmed
-    regime = starts[-1] if starts else 0
-    if regime > 0:       # a change too young to confirm: the gate compares with the nights before it
-        previous = starts[-2] if len(starts) > 1 else 0
-        return _gate(tonight, clean[max(previous, regime - settings.baseline_nights):regime], metric, settings,
-                     clean[regime], clean)
+    if starts:           # a change too young to confirm: the gate compares with the nights before it
+        return _gate(tonight, _before_change(clean, starts, settings), metric, settings, clean[starts[-1]], clean)
     return _gate(tonight, clean[:-1][-settings.baseline_nights:], metric, settings, None, clean)
 
 
@@ -95,7 +93,7 @@ def change_points(nights: list[Night], settings: DetectionSettings) -> list[int]
     variance of a night mean, from the scatter *within* nights."""
     if len(nights) < 2:
         return []
-    scale = abs(statistics.median([v for n in nights for v in n.values])) or 1.0
+    scale = abs(statistics.median(_values(nights))) or 1.0
     signal = np.array([statistics.fmean(n.values) / scale for n in nights], dtype=float)
     repeats = statistics.fmean(len(n.values) for n in nights)
     sigma2 = max(_noise_variance(nights, scale) / repeats, 1e-8)
@@ -128,8 +126,7 @@ def _validated(nights: list[Night], starts: list[int], settings: DetectionSettin
         edges = [0, *starts, len(nights)]
         scores = []
         for i in range(1, len(edges) - 1):
-            left = [v for n in nights[edges[i - 1]:edges[i]] for v in n.values]
-            right = [v for n in nights[edges[i]:edges[i + 1]] for v in n.values]
+            left, right = _values(nights[edges[i - 1]:edges[i]]), _values(nights[edges[i]:edges[i + 1]])
             p = u_test(right, left, "two-sided")
             change = relative_change(statistics.median(right), statistics.median(left))
             long_enough = edges[i] - edges[i - 1] >= 2          # one night is not a baseline
@@ -146,26 +143,21 @@ def _confirmed_change(clean: list[Night], starts: list[int], metric: Metric,
     """Tonight lies in a regime opened by a change point with enough nights behind it."""
     if not starts or len(clean) - starts[-1] < settings.confirm_nights:
         return None
-    start = starts[-1]
-    previous = starts[-2] if len(starts) > 1 else 0
-    before = clean[max(previous, start - settings.baseline_nights):start]
-    after = clean[start:]
-    base_values = [v for n in before for v in n.values]
-    values = [v for n in after for v in n.values]
-    baseline = statistics.median(base_values)
-    change = relative_change(statistics.median(values), baseline)
+    before, after = _before_change(clean, starts, settings), clean[starts[-1]:]
+    base_values, values = _values(before), _values(after)
+    baseline, value = statistics.median(base_values), statistics.median(values)
+    change = relative_change(value, baseline)
     worse = _is_worse(change, metric)
     recent = after[-settings.confirm_nights:]
     if any(_is_worse(relative_change(n.value, baseline), metric) != worse
            or abs(relative_change(n.value, baseline)) < settings.min_effect / 2 for n in recent):
         return None                       # the change did not persist to tonight (an outlier night, say)
-    p = u_test(values, base_values, _worse_side(metric) if worse else _better_side(metric))
     if not worse and len(after) > settings.baseline_nights:
         return None                       # an improvement is news for K nights; a regression until accepted
     return Finding(kind="regression" if worse else "improvement", status="confirmed", metric=metric.name,
-                   last_good_run=before[-1].run_id, first_bad_run=after[0].run_id,
-                   baseline_value=statistics.median(base_values), value=statistics.median(values),
-                   change=change, p_value=p, change_point=True, nights_since_change=len(after),
+                   last_good_run=before[-1].run_id, first_bad_run=after[0].run_id, baseline_value=baseline,
+                   value=value, change=change, p_value=u_test(values, base_values, _side(metric, worse)),
+                   change_point=True, nights_since_change=len(after),
                    detail=f"change point {len(after)} night(s) ago, confirmed")
 
 
@@ -175,7 +167,7 @@ def _gate(tonight: Night, before: list[Night], metric: Metric, settings: Detecti
     whose within-night spread measures the noise (the whole window: many degrees of freedom)."""
     if not before:
         return None
-    base_values = [v for n in before for v in n.values]
+    base_values = _values(before)
     baseline = statistics.median(base_values)
     change = relative_change(tonight.value, baseline)
     variance = _noise_variance(scatter, baseline or 1.0)
@@ -184,12 +176,12 @@ def _gate(tonight: Night, before: list[Night], metric: Metric, settings: Detecti
     if abs(change) < max(settings.min_effect, settings.noise_z * standard_error):
         return None
     worse = _is_worse(change, metric)
-    p = u_test(tonight.values, base_values, _worse_side(metric) if worse else _better_side(metric))
+    p = u_test(tonight.values, base_values, _side(metric, worse))
     if p >= settings.alpha:
         return None
     return Finding(kind="regression" if worse else "improvement", status="suspected", metric=metric.name,
                    last_good_run=before[-1].run_id, first_bad_run=(first_bad or tonight).run_id,
-                   baseline_value=statistics.median(base_values), value=tonight.value, change=change,
+                   baseline_value=baseline, value=tonight.value, change=change,
                    p_value=p, change_point=first_bad is not None, nights_since_change=1,
                    detail=f"tonight's {len(tonight.values)} repeats vs {len(base_values)} from "
                           f"{len(before)} good night(s); awaiting confirmation")
@@ -227,9 +219,16 @@ def _is_worse(change: float, metric: Metric) -> bool:
     return change < 0 if metric.direction == "higher" else change > 0
 
 
-def _worse_side(metric: Metric) -> str:
-    return "less" if metric.direction == "higher" else "greater"
+def _side(metric: Metric, worse: bool) -> str:
+    """The U test's alternative for "the sample is worse (or better) than the reference"."""
+    return "less" if (metric.direction == "higher") == worse else "greater"
 
 
-def _better_side(metric: Metric) -> str:
-    return "greater" if metric.direction == "higher" else "less"
+def _values(nights: list[Night]) -> list[float]:
+    return [v for n in nights for v in n.values]
+
+
+def _before_change(clean: list[Night], starts: list[int], settings: DetectionSettings) -> list[Night]:
+    """The last K nights of the regime before the newest change point."""
+    start, previous = starts[-1], (starts[-2] if len(starts) > 1 else 0)
+    return clean[max(previous, start - settings.baseline_nights):start]

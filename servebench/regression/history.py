@@ -4,7 +4,6 @@ annotations applied, and land what each night's analysis found."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from datetime import datetime, timezone
 
@@ -12,10 +11,10 @@ import duckdb
 from pydantic import BaseModel
 
 from servebench.regression.detect import Finding, analyze
-from servebench.regression.series import IDENTITY_FIELDS, METRICS, Night, hardware_fingerprint, series_id, series_label
+import warehouse
+from servebench.regression.series import (IDENTITY_FIELDS, METRICS, Night, cell_point, hardware_fingerprint,
+                                          series_id, series_label)
 from servebench.regression.settings import DetectionSettings
-
-_REPEAT_SUFFIX = re.compile(r"\.r\d+$")
 
 
 class FindingRow(BaseModel):
@@ -37,11 +36,6 @@ class FindingRow(BaseModel):
     engine_first_bad: str | None = None
     engine_versions: list[str] = []
     finding: Finding
-
-
-def cell_point(cell_key: str) -> str:
-    """tp2.c4.r1 -> tp2.c4: the load point, the same in every repeat."""
-    return _REPEAT_SUFFIX.sub("", cell_key)
 
 
 def assign_series(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
@@ -69,51 +63,51 @@ def assign_missing_series(con: duckdb.DuckDBPyConnection) -> None:
         assign_series(con, run_id)
 
 
-def nights_of(con: duckdb.DuckDBPyConnection, series: str, metric: str, until: datetime) -> list[Night]:
-    """The series' nights up to `until`, oldest first, annotations applied."""
+def nights_of(con: duckdb.DuckDBPyConnection, series: list[str], until: datetime) -> dict[tuple[str, str], list[Night]]:
+    """(series, metric) -> its nights up to `until`, oldest first, annotations applied: one
+    query for the nights and one for the annotations, whatever the number of series."""
+    if not series:
+        return {}
+    ids = ", ".join("?" * len(series))
     rows = con.execute(
-        "select run_id, night_at, engine_version, repeat_values from series_nights "
-        "where series_id = ? and metric = ? and night_at <= ? order by night_at, run_id",
-        [series, metric, until]).fetchall()
-    notes = con.execute(
-        "select run_id, action from annotations where (series_id is null or series_id = ?) "
-        "and (metric is null or metric = ?)", [series, metric]).fetchall()
-    excluded = {r for r, a in notes if a == "exclude"}
-    accepted = {r for r, a in notes if a == "accept"}
-    return [Night(run_id=r, at=at, engine_version=v, values=list(values), excluded=r in excluded,
-                  accepted=r in accepted) for r, at, v, values in rows]
+        f"select series_id, metric, run_id, night_at, engine_version, repeat_values from series_nights "
+        f"where series_id in ({ids}) and night_at <= ? order by night_at, run_id", [*series, until]).fetchall()
+    notes = con.execute(f"select run_id, action, series_id, metric from annotations "
+                        f"where series_id is null or series_id in ({ids})", series).fetchall()
+    nights: dict[tuple[str, str], list[Night]] = {}
+    for sid, metric, run_id, at, version, values in rows:
+        said = {action for r, action, s, m in notes if r == run_id and s in (None, sid) and m in (None, metric)}
+        nights.setdefault((sid, metric), []).append(Night(
+            run_id=run_id, at=at, engine_version=version, values=list(values), excluded="exclude" in said,
+            accepted="accept" in said))
+    return nights
 
 
 def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str, settings: DetectionSettings) -> list[FindingRow]:
     """Tonight's analysis of every series the run measured; replaces the run's earlier rows."""
     assign_missing_series(con)
     night_at = con.execute("select started_at from runs where run_id = ?", [run_id]).fetchone()[0]
-    series = con.execute(
-        "select distinct c.series_id, r.campaign, c.mode, c.cell_key, c.load_kind, c.clients, c.rate, "
-        "c.input_len, c.output_len, r.hardware_fingerprint from cells c join runs r using (run_id) "
-        "where c.run_id = ? and c.series_id is not null order by c.cell_key", [run_id]).fetchall()
-    rows, seen = [], set()
-    for sid, campaign, mode, key, load_kind, clients, rate, input_len, output_len, fingerprint in series:
-        if sid in seen:
-            continue                                      # one series, several repeats
-        seen.add(sid)
-        identity = dict(campaign=campaign, mode=mode, load_kind=load_kind, clients=clients, rate=rate,
-                        input_len=input_len, output_len=output_len)
+    series = warehouse.rows(
+        con, "select c.series_id, any_value(c.cell_key) cell_key, r.campaign, c.mode, c.load_kind, c.clients, "
+             "c.rate, c.input_len, c.output_len, r.hardware_fingerprint from cells c join runs r using (run_id) "
+             "where c.run_id = ? and c.series_id is not null group by all order by cell_key", [run_id])
+    history = nights_of(con, [s["series_id"] for s in series], night_at)
+    rows = []
+    for identity in series:
         for metric in METRICS.values():
-            nights = nights_of(con, sid, metric.name, night_at)
+            nights = history.get((identity["series_id"], metric.name), [])
             if not nights or nights[-1].run_id != run_id:
                 continue
             finding = analyze(nights, metric, settings)
-            if finding is None:
-                continue
-            rows.append(_row(run_id, sid, night_at, identity, cell_point(key), fingerprint, metric.direction,
-                             nights, finding))
+            if finding is not None:
+                rows.append(_row(run_id, night_at, identity, metric.direction, nights, finding))
     store_findings(con, run_id, rows)
     return rows
 
 
-def _row(run_id: str, sid: str, night_at: datetime, identity: dict, point: str, fingerprint: str | None,
-         direction: str, nights: list[Night], finding: Finding) -> FindingRow:
+def _row(run_id: str, night_at: datetime, identity: dict, direction: str, nights: list[Night],
+         finding: Finding) -> FindingRow:
+    """identity: the series' row (series_id, cell_key, campaign, mode, load point, lengths, fingerprint)."""
     by_run = {n.run_id: n for n in nights}
     good, bad = by_run.get(finding.last_good_run or ""), by_run.get(finding.first_bad_run or "")
     versions: list[str] = []
@@ -121,9 +115,10 @@ def _row(run_id: str, sid: str, night_at: datetime, identity: dict, point: str, 
         for n in nights:
             if good.at <= n.at <= bad.at and n.engine_version and n.engine_version not in versions:
                 versions.append(n.engine_version)
-    return FindingRow(run_id=run_id, series_id=sid, metric=finding.metric, night_at=night_at,
+    return FindingRow(run_id=run_id, series_id=identity["series_id"], metric=finding.metric, night_at=night_at,
                       series_label=series_label(identity), campaign=identity["campaign"], mode=identity["mode"],
-                      cell_point=point, hardware_fingerprint=fingerprint, direction=direction,
+                      cell_point=cell_point(identity["cell_key"]),
+                      hardware_fingerprint=identity["hardware_fingerprint"], direction=direction,
                       last_good_at=good.at if good else None, first_bad_at=bad.at if bad else None,
                       engine_last_good=good.engine_version if good else None,
                       engine_first_bad=bad.engine_version if bad else None, engine_versions=versions,
@@ -162,21 +157,16 @@ def findings(con: duckdb.DuckDBPyConnection, since: datetime | None = None, camp
              run_id: str | None = None, latest_only: bool = False) -> list[dict]:
     """Landed findings as dicts (newest nights first). latest_only: each campaign's newest
     analyzed run, which is what a CI gate asks about."""
-    where, params = ["true"], []
-    if since is not None:
-        where.append("night_at >= ?")
-        params.append(since)
-    if campaign is not None:
-        where.append("campaign = ?")
-        params.append(campaign)
-    if run_id is not None:
-        where.append("run_id = ?")
-        params.append(run_id)
+    where, params = _where([("night_at >= ?", since), ("campaign = ?", campaign), ("run_id = ?", run_id)])
     if latest_only:
-        where.append("run_id in (select arg_max(run_id, night_at) from regressions group by campaign)")
-    cursor = con.execute(f"select * from regressions where {' and '.join(where)} order by night_at desc", params)
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+        where += " and run_id in (select arg_max(run_id, night_at) from regressions group by campaign)"
+    return warehouse.rows(con, f"select * from regressions where {where} order by night_at desc", params)
+
+
+def _where(conditions: list[tuple[str, object]], base: str = "true") -> tuple[str, list]:
+    """The conditions whose value was given, and-ed after `base`, with their parameters."""
+    given = [(sql, value) for sql, value in conditions if value is not None]
+    return " and ".join([base, *(sql for sql, _ in given)]), [value for _, value in given]
 
 
 def run_settings(con: duckdb.DuckDBPyConnection, run_id: str) -> DetectionSettings:
@@ -189,20 +179,12 @@ def run_settings(con: duckdb.DuckDBPyConnection, run_id: str) -> DetectionSettin
 def recompute(con: duckdb.DuckDBPyConnection, since: datetime | None = None, campaign: str | None = None,
               latest_only: bool = False) -> int:
     """Analyze finished runs again, oldest first (after an annotation, or with new settings)."""
-    where, params = ["status <> 'running'"], []
-    if since is not None:
-        where.append("started_at >= ?")
-        params.append(since)
-    if campaign is not None:
-        where.append("campaign = ?")
-        params.append(campaign)
-    runs = [r for (r,) in con.execute(f"select run_id from runs where {' and '.join(where)} order by started_at",
-                                       params).fetchall()]
+    where, params = _where([("started_at >= ?", since), ("campaign = ?", campaign)], base="status <> 'running'")
     if latest_only:
-        newest = {c: r for c, r in con.execute(
-            f"select campaign, arg_max(run_id, started_at) from runs where {' and '.join(where)} group by campaign",
-            params).fetchall()}
-        runs = [r for r in runs if r in newest.values()]
+        where += (f" and run_id in (select arg_max(run_id, started_at) from runs where {where} group by campaign)")
+        params = params * 2
+    runs = [r for (r,) in con.execute(f"select run_id from runs where {where} order by started_at",
+                                       params).fetchall()]
     for run_id in runs:
         analyze_run(con, run_id, run_settings(con, run_id))
     return len(runs)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import statistics
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from servebench.sweep import LoadPoint
 
 Direction = Literal["higher", "lower"]
 
@@ -83,6 +86,14 @@ def series_id(identity: dict, fingerprint: str) -> str:
 
 
 def series_label(identity: dict) -> str:
-    load = f"c{identity['clients']}" if identity.get("load_kind") == "closed" else f"rate{identity['rate']:g}"
-    return (f"{identity['campaign']}/{identity['mode']} {load} "
+    point = LoadPoint(kind=identity["load_kind"], clients=identity.get("clients"), rate=identity.get("rate"))
+    return (f"{identity['campaign']}/{identity['mode']} {point.label} "
             f"in{identity['input_len']}/out{identity['output_len']}")
+
+
+def cell_point(cell_key: str) -> str:
+    """tp2.c4.r1 -> tp2.c4: the load point, the same in every repeat (sweep.cell_key's layout)."""
+    return _REPEAT_SUFFIX.sub("", cell_key)
+
+
+_REPEAT_SUFFIX = re.compile(r"\.r\d+$")
