@@ -40,14 +40,21 @@ def servebench_commit() -> str | None:
     return (sha + ("-dirty" if dirty else "")) or None
 
 
+def insert_row(con: duckdb.DuckDBPyConnection, table: str, values: dict, conflict: str = "") -> None:
+    """Insert by column name: a later migration's new column never shifts what lands where.
+    conflict: "or replace", or an ON CONFLICT clause."""
+    columns = ", ".join(f'"{name}"' for name in values)
+    verb, tail = ("insert or replace", "") if conflict == "or replace" else ("insert", conflict)
+    con.execute(f"{verb} into {table} ({columns}) values ({', '.join('?' * len(values))}) {tail}",
+                list(values.values()))
+
+
 def insert_run(con: duckdb.DuckDBPyConnection, *, run_id: str, campaign: str, spec_hash: str, spec_text: str,
                spec_normalized: dict, campaign_file: str, run_dir: Path) -> None:
-    con.execute(
-        "insert into runs (run_id, campaign, spec_hash, spec_text, spec_normalized, campaign_file, started_at,"
-        " status, servebench_commit, host, run_dir) values (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-        [run_id, campaign, spec_hash, spec_text, json.dumps(spec_normalized), campaign_file, now(),
-         servebench_commit(), socket.gethostname(), str(run_dir)],
-    )
+    insert_row(con, "runs", dict(
+        run_id=run_id, campaign=campaign, spec_hash=spec_hash, spec_text=spec_text,
+        spec_normalized=json.dumps(spec_normalized), campaign_file=campaign_file, started_at=now(), status="running",
+        servebench_commit=servebench_commit(), host=socket.gethostname(), run_dir=str(run_dir)))
 
 
 def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields) -> None:
@@ -57,20 +64,18 @@ def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields) -> None:
 
 def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     """A build is recorded once, when it was made; reusing it changes nothing."""
-    con.execute(
-        "insert into builds values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict (build_key) do nothing",
-        [build.key, build.engine, build.engine_version, build.packages, build.python_version, build.platform,
-         build.venv_path, build.pip_freeze, build.build_seconds, build.created_at],
-    )
+    insert_row(con, "builds", dict(
+        build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
+        python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,
+        pip_freeze=build.pip_freeze, build_seconds=build.build_seconds, created_at=build.created_at),
+        conflict="on conflict (build_key) do nothing")
 
 
 def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict) -> None:
-    con.execute(
-        "insert or replace into nodes values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run_id, node, facts["hostname"], address, facts["cpus"], facts["cpu_model"], facts["arch"],
-         facts["logical_cores"], facts["physical_cores"], facts["numa_nodes"], facts["mem_total_bytes"],
-         facts["kernel"], facts["isa_flags"]],
-    )
+    facts_columns = ("hostname", "cpus", "cpu_model", "arch", "logical_cores", "physical_cores", "numa_nodes",
+                     "mem_total_bytes", "kernel", "isa_flags")
+    insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, **{c: facts[c] for c in facts_columns}),
+               conflict="or replace")
 
 
 def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
@@ -78,22 +83,11 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
                 kv_capacity_tokens: int | None = None) -> None:
-    con.execute(
-        "insert or replace into servers values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run_id, mode, pid, port, command, json.dumps(env), log_path, started_at, ready_seconds, stopped_at,
-         status, error, correctness, correctness_detail, kv_capacity_tokens],
-    )
-
-
-# the order of land_cell's row (later migrations add columns that are filled elsewhere)
-CELL_COLUMNS = [
-    "run_id", "cell_id", "cell_key", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients", '"repeat"',
-    "input_len", "output_len", "seed", "status", "error", "correctness", "started_at", "ended_at", "t0_monotonic",
-    "t_end_monotonic", "duration_s", "completed", "failed", "offered_rate", "achieved_rate", "request_throughput",
-    "output_throughput", "goodput", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms",
-    "itl_p99_ms", "e2el_p50_ms", "e2el_p99_ms", "schedule_lag_p99_ms", "valid", "invalid_reasons",
-    "client_output_tokens", "server_output_tokens", "result_path",
-]
+    insert_row(con, "servers", dict(
+        run_id=run_id, mode=mode, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
+        started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
+        correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens),
+        conflict="or replace")
 
 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
@@ -108,18 +102,18 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
     cid = cell_id(run_id, cell.key)
     summary = (result or {}).get("summary", {})
     t0 = (result or {}).get("t0", {})
-    row = [
-        run_id, cid, cell.key, cell.mode.name, cell.mode.tp, cell.mode.pp, cell.mode.executor, cell.point.kind,
-        cell.point.rate, cell.point.clients, cell.repeat, input_len, output_len, cell.seed, status, error,
-        correctness, started_at, ended_at, t0.get("monotonic"), _end_monotonic(result), summary.get("duration_s"), summary.get("completed"),
-        summary.get("failed"), summary.get("offered_rate"), summary.get("achieved_rate"),
-        summary.get("request_throughput"), summary.get("output_throughput"), summary.get("goodput"),
-        _pct(summary, "ttft_ms", "p50"), _pct(summary, "ttft_ms", "p99"), _pct(summary, "tpot_ms", "p50"),
-        _pct(summary, "tpot_ms", "p99"), _pct(summary, "itl_ms", "p50"), _pct(summary, "itl_ms", "p99"),
-        _pct(summary, "e2el_ms", "p50"), _pct(summary, "e2el_ms", "p99"), _pct(summary, "schedule_lag_ms", "p99"),
-        summary.get("valid"), summary.get("invalid_reasons"),
-        summary.get("client_output_tokens"), summary.get("server_output_tokens"), result_path,
-    ]
+    row = dict(
+        run_id=run_id, cell_id=cid, cell_key=cell.key, mode=cell.mode.name, tp=cell.mode.tp, pp=cell.mode.pp,
+        executor=cell.mode.executor, load_kind=cell.point.kind, rate=cell.point.rate, clients=cell.point.clients,
+        repeat=cell.repeat, input_len=input_len, output_len=output_len, seed=cell.seed, status=status, error=error,
+        correctness=correctness, started_at=started_at, ended_at=ended_at, t0_monotonic=t0.get("monotonic"),
+        t_end_monotonic=_end_monotonic(result),
+        **{name: summary.get(name) for name in ("duration_s", "completed", "failed", "offered_rate", "achieved_rate",
+                                                "request_throughput", "output_throughput", "goodput", "valid",
+                                                "invalid_reasons", "client_output_tokens", "server_output_tokens")},
+        **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
+           for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
+        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path)
     with tempfile.TemporaryDirectory() as scratch:
         if requests_csv is None and (result or {}).get("requests"):
             requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
@@ -127,7 +121,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         try:
             con.execute("delete from requests where cell_id = ?", [cid])
             con.execute("delete from cells where cell_id = ?", [cid])
-            con.execute(f"insert into cells ({', '.join(CELL_COLUMNS)}) values ({', '.join('?' * len(row))})", row)
+            insert_row(con, "cells", row)
             if requests_csv is not None:
                 _insert_requests_csv(con, run_id, cid, requests_csv)
             con.execute("commit")

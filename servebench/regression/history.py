@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from servebench.regression.detect import Finding, analyze
 import warehouse
+from servebench import landing
 from servebench.regression.series import (IDENTITY_FIELDS, METRICS, Night, cell_point, hardware_fingerprint,
                                           series_id, series_label)
 from servebench.regression.settings import DetectionSettings
@@ -130,14 +131,15 @@ def store_findings(con: duckdb.DuckDBPyConnection, run_id: str, rows: list[Findi
     con.execute("delete from regressions where run_id = ?", [run_id])
     now = datetime.now(timezone.utc)
     for r in rows:
-        f = r.finding
-        con.execute(
-            "insert into regressions values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?, ?, ?)",
-            [r.run_id, r.series_id, r.metric, now, r.night_at, r.series_label, r.campaign, r.mode, r.cell_point,
-             r.hardware_fingerprint, f.kind, f.status, r.direction, f.last_good_run, f.first_bad_run,
-             r.last_good_at, r.first_bad_at, f.baseline_value, f.value, f.change, f.p_value, f.change_point,
-             f.nights_since_change, r.engine_last_good, r.engine_first_bad, r.engine_versions, f.detail])
+        landing.insert_row(con, "regressions", dict(
+            run_id=r.run_id, series_id=r.series_id, metric=r.metric, detected_at=now, night_at=r.night_at,
+            series_label=r.series_label, campaign=r.campaign, mode=r.mode, cell_point=r.cell_point,
+            hardware_fingerprint=r.hardware_fingerprint, direction=r.direction, last_good_at=r.last_good_at,
+            first_bad_at=r.first_bad_at, engine_last_good=r.engine_last_good, engine_first_bad=r.engine_first_bad,
+            engine_versions=r.engine_versions,
+            **r.finding.model_dump(include={"kind", "status", "last_good_run", "first_bad_run", "baseline_value",
+                                            "value", "change", "p_value", "change_point", "nights_since_change",
+                                            "detail"})))
     con.execute("commit")
 
 
@@ -148,8 +150,9 @@ def annotate(con: duckdb.DuckDBPyConnection, action: str, run_id: str, note: str
     if metric is not None and metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     annotation_id = uuid.uuid4().hex[:12]
-    con.execute("insert into annotations values (?, ?, ?, ?, ?, ?, ?, ?)",
-                [annotation_id, datetime.now(timezone.utc), action, run_id, series, metric, note, author])
+    landing.insert_row(con, "annotations", dict(
+        annotation_id=annotation_id, created_at=datetime.now(timezone.utc), action=action, run_id=run_id,
+        series_id=series, metric=metric, note=note, author=author))
     return annotation_id
 
 
