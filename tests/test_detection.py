@@ -104,3 +104,13 @@ def test_a_noisy_night_with_a_gross_drop_is_still_a_regression_and_never_a_basel
     assert finding.kind == "regression" and "vary by" in finding.detail
     nights.append(history([1.0] * 13, noise=0.03, repeats=3, seed=6)[-1])
     assert analyze(nights, METRICS["output_throughput"]) is None   # tonight is compared with clean nights
+
+
+def test_with_only_noisy_nights_before_a_gross_drop_still_shows():
+    nights = history([1.0, 1.0], noise=0.0, repeats=6, seed=0)
+    nights[0].values = [421.0, 388.0, 436.0, 565.0, 573.0, 489.0]    # CV 16%: an engine warming up
+    nights[1].values = [137.0, 126.0, 121.0, 129.0, 133.0, 118.0]
+    finding = analyze(nights, METRICS["output_throughput"])
+    assert finding.kind == "regression" and "baseline is noisy nights" in finding.detail
+    nights[1].values = [430.0, 470.0, 455.0, 500.0, 480.0, 445.0]    # no change: nothing to say
+    assert analyze(nights, METRICS["output_throughput"]) is None

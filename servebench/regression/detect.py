@@ -63,13 +63,9 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
         return None                                  # tonight itself was excluded
     tonight = history[-1]
     clean = [n for n in history if not n.noisy(metric)]
-    if tonight.noisy(metric):            # never a baseline nor a change point; a gross change still shows
-        finding = _gate(tonight, clean[-settings.baseline_nights:], metric, settings, None, clean + [tonight])
-        noise = f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%})"
-        if finding is None:
-            return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
-                           detail=f"{noise}; no change beyond the noise")
-        return finding.model_copy(update={"detail": f"{noise}; {finding.detail}"})
+    earlier = [n for n in clean if n is not tonight]
+    if tonight.noisy(metric) or not earlier:
+        return _gate_only(tonight, history, earlier, metric, settings)
     clean = [n for i, n in enumerate(clean) if not _isolated(clean, i, settings)]
     starts = change_points(clean, settings)
     confirmed = _confirmed_change(clean, starts, metric, settings)
@@ -78,6 +74,28 @@ def analyze(nights: list[Night], metric: Metric, settings: DetectionSettings | N
     if starts:           # a change too young to confirm: the gate compares with the nights before it
         return _gate(tonight, _before_change(clean, starts, settings), metric, settings, clean[starts[-1]], clean)
     return _gate(tonight, clean[:-1][-settings.baseline_nights:], metric, settings, None, clean)
+
+
+def _gate_only(tonight: Night, history: list[Night], earlier: list[Night], metric: Metric,
+               settings: DetectionSettings) -> Finding | None:
+    """A noisy tonight is never a baseline nor a change point, but a gross change still shows.
+    With no clean night before tonight, the noisy ones are the only baseline there is (their
+    scatter raises the noise floor accordingly): better than silence on a 70% drop."""
+    notes = []
+    if tonight.noisy(metric):
+        notes.append(f"repeats vary by {tonight.cv:.1%} (limit {metric.cv_limit:.0%})")
+    if earlier:
+        finding = _gate(tonight, earlier[-settings.baseline_nights:], metric, settings, None, earlier + [tonight])
+    else:
+        if len(history) > 1:
+            notes.append("no clean night before: the baseline is noisy nights")
+        finding = _gate(tonight, history[:-1][-settings.baseline_nights:], metric, settings, None, history)
+    if finding is None:
+        if not tonight.noisy(metric):
+            return None
+        return Finding(kind="noisy", status="noisy", metric=metric.name, value=tonight.value,
+                       detail="; ".join(notes + ["no change beyond the noise"]))
+    return finding.model_copy(update={"detail": "; ".join(notes + [finding.detail])})
 
 
 def usable_history(nights: list[Night]) -> list[Night]:
