@@ -82,11 +82,12 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
-                kv_capacity_tokens: int | None = None) -> None:
+                kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None) -> None:
     insert_row(con, "servers", dict(
         run_id=run_id, mode=mode, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
-        correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens),
+        correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
+        correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),
         conflict="or replace")
 
 
@@ -113,7 +114,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
                                                 "invalid_reasons", "client_output_tokens", "server_output_tokens")},
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
-        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path)
+        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
+        **_client_columns(summary.get("client")))
     with tempfile.TemporaryDirectory() as scratch:
         if requests_csv is None and (result or {}).get("requests"):
             requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
@@ -129,6 +131,13 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
             con.execute("rollback")
             raise
     return cid
+
+
+def _client_columns(client: dict | None) -> dict:
+    """Where the load generator ran and how busy it was (None for results from before issue 13)."""
+    client = client or {}
+    return {"client_cpus": client.get("cpus"), "client_nice": client.get("nice"),
+            "client_cpu_fraction": client.get("core_fraction")}
 
 
 def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, path: Path) -> None:

@@ -34,7 +34,11 @@ HELP = {
     "--slo-ttft-ms": "goodput SLO on TTFT", "--slo-tpot-ms": "goodput SLO on TPOT",
     "--slo-e2el-ms": "goodput SLO on end-to-end latency",
     "--max-schedule-lag-ms": "validity: schedule lag p99 above this marks the run invalid",
+    "--min-achieved-fraction": "validity: achieved rate below this share of the scheduled rate is invalid",
+    "--max-client-cpu": "validity: the generator busier than this share of one core is invalid",
     "--token-counter": "generated-token counter on the server's /metrics ('' to skip the check)",
+    "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
+    "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
 }
 
 

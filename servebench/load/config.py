@@ -38,6 +38,14 @@ class LoadConfig(BaseModel):
     slo_tpot_ms: float | None = Field(None, gt=0)
     slo_e2el_ms: float | None = Field(None, gt=0)
     max_schedule_lag_ms: float = Field(10.0, gt=0, description="Validity: schedule lag p99 above this is invalid.")
+    min_achieved_fraction: float = Field(0.99, gt=0, le=1,
+                                         description="Validity: achieved rate below this share of the scheduled "
+                                                     "rate is invalid.")
+    max_client_cpu: float = Field(0.8, gt=0, le=1, description="Validity: the generator busier than this share "
+                                                                "of one core is invalid (it may be the bottleneck).")
+    # where the generator runs
+    cpus: str | None = Field(None, description="Pin the generator to these CPUs ('1', '2-3'), apart from the server.")
+    nice: int | None = Field(None, ge=-20, le=19, description="Run at this nice value (negative needs root).")
     token_counter: str | None = Field("vllm:generation_tokens_total",
                                       description="Server counter of generated tokens on /metrics, if any.")
 
@@ -76,7 +84,8 @@ FLAGS: dict[str, str] = {
     "--sharegpt": "sharegpt", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
     "--seed": "seed", "--data-seed": "data_seed", "--schedule-seed": "schedule_seed", "--timeout": "timeout_s",
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
-    "--max-schedule-lag-ms": "max_schedule_lag_ms", "--token-counter": "token_counter",
+    "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
+    "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
 }
 
 

@@ -21,7 +21,6 @@ from servebench.load.records import RequestRecord
 
 PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
 ESTIMATOR = "linear interpolation between closest ranks (Hyndman-Fan type 7)"
-MIN_ACHIEVED_FRACTION = 0.99
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -86,13 +85,16 @@ def rate_of(times: list[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
-def summarize(records: list[RequestRecord], config) -> dict:
-    """Steady-window summary plus the same over the whole run, with validity."""
+def summarize(records: list[RequestRecord], config, client: dict | None = None) -> dict:
+    """Steady-window summary plus the same over the whole run, with validity.
+
+    `client` is the generator's own CPU use over the run (servebench.load.pinning)."""
     steady = [r for r in records if not r.warmup]
     summary = window_summary(steady, config)
     summary["warmup_requests"] = len(records) - len(steady)
     summary["whole_run"] = window_summary(records, config)
     summary["percentile_estimator"] = ESTIMATOR
+    summary["client"] = client
     summary["valid"], summary["invalid_reasons"] = validity(summary, steady, config)
     return summary
 
@@ -138,8 +140,8 @@ def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, 
         reasons.append(f"schedule lag p99 {lag_p99:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
                        "the client fell behind its schedule")
     scheduled, achieved = summary["scheduled_rate"], summary["achieved_rate"]
-    if scheduled and achieved is not None and achieved < MIN_ACHIEVED_FRACTION * scheduled:
-        reasons.append(f"achieved rate {achieved:.2f} req/s is below {MIN_ACHIEVED_FRACTION:.0%} of the "
+    if scheduled and achieved is not None and achieved < config.min_achieved_fraction * scheduled:
+        reasons.append(f"achieved rate {achieved:.2f} req/s is below {config.min_achieved_fraction:.0%} of the "
                        f"scheduled {scheduled:.2f} req/s")
     mismatched = [r.index for r in steady if r.ok and r.token_source == "usage"
                   and sum(r.chunk_tokens) != r.output_tokens]
@@ -150,6 +152,10 @@ def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, 
     if from_chunks:
         reasons.append(f"{from_chunks} requests had no running usage in the stream: their tokens were "
                        "counted from events, so TTFT/TPOT/ITL are approximate")
+    busy = (summary.get("client") or {}).get("core_fraction")
+    if busy is not None and busy > config.max_client_cpu:
+        reasons.append(f"the load generator used {busy:.0%} of a core (limit {config.max_client_cpu:.0%}): "
+                       "it may be the bottleneck, not the server")
     if not summary["completed"]:
         reasons.append("no request completed")
     return not reasons, reasons

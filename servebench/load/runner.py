@@ -18,6 +18,7 @@ import uvloop
 from servebench.load.config import LoadConfig
 from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import summarize
+from servebench.load.pinning import CpuMeter, place_self
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
 from servebench.load.server_metrics import scrape_counter
@@ -50,8 +51,9 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
     live = live or LiveCounts()
     live.total = count
+    notes = place_self(config.cpus, config.nice)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, workload, offsets, prepared, live))
+        return runner.run(_run(config, workload, offsets, prepared, live, notes))
 
 
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> tuple[bytes, int | None]:
@@ -71,7 +73,7 @@ def load_result(path: Path) -> dict:
 
 
 async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
-               prepared: list[tuple[bytes, int | None]] | None, live: LiveCounts) -> dict:
+               prepared: list[tuple[bytes, int | None]] | None, live: LiveCounts, notes: list[str]) -> dict:
     endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint])
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
@@ -94,6 +96,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     gc.collect()
     gc.freeze()  # no collector pauses inside the measurement
     gc.disable()
+    meter = CpuMeter()
+    meter.start()
     t0 = time.monotonic()
     try:
         if offsets is not None:
@@ -104,11 +108,12 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         gc.enable()
         gc.unfreeze()
         pool.close()
+    client = meter.usage(notes)
     tokens_after = _server_tokens(config)
     records.sort(key=lambda r: r.index)
     for record in records:
         record.shift(t0)
-    summary = summarize(records, config)
+    summary = summarize(records, config, client)
     server_tokens = tokens_after - tokens_before if None not in (tokens_before, tokens_after) else None
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
