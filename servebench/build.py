@@ -4,22 +4,28 @@ cached under a content key of everything that goes into it.
 The key covers the Python version, the platform, the pinned packages and the source of
 servebench's engine-side package; when it matches, the venv is reused as is. A venv is
 usable only once its marker file is written, so an interrupted build is redone.
+
+A first build takes minutes, so every step's output streams into the build log as it comes
+and is condensed for the `log` callback: pip's milestones (installing / installed counts,
+errors) at once, and a heartbeat with the last output line whenever a step is quiet.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
+import os
 import platform
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from pydantic import BaseModel
 
@@ -29,6 +35,7 @@ from servebench.spec import EngineSpec, sha256_json
 
 MARKER = "servebench-build.json"
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}
+HEARTBEAT_SECONDS = 30.0  # the longest a build stays silent on the `log` callback
 
 
 class EngineBuild(BaseModel):
@@ -126,13 +133,12 @@ def _build(spec: EngineSpec, key: str, venv: Path, log: Callable[[str], None]) -
         steps.append(("install servebench-engine",
                       [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
         steps += [(f"post-install: {' '.join(argv[1:4])}", argv) for argv in engine.post_install(python, spec)]
+        started = time.monotonic()
         for title, argv in steps:
             log(f"engine build {key}: {title}")
-            out.write(f"$ {' '.join(argv)}\n")
-            out.flush()
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            if result.returncode != 0:
-                raise BuildError(f"engine build step '{title}' failed (exit {result.returncode}); see {log_path}")
+            returncode = run_step(argv, out, log, title, started)
+            if returncode != 0:
+                raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
     freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout
     distribution = engine.version_distribution(spec)
     version = subprocess.run(
@@ -145,3 +151,81 @@ def _build(spec: EngineSpec, key: str, venv: Path, log: Callable[[str], None]) -
         python_version=inputs["python"], platform=inputs["platform"], venv_path=str(venv),
         pip_freeze=freeze, build_seconds=None, created_at=datetime.now(timezone.utc),
     )
+
+
+class PipDigest:
+    """pip's output condensed: a vLLM install prints hundreds of lines, of which a reader of a
+    CI log or the live display needs the milestones, the errors, and how far resolution got."""
+
+    def __init__(self) -> None:
+        self.collected = 0
+        self.last = ""
+
+    def feed(self, line: str) -> str | None:
+        """Take one output line; return the condensed line to report now, if any."""
+        line = line.strip()
+        if not line:
+            return None
+        self.last = line
+        if line.startswith("Collecting "):
+            self.collected += 1
+        elif line.startswith("Installing collected packages:"):
+            return f"pip: installing {len(line.split(':', 1)[1].split(','))} packages"
+        elif line.startswith("Successfully installed "):
+            return f"pip: installed {len(line.split()) - 2} packages"
+        elif line.startswith(("Successfully uninstalled ", "ERROR:")):
+            return f"pip: {line}"
+        return None
+
+    def heartbeat(self, title: str, elapsed: float) -> str:
+        collected = f", packages collected: {self.collected}" if self.collected else ""
+        last = self.last if len(self.last) <= 120 else self.last[:119] + "…"
+        return f"still building: {elapsed:.0f} s (step '{title}'{collected}); last output: {last or '(none yet)'}"
+
+
+def run_step(argv: list[str], out: IO[str], log: Callable[[str], None], title: str, started: float,
+             heartbeat: float = HEARTBEAT_SECONDS) -> int:
+    """Run one build command: its output goes to `out` line by line as it comes (tail -f works),
+    condensed lines and heartbeats go to `log`, all from this thread. Return the exit code."""
+    out.write(f"$ {' '.join(argv)}\n")
+    out.flush()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               text=True, errors="replace",
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # pip's lines as they happen
+    try:
+        _relay(process, out, log, title, started, heartbeat)
+        return process.wait()
+    except BaseException:  # Ctrl-C or an error here: no pip left running on its own
+        process.kill()
+        process.wait()
+        raise
+
+
+def _relay(process: subprocess.Popen, out: IO[str], log: Callable[[str], None], title: str, started: float,
+           heartbeat: float) -> None:
+    """A reader thread only queues lines, so the wait for the next line can time out into a
+    heartbeat, and `log` is never called from another thread."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
+    digest = PipDigest()
+    next_beat = time.monotonic() + heartbeat
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, next_beat - time.monotonic()))
+        except queue.Empty:
+            log(digest.heartbeat(title, time.monotonic() - started))
+            next_beat = time.monotonic() + heartbeat
+            continue
+        if line is None:
+            return
+        out.write(line)
+        out.flush()
+        if (condensed := digest.feed(line)) is not None:
+            log(condensed)
+
+
+def _read_lines(stream: IO[str], lines: queue.Queue) -> None:
+    with stream:
+        for line in stream:
+            lines.put(line)
+    lines.put(None)

@@ -12,15 +12,26 @@ import json
 import os
 import signal
 import sys
+from decimal import Decimal
 from pathlib import Path
+from typing import Collection, Sequence
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 import warehouse
 from servebench.spec import SpecError, load_campaign
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
+STATUS_STYLE = {"completed": "bold green", "partial": "bold yellow", "invalid": "bold red", "failed": "bold red"}
+STATUS_MEANING = {
+    "partial": "some cells failed",
+    "invalid": "every cell ran, but some measurements failed their validity checks (validity: fail)",
+    "failed": "no cell completed",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     query = sub.add_parser("query", help="run SQL on the warehouse (read-only)")
     query.add_argument("sql")
-    query.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    query.add_argument("--format", choices=["table", "markdown", "csv", "json"], default="table",
+                       help="table: one block per row when the table is wider than the terminal "
+                       "($COLUMNS, or 80 when not a terminal); markdown: a GitHub table")
     warehouse_arg(query)
     query.set_defaults(func=cmd_query)
 
@@ -110,7 +123,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.file)  # fail fast, before Prefect starts
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the live display replaces the log scroll
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress reporter replaces the log scroll
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the temporary server
     from servebench import progress
     from servebench.prefect_api import temporary_api
@@ -130,11 +143,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         console.print(f"[yellow]interrupted[/]: servers stopped; cells measured so far are in {path}")
         return EXIT_INTERRUPTED
-    counts = {}
-    for status in outcome["cells"].values():
-        counts[status] = counts.get(status, 0) + 1
-    console.print(f"campaign [bold]{campaign.name}[/] run {outcome['run_id']}: [bold]{outcome['status']}[/] "
-                  f"({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})")
+    print_cells_summary(console, outcome["warehouse"], outcome["run_id"])
+    console.print(status_line(campaign.name, outcome), soft_wrap=True)
     console.print(f"warehouse: {outcome['warehouse']}")
     console.print(f"report:    {outcome.get('report')}")
     found = outcome.get("regressions") or {}
@@ -144,6 +154,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print('try:       servebench query "select mode, clients, rate, count(*) from requests '
                   'join cells using (cell_id) group by all"')
     return EXIT_OK if outcome["status"] == "completed" else EXIT_FAILED
+
+
+def print_cells_summary(console: Console, warehouse_file: str, run_id: str) -> None:
+    """The run's cells as landed, then loud lines for invalid ones: a run whose cells all
+    completed must not look clean when some of its numbers are not measurements to trust."""
+    import duckdb
+
+    from servebench.run_summary import summarize
+
+    try:
+        con = warehouse.connect(warehouse_file, read_only=True)
+        try:
+            summary = summarize(con, run_id)
+        finally:
+            con.close()
+    except (warehouse.WarehouseError, duckdb.Error) as exc:  # e.g. locked by another campaign landing
+        console.print(Text(f"no cell summary: {exc}", style="yellow"), soft_wrap=True)
+        return
+    if summary.rows:
+        print_rows(console, summary.columns, summary.rows, wrappable=[summary.columns[-1]])
+    for line in summary.alarm_lines():
+        console.print(Text(line, style="bold red"), soft_wrap=True)
+
+
+def status_line(campaign: str, outcome: dict) -> Text:
+    """`campaign X run Y: status (n completed, m failed)`, plus what a status other than completed means."""
+    counts: dict[str, int] = {}
+    for status in outcome["cells"].values():
+        counts[status] = counts.get(status, 0) + 1
+    status = outcome["status"]
+    line = Text.assemble("campaign ", (campaign, "bold"), f" run {outcome['run_id']}: ",
+                         (status, STATUS_STYLE.get(status, "bold")),
+                         f" ({', '.join(f'{n} {s}' for s, n in sorted(counts.items())) or 'no cells'})")
+    if status in STATUS_MEANING:
+        line.append(f": {STATUS_MEANING[status]}")
+    return line
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -190,12 +236,68 @@ def cmd_query(args: argparse.Namespace) -> int:
         writer = csv.writer(sys.stdout)
         writer.writerow(names)
         writer.writerows(result)
+    elif args.format == "markdown":
+        print(markdown_table(names, result))
     else:
-        table = Table(*names)
-        for row in result:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console().print(table)
+        print_rows(Console(), names, result)
     return EXIT_OK
+
+
+def display(value: object) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def print_rows(console: Console, names: Sequence[str], rows: Sequence[Sequence[object]],
+               wrappable: Collection[str] = ()) -> None:
+    """A table when it fits the console ($COLUMNS, or 80 when not a terminal), else one block of
+    `name  value` lines per row, like psql's \\x: rich squeezes a too-wide table's columns until
+    values break mid-word, a block never breaks a value. Only the `wrappable` columns (free text)
+    may wrap, down to WRAP_WIDTH; every other value stays on one line."""
+    table = rows_table(names, rows, wrappable)
+    narrowest = rows_table(names, rows, wrappable, squeezed=True) if wrappable else table
+    if Measurement.get(console, console.options.update_width(1 << 30), narrowest).maximum <= console.width:
+        console.print(table)
+    else:
+        print_vertical(console, names, rows)
+
+
+def rows_table(names: Sequence[str], rows: Sequence[Sequence[object]], wrappable: Collection[str],
+               squeezed: bool = False) -> Table:
+    """squeezed: the wrappable columns at their narrowest, to measure whether the table can fit."""
+    table = Table(show_edge=False)
+    for name in names:
+        wraps = name in wrappable
+        table.add_column(Text(name), no_wrap=not wraps,  # Text: a `[` in a name or value is not rich markup
+                         max_width=WRAP_WIDTH if wraps and squeezed else None)
+    for row in rows:
+        table.add_row(*(Text(display(value)) for value in row))
+    return table
+
+
+def print_vertical(console: Console, names: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """soft_wrap: rich writes each line whole (a terminal wraps it visually), never cut at its width."""
+    width = max(map(len, names), default=0)
+    for number, row in enumerate(rows, 1):
+        console.print(Text(f"-[ row {number} ]-", style="bold"), soft_wrap=True)
+        for name, value in zip(names, row):
+            text = display(value).replace("\n", "\n" + " " * (width + 2))
+            console.print(Text.assemble((name.ljust(width), "bold"), "  ", text), soft_wrap=True)
+
+
+def markdown_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub markdown table, numeric columns right-aligned; `|` and newlines escaped so a
+    value stays in its cell."""
+    def cell(value: object) -> str:
+        return display(value).replace("|", "\\|").replace("\n", "<br>")
+
+    def numeric(column: int) -> bool:
+        values = [row[column] for row in rows if row[column] is not None]
+        return bool(values) and all(isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) for v in values)
+
+    lines = ["| " + " | ".join(cell(name) for name in names) + " |",
+             "|" + "|".join(" ---: " if numeric(i) else " --- " for i in range(len(names))) + "|"]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -13,4 +13,4 @@ from servebench.spec import EngineSpec
 
 @task(name="build-engine", cache_policy=NONE)
 def build_engine(spec: EngineSpec) -> EngineBuild:
-    return ensure_engine_venv(spec, cache_dir(), log=reporter().stage)
+    return ensure_engine_venv(spec, cache_dir(), log=reporter().note)
