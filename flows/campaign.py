@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import groupby
 from pathlib import Path
@@ -27,8 +28,10 @@ from servebench.progress import reporter
 from servebench.providers import Node
 from servebench.ray_cluster import RayCluster
 from servebench.serve import Server, is_healthy, kv_capacity_tokens
+from servebench.build import EngineBuild
 from servebench.correctness import GateAnswer, GateResult, blocks_cells
-from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, load_campaign
+from servebench.placement import ClientPlacement
+from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, client_placement, load_campaign
 from servebench.sweep import Cell, expand
 from tasks.build import build_engine
 from tasks.cluster import needs_ray, start_ray_cluster, stop_ray_cluster
@@ -48,6 +51,31 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
+@dataclass
+class RunContext:
+    """The state one campaign run threads through its stages (set once, read everywhere)."""
+
+    campaign: Campaign
+    warehouse: str
+    run_id: str
+    run_dir: Path
+    client: ClientPlacement
+    nodes: list[Node] = field(default_factory=list)
+    build: EngineBuild | None = None
+    model_dir: str = ""
+    vocab: int = 0
+    total_cells: int = 0
+    cluster: RayCluster | None = None
+    reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
+    reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
+    statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
+    invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
+
+    @property
+    def served_name(self) -> str:
+        return served_name(self.campaign)
+
+
 @flow(name="campaign-run", log_prints=False)
 def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     """Run every cell of a campaign file and land the results; return where they are."""
@@ -60,43 +88,44 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
                    spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
-    outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed", "cells": {}}
-    cluster = None
+    ctx = RunContext(campaign=campaign, warehouse=wh, run_id=run_id, run_dir=run_dir,
+                     client=client_placement(campaign))
+    outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed",
+               "cells": ctx.statuses, "invalid": ctx.invalid}
     cells: list[Cell] = []
     try:
-        reporter().stage("provisioning nodes")
-        nodes, inventories = provision(campaign)
-        land_nodes(wh, run_id, nodes, inventories)
+        reporter().stage("provisioning nodes; " + ctx.client.describe())
+        ctx.nodes, inventories = provision(campaign)
+        land_nodes(wh, run_id, ctx.nodes, inventories)
         reporter().stage("building the engine venv")
-        build = build_engine(campaign.engine)
-        land_build(wh, run_id, build)
+        ctx.build = build_engine(campaign.engine)
+        land_build(wh, run_id, ctx.build)
         reporter().stage("preparing the model")
-        model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
-        land_run_update(wh, run_id, model_path=model_dir)
-        vocab = vocab_size(Path(model_dir))
+        ctx.model_dir = prepare_model(campaign.model, ctx.build, str(Path(campaign_file).parent))
+        land_run_update(wh, run_id, model_path=ctx.model_dir)
+        ctx.vocab = vocab_size(Path(ctx.model_dir))
         cells = expand(campaign)
+        ctx.total_cells = len(cells)
         reporter().cells_planned(len(cells))
         if needs_ray(campaign):
             reporter().stage("starting the Ray cluster")
-            cluster = start_ray_cluster(campaign, nodes, build, str(run_dir))
+            ctx.cluster = start_ray_cluster(campaign, ctx.nodes, ctx.build, str(run_dir))
         groups = [list(group) for _, group in groupby(cells, key=lambda c: c.mode.name)]
         groups.sort(key=lambda group: not is_reference_mode(group[0].mode))  # the reference answers first
-        reference = None
         if not is_reference_mode(groups[0][0].mode):
-            reference = reference_answers(campaign, nodes, build, model_dir, vocab, wh, run_id, run_dir)
+            reference_answers(ctx)
         for group in groups:
-            reference = run_mode(campaign, group, len(cells), nodes, build, model_dir, vocab, wh, run_id, run_dir,
-                                 outcome["cells"], cluster, reference)
-        outcome["status"] = run_status(outcome["cells"])
+            run_mode(ctx, group)
+        outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, TerminationSignal))  # Ctrl-C, or SIGTERM via Prefect
         outcome["status"] = "interrupted" if interrupted else "failed"
         outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        if cluster is not None:
-            stop_ray_cluster.fn(campaign, cluster)  # plain call: must also run while a Ctrl-C unwinds
-        land_measured_cells(campaign, cells, wh, run_id, run_dir, outcome["cells"])
+        if ctx.cluster is not None:
+            stop_ray_cluster.fn(campaign, ctx.cluster)  # plain call: must also run while a Ctrl-C unwinds
+        land_measured_cells(ctx, cells)
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
                                ended_at=landing.now())
@@ -124,143 +153,173 @@ def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]
     return counts
 
 
-def land_measured_cells(campaign: Campaign, cells: list[Cell], wh: str, run_id: str, run_dir: Path,
-                        statuses: dict[str, str]) -> None:
+def land_measured_cells(ctx: RunContext, cells: list[Cell]) -> None:
     """Land cells that were measured but not landed (an interrupt between the two): the load
     generator writes its JSON last, so a JSON in the run directory is a complete result."""
     for cell in cells:
-        output = run_dir / "cells" / f"{cell.key}.json"
-        if cell.key in statuses or not output.exists():
+        output = ctx.run_dir / "cells" / f"{cell.key}.json"
+        if cell.key in ctx.statuses or not output.exists():
             continue
         result = load_result(output)
         status = "completed" if result["summary"]["completed"] > 0 else "failed"
-        with session(wh) as con:
-            landing.land_cell(con, run_id, cell, input_len=campaign.load.input_len,
-                              output_len=campaign.load.output_len, status=status, error=None, started_at=None,
+        with session(ctx.warehouse) as con:
+            landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+                              output_len=ctx.campaign.load.output_len, status=status, error=None, started_at=None,
                               ended_at=landing.now(), result=result, result_path=str(output),
                               requests_csv=Path(requests_csv_path(str(output))))
-        statuses[cell.key] = status
+        ctx.statuses[cell.key] = status
 
 
 def is_reference_mode(mode: ModeSpec) -> bool:
     return mode.world_size == 1 and mode.executor == "mp"
 
 
-def reference_answers(campaign: Campaign, nodes: list[Node], build, model_dir: str, vocab: int, wh: str,
-                      run_id: str, run_dir: Path) -> GateAnswer | None:
-    """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once."""
-    mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp")
+def reference_answers(ctx: RunContext) -> None:
+    """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once.
+
+    If it cannot, no mode is compared with anything: each is marked `unchecked`, never
+    silently judged against another distributed mode."""
+    mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp", oversubscribe=True)
     reporter().stage("correctness reference: starting a TP=1 server")
-    server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
-        campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir))
+    try:
+        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
+            ctx.campaign, mode, ctx.nodes, ctx.build, ctx.model_dir, ctx.served_name, str(ctx.run_dir))
+    except Exception as exc:
+        ctx.reference_problem = f"the TP=1 reference server did not start: {first_line(exc)}"
+        land_server(ctx.warehouse, ctx.run_id, mode=REFERENCE_MODE, pid=None, port=None, command=[], env={},
+                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
+                    error=str(exc))
+        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
+        return
     gate = None
     try:
-        gate, answer = correctness_gate(server, served_name(campaign), vocab, None)
+        gate, ctx.reference = correctness_gate(server, ctx.served_name, ctx.vocab, None, None)
+    except Exception as exc:
+        ctx.reference_problem = f"the TP=1 reference server did not answer the gate prompts: {first_line(exc)}"
+        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
     finally:
-        stop_server_and_telemetry(campaign, server, telemetry, wh, run_id, gate)
-    return answer
+        stop_server_and_telemetry(ctx, server, telemetry, gate)
 
 
-def run_mode(campaign: Campaign, cells: list[Cell], total: int, nodes: list[Node], build, model_dir: str,
-             vocab: int, wh: str, run_id: str, run_dir: Path, statuses: dict[str, str], cluster: RayCluster | None,
-             reference: GateAnswer | None) -> GateAnswer | None:
+def run_mode(ctx: RunContext, cells: list[Cell]) -> None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
-    Returns the campaign's reference answers (set by the first single-worker mode)."""
+    The first single-worker mode's answers become the campaign's reference."""
     mode = cells[0].mode
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            campaign, mode, nodes, build, model_dir, served_name(campaign), str(run_dir), cluster)
+            ctx.campaign, mode, ctx.nodes, ctx.build, ctx.model_dir, ctx.served_name, str(ctx.run_dir), ctx.cluster)
     except Exception as exc:
-        land_server(wh, run_id, mode=mode.name, pid=None, port=None, command=[], env={}, log_path=None,
-                    started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=str(exc))
+        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
+                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
+                    error=str(exc))
+        if ctx.reference is None and ctx.reference_problem is None and is_reference_mode(mode):
+            ctx.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
-            land_failed_cell(campaign, cell, wh, run_id, f"server did not start: {exc}", statuses)
-        return reference
+            land_failed_cell(ctx, cell, f"server did not start: {exc}")
+        return
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(server, served_name(campaign), vocab, reference)
-        reference = reference or answer
-        land_mode_server(wh, run_id, server, "ready", gate)
+        gate, answer = correctness_gate(server, ctx.served_name, ctx.vocab, ctx.reference, ctx.reference_problem)
+        if gate.status == "reference":
+            ctx.reference = answer
+        land_mode_server(ctx, server, "ready", gate)
+        reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for cell in cells:
-            reporter().cell_started(cell.key, cell.mode.name, len(statuses), total)
-            if blocks_cells(gate, campaign.correctness.accept):
-                land_failed_cell(campaign, cell, wh, run_id, f"correctness gate failed: {gate.detail}", statuses,
+            reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), ctx.total_cells)
+            if blocks_cells(gate, ctx.campaign.correctness.accept):
+                land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
                                  correctness=gate.status)
             else:
-                run_one_cell(campaign, cell, server, vocab, wh, run_id, run_dir, statuses, gate.status)
+                run_one_cell(ctx, cell, server, gate.status)
     except Exception as exc:
         for cell in cells:
-            if cell.key not in statuses:
-                land_failed_cell(campaign, cell, wh, run_id, f"{type(exc).__name__}: {exc}", statuses)
+            if cell.key not in ctx.statuses:
+                land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
-        stop_server_and_telemetry(campaign, server, telemetry, wh, run_id, gate)
-    return reference
+        stop_server_and_telemetry(ctx, server, telemetry, gate)
 
 
-def stop_server_and_telemetry(campaign: Campaign, server: Server, telemetry: Telemetry, wh: str, run_id: str,
-                              gate: GateResult | None) -> None:
+def blocked_reason(gate: GateResult, accept: str) -> str:
+    if gate.status == "close":
+        return f"correctness gate close but the campaign demands equal tokens (correctness.accept: {accept}): " \
+               f"{gate.detail}"
+    return f"correctness gate failed: {gate.detail}"
+
+
+def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Telemetry, gate: GateResult | None) -> None:
     """Plain calls, not task runs: this must also work while a Ctrl-C unwinds."""
     stop_telemetry.fn(telemetry)
-    stop_mode_server.fn(campaign, server)
-    land_mode_server(wh, run_id, server, "ready", gate)
-    with session(wh) as con:
-        landing.land_samples(con, run_id, server.mode, telemetry.node_files, telemetry.server_files)
+    stop_mode_server.fn(ctx.campaign, server)
+    land_mode_server(ctx, server, "ready", gate)
+    with session(ctx.warehouse) as con:
+        landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
-def run_one_cell(campaign: Campaign, cell: Cell, server: Server, vocab: int, wh: str, run_id: str,
-                 run_dir: Path, statuses: dict[str, str], correctness: str | None) -> None:
+def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None) -> None:
     if not is_healthy(server):
-        land_failed_cell(campaign, cell, wh, run_id, f"server of mode {cell.mode.name} is no longer healthy "
-                         f"(exit code {server.process.exit_code()}); see {server.log_path}", statuses)
+        land_failed_cell(ctx, cell, f"server of mode {cell.mode.name} is no longer healthy (exit code "
+                         f"{server.process.exit_code()}); see {server.log_path}")
         return
-    config = cell_load_config(campaign.load, cell, server.url, served_name(campaign), vocab)
-    output = run_dir / "cells" / f"{cell.key}.json"
+    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.client)
+    output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output))
     except Exception as exc:
-        land_failed_cell(campaign, cell, wh, run_id, str(exc), statuses, started, correctness)
+        land_failed_cell(ctx, cell, str(exc), started, correctness)
         return
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
     land_cell.with_options(task_run_name=f"land {cell.key}")(
-        wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status=status,
-        error=error, started_at=started, ended_at=landing.now(), result=result, result_path=str(output),
-        correctness=correctness, requests_csv=Path(requests_csv_path(str(output))))
-    statuses[cell.key] = status
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
+        ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
+        requests_csv=Path(requests_csv_path(str(output))))
+    ctx.statuses[cell.key] = status
+    if status == "completed" and not summary.get("valid", True):
+        ctx.invalid[cell.key] = list(summary["invalid_reasons"])
     throughput = summary.get("output_throughput") or 0.0
+    busy = (summary.get("client") or {}).get("core_fraction")
     verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
     reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
-                             f"{throughput:.1f} tok/s{verdict}")
+                             f"{throughput:.1f} tok/s, gate {correctness}"
+                             + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
 
 
-def land_failed_cell(campaign: Campaign, cell: Cell, wh: str, run_id: str, error: str, statuses: dict[str, str],
-                     started: datetime | None = None, correctness: str | None = None) -> None:
+def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
+                     correctness: str | None = None) -> None:
     land_cell.with_options(task_run_name=f"land {cell.key}")(
-        wh, run_id, cell, input_len=campaign.load.input_len, output_len=campaign.load.output_len, status="failed",
-        error=error, started_at=started, ended_at=landing.now(), result=None, result_path=None,
-        correctness=correctness)
-    statuses[cell.key] = "failed"
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status="failed", error=error, started_at=started,
+        ended_at=landing.now(), result=None, result_path=None, correctness=correctness)
+    ctx.statuses[cell.key] = "failed"
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
 
 
-def land_mode_server(wh: str, run_id: str, server: Server, status: str, gate: GateResult | None = None) -> None:
-    land_server.fn(wh, run_id, mode=server.mode, pid=server.process.pid, port=server.port,
+def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, pid=server.process.pid, port=server.port,
                    command=server.launch.argv, env=server.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
                    status=status, error=None, correctness=gate.status if gate else None,
                    correctness_detail=gate.detail if gate else None,
+                   correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
                    kv_capacity_tokens=kv_capacity_tokens(server.log_path))
 
 
-def run_status(statuses: dict[str, str]) -> str:
+def run_status(statuses: dict[str, str], invalid: dict[str, list[str]], on_invalid: str = "fail") -> str:
+    """completed | invalid (every cell measured, some not to be trusted, and the campaign fails on that)
+    | partial | failed."""
     if statuses and all(s == "completed" for s in statuses.values()):
-        return "completed"
+        return "invalid" if invalid and on_invalid == "fail" else "completed"
     return "partial" if any(s == "completed" for s in statuses.values()) else "failed"
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def served_name(campaign: Campaign) -> str:

@@ -43,11 +43,12 @@ def format_cpu_list(cpus: list[int]) -> str:
 
 
 def split_cpus(cpus: list[int], ranks: int) -> list[list[int]]:
-    """Split a node's cores into `ranks` contiguous, disjoint, near-equal groups."""
+    """Split a node's cores into `ranks` contiguous, disjoint, near-equal groups; with fewer
+    cores than ranks (an oversubscribed mode) ranks take one core each, round robin."""
     if ranks < 1:
         raise ValueError("ranks must be >= 1")
     if ranks > len(cpus):
-        raise ValueError(f"{ranks} ranks need at least {ranks} CPUs, got {len(cpus)}")
+        return [[cpus[rank % len(cpus)]] for rank in range(ranks)]
     base, extra = divmod(len(cpus), ranks)
     groups, start = [], 0
     for rank in range(ranks):

@@ -11,7 +11,7 @@ from servebench.model import model_cache_key
 from servebench.paths import cache_dir
 from servebench.providers import get_provider
 from servebench.serve import plan_launch, server_node
-from servebench.spec import Campaign, GeneratedModelSpec
+from servebench.spec import Campaign, GeneratedModelSpec, client_placement
 from servebench.sweep import expand
 
 PORT_PLACEHOLDER = 0  # chosen free at run time
@@ -27,13 +27,14 @@ def describe_plan(campaign: Campaign, file: Path) -> str:
     else:
         model_dir = str((file.parent / campaign.model.path).resolve())
         served = Path(campaign.model.path).name
-    nodes = get_provider(campaign.provider).nodes()
+    nodes = get_provider(campaign).nodes()
     cells = expand(campaign)
     lines = [
         f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
         f"engine   {campaign.engine.package}  venv key {key}",
         f"model    {model_dir}",
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
+        f"client   {client_placement(campaign).describe()}, nice {campaign.load.client.nice}",
         f"cells    {len(cells)} = {len(campaign.modes)} modes x {len(cells) // len(campaign.modes) // campaign.load.repeats}"
         f" load points x {campaign.load.repeats} repeats",
         "",

@@ -20,7 +20,7 @@ from pathlib import Path
 from servebench.cpus import format_cpu_list
 from servebench.engines import Engine, ServerLaunch
 from servebench.engines.base import MultiNode
-from servebench.placement import node_bindings
+from servebench.placement import mp_node_index, node_bindings
 from servebench.ray_cluster import node_key
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
 from servebench.providers import Node, Provider
@@ -54,7 +54,7 @@ class Server:
 def server_node(mode: ModeSpec, nodes: list[Node]) -> Node:
     """Where the API server runs: the head (first) node for distributed modes, else the node holding the workers."""
     if mode.executor == "mp":
-        return next(n for n in nodes if len(n.cpus) >= mode.world_size)
+        return nodes[mp_node_index(mode.world_size, [n.cpus for n in nodes])]
     return nodes[0]
 
 

@@ -19,7 +19,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from servebench.cpus import parse_cpu_list
-from servebench.placement import workers_per_node
+from servebench.placement import ClientPlacement, place_client, server_cpus, workers_per_node
 from servebench.regression.settings import DetectionSettings
 
 # head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
@@ -149,6 +149,9 @@ class ModeSpec(StrictModel):
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     executor: Literal["mp", "ray", "mp-multinode"] = "mp"
+    oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
+                                "share cores): a smoke test of a distributed mode on a small host, never a "
+                                "number to compare.")
     args: list[str] = Field(default_factory=list, description="Extra arguments for the server.")
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -160,6 +163,38 @@ class ModeSpec(StrictModel):
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
+
+
+class ClientSpec(StrictModel):
+    """Where the load generator runs (on the orchestrator's host) and at which priority."""
+
+    cpus: list[int] | Literal["auto", "shared"] = Field(
+        "auto", description="CPUs of the generator's own, taken away from every server process: a list ('1', "
+                            "'2-3'); 'auto' = the host's CPUs that no node uses (else 'shared'); 'shared' = no "
+                            "CPU of its own (the generator competes with the servers; its CPU use still counts).")
+    nice: int = Field(-10, ge=-20, le=19, description="The generator's nice value (negative raises its priority; "
+                                                     "needs root, else it runs at its current priority and says so).")
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _parse_cpus(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("auto", "shared"):
+            return parse_cpu_list(value)
+        if isinstance(value, int):
+            return [value]
+        return value
+
+
+class ValiditySpec(StrictModel):
+    """When a cell's measurement is not to be trusted, and what that does to the run's exit code."""
+
+    on_invalid: Literal["fail", "warn"] = Field(
+        "fail", description="'fail': an invalid cell makes the run 'invalid' (exit 1); 'warn': reported only.")
+    max_schedule_lag_ms: float = Field(10.0, gt=0, description="Open loop: schedule lag p99 above this is invalid.")
+    min_achieved_fraction: float = Field(0.99, gt=0, le=1, description="Open loop: an achieved rate below this "
+                                                                        "share of the scheduled rate is invalid.")
+    max_client_cpu: float = Field(0.8, gt=0, le=1, description="The generator busier than this share of one core "
+                                                                "is invalid (it may be the bottleneck).")
 
 
 class LoadSpec(StrictModel):
@@ -174,6 +209,7 @@ class LoadSpec(StrictModel):
     repeats: int = Field(1, ge=1)
     seed: int = 0
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
+    client: ClientSpec = Field(default_factory=ClientSpec)
 
     @model_validator(mode="after")
     def _check(self) -> "LoadSpec":
@@ -192,9 +228,11 @@ class TelemetrySpec(StrictModel):
 
 
 class CorrectnessSpec(StrictModel):
-    accept: Literal["equal", "near-ties"] = Field(
-        "equal", description="'equal': every greedy token must equal the TP=1 reference, else the mode's cells "
-                             "fail. 'near-ties': also accept parting at a near-tie (bf16 models sharded).")
+    accept: Literal["close", "equal", "near-ties"] = Field(
+        "close", description="'close' (vLLM's own criterion): greedy answers may part from the TP=1 reference "
+                             "only at a near-tie (each side's token in the other's top candidates), after "
+                             "which that prompt is not compared. 'equal': every token must be equal (float32 "
+                             "campaigns). 'near-ties' is the old name of 'close'.")
 
 
 class Campaign(StrictModel):
@@ -208,6 +246,7 @@ class Campaign(StrictModel):
     load: LoadSpec
     telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    validity: ValiditySpec = Field(default_factory=ValiditySpec)
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
 
     @field_validator("model", mode="before")
@@ -295,12 +334,15 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
     shape, shape_problem = model_shape(campaign.model, base_dir)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
+    host_cpus = _host_cpus()
+    problems += _cpu_problems(campaign, host_cpus)
+    nodes = campaign_server_cpus(campaign, host_cpus)
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
         size_field = where + ("tp" if mode.tp > 1 else "pp",)
         if mode.name in names[:index]:
             problems.append((where + ("name",), f"mode name {mode.name!r} is used more than once"))
-        problem = _placement_problem(mode, campaign.provider)
+        problem = _placement_problem(mode, nodes, [n.name for n in campaign.provider.nodes]) if all(nodes) else None
         if problem:
             problems.append((size_field, problem))
         if shape and shape["heads"] % mode.tp:
@@ -309,23 +351,44 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
-    host_cpus = _host_cpus()
+    return problems
+
+
+def client_placement(campaign: Campaign, host_cpus: set[int] | None = None) -> ClientPlacement:
+    """The load generator's CPUs on this host (see servebench.placement.place_client)."""
+    host = _host_cpus() if host_cpus is None else host_cpus
+    return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.nodes], host)
+
+
+def campaign_server_cpus(campaign: Campaign, host_cpus: set[int] | None = None) -> list[list[int]]:
+    """Each node's CPUs for server processes: its own less the load generator's."""
+    client = client_placement(campaign, host_cpus)
+    return [server_cpus(node.cpus, client) for node in campaign.provider.nodes]
+
+
+def _cpu_problems(campaign: Campaign, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+    """CPUs that are not on this host, and nodes the load generator's CPUs leave empty."""
+    problems: list[tuple[tuple, str]] = []
     for index, node in enumerate(campaign.provider.nodes):
         missing = sorted(set(node.cpus) - host_cpus)
         if campaign.provider.kind == "local" and missing:
             problems.append((("provider", "nodes", index, "cpus"), f"CPUs {missing} are not available on "
                              f"this host (allowed: {sorted(host_cpus)})"))
+    requested = campaign.load.client.cpus
+    if isinstance(requested, list) and set(requested) - host_cpus:
+        problems.append((("load", "client", "cpus"), f"CPUs {sorted(set(requested) - host_cpus)} are not "
+                         f"available on this host (allowed: {sorted(host_cpus)})"))
+    client = client_placement(campaign, host_cpus)
+    for index, node in enumerate(campaign.provider.nodes):
+        if not server_cpus(node.cpus, client):
+            problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "
+                             f"servers: the load generator has {client.cpus} ({client.why})"))
     return problems
 
 
-def _placement_problem(mode: ModeSpec, provider: LocalProviderSpec) -> str | None:
-    nodes = [node.cpus for node in provider.nodes]
-    if mode.world_size > provider.total_cpus:
-        return (f"tp x pp = {mode.world_size} workers but the nodes give {provider.total_cpus} CPUs in all "
-                "(one worker needs at least one CPU)")
-    if mode.executor == "mp" and mode.world_size > max(len(cpus) for cpus in nodes):
-        return (f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} exceeds the largest node's "
-                f"{max(len(cpus) for cpus in nodes)} CPUs")
+def _placement_problem(mode: ModeSpec, nodes: list[list[int]], names: list[str]) -> str | None:
+    """A mode the nodes' server CPUs cannot hold (CPU counts are waived for oversubscribed modes)."""
+    total = sum(len(cpus) for cpus in nodes)
     if mode.executor == "mp-multinode" and mode.world_size > len(nodes):
         return (f"executor 'mp-multinode' runs exactly one worker per node (vLLM's native multi-node launcher "
                 f"counts local ranks by GPU count, which is 1 on CPU), so tp x pp = {mode.world_size} needs "
@@ -333,11 +396,20 @@ def _placement_problem(mode: ModeSpec, provider: LocalProviderSpec) -> str | Non
                 "workers per node")
     if mode.executor == "mp-multinode" and mode.world_size < 2:
         return "executor 'mp-multinode' needs tp x pp >= 2 (one worker per node on two or more nodes)"
+    if mode.oversubscribe:
+        return None
+    hint = " (or set oversubscribe: true on the mode to let ranks share cores)"
+    if mode.world_size > total:
+        return (f"tp x pp = {mode.world_size} workers but the nodes give {total} CPUs in all to servers "
+                f"(one worker needs at least one CPU){hint}")
+    if mode.executor == "mp" and mode.world_size > max(len(cpus) for cpus in nodes):
+        return (f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} exceeds the largest node's "
+                f"{max(len(cpus) for cpus in nodes)} CPUs for servers{hint}")
     if mode.executor == "ray":
         for index, (count, cpus) in enumerate(zip(workers_per_node("ray", mode.world_size, nodes), nodes)):
             if count > len(cpus):
                 return (f"executor 'ray' spreads {mode.world_size} workers over {len(nodes)} nodes, {count} on "
-                        f"node {provider.nodes[index].name}, which has {len(cpus)} CPUs")
+                        f"node {names[index]}, which has {len(cpus)} CPUs for servers{hint}")
     return None
 
 

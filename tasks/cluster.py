@@ -23,9 +23,9 @@ def start_ray_cluster(campaign: Campaign, nodes: list[Node], build: EngineBuild,
     slots = ray_slots_per_node([m.world_size for m in campaign.modes if m.executor == "ray"], len(nodes))
     ray_bin = str(Path(build.python).parent / "ray")
     plans = plan_cluster(nodes, ray_bin, slots, campaign.engine.env)
-    return start_cluster(get_provider(campaign.provider), plans, build.python, Path(run_dir) / "ray")
+    return start_cluster(get_provider(campaign), plans, build.python, Path(run_dir) / "ray")
 
 
 @task(name="stop-ray-cluster", cache_policy=NONE)
 def stop_ray_cluster(campaign: Campaign, cluster: RayCluster) -> list[str]:
-    return stop_cluster(get_provider(campaign.provider), cluster)
+    return stop_cluster(get_provider(campaign), cluster)

@@ -13,18 +13,25 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
+from servebench.cpus import format_cpu_list
 from servebench.load.config import LoadConfig, to_argv
 from servebench.load.runner import load_result
-from servebench.spec import LoadSpec
+from servebench.placement import ClientPlacement
+from servebench.spec import Campaign
 from servebench.sweep import Cell
 
 
-def cell_load_config(load: LoadSpec, cell: Cell, base_url: str, served_name: str, vocab_size: int) -> LoadConfig:
+def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
+                     client: ClientPlacement) -> LoadConfig:
+    """The cell's load, run on the generator's own CPUs and judged by the campaign's validity limits."""
+    load, validity = campaign.load, campaign.validity
     return LoadConfig(
         base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
         arrival=load.arrival, input_len=load.input_len, output_len=load.output_len, vocab_size=vocab_size,
         requests=load.requests, duration=load.duration, warmup=load.warmup, seed=cell.seed,
-        timeout_s=load.timeout_s,
+        timeout_s=load.timeout_s, max_schedule_lag_ms=validity.max_schedule_lag_ms,
+        min_achieved_fraction=validity.min_achieved_fraction, max_client_cpu=validity.max_client_cpu,
+        cpus=format_cpu_list(client.cpus) if client.cpus else None, nice=load.client.nice,
     )
 
 

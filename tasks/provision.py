@@ -11,6 +11,6 @@ from servebench.spec import Campaign
 
 @task(name="provision", cache_policy=NONE)
 def provision(campaign: Campaign) -> tuple[list[Node], dict[str, dict]]:
-    provider = get_provider(campaign.provider)
+    provider = get_provider(campaign)
     nodes = provider.nodes()
     return nodes, {node.name: provider.inventory(node) for node in nodes}

@@ -10,7 +10,7 @@ from prefect.cache_policies import NONE
 from servebench.build import EngineBuild
 from servebench.ray_cluster import RayCluster
 from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
-from servebench.correctness import GateAnswer, GateResult, ask, compare
+from servebench.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.engines import get_engine
 from servebench.providers import Node, get_provider
 from servebench.serve import Server, pick_port, plan_launch, server_node, start_server, stop_server, wait_ready
@@ -23,7 +23,7 @@ def start_mode_server(campaign: Campaign, mode: ModeSpec, nodes: list[Node], bui
                       ) -> tuple[Server, Telemetry]:
     """Start the mode's server with its telemetry (which covers model load too), and wait for
     /health; on failure both are already stopped."""
-    provider = get_provider(campaign.provider)
+    provider = get_provider(campaign)
     port = pick_port()
     launch = plan_launch(get_engine(campaign.engine.kind), python=build.python, spec=campaign.engine, mode=mode,
                          model_dir=model_dir, served_name=served_name, nodes=nodes, port=port,
@@ -42,14 +42,17 @@ def start_mode_server(campaign: Campaign, mode: ModeSpec, nodes: list[Node], bui
 
 @task(name="stop-server", cache_policy=NONE)
 def stop_mode_server(campaign: Campaign, server: Server) -> Server:
-    return stop_server(get_provider(campaign.provider), server)
+    return stop_server(get_provider(campaign), server)
 
 
 @task(name="correctness-gate", cache_policy=NONE)
-def correctness_gate(server: Server, served_name: str, vocab: int, reference: GateAnswer | None
-                     ) -> tuple[GateResult, GateAnswer]:
-    """The server's greedy answers, judged against the reference (or becoming it)."""
+def correctness_gate(server: Server, served_name: str, vocab: int, reference: GateAnswer | None,
+                     reference_problem: str | None) -> tuple[GateResult, GateAnswer]:
+    """The server's greedy answers, judged against the reference (or becoming it); with no
+    reference to be had (`reference_problem`), unchecked."""
     answer = ask(server.url, served_name, vocab)
+    if reference_problem is not None:
+        return unchecked(reference_problem), answer
     if reference is None:
         return GateResult(status="reference", detail="TP=1 reference answers for this campaign"), answer
     return compare(reference, answer), answer

@@ -41,7 +41,7 @@ def engine_pids(server: Server, nodes: list[Node], cluster: RayCluster | None) -
 @task(name="start-telemetry", cache_policy=NONE)
 def start_telemetry(campaign: Campaign, server: Server, nodes: list[Node], cluster: RayCluster | None,
                     run_dir: str) -> Telemetry:
-    provider = get_provider(campaign.provider)
+    provider = get_provider(campaign)
     out = Path(run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
     telemetry = Telemetry(mode=server.mode)

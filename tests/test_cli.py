@@ -19,8 +19,10 @@ def test_plan_prints_cells_and_server_commands():
     done = servebench("plan", "campaigns/smoke.yaml")
     assert done.returncode == 0, done.stderr
     assert "cell tp2.rate8.r0" in done.stdout
-    assert "VLLM_CPU_OMP_THREADS_BIND='0|1'" in done.stdout
+    assert "VLLM_CPU_OMP_THREADS_BIND='0|0'" in done.stdout  # oversubscribed: both ranks on the server core
     assert "--tensor-parallel-size 2" in done.stdout
+    assert "taskset -c 0 " in done.stdout and "taskset -c 0,1" not in done.stdout
+    assert "load generator: CPUs 1 of its own" in done.stdout
 
 
 def test_plan_rejects_a_bad_file_with_exit_1_and_the_place():

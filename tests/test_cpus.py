@@ -19,9 +19,16 @@ def test_split_is_contiguous_disjoint_and_balanced():
     assert split_cpus([0, 1], 2) == [[0], [1]]
 
 
-def test_split_refuses_more_ranks_than_cpus():
+def test_more_ranks_than_cpus_share_cores_round_robin():
+    """An oversubscribed mode (the smoke's TP=2 on one server core): every rank still gets a core."""
+    assert split_cpus([0], 2) == [[0], [0]]
+    assert split_cpus([4, 5], 3) == [[4], [5], [4]]
+    assert omp_threads_bind([0], 2) == "0|0"
+
+
+def test_no_ranks_is_an_error():
     with pytest.raises(ValueError):
-        split_cpus([0], 2)
+        split_cpus([0], 0)
 
 
 def test_omp_binding_has_one_list_per_rank():

@@ -7,7 +7,6 @@ parameters point at files that exist, and `servebench serve` reads the same sche
 
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
 

@@ -4,7 +4,6 @@ Slow (engine build on first use, ~1 min server start-up); everything is real: th
 venv, the vLLM server, the Prefect test server, the load generator and the warehouse.
 """
 
-import os
 from pathlib import Path
 
 import psutil
@@ -61,6 +60,12 @@ def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     for key, status, client_tokens, server_tokens in cells:
         # the client's usage-based count equals the server's own generation-token counter
         assert client_tokens == server_tokens == campaign.load.requests * campaign.load.output_len, key
+    # the server ran on CPU 0, the generator on CPU 1 (its own, at raised priority), and both cells are valid
+    placed = con.execute("select cell_key, client_cpus, client_nice, client_cpu_fraction, valid, correctness "
+                         "from cells order by cell_key").fetchall()
+    for key, cpus, nice, busy, valid, correctness in placed:
+        assert (cpus, nice, valid, correctness) == ("1", -10, True, "reference"), placed
+        assert 0 < busy < 0.8, placed
     server = con.execute("select port, status, ready_seconds, stopped_at from servers").fetchone()
     assert server[1] == "ready" and server[2] > 0 and server[3] is not None
     run = con.execute("select status, spec_hash, build_key from runs").fetchone()

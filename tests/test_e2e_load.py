@@ -1,7 +1,9 @@
-"""`servebench load` against a real vLLM server: token ids, exact-length text, chat.
+"""`servebench load` against a real vLLM server: token ids, exact-length text, chat, and
+where the generator runs.
 
-One tp1 server (from the campaign machinery: engine venv, tiny model, local provider)
-serves three load runs; each must agree with the server's usage and its own counter.
+One tp1 server on CPU 0 (from the campaign machinery: engine venv, tiny model, local
+provider) serves every load run; each must agree with the server's usage and its own
+counter, and a generator sharing the server's CPU must find its own measurement invalid.
 """
 
 import json
@@ -30,7 +32,7 @@ def vllm_server(tmp_path_factory):
     campaign = load_campaign(CAMPAIGN)
     build = ensure_engine_venv(campaign.engine, cache_dir(), log=lambda _: None)
     model_dir = ensure_model(campaign.model, build.python, cache_dir())
-    provider = get_provider(campaign.provider)
+    provider = get_provider(campaign)
     node = provider.nodes()[0]
     port = pick_port()
     launch = plan_launch(get_engine("vllm"), python=build.python, spec=campaign.engine, mode=campaign.modes[0],
@@ -86,3 +88,34 @@ def test_chat_endpoint(vllm_server, tmp_path):
     result = load(server, tmp_path, "--endpoint", "chat", "--input-len", "16", "--tokenizer", str(model_dir))
     check(result, input_len=None)
     assert all(r["input_tokens"] > 16 for r in result["requests"])  # the chat template adds tokens
+
+
+def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
+    """One open-loop run of the placement test; the generator's verdict on itself is what counts."""
+    out = tmp_path / f"{name}.json"
+    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", server.url, "--model", "tiny",
+                           "--input-len", "32", "--output-len", "16", "--vocab-size", "1000", "--seed", "3",
+                           "--output-json", str(out), "--quiet", *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())["summary"]
+
+
+def test_generator_on_its_own_cpu_stays_valid_near_capacity_and_not_on_the_servers(vllm_server, tmp_path):
+    """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1. Near the server's
+    capacity (measured here, so it holds on any CPU) an open-loop cell stays valid; the same cell
+    with the generator forced onto the server's CPU at normal priority is flagged invalid."""
+    server, _, _ = vllm_server
+    capacity = open_loop(server, tmp_path, "capacity", "--clients", "8", "--requests", "32", "--cpus", "1")
+    rate = 0.9 * capacity["request_throughput"]
+    cell = ["--rate", f"{rate:.3f}", "--requests", "60", "--warmup", "4"]
+    own = open_loop(server, tmp_path, "own-cpu", *cell, "--cpus", "1", "--nice", "-10")
+    shared = open_loop(server, tmp_path, "server-cpu", *cell, "--cpus", "0", "--nice", "0")
+    print(f"capacity {capacity['request_throughput']:.2f} req/s, cell at {rate:.2f} req/s; schedule lag p99: own CPU "
+          f"{own['schedule_lag_ms']['p99']:.2f} ms, server's CPU {shared['schedule_lag_ms']['p99']:.2f} ms")
+    assert own["client"]["cpus"] == "1" and own["client"]["nice"] == -10
+    assert own["valid"], own["invalid_reasons"]
+    assert own["client"]["core_fraction"] < 0.8
+    assert shared["client"]["cpus"] == "0"
+    assert not shared["valid"]
+    assert any("schedule lag" in r or "achieved rate" in r for r in shared["invalid_reasons"]), shared

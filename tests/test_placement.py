@@ -30,3 +30,21 @@ def test_bindings_split_each_nodes_cores_among_its_workers():
     assert node_bindings("ray", 2, ["a", "b"], TWO_NODES) == {"a": "0-1", "b": "0-1"}
     assert node_bindings("mp", 2, ["a", "b"], TWO_NODES) == {"a": "0|1"}
     assert node_bindings("ray", 2, ["a", "b"], [[0, 1, 2, 3], [4, 5, 6, 7]]) == {"a": "0-3", "b": "4-7"}
+
+
+def test_the_generator_gets_the_cpus_no_node_uses_or_shares_when_there_are_none():
+    from servebench.placement import place_client, server_cpus
+
+    spare = place_client("auto", [[0, 1]], host_cpus={0, 1, 2, 3})
+    assert spare.cpus == [2, 3] and spare.dedicated
+    full = place_client("auto", [[0, 1], [0, 1]], host_cpus={0, 1})
+    assert full.cpus is None and not full.dedicated and "load.client.cpus" in full.why
+    assert place_client("shared", [[0]], host_cpus={0, 1}).cpus is None
+    asked = place_client([1], [[0, 1]], host_cpus={0, 1})
+    assert asked.cpus == [1] and server_cpus([0, 1], asked) == [0]
+    assert server_cpus([0, 1], full) == [0, 1]
+
+
+def test_an_oversubscribed_mp_mode_takes_the_first_node_and_shares_its_cores():
+    assert workers_per_node("mp", 2, [[0]]) == [2]
+    assert node_bindings("mp", 2, ["a"], [[0]]) == {"a": "0|0"}

@@ -6,10 +6,13 @@ from servebench.providers.base import Node, Provider
 from servebench.providers.local import LocalProvider
 
 
-def get_provider(spec) -> Provider:
-    if spec.kind == "local":
-        return LocalProvider(spec)
-    raise ValueError(f"unknown provider {spec.kind!r}; known: ['local']")
+def get_provider(campaign) -> Provider:
+    """The campaign's provider; local nodes leave the load generator's CPUs to it."""
+    from servebench.spec import client_placement
+
+    if campaign.provider.kind == "local":
+        return LocalProvider(campaign.provider, reserved_cpus=client_placement(campaign).cpus or [])
+    raise ValueError(f"unknown provider {campaign.provider.kind!r}; known: ['local']")
 
 
 __all__ = ["Node", "Provider", "get_provider"]

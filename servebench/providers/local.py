@@ -17,8 +17,10 @@ from servebench.spec import LocalProviderSpec
 
 
 class LocalProvider:
-    def __init__(self, spec: LocalProviderSpec):
-        self._nodes = [Node(name=n.name, address="127.0.0.1", cpus=list(n.cpus)) for n in spec.nodes]
+    def __init__(self, spec: LocalProviderSpec, reserved_cpus: list[int] = ()):
+        """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
+        self._nodes = [Node(name=n.name, address="127.0.0.1", cpus=[c for c in n.cpus if c not in reserved_cpus])
+                       for n in spec.nodes]
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
