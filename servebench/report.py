@@ -10,6 +10,7 @@ shaded; modes and executors side by side.
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
-    e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness"""
+    e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
+    client_cpu_fraction"""
 WIDTH, HEIGHT = 380, 240
 
 
@@ -54,8 +56,21 @@ def throughput_vs_latency(cells: list[dict], latency: str, label: str) -> alt.Ch
     )
     labels = alt.Chart(_data(opened)).mark_text(dx=8, dy=-8, fontSize=10).encode(
         x=f"{latency}:Q", y="output_throughput:Q", text=alt.Text("rate:Q", format="~g"), color="mode:N")
-    return _titled(chart + labels, f"Throughput vs {label}, per request rate",
-                   "open loop; each point is one offered rate (req/s, labelled); one line per mode")
+    subtitle = "open loop; each point is one offered rate (req/s, labelled); one line per mode"
+    layers = chart + labels
+    invalid = invalid_marks(opened, latency, "output_throughput")
+    if invalid is not None:
+        layers, subtitle = layers + invalid, subtitle + "; red cross: an invalid measurement (see the cell table)"
+    return _titled(layers, f"Throughput vs {label}, per request rate", subtitle)
+
+
+def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
+    """A red cross over every point whose cell failed its validity rules, reasons in the tooltip."""
+    bad = [{**c, "reasons": "; ".join(c["invalid_reasons"] or [])} for c in cells if c.get("valid") is False]
+    if not bad:
+        return None
+    return alt.Chart(_data(bad)).mark_point(shape="cross", color="red", size=180, strokeWidth=3).encode(
+        x=f"{x}:Q", y=f"{y}:Q", tooltip=["cell_id:N", alt.Tooltip("reasons:N", title="invalid because")])
 
 
 def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
@@ -245,15 +260,41 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
         spec = chart.to_json()
         (chart_dir / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec))
         (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
+    cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by mode, cell_key", [run_id])
+    gates = rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
+                 [run_id])
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
-                 f"spec {info['spec_hash']}, started {info['started_at']}", charts)
+                 f"spec {info['spec_hash']}, started {info['started_at']}", charts, cell_table(cells, gates))
     path = out_dir / "report.html"
     path.write_text(page)
     return path
 
 
-def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin]) -> str:
-    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart."""
+def cell_table(cells: list[dict], gates: list[dict]) -> str:
+    """Every cell with its verdicts (status, correctness gate, validity and why), and each
+    mode's gate: a chart shows numbers, this says which of them to trust."""
+    head = "<tr><th>cell</th><th>status</th><th>gate</th><th>valid</th><th>tok/s</th><th>client CPU</th>" \
+           "<th>invalid because / error</th></tr>"
+    body = []
+    for c in cells:
+        valid = {True: "yes", False: "NO", None: "-"}[c["valid"]]
+        busy = "-" if c["client_cpu_fraction"] is None else f"{c['client_cpu_fraction']:.0%} of {c['client_cpus']}"
+        why = "; ".join(c["invalid_reasons"] or []) or (c["error"] or "")
+        tokens = "-" if c["output_throughput"] is None else f"{c['output_throughput']:.1f}"
+        flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""
+        body.append(f"<tr{flagged}><td>{html.escape(c['cell_key'])}</td><td>{c['status']}</td>"
+                    f"<td>{c['correctness'] or '-'}</td><td>{valid}</td><td>{tokens}</td>"
+                    f"<td>{busy}</td><td>{html.escape(why)}</td></tr>")
+    gate_rows = "".join(f"<li><b>{html.escape(g['mode'])}</b>: {g['correctness'] or 'not gated'}"
+                        f"{' - ' + html.escape(g['correctness_detail']) if g['correctness_detail'] else ''}</li>"
+                        for g in gates)
+    return (f'<section id="cells"><h2>Cells</h2><table class="cells">{head}{"".join(body)}</table>'
+            f"<h3>Correctness gate per mode</h3><ul>{gate_rows}</ul></section>")
+
+
+def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin], cells_html: str = "") -> str:
+    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart,
+    then the cell table."""
     divs, calls = [], []
     for index, (name, chart) in enumerate(charts.items()):
         divs.append(f'<section><div id="chart-{index}" class="chart" data-name="{name}"></div></section>')
@@ -265,8 +306,10 @@ def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin]) -> st
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:24px}} section{{margin:28px 0}} h1{{margin-bottom:0}}
-.sub{{color:#555;margin-top:4px}}</style></head>
+.sub{{color:#555;margin-top:4px}} table.cells{{border-collapse:collapse;font-size:13px}}
+table.cells td,table.cells th{{border:1px solid #ccc;padding:2px 6px;text-align:left}} tr.bad{{background:#fdd}}</style></head>
 <body><h1>{title}</h1><p class="sub">{subtitle}</p>
 {''.join(divs)}
+{cells_html}
 <script type="module">{bundle}</script>
 </body></html>"""
