@@ -101,21 +101,17 @@ def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
     return json.loads(out.read_text())["summary"]
 
 
-def test_generator_on_its_own_cpu_stays_valid_near_capacity_and_not_on_the_servers(vllm_server, tmp_path):
-    """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1. Near the server's
-    capacity (measured here, so it holds on any CPU) an open-loop cell stays valid; the same cell
-    with the generator forced onto the server's CPU at normal priority is flagged invalid."""
+def test_generator_on_its_own_cpu_stays_valid_near_the_servers_capacity(vllm_server, tmp_path):
+    """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1 at raised priority.
+    Near the server's capacity (measured here with 32 clients, so it holds on any CPU) an
+    open-loop cell stays valid. (The check failing for a starved generator: test_load_placement.)"""
     server, _, _ = vllm_server
-    capacity = open_loop(server, tmp_path, "capacity", "--clients", "8", "--requests", "32", "--cpus", "1")
+    capacity = open_loop(server, tmp_path, "capacity", "--clients", "32", "--requests", "96", "--cpus", "1")
     rate = 0.9 * capacity["request_throughput"]
-    cell = ["--rate", f"{rate:.3f}", "--requests", "60", "--warmup", "4"]
-    own = open_loop(server, tmp_path, "own-cpu", *cell, "--cpus", "1", "--nice", "-10")
-    shared = open_loop(server, tmp_path, "server-cpu", *cell, "--cpus", "0", "--nice", "0")
-    print(f"capacity {capacity['request_throughput']:.2f} req/s, cell at {rate:.2f} req/s; schedule lag p99: own CPU "
-          f"{own['schedule_lag_ms']['p99']:.2f} ms, server's CPU {shared['schedule_lag_ms']['p99']:.2f} ms")
+    own = open_loop(server, tmp_path, "own-cpu", "--rate", f"{rate:.3f}", "--requests", "120", "--warmup", "4",
+                    "--cpus", "1", "--nice", "-10")
+    print(f"capacity {capacity['request_throughput']:.2f} req/s, cell at {rate:.2f} req/s: schedule lag p99 "
+          f"{own['schedule_lag_ms']['p99']:.2f} ms, generator CPU {own['client']['core_fraction']:.1%}")
     assert own["client"]["cpus"] == "1" and own["client"]["nice"] == -10
     assert own["valid"], own["invalid_reasons"]
     assert own["client"]["core_fraction"] < 0.8
-    assert shared["client"]["cpus"] == "0"
-    assert not shared["valid"]
-    assert any("schedule lag" in r or "achieved rate" in r for r in shared["invalid_reasons"]), shared
