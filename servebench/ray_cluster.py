@@ -4,15 +4,31 @@ Each node runs `ray start --block` from the engine venv, so the process serveben
 starts is the node's Ray for its whole life; every daemon it spawns is its descendant
 and is stopped by PID with it (never `ray stop`, which would stop other users' Ray on a
 shared host). Every port is chosen free, the dashboard is off, and each node's CPU count
-is the number of vLLM workers it may take.
+is the number of vLLM workers it may take. Each node has a Ray temp dir of its own
+(`--temp-dir` <root>/<index>.<attempt>, under a short /tmp/sb-ray-* root), so its logs are
+its own and never another Ray's /tmp/ray; on stop the logs are copied to the run's
+ray/ray-logs/ and the temp root is removed.
+
+Start-up is made for a busy host (two cores, both taken): every `ray start` gets longer
+start-up timeouts (`RAY_STARTUP_ENV`); the nodes start one at a time, each once the head
+lists the one before as alive; a node whose `ray start` fails is stopped by PID and
+started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times; and
+a node that still fails raises an error naming the node, each attempt, its exit code,
+and the end of its `ray start` output and of its raylet and GCS logs.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
@@ -20,6 +36,54 @@ from servebench.providers import Node, Provider
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
 WORKER_PORTS = 100
+START_ATTEMPTS = 3
+NODE_START_TIMEOUT_S = 300.0  # one attempt; more than RAY_raylet_start_wait_time_s, so Ray gives up first
+TAIL_LINES = 15
+POLL_S = 1.0
+
+# Ray's start-up timeouts, raised for a host whose cores are all busy (Ray 2.60; the names
+# are Ray's own: RayConfig reads RAY_<name> for each RAY_CONFIG item of
+# src/ray/common/ray_config_def.h, and the Python side reads the rest from the
+# environment). A variable already set in servebench's environment wins over these, and
+# a campaign's `engine.env` over both.
+RAY_STARTUP_ENV = {
+    # `ray start` waits for the GCS to list its node: ray/_private/node.py retries
+    # services.get_node() for a fixed 30 s, and each call (GlobalStateAccessor::GetNode)
+    # polls the GCS for up to raylet_start_wait_time_s. The timeout behind "The current
+    # node timed out during startup ... the GCS has become overloaded".
+    "RAY_raylet_start_wait_time_s": "180",
+    # every synchronous GCS request, Python's GCS_SERVER_REQUEST_TIMEOUT_SECONDS included
+    # (a joining node's look-up of the head) (default 60)
+    "RAY_gcs_server_request_timeout_seconds": "120",
+    # the head's wait for the GCS port file, and the number of ~1 s tries every node makes
+    # to connect its GCS client (defaults 30 s and 20 tries)
+    "RAY_gcs_server_port_wait_time_s": "120",
+    # tries (2 s apart) to read the session name and the head's node info from the GCS (default 20)
+    "RAY_NUM_REDIS_GET_RETRIES": "60",
+    # the raylet exits when its runtime-env / dashboard agent (Python processes, slow to
+    # import on a busy host) has not answered in this long (default 30 000)
+    "RAY_agent_register_timeout_ms": "180000",
+    # a raylet's (or worker's) GCS client: connect timeout, and how long it may be cut off
+    # from the GCS before it exits (defaults 5 and 60)
+    "RAY_gcs_rpc_server_connect_timeout_s": "60",
+    "RAY_gcs_rpc_server_reconnect_timeout_s": "300",
+    # tries (1 s each) a worker or the plasma client makes to reach its raylet (default 10)
+    "RAY_raylet_client_num_connect_attempts": "60",
+    # a Ray worker process (a vLLM worker, importing torch) must register within this (default 60)
+    "RAY_worker_register_timeout_seconds": "300",
+    # the GCS marks a raylet dead after this many failed health checks of this timeout
+    # (defaults 5 and 10 000): a starved raylet answers late, not never
+    "RAY_health_check_failure_threshold": "10",
+    "RAY_health_check_timeout_ms": "30000",
+}
+
+# `ray start` output that a second attempt with the same venv would print again
+PERMANENT_FAILURES = ("ModuleNotFoundError", "ImportError", "No such option", "Invalid value for")
+CLICK_USAGE_ERROR = 2
+# A Unix socket path (session dir + "/sockets/plasma_store") may be 107 bytes at most;
+# Ray names the session "session_<date>_<time>_<microseconds>_<pid>", at most 42 characters.
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
 
 class RayClusterError(Exception):
@@ -33,6 +97,12 @@ class RayNodePlan:
     argv: list[str]
     env: dict[str, str]
     gcs_address: str                   # the head's GCS, host:port
+    temp_dir: str = ""                 # this attempt's --temp-dir (its logs: session_latest/logs)
+    attempt: int = 1
+
+    @property
+    def node_manager_port(self) -> int:
+        return int(_flag_value(self.argv, "--node-manager-port"))
 
 
 @dataclass
@@ -43,6 +113,26 @@ class RayCluster:
     processes: list[ManagedProcess] = field(default_factory=list)
     shm_before: set[str] = field(default_factory=set)
     ready_seconds: float | None = None
+    log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
+
+
+@dataclass
+class NodeStartFailure:
+    """One failed `ray start` of one node, with what it and its Ray logs said."""
+
+    node: str
+    attempt: int
+    exit_code: int | None              # None: still running, but not alive in the GCS in time
+    waited_s: float
+    output_path: str                   # the `ray start` output
+    output_tail: list[str]
+    log_tails: dict[str, list[str]]    # Ray log file -> its last lines (missing files left out)
+
+    @property
+    def what(self) -> str:
+        if self.exit_code is None:
+            return f"not alive in the GCS after {self.waited_s:.0f} s"
+        return f"`ray start` exited with code {self.exit_code} after {self.waited_s:.0f} s"
 
 
 def node_key(node: Node) -> str:
@@ -51,44 +141,83 @@ def node_key(node: Node) -> str:
     return f"{node.name}@{socket.gethostname()}"
 
 
-def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str]) -> list[RayNodePlan]:
-    """The `ray start` command and environment of every node (the first is the head)."""
-    gcs_port = free_port()
-    head_address = f"{nodes[0].address}:{gcs_port}"
-    plans = []
-    for index, node in enumerate(nodes):
-        worker_base = _free_port_range(WORKER_PORTS)
-        argv = [ray_bin, "start", "--block", "--num-cpus", str(slots_per_node), "--num-gpus", "0",
-                "--node-ip-address", node.address, "--object-store-memory", str(OBJECT_STORE_BYTES),
-                "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-                "--min-worker-port", str(worker_base), "--max-worker-port", str(worker_base + WORKER_PORTS - 1),
-                "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-                "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
-                "--disable-usage-stats"]
-        if index == 0:
-            argv += ["--head", "--port", str(gcs_port), "--include-dashboard", "false",
-                     "--ray-client-server-port", str(free_port())]
-        else:
-            argv += ["--address", head_address]
-        env = {**engine_env, "SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node),
-               "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
-        plans.append(RayNodePlan(node=node, head=index == 0, argv=argv, env=env, gcs_address=head_address))
-    return plans
+def ray_startup_env(inherited: Mapping[str, str]) -> dict[str, str]:
+    """RAY_STARTUP_ENV less what the inherited environment already sets."""
+    return {name: value for name, value in RAY_STARTUP_ENV.items() if name not in inherited}
+
+
+def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str],
+                 temp_root: str | None = None) -> list[RayNodePlan]:
+    """The `ray start` command and environment of every node (the first is the head).
+
+    Each node's Ray temp dir is `<temp_root>/<index>.<attempt>`; temp_root is a new short
+    directory under /tmp by default (Ray's Unix socket paths must stay short).
+    """
+    root = temp_root or tempfile.mkdtemp(prefix="sb-ray-", dir=_short_tmp_dir())
+    _check_socket_path_length(root)
+    head_address = f"{nodes[0].address}:{free_port()}"
+    base_env = {**ray_startup_env(os.environ), **engine_env}
+    return [_plan_node(node, index, ray_bin, slots_per_node, base_env, head_address, root, attempt=1)
+            for index, node in enumerate(nodes)]
+
+
+def replan_node(plans: list[RayNodePlan], index: int) -> list[RayNodePlan]:
+    """The plans for node `index`'s next attempt: fresh ports and temp dir for it.
+
+    A new head has a new GCS port, and every other node joins it there.
+    """
+    old = plans[index]
+    host = old.gcs_address.rsplit(":", 1)[0]
+    head_address = f"{host}:{free_port()}" if old.head else old.gcs_address
+    root = str(Path(old.temp_dir).parent)
+    slots = int(_flag_value(old.argv, "--num-cpus"))
+    new = list(plans)
+    new[index] = _plan_node(old.node, index, old.argv[0], slots, old.env, head_address, root, old.attempt + 1)
+    if old.head:
+        for other, plan in enumerate(new):
+            if other != index:
+                new[other] = replace(plan, gcs_address=head_address,
+                                     argv=_with_flag_value(plan.argv, "--address", head_address))
+    return new
+
+
+def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[str, str], head_address: str,
+               root: str, attempt: int) -> RayNodePlan:
+    head = index == 0
+    temp_dir = f"{root}/{index}.{attempt}"
+    worker_base = _free_port_range(WORKER_PORTS)
+    argv = [ray_bin, "start", "--block", "--num-cpus", str(slots), "--num-gpus", "0",
+            "--node-ip-address", node.address, "--object-store-memory", str(OBJECT_STORE_BYTES),
+            "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--min-worker-port", str(worker_base), "--max-worker-port", str(worker_base + WORKER_PORTS - 1),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+            "--temp-dir", temp_dir, "--disable-usage-stats"]
+    if head:
+        argv += ["--head", "--port", head_address.rsplit(":", 1)[1], "--include-dashboard", "false",
+                 "--ray-client-server-port", str(free_port())]
+    else:
+        argv += ["--address", head_address]
+    env = {**base_env, "SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node),
+           "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+    return RayNodePlan(node=node, head=head, argv=argv, env=env, gcs_address=head_address, temp_dir=temp_dir,
+                       attempt=attempt)
 
 
 def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: str, log_dir: Path,
-                  timeout_s: float = 180.0) -> RayCluster:
-    """Start the head, then the workers; return once every node is alive in the GCS."""
-    cluster = RayCluster(address=plans[0].gcs_address, head=plans[0].node, plans=plans, shm_before=shm_entries())
+                  timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = START_ATTEMPTS) -> RayCluster:
+    """Start the head, then each worker once the one before is alive in the GCS.
+
+    `timeout_s` is what one `ray start` attempt has to show its node alive.
+    """
+    cluster = RayCluster(address=plans[0].gcs_address, head=plans[0].node, plans=list(plans),
+                         shm_before=shm_entries())
     started = time.monotonic()
     log_dir.mkdir(parents=True, exist_ok=True)
+    cluster.log_dir = log_dir
     try:
-        for plan in plans:
-            cluster.processes.append(provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}.log",
-                                                    unset=["RAY_ADDRESS"]))
-            if plan.head:
-                _wait_alive(cluster, engine_python, 1, timeout_s)
-        _wait_alive(cluster, engine_python, len(plans), timeout_s)
+        for index in range(len(cluster.plans)):
+            _start_node(provider, cluster, index, engine_python, log_dir, timeout_s, attempts)
     except BaseException:
         stop_cluster(provider, cluster)
         raise
@@ -97,37 +226,185 @@ def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: s
 
 
 def stop_cluster(provider: Provider, cluster: RayCluster) -> list[str]:
-    """Stop the workers, then the head, each with all it spawned; clear their /dev/shm segments."""
+    """Stop the workers, then the head, each with all it spawned; clear their /dev/shm segments;
+    keep each node's Ray logs in the run directory and remove the Ray temp dirs."""
     for process in reversed(cluster.processes):
         provider.stop(process)
     cluster.processes.clear()
+    keep_logs_and_remove_temp(cluster)
     return remove_shm_created_since(cluster.shm_before)
 
 
-def alive_nodes(engine_python: str, address: str) -> int | None:
-    script = ("import ray, sys\n"
+def keep_logs_and_remove_temp(cluster: RayCluster) -> None:
+    """<run>/ray/ray-logs/<index>.<attempt>/ gets each attempt's Ray logs; the short temp root
+    under /tmp (sockets, session files) goes: a run leaves nothing behind outside its directory."""
+    root = Path(cluster.plans[0].temp_dir).parent if cluster.plans and cluster.plans[0].temp_dir else None
+    if root is None or not root.is_dir():
+        return
+    for attempt in sorted(root.iterdir()):
+        logs = attempt / "session_latest" / "logs"
+        if cluster.log_dir is not None and logs.is_dir():
+            shutil.copytree(logs.resolve(), cluster.log_dir / "ray-logs" / attempt.name, symlinks=False,
+                            ignore_dangling_symlinks=True, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*.sock", "sockets"))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_python: str, log_dir: Path,
+                timeout_s: float, attempts: int) -> None:
+    """Start node `index` (cluster.processes[index]), retried as should_retry says."""
+    failures: list[NodeStartFailure] = []
+    while True:
+        plan = cluster.plans[index]
+        suffix = "" if plan.attempt == 1 else f".{plan.attempt}"
+        process = provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}{suffix}.log",
+                                 unset=["RAY_ADDRESS"])
+        cluster.processes.append(process)
+        failure = _wait_node_alive(cluster, index, engine_python, timeout_s)
+        if failure is None:
+            return
+        failures.append(failure)
+        provider.stop(cluster.processes.pop())  # by PID, with all it spawned; never `ray stop`
+        if not should_retry(failure, plan.attempt, attempts):
+            raise RayClusterError(start_failure_message(failures))
+        cluster.plans = replan_node(cluster.plans, index)
+        cluster.address = cluster.plans[0].gcs_address
+
+
+def _wait_node_alive(cluster: RayCluster, index: int, engine_python: str,
+                     timeout_s: float) -> NodeStartFailure | None:
+    """Wait until the head lists node `index` as alive; its failure if it exits or times out."""
+    plan, process = cluster.plans[index], cluster.processes[index]
+    started = time.monotonic()
+    while True:
+        process.remember_descendants()  # a `ray start` that fails may leave its raylet behind
+        for earlier in range(index):
+            if not cluster.processes[earlier].alive():  # no retry of this node can help
+                lost = _failure(cluster, earlier, time.monotonic() - started)
+                raise RayClusterError(start_failure_message(
+                    [lost], f"Ray node {lost.node} exited with code {lost.exit_code} while node "
+                            f"{plan.node.name} was starting:"))
+        if not process.alive():
+            return _failure(cluster, index, time.monotonic() - started)
+        if plan.node_manager_port in (alive_node_manager_ports(engine_python, cluster.address) or set()):
+            return None
+        if time.monotonic() - started > timeout_s:
+            return _failure(cluster, index, time.monotonic() - started)
+        time.sleep(POLL_S)
+
+
+def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailure:
+    plan, process = cluster.plans[index], cluster.processes[index]
+    logs = node_log_files(plan, cluster.plans[0])
+    return NodeStartFailure(node=plan.node.name, attempt=plan.attempt, exit_code=process.exit_code(),
+                            waited_s=waited_s, output_path=str(process.log_path),
+                            output_tail=tail_lines(process.log_path) if process.log_path else [],
+                            log_tails={str(path): tail_lines(path) for path in logs if path.exists()})
+
+
+def alive_node_manager_ports(engine_python: str, address: str) -> set[int] | None:
+    """The node-manager ports of the nodes the GCS lists as alive (None: it did not answer)."""
+    script = ("import json, ray\n"
               f"ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False)\n"
-              "print(sum(1 for n in ray.nodes() if n['Alive']))\n")
-    try:
+              "print(json.dumps(sorted(n['NodeManagerPort'] for n in ray.nodes() if n['Alive'])))\n")
+    try:  # Ray's short default timeouts: a poll that fails is simply made again a second later
         done = subprocess.run([engine_python, "-c", script], capture_output=True, text=True, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "RAY_USAGE_STATS_ENABLED": "0"})
     except subprocess.TimeoutExpired:
         return None
     lines = done.stdout.strip().splitlines()
-    return int(lines[-1]) if done.returncode == 0 and lines and lines[-1].isdigit() else None
+    if done.returncode != 0 or not lines:
+        return None
+    try:
+        return {int(port) for port in json.loads(lines[-1])}
+    except (ValueError, TypeError):
+        return None
 
 
-def _wait_alive(cluster: RayCluster, engine_python: str, count: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for process, plan in zip(cluster.processes, cluster.plans):
-            if not process.alive():
-                raise RayClusterError(f"ray on node {plan.node.name} exited with code {process.exit_code()}; "
-                                      f"see {process.log_path}")
-        if (alive_nodes(engine_python, cluster.address) or 0) >= count:
-            return
-        time.sleep(1.0)
-    raise RayClusterError(f"{count} Ray nodes not alive after {timeout_s:.0f} s")
+def should_retry(failure: NodeStartFailure, attempt: int, attempts: int) -> bool:
+    """Another attempt, unless this was the last or `ray start` failed in a way it will again."""
+    if attempt >= attempts:
+        return False
+    if failure.exit_code == CLICK_USAGE_ERROR:  # the command line itself is wrong
+        return False
+    return not any(marker in line for line in failure.output_tail for marker in PERMANENT_FAILURES)
+
+
+def node_log_files(plan: RayNodePlan, head_plan: RayNodePlan) -> list[Path]:
+    """The node's raylet logs and the GCS's error log (on the head) of this attempt."""
+    own = Path(plan.temp_dir) / "session_latest" / "logs"
+    head = Path(head_plan.temp_dir) / "session_latest" / "logs"
+    return [_latest_log(own, "raylet", "err"), _latest_log(own, "raylet", "out"),
+            _latest_log(head, "gcs_server", "err")]
+
+
+def _latest_log(logs_dir: Path, stem: str, suffix: str) -> Path:
+    """logs_dir/stem.suffix, or the newest stem.N.suffix Ray wrote when that name was taken."""
+    pattern = re.compile(rf"^{re.escape(stem)}(\.\d+)?\.{re.escape(suffix)}$")
+    try:
+        found = [path for path in logs_dir.iterdir() if pattern.match(path.name)]
+    except OSError:
+        found = []
+    return max(found, key=_mtime) if found else logs_dir / f"{stem}.{suffix}"
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def tail_lines(path: Path | str, count: int = TAIL_LINES, width: int = 300) -> list[str]:
+    """The last `count` non-blank lines of a text file, each cut to `width` characters."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - 64 * 1024))
+            text = file.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return [f"(could not read: {exc})"]
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return [line if len(line) <= width else line[:width] + " ..." for line in lines[-count:]]
+
+
+def start_failure_message(failures: list[NodeStartFailure], headline: str | None = None) -> str:
+    """Why a node did not start: every attempt in a line, then the last one's output and logs."""
+    last = failures[-1]
+    tries = "1 attempt" if len(failures) == 1 else f"{len(failures)} attempts"
+    parts = [headline or f"Ray node {last.node} did not start ({tries}):"]
+    parts += [f"  attempt {f.attempt}: {f.what}" + (f": {f.output_tail[-1]}" if f.output_tail else "")
+              for f in failures]
+    parts.append(f"last lines of `ray start` output, attempt {last.attempt} ({last.output_path}):")
+    parts += [f"  | {line}" for line in last.output_tail] or ["  (no output)"]
+    for path, lines in last.log_tails.items():
+        parts.append(f"last lines of {path}:")
+        parts += [f"  | {line}" for line in lines] or ["  (empty)"]
+    if not last.log_tails:
+        parts.append("(no raylet or GCS log was written: Ray stopped before starting them)")
+    return "\n".join(parts)
+
+
+def _flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def _with_flag_value(argv: list[str], flag: str, value: str) -> list[str]:
+    at = argv.index(flag) + 1
+    return [*argv[:at], value, *argv[at + 1:]]
+
+
+def _short_tmp_dir() -> str:
+    """The temp dir, or /tmp when TMPDIR is too long to hold Ray's socket paths."""
+    default = tempfile.gettempdir()
+    return default if len(default) <= 20 else "/tmp"
+
+
+def _check_socket_path_length(root: str) -> None:
+    longest = len(f"{root}/99.9".encode()) + SOCKET_SUFFIX  # <index>.<attempt>
+    if longest > SOCKET_PATH_MAX:
+        raise RayClusterError(f"Ray temp dir {root} is too long: its Unix socket paths would have {longest} "
+                              f"bytes, {SOCKET_PATH_MAX} at most")
 
 
 def _free_port_range(size: int) -> int:

@@ -8,6 +8,7 @@ with the tail of its log, which is kept in the run directory.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import replace
@@ -21,7 +22,7 @@ from servebench.cpus import format_cpu_list
 from servebench.engines import Engine, ServerLaunch
 from servebench.engines.base import MultiNode
 from servebench.placement import mp_node_index, node_bindings
-from servebench.ray_cluster import node_key
+from servebench.ray_cluster import node_key, ray_startup_env
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
 from servebench.providers import Node, Provider
 from servebench.spec import EngineSpec, ModeSpec
@@ -64,11 +65,14 @@ def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec
     """The server's command and environment: core lists for every node that runs workers."""
     binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
     head = server_node(mode, nodes)
-    extra: dict[str, str] = {}
+    # the address the engine's processes announce to each other (vLLM otherwise asks the
+    # routing table, i.e. the host's outward interface): the node's own
+    extra: dict[str, str] = {"VLLM_HOST_IP": head.address}
     if mode.executor == "ray":
         if ray_address is None:
             raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
-        extra = {"RAY_ADDRESS": ray_address, "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
+        extra |= {**ray_startup_env(os.environ), "RAY_ADDRESS": ray_address,
+                 "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
     if mode.executor == "mp-multinode":
@@ -86,7 +90,7 @@ def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: Mo
     master = MultiNode(nnodes=len(ranked), node_rank=0, master_addr=ranked[0].address, master_port=free_port())
     launches = []
     for rank, node in enumerate(ranked):
-        env = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
+        env = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node), "VLLM_HOST_IP": node.address}
         launches.append((node.name, engine.launch(
             python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name, host=HOST,
             port=port if rank == 0 else free_port(), omp_bind=binds[node.name], extra_env=env,

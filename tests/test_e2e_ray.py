@@ -2,10 +2,12 @@
 on this host with distinct node keys), through the Prefect flow.
 
 Asserts the correctness gate passed against the TP=1 reference, every cell landed, the
-plugin's cross-node guard kept shared memory out of the TP group, and that no Ray, vLLM
-or worker process, listening port or /dev/shm segment is left afterwards.
+plugin's cross-node guard kept shared memory out of the TP group, that each node had a Ray
+temp dir of its own, and that no Ray, vLLM or worker process, listening port or /dev/shm
+segment is left afterwards.
 """
 
+import time
 from pathlib import Path
 
 import psutil
@@ -34,6 +36,7 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     from flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    test_started = time.time()
     assert leftovers() == [], "Ray or vLLM processes were already running"
     shm_before = shm_entries()
     listening_before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
@@ -45,13 +48,14 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     con = warehouse.connect(db, read_only=True)
     servers = dict(con.execute("select mode, correctness from servers").fetchall())
     assert servers.pop("reference-tp1") == "reference"
-    # float32: every greedy token equal to TP=1 (a broken shard diverges at once)
-    assert servers == {"tp2-ray": "passed", "pp2-ray": "passed"}, servers
+    # float32 makes equal tokens likely, but whether a near-tie flips depends on the CPU's kernels
+    # (AMD EPYC vs Intel Xeon): passed or close (vLLM's criterion); a broken shard diverges at once
+    assert set(servers) == {"tp2-ray", "pp2-ray"} and set(servers.values()) <= {"passed", "close"}, servers
     cells = con.execute("select cell_key, status, correctness, client_output_tokens, server_output_tokens "
                         "from cells order by cell_key").fetchall()
     assert [c[0] for c in cells] == ["pp2-ray.c2.r0", "tp2-ray.c2.r0"]
     for key, status, correctness, client_tokens, server_tokens in cells:
-        assert status == "completed" and correctness == "passed", key
+        assert status == "completed" and correctness == servers[key.split(".")[0]], key
         assert client_tokens == server_tokens == 6 * 16, key
     logs = dict(con.execute("select mode, log_path from servers").fetchall())
     con.close()
@@ -59,7 +63,18 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     # the guard: the TP group spans the two nodes, so it must not use /dev/shm all-reduce
     tp_log = Path(logs["tp2-ray"]).read_text()
     assert "servebench CPU Ray worker rank 1: node node1@" in tp_log
-    assert "group tp:0 spans nodes" in tp_log and "using gloo" in tp_log
+    # (vLLM's own check comes first and, on CPUs whose kernels lack the /dev/shm all-reduce, such
+    # as the AVX2 build on AMD EPYC, already disables it; the guard matters where it exists)
+    guarded = "group tp:0 spans nodes" in tp_log and "using gloo" in tp_log
+    assert guarded or "CPU SHM communicator disabled for group tp:0" in tp_log
+    # every process of the cluster announced its node's loopback address, never the host's interface
+    assert "distributed_init_method=tcp://127.0.1.1:" in tp_log, "the workers met at a non-loopback address"
+
+    # each node ran with a Ray temp dir of its own (<index>.<attempt>); its logs were kept in the run's ray/
+    kept = sorted((tmp_path / "runs").glob("*/ray/ray-logs/*.*"))
+    started = {p.name.split(".")[0] for p in kept if (p / "raylet.out").exists()}
+    assert started == {"0", "1"}, kept
+    assert not [p for p in Path("/tmp").glob("sb-ray-*") if p.stat().st_mtime >= test_started], "Ray temp left"
 
     assert leftovers() == []
     listening_after = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}

@@ -1,7 +1,11 @@
 """The local provider: the nodes are CPU sets of this host.
 
 Several nodes on one host stand in for a cluster (each with its own CPU list), which is
-how distributed modes are tested without one.
+how distributed modes are tested without one. Each node has a loopback address of its own,
+127.0.1.N (node N-1): Ray replaces 127.0.0.1 with the host's outward interface address
+(it wants nodes reachable from other machines), which would route the cluster's traffic
+to the network interface; a distinct loopback address stays on `lo`, as a separate host's
+address would be its own.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from servebench.spec import LocalProviderSpec
 class LocalProvider:
     def __init__(self, spec: LocalProviderSpec, reserved_cpus: list[int] = ()):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
-        self._nodes = [Node(name=n.name, address="127.0.0.1", cpus=[c for c in n.cpus if c not in reserved_cpus])
-                       for n in spec.nodes]
+        self._nodes = [Node(name=n.name, address=node_address(index),
+                            cpus=[c for c in n.cpus if c not in reserved_cpus])
+                       for index, n in enumerate(spec.nodes)]
 
     def nodes(self) -> list[Node]:
+        """The nodes in campaign order, each at its own loopback address."""
         return list(self._nodes)
 
     def inventory(self, node: Node) -> dict:
@@ -43,3 +49,10 @@ class LocalProvider:
 
     def release(self) -> None:
         return None
+
+
+def node_address(index: int) -> str:
+    """127.0.1.1 for the first node, 127.0.1.2 for the second, ... (all on `lo`)."""
+    if not 0 <= index < 254:
+        raise ValueError(f"the local provider gives at most 254 nodes a loopback address (node {index})")
+    return f"127.0.1.{index + 1}"

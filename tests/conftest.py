@@ -1,0 +1,105 @@
+"""What in-process Prefect flows leave behind, cleaned up at the end of the session.
+
+Two kinds of noise used to follow pytest's final summary line, both from Prefect state
+that outlives the tests (reproduced with a failing flow under `prefect_test_harness`):
+
+- "--- Logging error --- ... ValueError: I/O operation on closed file": when the body of
+  `prefect_test_harness()` raises (a failing e2e flow), the harness skips its own cleanup
+  (no try/finally around its `yield`), so its server subprocess runs on until Prefect's
+  atexit hook stops it and logs "Stopping temporary server". Prefect's console handler
+  writes to the sys.stderr of the moment Prefect configured logging, the first flow run:
+  inside a test, pytest's capture file, which pytest has closed by then.
+  `stop_leftover_prefect_servers` does the harness's cleanup instead (drain the log and
+  event workers, stop the server) while pytest still runs.
+- "nanobind: leaked N instances ... types ... functions" from DuckDB's bindings: Prefect's
+  global event loop thread is a daemon that nothing shuts down; it keeps the shutdown
+  calls of Prefect's services, whose captured contexts hold the flow run, its failed
+  state, the exception, its traceback and so every frame's locals, a (closed)
+  DuckDBPyConnection among them. A daemon thread's objects are never freed at interpreter
+  exit, and nanobind reports each instance still alive then, its type and the type's
+  methods. `release_prefect_background_threads` drains the services and lets those
+  threads finish, so the objects are freed while Python still runs.
+
+Nothing is hidden: no stream is redirected and no warning switched off. A log handler
+still bound to pytest's capture file at the very end is pointed at the real stream, so
+anything logged at exit is printed as a log line instead of a "closed file" traceback.
+Only the end of the session is touched: a fixture may keep a harness across tests.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+import pytest
+
+THREAD_JOIN_S = 10.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prefect_leftovers():
+    """Torn down last (autouse, session): after every other fixture, harnesses included."""
+    yield
+    stop_leftover_prefect_servers()
+    release_prefect_background_threads()
+    rebind_handlers_from_capture()  # last: pytest's capture is still sys.stderr here
+
+
+def stop_leftover_prefect_servers() -> None:
+    """What prefect_test_harness does on the way out, when a raising body made it skip it."""
+    if "prefect.server.api.server" not in sys.modules:  # no harness ran in this process
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    running = [server for server in set(SubprocessASGIServer._instances.values()) if server.server_process]
+    if running:
+        _drain_prefect_services()  # send what was logged while the server still answers
+        for server in running:
+            server.stop()
+    if SubprocessASGIServer._instances.get(None) is not None and not SubprocessASGIServer._instances[None].running:
+        SubprocessASGIServer._instances.pop(None)  # the harness's alias for the server it started
+
+
+def release_prefect_background_threads() -> None:
+    """Drain Prefect's services and let its event loop threads end, then collect."""
+    if "prefect._internal.concurrency.threads" not in sys.modules:
+        return
+    from prefect._internal.concurrency import threads
+
+    _drain_prefect_services()
+    for loop_thread in (threads._global_loop, threads._run_sync_loop):
+        if loop_thread is not None and loop_thread.thread.is_alive():
+            loop_thread.shutdown()  # runs its shutdown calls, then drops them (Prefect issue #10338)
+            loop_thread.thread.join(THREAD_JOIN_S)
+    gc.collect()
+
+
+def _drain_prefect_services() -> None:
+    """Stop every running Prefect service (log and event workers...) once its queue is sent."""
+    from prefect._internal.concurrency.services import _QueueServiceBase
+
+    if _QueueServiceBase._instances:  # one registry shared by all services
+        _QueueServiceBase.drain_all(timeout=THREAD_JOIN_S, at_exit=False)
+
+
+def rebind_handlers_from_capture() -> None:
+    """Point log handlers that write to pytest's capture file at the real stream it stands for.
+
+    Prefect configures its handlers at the first flow run, with the sys.stderr of that
+    moment: inside a test, pytest's capture file, which pytest closes after the session.
+    """
+    real = {id(sys.stdout): sys.__stdout__, id(sys.stderr): sys.__stderr__}
+    real = {key: stream for key, stream in real.items() if key not in (id(sys.__stdout__), id(sys.__stderr__))}
+    if not real:  # run with -s: nothing is captured
+        return
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    for handler in {handler for logger in loggers for handler in logger.handlers}:
+        if isinstance(handler, logging.StreamHandler) and id(handler.stream) in real:
+            stream = real[id(handler.stream)]
+            handler.flush()
+            console = getattr(handler, "console", None)  # Prefect's console handler prints through rich
+            if console is not None and console.file is handler.stream:
+                console.file = stream
+            handler.setStream(stream)
