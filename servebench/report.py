@@ -278,7 +278,8 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
     body = []
     for c in cells:
         valid = {True: "yes", False: "NO", None: "-"}[c["valid"]]
-        busy = "-" if c["client_cpu_fraction"] is None else f"{c['client_cpu_fraction']:.0%} of {c['client_cpus']}"
+        busy = "-" if c["client_cpu_fraction"] is None else \
+            f"{c['client_cpu_fraction']:.0%} of CPU {c['client_cpus']}"
         why = "; ".join(c["invalid_reasons"] or []) or (c["error"] or "")
         tokens = "-" if c["output_throughput"] is None else f"{c['output_throughput']:.1f}"
         flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""
@@ -307,7 +308,8 @@ def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin], cells
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:24px}} section{{margin:28px 0}} h1{{margin-bottom:0}}
 .sub{{color:#555;margin-top:4px}} table.cells{{border-collapse:collapse;font-size:13px}}
-table.cells td,table.cells th{{border:1px solid #ccc;padding:2px 6px;text-align:left}} tr.bad{{background:#fdd}}</style></head>
+table.cells td,table.cells th{{border:1px solid #ccc;padding:2px 6px;text-align:left}}
+tr.bad{{background:#fdd}}</style></head>
 <body><h1>{title}</h1><p class="sub">{subtitle}</p>
 {''.join(divs)}
 {cells_html}
