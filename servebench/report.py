@@ -19,6 +19,7 @@ import duckdb
 import vl_convert as vlc
 
 from servebench.regression.series import cell_point
+from servebench.run_summary import cell_notes, throughput_text, validity_word
 from warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
@@ -277,11 +278,11 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
            "<th>invalid because / error</th></tr>"
     body = []
     for c in cells:
-        valid = {True: "yes", False: "NO", None: "-"}[c["valid"]]
+        valid = validity_word(c["valid"])
         busy = "-" if c["client_cpu_fraction"] is None else \
             f"{c['client_cpu_fraction']:.0%} of CPU {c['client_cpus']}"
-        why = "; ".join(c["invalid_reasons"] or []) or (c["error"] or "")
-        tokens = "-" if c["output_throughput"] is None else f"{c['output_throughput']:.1f}"
+        why = cell_notes(c["error"], c["invalid_reasons"])
+        tokens = throughput_text(c["output_throughput"])
         flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""
         body.append(f"<tr{flagged}><td>{html.escape(c['cell_key'])}</td><td>{c['status']}</td>"
                     f"<td>{c['correctness'] or '-'}</td><td>{valid}</td><td>{tokens}</td>"

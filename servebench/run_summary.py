@@ -49,14 +49,22 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
     rows, invalid = [], []
     for key, status, correctness, valid, throughput, reasons, error in con.execute(_QUERY, [run_id]).fetchall():
         reasons = list(reasons or [])
-        notes = "; ".join(([error] if error else []) + reasons)
-        rows.append((key, status, correctness or "-", _verdict(valid),
-                     "-" if throughput is None else f"{throughput:.1f}", notes))
+        rows.append((key, status, correctness or "-", validity_word(valid), throughput_text(throughput),
+                     cell_notes(error, reasons)))
         if valid is False:
             invalid.append(InvalidCell(key, reasons))
     return RunSummary(COLUMNS, rows, invalid)
 
 
-def _verdict(valid: bool | None) -> str:
+def validity_word(valid: bool | None) -> str:
     """NULL: the cell has no measurement to judge (it failed before or during its load)."""
     return "-" if valid is None else ("yes" if valid else "NO")
+
+
+def throughput_text(tokens_per_s: float | None) -> str:
+    return "-" if tokens_per_s is None else f"{tokens_per_s:.1f}"
+
+
+def cell_notes(error: str | None, reasons: list[str] | None) -> str:
+    """A cell's error and its invalid reasons, in one line (the report's cell table says the same)."""
+    return "; ".join(([error] if error else []) + list(reasons or []))

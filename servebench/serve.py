@@ -65,13 +65,11 @@ def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec
     """The server's command and environment: core lists for every node that runs workers."""
     binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
     head = server_node(mode, nodes)
-    # the address the engine's processes announce to each other (vLLM otherwise asks the
-    # routing table, i.e. the host's outward interface): the node's own
-    extra: dict[str, str] = {"VLLM_HOST_IP": head.address}
+    extra: dict[str, str] = {}
     if mode.executor == "ray":
         if ray_address is None:
             raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
-        extra |= {**ray_startup_env(os.environ), "RAY_ADDRESS": ray_address,
+        extra = {**ray_startup_env(os.environ), "RAY_ADDRESS": ray_address,
                  "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
@@ -80,7 +78,8 @@ def plan_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec
                                  served_name=served_name, nodes=nodes, port=port, binds=binds, dtype=dtype)
     omp_bind = binds.get(head.name) or format_cpu_list(head.cpus)
     return engine.launch(python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name,
-                         host=HOST, port=port, omp_bind=omp_bind, extra_env=extra, dtype=dtype)
+                         host=HOST, port=port, omp_bind=omp_bind, extra_env=extra, node_address=head.address,
+                         dtype=dtype)
 
 
 def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str,
@@ -90,11 +89,11 @@ def _multinode_launch(engine: Engine, *, python: str, spec: EngineSpec, mode: Mo
     master = MultiNode(nnodes=len(ranked), node_rank=0, master_addr=ranked[0].address, master_port=free_port())
     launches = []
     for rank, node in enumerate(ranked):
-        env = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node), "VLLM_HOST_IP": node.address}
+        env = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
         launches.append((node.name, engine.launch(
             python=python, spec=spec, mode=mode, model_dir=model_dir, served_name=served_name, host=HOST,
             port=port if rank == 0 else free_port(), omp_bind=binds[node.name], extra_env=env,
-            multinode=replace(master, node_rank=rank), dtype=dtype)))
+            node_address=node.address, multinode=replace(master, node_rank=rank), dtype=dtype)))
     main = launches[0][1]
     return replace(main, companions=launches[1:])
 

@@ -335,8 +335,9 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
     host_cpus = _host_cpus()
-    problems += _cpu_problems(campaign, host_cpus)
-    nodes = campaign_server_cpus(campaign, host_cpus)
+    client = client_placement(campaign, host_cpus)
+    problems += _cpu_problems(campaign, host_cpus, client)
+    nodes = [server_cpus(node.cpus, client) for node in campaign.provider.nodes]
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
         size_field = where + ("tp" if mode.tp > 1 else "pp",)
@@ -360,13 +361,7 @@ def client_placement(campaign: Campaign, host_cpus: set[int] | None = None) -> C
     return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.nodes], host)
 
 
-def campaign_server_cpus(campaign: Campaign, host_cpus: set[int] | None = None) -> list[list[int]]:
-    """Each node's CPUs for server processes: its own less the load generator's."""
-    client = client_placement(campaign, host_cpus)
-    return [server_cpus(node.cpus, client) for node in campaign.provider.nodes]
-
-
-def _cpu_problems(campaign: Campaign, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+def _cpu_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[tuple[tuple, str]]:
     """CPUs that are not on this host, and nodes the load generator's CPUs leave empty."""
     problems: list[tuple[tuple, str]] = []
     for index, node in enumerate(campaign.provider.nodes):
@@ -378,7 +373,6 @@ def _cpu_problems(campaign: Campaign, host_cpus: set[int]) -> list[tuple[tuple, 
     if isinstance(requested, list) and set(requested) - host_cpus:
         problems.append((("load", "client", "cpus"), f"CPUs {sorted(set(requested) - host_cpus)} are not "
                          f"available on this host (allowed: {sorted(host_cpus)})"))
-    client = client_placement(campaign, host_cpus)
     for index, node in enumerate(campaign.provider.nodes):
         if not server_cpus(node.cpus, client):
             problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "

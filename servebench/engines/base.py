@@ -53,6 +53,7 @@ class Engine(Protocol):
         """The distribution whose version is the engine version."""
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, omp_bind: str, extra_env: dict[str, str],
+               host: str, port: int, omp_bind: str, extra_env: dict[str, str], node_address: str,
                multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
-        """The command and environment of one server process for a mode (or of one rank of it)."""
+        """The command and environment of one server process for a mode (or of one rank of it);
+        `node_address` is the address its processes must announce to each other (the node's own)."""

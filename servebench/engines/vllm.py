@@ -35,7 +35,7 @@ class VllmEngine:
         return spec.package.split("==")[0].split("[")[0].strip()
 
     def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, omp_bind: str, extra_env: dict[str, str],
+               host: str, port: int, omp_bind: str, extra_env: dict[str, str], node_address: str,
                multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
         parallel = ["--tensor-parallel-size", str(mode.tp), "--pipeline-parallel-size", str(mode.pp)]
         if multinode is None:
@@ -59,6 +59,9 @@ class VllmEngine:
             "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            # what vLLM's processes announce to each other; unset, vLLM asks the routing table,
+            # i.e. the host's outward interface, not the node's own address
+            "VLLM_HOST_IP": node_address,
             **extra_env,
             **spec.env,
             **mode.env,
