@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from servebench.regression.synthetic import drift, history, outlier_night, replay, step  # noqa: E402
+from servebench.analysis.regression.synthetic import drift, history, outlier_night, replay, step  # noqa: E402
 
 CHANGE_AT = 30
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 import warehouse  # noqa: E402
 from servebench import landing  # noqa: E402
 from servebench.load.records import write_requests_csv  # noqa: E402
-from servebench.report import run_report  # noqa: E402
-from servebench.spec import load_campaign  # noqa: E402
-from servebench.sweep import expand  # noqa: E402
+from servebench.analysis.report import run_report  # noqa: E402
+from servebench.campaign.schema import load_campaign  # noqa: E402
+from servebench.campaign.sweep import expand  # noqa: E402
 
 
 def fake_requests(n: int, output_len: int = 32) -> list[dict]:

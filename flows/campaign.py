@@ -22,17 +22,17 @@ from prefect.exceptions import TerminationSignal
 import warehouse
 from servebench import landing
 from servebench.load.runner import load_result
-from servebench.model import vocab_size
+from servebench.build.model import vocab_size
 from servebench.paths import runs_dir
 from servebench.progress import reporter
 from servebench.providers import Node
-from servebench.ray_cluster import RayCluster
-from servebench.serve import Server, is_healthy, kv_capacity_tokens
-from servebench.build import EngineBuild
-from servebench.correctness import GateAnswer, GateResult, blocks_cells
-from servebench.placement import ClientPlacement
-from servebench.spec import Campaign, GeneratedModelSpec, ModeSpec, client_placement, load_campaign
-from servebench.sweep import Cell, expand
+from servebench.engines.vllm.ray_cluster import RayCluster
+from servebench.serving.server import Server, is_healthy, kv_capacity_tokens
+from servebench.build.venv import EngineBuild
+from servebench.serving.correctness import GateAnswer, GateResult, blocks_cells
+from servebench.campaign.placement import ClientPlacement
+from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec, client_placement, load_campaign
+from servebench.campaign.sweep import Cell, expand
 from tasks.build import build_engine
 from tasks.cluster import needs_ray, start_ray_cluster, stop_ray_cluster
 from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import duckdb
 
-from servebench.build import EngineBuild
+from servebench.build.venv import EngineBuild
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import PROJECT_ROOT
-from servebench.sweep import Cell
+from servebench.campaign.sweep import Cell
 
 def now() -> datetime:
     return datetime.now(timezone.utc)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build import EngineBuild, ensure_engine_venv
+from servebench.build.venv import EngineBuild, ensure_engine_venv
 from servebench.paths import cache_dir
 from servebench.progress import reporter
-from servebench.spec import EngineSpec
+from servebench.campaign.schema import EngineSpec
 
 
 @task(name="build-engine", cache_policy=NONE)

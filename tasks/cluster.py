@@ -7,11 +7,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build import EngineBuild
-from servebench.placement import ray_slots_per_node
+from servebench.build.venv import EngineBuild
+from servebench.campaign.placement import ray_slots_per_node
 from servebench.providers import Node, get_provider
-from servebench.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
-from servebench.spec import Campaign
+from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
+from servebench.campaign.schema import Campaign
 
 
 def needs_ray(campaign: Campaign) -> bool:

@@ -16,9 +16,9 @@ from prefect.cache_policies import NONE
 from servebench.cpus import format_cpu_list
 from servebench.load.config import LoadConfig, to_argv
 from servebench.load.runner import load_result
-from servebench.placement import ClientPlacement
-from servebench.spec import Campaign
-from servebench.sweep import Cell
+from servebench.campaign.placement import ClientPlacement
+from servebench.campaign.schema import Campaign
+from servebench.campaign.sweep import Cell
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,

@@ -7,10 +7,10 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build import EngineBuild
-from servebench.model import ensure_model
+from servebench.build.venv import EngineBuild
+from servebench.build.model import ensure_model
 from servebench.paths import cache_dir
-from servebench.spec import ModelSpec
+from servebench.campaign.schema import ModelSpec
 
 
 @task(name="prepare-model", cache_policy=NONE)

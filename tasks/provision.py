@@ -6,7 +6,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.providers import Node, get_provider
-from servebench.spec import Campaign
+from servebench.campaign.schema import Campaign
 
 
 @task(name="provision", cache_policy=NONE)

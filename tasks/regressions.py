@@ -8,9 +8,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 import warehouse
-from servebench.regression.history import analyze_run, findings
-from servebench.regression.settings import DetectionSettings
-from servebench.regression.summary import markdown
+from servebench.analysis.regression.history import analyze_run, findings
+from servebench.analysis.regression.settings import DetectionSettings
+from servebench.analysis.regression.summary import markdown
 
 
 @task(name="detect-regressions", cache_policy=NONE)

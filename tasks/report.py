@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 import warehouse
-from servebench.report import run_report
+from servebench.analysis.report import run_report
 
 
 @task(name="report", cache_policy=NONE)

@@ -7,14 +7,14 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build import EngineBuild
-from servebench.ray_cluster import RayCluster
+from servebench.build.venv import EngineBuild
+from servebench.engines.vllm.ray_cluster import RayCluster
 from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
-from servebench.correctness import GateAnswer, GateResult, ask, compare, unchecked
+from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.engines import get_engine
 from servebench.providers import Node, get_provider
-from servebench.serve import Server, pick_port, plan_launch, server_node, start_server, stop_server, wait_ready
-from servebench.spec import Campaign, ModeSpec
+from servebench.serving.server import Server, pick_port, plan_launch, server_node, start_server, stop_server, wait_ready
+from servebench.campaign.schema import Campaign, ModeSpec
 
 
 @task(name="start-server", cache_policy=NONE)

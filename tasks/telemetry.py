@@ -12,9 +12,9 @@ from prefect.cache_policies import NONE
 from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
 from servebench.providers import Node, get_provider
-from servebench.ray_cluster import RayCluster
-from servebench.serve import Server
-from servebench.spec import Campaign
+from servebench.engines.vllm.ray_cluster import RayCluster
+from servebench.serving.server import Server
+from servebench.campaign.schema import Campaign
 
 
 @dataclass

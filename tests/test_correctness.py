@@ -2,7 +2,7 @@
 
 import pytest
 
-from servebench.correctness import Divergence, GateAnswer, GateResult, blocks_cells, compare, unchecked
+from servebench.serving.correctness import Divergence, GateAnswer, GateResult, blocks_cells, compare, unchecked
 
 # A random-weight model (vocab 32000, bf16): logits nearly flat, every logprob near ln(1/32000) = -10.37,
 # the top candidates a few thousandths apart. 4 prompts x 4 tokens, top-5 candidates per position.

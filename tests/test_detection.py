@@ -7,9 +7,9 @@ a single outlier night is never confirmed, a drift is caught, annotations are ho
 
 import pytest
 
-from servebench.regression.detect import analyze
-from servebench.regression.series import METRICS, Night, hardware_fingerprint, series_id
-from servebench.regression.synthetic import drift, history, outlier_night, replay, step
+from servebench.analysis.regression.detect import analyze
+from servebench.analysis.regression.series import METRICS, Night, hardware_fingerprint, series_id
+from servebench.analysis.regression.synthetic import drift, history, outlier_night, replay, step
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

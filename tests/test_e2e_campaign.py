@@ -11,7 +11,7 @@ import pytest
 
 import warehouse
 from servebench.processes import shm_entries
-from servebench.spec import load_campaign
+from servebench.campaign.schema import load_campaign
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = pytest.mark.e2e

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build import ensure_engine_venv
+from servebench.build.venv import ensure_engine_venv
 from servebench.engines import get_engine
-from servebench.model import ensure_model
+from servebench.build.model import ensure_model
 from servebench.paths import cache_dir
 from servebench.processes import shm_entries
 from servebench.providers import get_provider
-from servebench.serve import pick_port, plan_launch, start_server, stop_server, wait_ready
-from servebench.spec import load_campaign
+from servebench.serving.server import pick_port, plan_launch, start_server, stop_server, wait_ready
+from servebench.campaign.schema import load_campaign
 from tests.test_e2e_campaign import engine_processes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"

@@ -206,7 +206,7 @@ def test_vllm_export_has_vllm_keys():
 
 def test_argv_round_trip_through_the_cli_parser():
     from servebench.cli import build_parser
-    from servebench.load.cli import config_from_args
+    from servebench.cli.load import config_from_args
 
     original = LoadConfig(base_url="http://h:1", model="m", rate=2.5, clients=3, arrival="gamma", burstiness=0.5,
                           requests=10, warmup=1, seed=4, slo_ttft_ms=100, token_counter=None)

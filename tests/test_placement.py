@@ -1,6 +1,6 @@
 import pytest
 
-from servebench.placement import node_bindings, ray_slots_per_node, workers_per_node
+from servebench.campaign.placement import node_bindings, ray_slots_per_node, workers_per_node
 
 TWO_NODES = [[0, 1], [0, 1]]
 
@@ -33,7 +33,7 @@ def test_bindings_split_each_nodes_cores_among_its_workers():
 
 
 def test_the_generator_gets_the_cpus_no_node_uses_or_shares_when_there_are_none():
-    from servebench.placement import place_client, server_cpus
+    from servebench.campaign.placement import place_client, server_cpus
 
     spare = place_client("auto", [[0, 1]], host_cpus={0, 1, 2, 3})
     assert spare.cpus == [2, 3] and spare.dedicated

@@ -9,7 +9,7 @@ from rich.console import Console
 import warehouse
 from servebench import cli
 from servebench.landing import insert_row
-from servebench.run_summary import summarize
+from servebench.analysis.run_summary import summarize
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servebench import ray_cluster
+from servebench.engines.vllm import ray_cluster
 from servebench.processes import ManagedProcess
 from servebench.providers import Node
-from servebench.ray_cluster import (RAY_STARTUP_ENV, NodeStartFailure, RayClusterError, node_log_files,
+from servebench.engines.vllm.ray_cluster import (RAY_STARTUP_ENV, NodeStartFailure, RayClusterError, node_log_files,
                                     plan_cluster, ray_startup_env, replan_node, should_retry, start_cluster,
                                     start_failure_message, tail_lines)
 

@@ -17,11 +17,11 @@ import pytest
 
 import warehouse
 from servebench import landing
-from servebench.regression.history import analyze_run
-from servebench.regression.settings import DetectionSettings
-from servebench.report import run_report
-from servebench.spec import parse_campaign
-from servebench.sweep import expand
+from servebench.analysis.regression.history import analyze_run
+from servebench.analysis.regression.settings import DetectionSettings
+from servebench.analysis.report import run_report
+from servebench.campaign.schema import parse_campaign
+from servebench.campaign.sweep import expand
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync",

@@ -2,7 +2,7 @@
 unless the campaign says so (validity.on_invalid: warn)."""
 
 from flows.campaign import blocked_reason, run_status
-from servebench.correctness import GateResult
+from servebench.serving.correctness import GateResult
 
 
 def test_every_cell_completed_and_valid_is_completed():

@@ -1,5 +1,5 @@
-from servebench.spec import parse_campaign
-from servebench.sweep import expand
+from servebench.campaign.schema import parse_campaign
+from servebench.campaign.sweep import expand
 
 CAMPAIGN = """
 name: t

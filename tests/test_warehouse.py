@@ -6,8 +6,8 @@ import pytest
 
 import warehouse
 from servebench import landing
-from servebench.spec import parse_campaign
-from servebench.sweep import expand
+from servebench.campaign.schema import parse_campaign
+from servebench.campaign.sweep import expand
 
 CAMPAIGN = """
 name: t

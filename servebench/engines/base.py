@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from servebench.spec import EngineSpec, ModeSpec
+from servebench.campaign.schema import EngineSpec, ModeSpec
 
 
 @dataclass(frozen=True)

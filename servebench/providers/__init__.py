@@ -8,7 +8,7 @@ from servebench.providers.local import LocalProvider
 
 def get_provider(campaign) -> Provider:
     """The campaign's provider; local nodes leave the load generator's CPUs to it."""
-    from servebench.spec import client_placement
+    from servebench.campaign.schema import client_placement
 
     if campaign.provider.kind == "local":
         return LocalProvider(campaign.provider, reserved_cpus=client_placement(campaign).cpus or [])

@@ -28,7 +28,7 @@ class Provider(Protocol):
         """The allocated nodes, each with the CPUs servebench may use there."""
 
     def inventory(self, node: Node) -> dict:
-        """The node's hardware facts (servebench.inventory.collect on that node)."""
+        """The node's hardware facts (servebench.providers.inventory.collect on that node)."""
 
     def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run a short command on the node and return its output."""

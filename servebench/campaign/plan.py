@@ -5,14 +5,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from servebench.build import build_key
+from servebench.build.venv import build_key
 from servebench.engines import get_engine
-from servebench.model import model_cache_key
+from servebench.build.model import model_cache_key
 from servebench.paths import cache_dir
 from servebench.providers import get_provider
-from servebench.serve import plan_launch, server_node
-from servebench.spec import Campaign, GeneratedModelSpec, client_placement
-from servebench.sweep import expand
+from servebench.serving.server import plan_launch, server_node
+from servebench.campaign.schema import Campaign, GeneratedModelSpec, client_placement
+from servebench.campaign.sweep import expand
 
 PORT_PLACEHOLDER = 0  # chosen free at run time
 

@@ -31,8 +31,8 @@ import ruptures
 from pydantic import BaseModel
 from scipy.stats import mannwhitneyu
 
-from servebench.regression.series import Metric, Night
-from servebench.regression.settings import DetectionSettings
+from servebench.analysis.regression.series import Metric, Night
+from servebench.analysis.regression.settings import DetectionSettings
 
 Kind = Literal["regression", "improvement", "noisy"]
 Status = Literal["suspected", "confirmed", "noisy"]

@@ -21,11 +21,11 @@ from pathlib import Path
 from servebench.cpus import format_cpu_list
 from servebench.engines import Engine, ServerLaunch
 from servebench.engines.base import MultiNode
-from servebench.placement import mp_node_index, node_bindings
-from servebench.ray_cluster import node_key, ray_startup_env
+from servebench.campaign.placement import mp_node_index, node_bindings
+from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
 from servebench.providers import Node, Provider
-from servebench.spec import EngineSpec, ModeSpec
+from servebench.campaign.schema import EngineSpec, ModeSpec
 
 HOST = "127.0.0.1"
 

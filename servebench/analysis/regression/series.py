@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from servebench.sweep import LoadPoint
+from servebench.campaign.sweep import LoadPoint
 
 Direction = Literal["higher", "lower"]
 

@@ -14,10 +14,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from servebench import inventory
+from servebench.providers import inventory
 from servebench.processes import ManagedProcess
 from servebench.providers.base import Node
-from servebench.spec import LocalProviderSpec
+from servebench.campaign.schema import LocalProviderSpec
 
 
 class LocalProvider:

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 import warehouse
-from servebench.spec import SpecError, load_campaign
+from servebench.campaign.schema import SpecError, load_campaign
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(report)
     report.set_defaults(func=cmd_report)
 
-    from servebench.load.cli import add_load_parser
-    from servebench.regression.cli import add_regression_parsers
+    from servebench.cli.load import add_load_parser
+    from servebench.cli.regressions import add_regression_parsers
     add_load_parser(sub)
     add_regression_parsers(sub)
     return parser
@@ -102,7 +102,7 @@ def warehouse_path(args: argparse.Namespace) -> Path:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from servebench.plan import describe_plan
+    from servebench.campaign.plan import describe_plan
 
     campaign = load_campaign(args.file)
     print(describe_plan(campaign, Path(args.file)))
@@ -110,7 +110,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from servebench.build import ensure_engine_venv
+    from servebench.build.venv import ensure_engine_venv
     from servebench.paths import cache_dir
 
     campaign = load_campaign(args.file)
@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress reporter replaces the log scroll
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the temporary server
     from servebench import progress
-    from servebench.prefect_api import temporary_api
+    from servebench.cli.prefect_api import temporary_api
 
     console = Console(stderr=True)
     path = str(warehouse_path(args))
@@ -161,7 +161,7 @@ def print_cells_summary(console: Console, warehouse_file: str, run_id: str) -> N
     completed must not look clean when some of its numbers are not measurements to trust."""
     import duckdb
 
-    from servebench.run_summary import summarize
+    from servebench.analysis.run_summary import summarize
 
     try:
         con = warehouse.connect(warehouse_file, read_only=True)
@@ -301,7 +301,7 @@ def markdown_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from servebench.report import latest_run_id, run_report
+    from servebench.analysis.report import latest_run_id, run_report
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:

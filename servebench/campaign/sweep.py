@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.spec import Campaign, ModeSpec
+from servebench.campaign.schema import Campaign, ModeSpec
 
 
 class LoadPoint(BaseModel):

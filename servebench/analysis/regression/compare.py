@@ -11,8 +11,8 @@ import statistics
 
 from pydantic import BaseModel
 
-from servebench.regression.detect import relative_change, u_test
-from servebench.regression.series import METRICS
+from servebench.analysis.regression.detect import relative_change, u_test
+from servebench.analysis.regression.series import METRICS
 
 
 class Delta(BaseModel):

@@ -1,7 +1,7 @@
 """What a node is: CPU model, cores, NUMA nodes, memory, kernel and ISA flags.
 
 Runs with the standard library only, so a remote provider can run it on a node as
-`python3 -m servebench.inventory` (or as a copied file) and read its JSON. The hardware
+`python3 -m servebench.providers.inventory` (or as a copied file) and read its JSON. The hardware
 fingerprint of a regression series is built from these fields.
 """
 

@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 import duckdb
 from pydantic import BaseModel
 
-from servebench.regression.detect import Finding, analyze
+from servebench.analysis.regression.detect import Finding, analyze
 import warehouse
 from servebench import landing
-from servebench.regression.series import (IDENTITY_FIELDS, METRICS, Night, cell_point, hardware_fingerprint,
+from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, Night, cell_point, hardware_fingerprint,
                                           series_id, series_label)
-from servebench.regression.settings import DetectionSettings
+from servebench.analysis.regression.settings import DetectionSettings
 
 
 class FindingRow(BaseModel):

@@ -18,8 +18,8 @@ import altair as alt
 import duckdb
 import vl_convert as vlc
 
-from servebench.regression.series import cell_point
-from servebench.run_summary import cell_notes, throughput_text, validity_word
+from servebench.analysis.regression.series import cell_point
+from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,

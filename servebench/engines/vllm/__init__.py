@@ -9,7 +9,7 @@ OpenMP core lists: left to itself each rank would reserve ~92% of the node's mem
 from __future__ import annotations
 
 from servebench.engines.base import MultiNode, ServerLaunch
-from servebench.spec import EngineSpec, ModeSpec
+from servebench.campaign.schema import EngineSpec, ModeSpec
 
 DEFAULT_KVCACHE_GIB = "1"
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.

@@ -3,7 +3,7 @@ plain table rows (the CLI), alarms first, each with its engine version range."""
 
 from __future__ import annotations
 
-from servebench.regression.series import METRICS
+from servebench.analysis.regression.series import METRICS
 
 ORDER = {("regression", "confirmed"): 0, ("regression", "suspected"): 1, ("improvement", "confirmed"): 2,
          ("improvement", "suspected"): 3, ("noisy", "noisy"): 4}

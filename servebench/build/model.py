@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from servebench.build import source_digest
-from servebench.spec import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
+from servebench.build.venv import source_digest
+from servebench.campaign.schema import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
 
 
 class ModelError(Exception):

@@ -19,8 +19,8 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, Validati
                       model_validator)
 
 from servebench.cpus import parse_cpu_list
-from servebench.placement import ClientPlacement, place_client, server_cpus, workers_per_node
-from servebench.regression.settings import DetectionSettings
+from servebench.campaign.placement import ClientPlacement, place_client, server_cpus, workers_per_node
+from servebench.analysis.regression.settings import DetectionSettings
 
 # head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
@@ -356,7 +356,7 @@ def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[
 
 
 def client_placement(campaign: Campaign, host_cpus: set[int] | None = None) -> ClientPlacement:
-    """The load generator's CPUs on this host (see servebench.placement.place_client)."""
+    """The load generator's CPUs on this host (see servebench.campaign.placement.place_client)."""
     host = _host_cpus() if host_cpus is None else host_cpus
     return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.nodes], host)
 

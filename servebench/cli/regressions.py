@@ -63,8 +63,8 @@ def _since(text: str) -> datetime:
 
 
 def cmd_regressions(args: argparse.Namespace) -> int:
-    from servebench.regression.history import findings, recompute
-    from servebench.regression.summary import COLUMNS, markdown, table_rows
+    from servebench.analysis.regression.history import findings, recompute
+    from servebench.analysis.regression.summary import COLUMNS, markdown, table_rows
 
     con = warehouse.connect(warehouse_path(args), read_only=not args.recompute)
     try:
@@ -90,8 +90,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from servebench.regression.compare import compare_runs
-    from servebench.regression.history import point_values
+    from servebench.analysis.regression.compare import compare_runs
+    from servebench.analysis.regression.history import point_values
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
@@ -120,7 +120,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:
-    from servebench.regression.history import annotate, recompute
+    from servebench.analysis.regression.history import annotate, recompute
 
     con = warehouse.connect(warehouse_path(args))
     try:

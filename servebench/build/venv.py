@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from servebench.engines import get_engine
 from servebench.paths import ENGINE_SOURCE_DIR
-from servebench.spec import EngineSpec, sha256_json
+from servebench.campaign.schema import EngineSpec, sha256_json
 
 MARKER = "servebench-build.json"
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}
