@@ -99,7 +99,7 @@ http {{
 def servebench_load(port: int, workdir: Path, *, clients: int | None = None, rate: float | None = None,
                     requests: int) -> dict:
     out = workdir / "servebench.json"
-    argv = ["taskset", "-c", GENERATOR_CPU, sys.executable, "-m", "servebench", "load",
+    argv = ["taskset", "-c", GENERATOR_CPU, sys.executable, "-m", "servebench", "load", "--engine", "vllm",
             "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny", "--input-len", "16",
             "--output-len", str(TOKENS), "--requests", str(requests), "--token-counter", "", "--timeout", "30",
             "--output-json", str(out), "--quiet"]

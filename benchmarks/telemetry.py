@@ -75,6 +75,13 @@ def cpu_share(argv: list[str], seconds: float) -> tuple[float, int]:
         return 100.0 * used / elapsed, len(out.read_text().splitlines())
 
 
+def metric_flags() -> list[str]:
+    """The vLLM engine's metric map as the scraper's --metric flags (what a campaign passes)."""
+    from servebench.engines import get_engine
+
+    return [flag for name, column in get_engine("vllm").metrics.items() for flag in ("--metric", f"{name}={column}")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -93,7 +100,8 @@ def main() -> None:
             rows.append((f"node sampler {hz:g} Hz", share, lines))
         for hz in (1.0, 5.0):
             share, lines = cpu_share([sys.executable, "-m", "servebench.telemetry.scraper", "--url",
-                                      f"http://127.0.0.1:{port}", "--mode", "m", "--hz", str(hz)], args.seconds)
+                                      f"http://127.0.0.1:{port}", "--mode", "m", "--hz", str(hz),
+                                      *metric_flags()], args.seconds)
             rows.append((f"scraper {hz:g} Hz", share, lines))
     finally:
         for child in psutil.Process(tree.pid).children(recursive=True):
@@ -108,3 +116,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

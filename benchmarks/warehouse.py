@@ -24,7 +24,7 @@ import warehouse  # noqa: E402
 from servebench import landing  # noqa: E402
 from servebench.load.records import write_requests_csv  # noqa: E402
 from servebench.analysis.report import run_report  # noqa: E402
-from servebench.campaign.schema import load_campaign  # noqa: E402
+from servebench.campaign.loading import load_campaign  # noqa: E402
 from servebench.campaign.sweep import expand  # noqa: E402
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import secrets
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from itertools import groupby
 from pathlib import Path
 
 from prefect import flow
@@ -21,27 +20,27 @@ from prefect.exceptions import TerminationSignal
 
 import warehouse
 from servebench import landing
-from servebench.load.runner import load_result
 from servebench.build.model import vocab_size
+from servebench.campaign.loading import load_campaign
+from servebench.campaign.plan import Plan, make_plan
+from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec
+from servebench.campaign.sweep import Cell
+from servebench.engines import Engine, get_engine
+from servebench.load.runner import load_result
 from servebench.paths import runs_dir
 from servebench.progress import reporter
-from servebench.providers import Node
-from servebench.engines.vllm.ray_cluster import RayCluster
-from servebench.serving.server import Server, is_healthy, kv_capacity_tokens
-from servebench.build.venv import EngineBuild
+from servebench.providers import Provider, get_provider, get_provider_class
 from servebench.serving.correctness import GateAnswer, GateResult, blocks_cells
-from servebench.campaign.placement import ClientPlacement
-from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec, client_placement, load_campaign
-from servebench.campaign.sweep import Cell, expand
+from servebench.serving.server import Server, exit_codes, is_healthy
 from tasks.build import build_engine
-from tasks.cluster import needs_ray, start_ray_cluster, stop_ray_cluster
 from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session
 from tasks.load import cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.provision import provision
-from tasks.report import render_report
 from tasks.regressions import detect_regressions, publish_regressions
-from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
+from tasks.report import render_report
+from tasks.serve import Deployment, correctness_gate, start_mode_server, stop_mode_server
+from tasks.shared import start_shared_services, stop_shared_services
 from tasks.telemetry import Telemetry, stop_telemetry
 
 REFERENCE_MODE = "reference-tp1"
@@ -55,21 +54,22 @@ def new_run_id() -> str:
 class RunContext:
     """The state one campaign run threads through its stages (set once, read everywhere)."""
 
-    campaign: Campaign
+    plan: Plan
+    engine: Engine
+    provider: Provider                             # one per run: allocates, holds and releases the nodes
     warehouse: str
     run_id: str
     run_dir: Path
-    client: ClientPlacement
-    nodes: list[Node] = field(default_factory=list)
-    build: EngineBuild | None = None
-    model_dir: str = ""
+    deployment: Deployment | None = None           # nodes, build, model, shared services: set once provisioned
     vocab: int = 0
-    total_cells: int = 0
-    cluster: RayCluster | None = None
     reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
     reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
+
+    @property
+    def campaign(self) -> Campaign:
+        return self.plan.campaign
 
     @property
     def served_name(self) -> str:
@@ -80,6 +80,7 @@ class RunContext:
 def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     """Run every cell of a campaign file and land the results; return where they are."""
     campaign = load_campaign(campaign_file)
+    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
     wh = str(warehouse_path or warehouse.default_path())
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
@@ -88,34 +89,18 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
                    spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
-    ctx = RunContext(campaign=campaign, warehouse=wh, run_id=run_id, run_dir=run_dir,
-                     client=client_placement(campaign))
+    ctx = RunContext(plan=plan, engine=get_engine(campaign.engine.kind), provider=get_provider(campaign, plan.client.cpus),
+                     warehouse=wh, run_id=run_id, run_dir=run_dir)
     outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed",
                "cells": ctx.statuses, "invalid": ctx.invalid}
-    cells: list[Cell] = []
     try:
-        reporter().stage("provisioning nodes; " + ctx.client.describe())
-        ctx.nodes, inventories = provision(campaign)
-        land_nodes(wh, run_id, ctx.nodes, inventories)
-        reporter().stage("building the engine venv")
-        ctx.build = build_engine(campaign.engine)
-        land_build(wh, run_id, ctx.build)
-        reporter().stage("preparing the model")
-        ctx.model_dir = prepare_model(campaign.model, ctx.build, str(Path(campaign_file).parent))
-        land_run_update(wh, run_id, model_path=ctx.model_dir)
-        ctx.vocab = vocab_size(Path(ctx.model_dir))
-        cells = expand(campaign)
-        ctx.total_cells = len(cells)
-        reporter().cells_planned(len(cells))
-        if needs_ray(campaign):
-            reporter().stage("starting the Ray cluster")
-            ctx.cluster = start_ray_cluster(campaign, ctx.nodes, ctx.build, str(run_dir))
-        groups = [list(group) for _, group in groupby(cells, key=lambda c: c.mode.name)]
-        groups.sort(key=lambda group: not is_reference_mode(group[0].mode))  # the reference answers first
-        if not is_reference_mode(groups[0][0].mode):
+        ctx.deployment = deploy(ctx, campaign_file)
+        modes = plan.modes()
+        modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # the reference answers first
+        if not ctx.engine.is_reference(modes[0][0]):
             reference_answers(ctx)
-        for group in groups:
-            run_mode(ctx, group)
+        for mode, cells in modes:
+            run_mode(ctx, mode, cells)
         outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, TerminationSignal))  # Ctrl-C, or SIGTERM via Prefect
@@ -123,9 +108,8 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        if ctx.cluster is not None:
-            stop_ray_cluster.fn(campaign, ctx.cluster)  # plain call: must also run while a Ctrl-C unwinds
-        land_measured_cells(ctx, cells)
+        release(ctx)  # plain calls: must also run while a Ctrl-C unwinds
+        land_measured_cells(ctx)
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
                                ended_at=landing.now())
@@ -133,6 +117,36 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
             outcome["regressions"] = find_regressions(wh, run_id, campaign)
         outcome["report"] = write_report(wh, run_id, run_dir)
     return outcome
+
+
+def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
+    """Provision the nodes, build the engine, prepare the model, start the shared services."""
+    campaign, wh = ctx.campaign, ctx.warehouse
+    reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
+    nodes, inventories = provision(ctx.provider)
+    land_nodes(wh, ctx.run_id, nodes, inventories)
+    reporter().stage("building the engine")
+    build = build_engine(ctx.engine.build_recipe(campaign.engine))
+    land_build(wh, ctx.run_id, build)
+    reporter().stage("preparing the model")
+    model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
+    land_run_update(wh, ctx.run_id, model_path=model_dir)
+    ctx.vocab = vocab_size(Path(model_dir))
+    reporter().cells_planned(len(ctx.plan.cells))
+    ctx.deployment = Deployment(campaign=campaign, engine=ctx.engine, provider=ctx.provider, nodes=nodes, build=build,
+                                model_dir=model_dir, served_name=ctx.served_name, run_dir=str(ctx.run_dir))
+    reporter().stage("starting the services the modes share, if any")
+    shared = start_shared_services(ctx.engine, campaign, nodes, build, ctx.provider, str(ctx.run_dir))
+    return replace(ctx.deployment, shared=shared)
+
+
+def release(ctx: RunContext) -> None:
+    """Stop the shared services, then let the provider stop what is left and give the nodes back."""
+    try:
+        if ctx.deployment is not None and ctx.deployment.shared is not None:
+            stop_shared_services.fn(ctx.engine, ctx.deployment.shared, ctx.provider)
+    finally:
+        ctx.provider.release()
 
 
 def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]:
@@ -153,10 +167,10 @@ def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]
     return counts
 
 
-def land_measured_cells(ctx: RunContext, cells: list[Cell]) -> None:
+def land_measured_cells(ctx: RunContext) -> None:
     """Land cells that were measured but not landed (an interrupt between the two): the load
     generator writes its JSON last, so a JSON in the run directory is a complete result."""
-    for cell in cells:
+    for cell in ctx.plan.cells:
         output = ctx.run_dir / "cells" / f"{cell.key}.json"
         if cell.key in ctx.statuses or not output.exists():
             continue
@@ -170,20 +184,16 @@ def land_measured_cells(ctx: RunContext, cells: list[Cell]) -> None:
         ctx.statuses[cell.key] = status
 
 
-def is_reference_mode(mode: ModeSpec) -> bool:
-    return mode.world_size == 1 and mode.executor == "mp"
-
-
 def reference_answers(ctx: RunContext) -> None:
     """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once.
 
     If it cannot, no mode is compared with anything: each is marked `unchecked`, never
     silently judged against another distributed mode."""
-    mode = ModeSpec(name=REFERENCE_MODE, tp=1, pp=1, executor="mp", oversubscribe=True)
+    mode = ctx.engine.reference_mode(REFERENCE_MODE)
     reporter().stage("correctness reference: starting a TP=1 server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
-            ctx.campaign, mode, ctx.nodes, ctx.build, ctx.model_dir, ctx.served_name, str(ctx.run_dir))
+            ctx.deployment, mode)
     except Exception as exc:
         ctx.reference_problem = f"the TP=1 reference server did not start: {first_line(exc)}"
         land_server(ctx.warehouse, ctx.run_id, mode=REFERENCE_MODE, pid=None, port=None, command=[], env={},
@@ -193,7 +203,7 @@ def reference_answers(ctx: RunContext) -> None:
         return
     gate = None
     try:
-        gate, ctx.reference = correctness_gate(server, ctx.served_name, ctx.vocab, None, None)
+        gate, ctx.reference = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, None, None)
     except Exception as exc:
         ctx.reference_problem = f"the TP=1 reference server did not answer the gate prompts: {first_line(exc)}"
         reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
@@ -201,20 +211,19 @@ def reference_answers(ctx: RunContext) -> None:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
 
 
-def run_mode(ctx: RunContext, cells: list[Cell]) -> None:
+def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
     The first single-worker mode's answers become the campaign's reference."""
-    mode = cells[0].mode
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            ctx.campaign, mode, ctx.nodes, ctx.build, ctx.model_dir, ctx.served_name, str(ctx.run_dir), ctx.cluster)
+            ctx.deployment, mode)
     except Exception as exc:
         land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
                     log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
                     error=str(exc))
-        if ctx.reference is None and ctx.reference_problem is None and is_reference_mode(mode):
+        if ctx.reference is None and ctx.reference_problem is None and ctx.engine.is_reference(mode):
             ctx.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
             land_failed_cell(ctx, cell, f"server did not start: {exc}")
@@ -222,13 +231,14 @@ def run_mode(ctx: RunContext, cells: list[Cell]) -> None:
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(server, ctx.served_name, ctx.vocab, ctx.reference, ctx.reference_problem)
+        gate, answer = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, ctx.reference,
+                                         ctx.reference_problem)
         if gate.status == "reference":
             ctx.reference = answer
         land_mode_server(ctx, server, "ready", gate)
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for cell in cells:
-            reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), ctx.total_cells)
+            reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), len(ctx.plan.cells))
             if blocks_cells(gate, ctx.campaign.correctness.accept):
                 land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
                                  correctness=gate.status)
@@ -251,8 +261,8 @@ def blocked_reason(gate: GateResult, accept: str) -> str:
 
 def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Telemetry, gate: GateResult | None) -> None:
     """Plain calls, not task runs: this must also work while a Ctrl-C unwinds."""
-    stop_telemetry.fn(telemetry)
-    stop_mode_server.fn(ctx.campaign, server)
+    stop_telemetry.fn(ctx.provider, telemetry)
+    stop_mode_server.fn(ctx.provider, server)
     land_mode_server(ctx, server, "ready", gate)
     with session(ctx.warehouse) as con:
         landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
@@ -260,10 +270,11 @@ def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Teleme
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None) -> None:
     if not is_healthy(server):
-        land_failed_cell(ctx, cell, f"server of mode {cell.mode.name} is no longer healthy (exit code "
-                         f"{server.process.exit_code()}); see {server.log_path}")
+        land_failed_cell(ctx, cell, f"server of mode {cell.mode.name} is no longer healthy (exit codes: "
+                         f"{exit_codes(server)}); see {server.log_path}")
         return
-    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.client)
+    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.plan.client,
+                              ctx.engine)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     try:
@@ -301,13 +312,14 @@ def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime 
 
 
 def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
-    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, pid=server.process.pid, port=server.port,
-                   command=server.launch.argv, env=server.launch.env, log_path=str(server.log_path),
+    api = server.api
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, pid=api.process.pid, port=server.port,
+                   command=api.launch.argv, env=api.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
                    status=status, error=None, correctness=gate.status if gate else None,
                    correctness_detail=gate.detail if gate else None,
                    correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
-                   kv_capacity_tokens=kv_capacity_tokens(server.log_path))
+                   kv_capacity_tokens=ctx.engine.kv_capacity_tokens(log_text(server.log_path)))
 
 
 def run_status(statuses: dict[str, str], invalid: dict[str, list[str]], on_invalid: str = "fail") -> str:
@@ -316,6 +328,13 @@ def run_status(statuses: dict[str, str], invalid: dict[str, list[str]], on_inval
     if statuses and all(s == "completed" for s in statuses.values()):
         return "invalid" if invalid and on_invalid == "fail" else "completed"
     return "partial" if any(s == "completed" for s in statuses.values()) else "failed"
+
+
+def log_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def first_line(exc: BaseException) -> str:

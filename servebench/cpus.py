@@ -1,9 +1,5 @@
-"""CPU lists: parsing '0-3,8' and splitting a node's cores among the engine's local ranks.
-
-vLLM on CPU must be told which cores each rank's OpenMP threads use
-(`VLLM_CPU_OMP_THREADS_BIND`, one list per local rank separated by '|'); `auto` fails when
-ranks outnumber NUMA nodes, so servebench always computes an explicit binding.
-"""
+"""CPU lists: parsing '0-3,8' (the Linux cpulist format), formatting, and splitting a
+node's cores among an engine's local ranks."""
 
 from __future__ import annotations
 
@@ -57,7 +53,3 @@ def split_cpus(cpus: list[int], ranks: int) -> list[list[int]]:
         start += size
     return groups
 
-
-def omp_threads_bind(cpus: list[int], ranks: int) -> str:
-    """The VLLM_CPU_OMP_THREADS_BIND value for `ranks` local ranks on these cores: '0|1', '0-1|2-3'."""
-    return "|".join(format_cpu_list(group) for group in split_cpus(cpus, ranks))

@@ -1,16 +1,16 @@
-"""Build stage: the engine venv for the campaign's engine, reused when its content key matches."""
+"""Build stage: the engine's content-addressed build, reused when its key matches."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.venv import EngineBuild, ensure_engine_venv
+from servebench.build.recipe import BuildRecipe
+from servebench.build.venv import EngineBuild, ensure_build
 from servebench.paths import cache_dir
 from servebench.progress import reporter
-from servebench.campaign.schema import EngineSpec
 
 
 @task(name="build-engine", cache_policy=NONE)
-def build_engine(spec: EngineSpec) -> EngineBuild:
-    return ensure_engine_venv(spec, cache_dir(), log=reporter().note)
+def build_engine(recipe: BuildRecipe) -> EngineBuild:
+    return ensure_build(recipe, cache_dir(), log=reporter().note)

@@ -14,6 +14,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.cpus import format_cpu_list
+from servebench.engines import Engine
 from servebench.load.config import LoadConfig, to_argv
 from servebench.load.runner import load_result
 from servebench.campaign.placement import ClientPlacement
@@ -22,8 +23,9 @@ from servebench.campaign.sweep import Cell
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
-                     client: ClientPlacement) -> LoadConfig:
-    """The cell's load, run on the generator's own CPUs and judged by the campaign's validity limits."""
+                     client: ClientPlacement, engine: Engine) -> LoadConfig:
+    """The cell's load with the engine's request extensions, run on the generator's own CPUs and
+    judged by the campaign's validity limits."""
     load, validity = campaign.load, campaign.validity
     return LoadConfig(
         base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
@@ -32,6 +34,7 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
         timeout_s=load.timeout_s, max_schedule_lag_ms=validity.max_schedule_lag_ms,
         min_achieved_fraction=validity.min_achieved_fraction, max_client_cpu=validity.max_client_cpu,
         cpus=format_cpu_list(client.cpus) if client.cpus else None, nice=load.client.nice,
+        request_extras=dict(engine.request_extras), token_counter=engine.generation_tokens_metric,
     )
 
 

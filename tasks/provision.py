@@ -1,16 +1,15 @@
-"""Provision stage: the nodes and the CPUs each may use, with each node's inventory."""
+"""Provision stage: the provider allocates the nodes (held until the run releases them), with
+each node's inventory taken on that node."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.providers import Node, get_provider
-from servebench.campaign.schema import Campaign
+from servebench.providers import Node, Provider
 
 
 @task(name="provision", cache_policy=NONE)
-def provision(campaign: Campaign) -> tuple[list[Node], dict[str, dict]]:
-    provider = get_provider(campaign)
-    nodes = provider.nodes()
+def provision(provider: Provider) -> tuple[list[Node], dict[str, dict]]:
+    nodes = provider.allocate()
     return nodes, {node.name: provider.inventory(node) for node in nodes}

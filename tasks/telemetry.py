@@ -5,64 +5,66 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
-from servebench.providers import Node, get_provider
-from servebench.engines.vllm.ray_cluster import RayCluster
+from servebench.providers import Node, NodeProcess, Provider
 from servebench.serving.server import Server
-from servebench.campaign.schema import Campaign
+
+if TYPE_CHECKING:
+    from tasks.serve import Deployment
 
 
 @dataclass
 class Telemetry:
     mode: str
-    processes: list[ManagedProcess] = field(default_factory=list)
+    node_processes: list[NodeProcess] = field(default_factory=list)  # one sampler per node, on that node
+    scraper: ManagedProcess | None = None                            # on the orchestrator
     node_files: list[Path] = field(default_factory=list)
     server_files: list[Path] = field(default_factory=list)
 
 
-def engine_pids(server: Server, nodes: list[Node], cluster: RayCluster | None) -> dict[str, list[int]]:
-    """The processes to follow on each node: the server's ranks there, and that node's Ray."""
+def engine_pids(server: Server, nodes: list[Node], shared_pids: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The processes to follow on each node: the server's processes there, and the shared services'."""
     pids: dict[str, list[int]] = {node.name: [] for node in nodes}
-    main_node = next((n.name for n in nodes if n.name == server.node_name), nodes[0].name)
-    pids[main_node].append(server.process.pid)
-    for name, process in zip(server.companion_nodes, server.companions):
-        pids[name].append(process.pid)
-    if cluster is not None:
-        for plan, process in zip(cluster.plans, cluster.processes):
-            pids[plan.node.name].append(process.pid)
+    for name, found in server.pids_by_node().items():
+        pids[name] += found
+    for name, found in shared_pids.items():
+        pids[name] += found
     return pids
 
 
 @task(name="start-telemetry", cache_policy=NONE)
-def start_telemetry(campaign: Campaign, server: Server, nodes: list[Node], cluster: RayCluster | None,
-                    run_dir: str) -> Telemetry:
-    provider = get_provider(campaign)
-    out = Path(run_dir) / "telemetry"
+def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
+    d = deployment
+    out = Path(d.run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
     telemetry = Telemetry(mode=server.mode)
-    pids_by_node = engine_pids(server, nodes, cluster)
-    for node in nodes:
+    shared = d.shared.pids_by_node() if d.shared is not None else {}
+    pids_by_node = engine_pids(server, d.nodes, shared)
+    for node in d.nodes:
         path = out / f"{server.mode}.node.{node.name}.jsonl"
-        pids = pids_by_node[node.name]
         argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", "--node", node.name,
-                "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
-                "--hz", f"{campaign.telemetry.node_hz:g}", "--out", str(path)]
-        telemetry.processes.append(provider.start(node, argv, {}, out / f"{server.mode}.node.{node.name}.log"))
+                "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids_by_node[node.name])),
+                "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", str(path)]
+        telemetry.node_processes.append(d.provider.start(node, argv, {}, out / f"{server.mode}.node.{node.name}.log"))
         telemetry.node_files.append(path)
     path = out / f"{server.mode}.server.jsonl"
+    metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
     argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
-            "--hz", f"{campaign.telemetry.scrape_hz:g}", "--out", str(path)]
-    telemetry.processes.append(ManagedProcess.start(argv, log_path=out / f"{server.mode}.server.log"))
+            "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
+    telemetry.scraper = ManagedProcess.start(argv, log_path=out / f"{server.mode}.server.log")
     telemetry.server_files.append(path)
     return telemetry
 
 
 @task(name="stop-telemetry", cache_policy=NONE)
-def stop_telemetry(telemetry: Telemetry) -> None:
-    for process in telemetry.processes:
-        process.stop(grace_s=5)
+def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
+    for process in telemetry.node_processes:
+        provider.stop(process, grace_s=5)
+    if telemetry.scraper is not None:
+        telemetry.scraper.stop(grace_s=5)

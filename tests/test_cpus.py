@@ -1,6 +1,7 @@
 import pytest
 
-from servebench.cpus import format_cpu_list, omp_threads_bind, parse_cpu_list, split_cpus
+from servebench.cpus import format_cpu_list, parse_cpu_list, split_cpus
+from servebench.engines.vllm.placement import omp_threads_bind
 
 
 def test_parse_and_format_round_trip():

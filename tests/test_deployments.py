@@ -11,7 +11,7 @@ import sys
 import yaml
 
 from flows.serve import ROOT, nightly_deployments
-from servebench.campaign.schema import load_campaign
+from servebench.campaign.loading import load_campaign
 
 DECLARED = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
 

@@ -6,12 +6,12 @@ venv, the vLLM server, the Prefect test server, the load generator and the wareh
 
 from pathlib import Path
 
-import psutil
 import pytest
 
 import warehouse
 from servebench.processes import shm_entries
-from servebench.campaign.schema import load_campaign
+from tests.support.processes import engine_processes
+from servebench.campaign.loading import load_campaign
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = pytest.mark.e2e
@@ -22,15 +22,6 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     return tmp_path / "w.duckdb"
-
-
-def engine_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if "vllm.entrypoints" in cmdline or "VLLM::" in cmdline or "servebench load" in cmdline:
-            found.append(proc)
-    return found
 
 
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):

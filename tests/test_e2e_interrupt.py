@@ -15,7 +15,7 @@ import pytest
 
 import warehouse
 from servebench.processes import shm_entries
-from tests.test_e2e_campaign import engine_processes
+from tests.support.processes import engine_processes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = pytest.mark.e2e

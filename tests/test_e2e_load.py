@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build.venv import ensure_engine_venv
-from servebench.engines import get_engine
 from servebench.build.model import ensure_model
+from servebench.build.venv import ensure_build
+from servebench.campaign.loading import load_campaign
+from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir
 from servebench.processes import shm_entries
 from servebench.providers import get_provider
-from servebench.serving.server import pick_port, plan_launch, start_server, stop_server, wait_ready
-from servebench.campaign.schema import load_campaign
-from tests.test_e2e_campaign import engine_processes
+from servebench.serving.server import start_server, stop_server, wait_ready
+from tests.support.processes import engine_processes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = pytest.mark.e2e
@@ -30,29 +30,31 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     campaign = load_campaign(CAMPAIGN)
-    build = ensure_engine_venv(campaign.engine, cache_dir(), log=lambda _: None)
+    engine = get_engine(campaign.engine.kind)
+    build = ensure_build(engine.build_recipe(campaign.engine), cache_dir(), log=lambda _: None)
     model_dir = ensure_model(campaign.model, build.python, cache_dir())
     provider = get_provider(campaign)
-    node = provider.nodes()[0]
-    port = pick_port()
-    launch = plan_launch(get_engine("vllm"), python=build.python, spec=campaign.engine, mode=campaign.modes[0],
-                         model_dir=str(model_dir), served_name="tiny", nodes=[node], port=port)
+    nodes = provider.allocate()[:1]
+    launch = engine.launch(LaunchRequest(
+        python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=campaign.modes[0],
+        model_dir=str(model_dir), served_name="tiny", dtype="auto", nodes=nodes, ports=provider.free_port))
     shm_before = shm_entries()
-    server = start_server(provider, node, launch, "tp1", port, tmp_path_factory.mktemp("logs") / "server.log")
+    server = start_server(provider, nodes, launch, "tp1", tmp_path_factory.mktemp("logs"), 600)
     try:
         wait_ready(server, 600)
         yield server, model_dir, build
     finally:
         stop_server(provider, server)
+        provider.release()
     assert engine_processes() == []
     assert shm_entries() - shm_before == set()
 
 
 def load(server, tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / "load.json"
-    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", server.url, "--model", "tiny",
-                           "--output-len", "8", "--requests", "6", "--clients", "3", "--output-json", str(out),
-                           "--vllm-result", str(tmp_path / "vllm.json"), *extra],
+    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--engine", "vllm", "--base-url", server.url,
+                           "--model", "tiny", "--output-len", "8", "--requests", "6", "--clients", "3", "--output-json", str(out),
+                           "--export", f"vllm-bench={tmp_path / 'vllm.json'}", *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "load summary" in done.stdout and "valid" in done.stdout
@@ -93,8 +95,8 @@ def test_chat_endpoint(vllm_server, tmp_path):
 def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
     """One open-loop run of the placement test; the generator's verdict on itself is what counts."""
     out = tmp_path / f"{name}.json"
-    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", server.url, "--model", "tiny",
-                           "--input-len", "32", "--output-len", "16", "--vocab-size", "1000", "--seed", "3",
+    done = subprocess.run([sys.executable, "-m", "servebench", "load", "--engine", "vllm", "--base-url", server.url,
+                           "--model", "tiny", "--input-len", "32", "--output-len", "16", "--vocab-size", "1000", "--seed", "3",
                            "--output-json", str(out), "--quiet", *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

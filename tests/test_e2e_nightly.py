@@ -23,7 +23,7 @@ import pytest
 
 import warehouse
 from servebench.processes import free_port, shm_entries
-from tests.test_e2e_campaign import engine_processes
+from tests.support.processes import engine_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 NIGHTLY = ROOT / "tests" / "campaigns" / "good" / "e2e-nightly.yaml"

@@ -11,14 +11,15 @@ from servebench.load.config import to_argv
 from servebench.load.metrics import percentile, summarize
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
-from servebench.load.vllm_export import to_vllm_result
+from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.load.workload import token_prompt
-from tests.fake_openai_server import FakeServer
+from tests.support.fake_openai_server import FakeServer
 
 
 def config(url: str, **overrides) -> LoadConfig:
     base = dict(base_url=url, model="m", clients=2, requests=6, input_len=5, output_len=4, vocab_size=100,
-                timeout_s=5)
+                timeout_s=5, request_extras={"ignore_eos": True, "stream_options": {"include_usage": True,
+                                                                               "continuous_usage_stats": True}})  # an engine's extension, merged into the body
     return LoadConfig(**{**base, **overrides})
 
 

@@ -1,7 +1,7 @@
 """The load generator's verdict on itself can fail: starved of CPU by the server it measures,
 its open-loop cell is flagged invalid; on a CPU of its own, the same cell is valid.
 
-The server is tests/busy_engine_server.py on CPU 0 (a real HTTP server plus processes that
+The server is tests/support/busy_engine_server.py on CPU 0 (a real HTTP server plus processes that
 keep the core busy, as an engine's spinning OpenMP threads do). The generator runs as
 `servebench load` with `--cpus`, exactly as a campaign runs it. (A real vLLM server near its
 capacity with the generator on its own CPU: tests/test_e2e_load.py.)
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
 @pytest.fixture
 def busy_server(tmp_path):
     port_file = tmp_path / "port"
-    server = subprocess.Popen([sys.executable, "-m", "tests.busy_engine_server", "--cpus", "0", "--spinners", "4",
+    server = subprocess.Popen([sys.executable, "-m", "tests.support.busy_engine_server", "--cpus", "0", "--spinners", "4",
                                "--port-file", str(port_file)], cwd=ROOT)
     try:
         deadline = time.monotonic() + 30

@@ -1,6 +1,6 @@
 import pytest
 
-from servebench.campaign.placement import node_bindings, ray_slots_per_node, workers_per_node
+from servebench.engines.vllm.placement import node_bindings, ray_slots_per_node, workers_per_node
 
 TWO_NODES = [[0, 1], [0, 1]]
 

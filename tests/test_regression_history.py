@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import warehouse
-from tests.test_report_browser import synthetic_warehouse
+from tests.support.synthetic_runs import synthetic_warehouse
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.campaign.schema import SpecError, load_campaign, parse_campaign
+from servebench.campaign.loading import SpecError, load_campaign, parse_campaign
 
 HERE = Path(__file__).parent
 BAD = sorted((HERE / "campaigns" / "bad").glob("*.yaml"))

@@ -1,4 +1,4 @@
-from servebench.campaign.schema import parse_campaign
+from servebench.campaign.loading import parse_campaign
 from servebench.campaign.sweep import expand
 
 CAMPAIGN = """

@@ -7,6 +7,7 @@ import sys
 import time
 
 from servebench.processes import ManagedProcess
+from servebench.engines.vllm import VllmEngine
 from servebench.telemetry.scraper import parse
 
 VLLM_METRICS = """# HELP vllm:kv_cache_usage_perc KV-cache usage.
@@ -24,7 +25,7 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 768.0
 
 
 def test_scraper_parses_and_sums_label_sets():
-    values = parse(VLLM_METRICS)
+    values = parse(VLLM_METRICS, VllmEngine.metrics)
     assert values == {"kv_usage": 0.75, "running": 3.0, "preemptions_total": 7.0, "generation_tokens_total": 768.0}
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import warehouse
 from servebench import landing
-from servebench.campaign.schema import parse_campaign
+from servebench.campaign.loading import parse_campaign
 from servebench.campaign.sweep import expand
 
 CAMPAIGN = """

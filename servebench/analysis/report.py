@@ -212,7 +212,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                                                 "throughput / best cell of the mode", "1.0 = the mode's best cell",
                                                 saturation),
         "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage (0-1)",
-                                   "vllm:kv_cache_usage_perc, peak during the cell", saturation),
+                                   "the engine's KV-cache usage, peak during the cell", saturation),
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
                                      "preemptions per request (capped at 1)",
                                      "requests whose KV cache was evicted and recomputed", saturation),

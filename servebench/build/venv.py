@@ -12,7 +12,6 @@ errors) at once, and a heartbeat with the last output line whenever a step is qu
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import platform
@@ -29,11 +28,11 @@ from typing import IO, Callable
 
 from pydantic import BaseModel
 
-from servebench.engines import get_engine
+from servebench.build.cache import ArtifactCache
+from servebench.build.recipe import VenvRecipe
+from servebench.campaign.schema import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
-from servebench.campaign.schema import EngineSpec, sha256_json
 
-MARKER = "servebench-build.json"
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}
 HEARTBEAT_SECONDS = 30.0  # the longest a build stays silent on the `log` callback
 
@@ -75,82 +74,82 @@ def source_digest(directory: Path = ENGINE_SOURCE_DIR) -> str:
     return digest.hexdigest()
 
 
-def build_inputs(spec: EngineSpec) -> dict:
-    engine = get_engine(spec.kind)
-    return {
-        "engine": spec.kind,
+def build_inputs(recipe: VenvRecipe) -> dict:
+    """Everything that goes into the venv; its hash is the build key."""
+    inputs = {
+        "engine": recipe.engine,
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",
-        "packages": engine.requirements(spec),
-        "removed": engine.remove_after_install(),
-        "post_install": [argv[1:] for argv in engine.post_install("python", spec)],
+        "packages": list(recipe.packages),
+        "removed": list(recipe.remove),
+        "post_install": [list(args) for args in recipe.post_install],
         "engine_source": source_digest(),
     }
+    if not recipe.engine_package:
+        inputs["engine_package"] = False
+    return inputs
 
 
-def build_key(spec: EngineSpec) -> str:
-    return f"{spec.kind}-{sha256_json(build_inputs(spec))[:16]}"
+def build_key(recipe: VenvRecipe) -> str:
+    return f"{recipe.engine}-{sha256_json(build_inputs(recipe))[:16]}"
 
 
-def ensure_engine_venv(spec: EngineSpec, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
-    """Return the engine venv for this spec, building it first if no valid one is cached."""
-    key = build_key(spec)
-    venv = cache / "engines" / key
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another campaign may be building the same venv
-        marker = venv / MARKER
-        if marker.exists():
-            build = EngineBuild.model_validate_json(marker.read_text())
-            return build.model_copy(update={"build_seconds": None})
-        if venv.exists():
-            log(f"removing incomplete engine venv {venv}")
-            shutil.rmtree(venv)
+def ensure_build(recipe: VenvRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
+    """Return the engine venv for this recipe, building it first if no valid one is cached."""
+    key = build_key(recipe)
+    artifact = ArtifactCache(cache / "engines")
+    found = artifact.get(key)
+    if found is not None:
+        return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+    with artifact.building(key, log) as (venv, found):
+        if found is not None:
+            return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
         started = time.monotonic()
-        build = _build(spec, key, venv, log)
+        build = _build(recipe, key, venv, artifact.log_path(key), log)
         build = build.model_copy(update={"build_seconds": round(time.monotonic() - started, 1)})
-        marker.write_text(build.model_dump_json(indent=2))
-        return build
+        artifact.complete(key, build.model_dump_json(indent=2))
+    return build
 
 
-def _build(spec: EngineSpec, key: str, venv: Path, log: Callable[[str], None]) -> EngineBuild:
-    engine = get_engine(spec.kind)
-    log_path = venv.parent / f"{key}.build.log"
+def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callable[[str], None]) -> EngineBuild:
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    steps = [
-        ("create venv", [sys.executable, "-m", "venv", str(venv)]),
-        ("install engine packages", [*pip, "install", *engine.requirements(spec)]),
-        ("remove broken companions", [*pip, "uninstall", "-y", *engine.remove_after_install()]),
-    ]
+    steps = [("create venv", [sys.executable, "-m", "venv", str(venv)])]
+    if recipe.packages:
+        steps.append(("install engine packages", [*pip, "install", *recipe.packages]))
+    if recipe.remove:
+        steps.append(("remove broken companions", [*pip, "uninstall", "-y", *recipe.remove]))
     with open(log_path, "w") as out, tempfile.TemporaryDirectory() as scratch:
-        # pip builds in the source tree; a copy keeps build output out of the checkout
-        source = Path(scratch) / "engine"
-        for path in engine_source_files():
-            target = source / path.relative_to(ENGINE_SOURCE_DIR)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        steps.append(("install servebench-engine",
-                      [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
-        steps += [(f"post-install: {' '.join(argv[1:4])}", argv) for argv in engine.post_install(python, spec)]
+        if recipe.engine_package:
+            # pip builds in the source tree; a copy keeps build output out of the checkout
+            source = Path(scratch) / "engine"
+            for path in engine_source_files():
+                target = source / path.relative_to(ENGINE_SOURCE_DIR)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+            steps.append(("install servebench-engine",
+                          [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
+        steps += [(f"post-install: {' '.join(args[:3])}", [python, *args]) for args in recipe.post_install]
         started = time.monotonic()
         for title, argv in steps:
             log(f"engine build {key}: {title}")
             returncode = run_step(argv, out, log, title, started)
             if returncode != 0:
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
-    freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout
-    distribution = engine.version_distribution(spec)
-    version = subprocess.run(
-        [python, "-c", f"import importlib.metadata as m; print(m.version({distribution!r}))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    inputs = build_inputs(spec)
+    freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True).stdout if recipe.packages else ""
+    inputs = build_inputs(recipe)
     return EngineBuild(
-        key=key, engine=spec.kind, engine_version=version, packages=inputs["packages"],
-        python_version=inputs["python"], platform=inputs["platform"], venv_path=str(venv),
-        pip_freeze=freeze, build_seconds=None, created_at=datetime.now(timezone.utc),
+        key=key, engine=recipe.engine, engine_version=_version(python, recipe.version_distribution),
+        packages=inputs["packages"], python_version=inputs["python"], platform=inputs["platform"],
+        venv_path=str(venv), pip_freeze=freeze, build_seconds=None, created_at=datetime.now(timezone.utc),
     )
+
+
+def _version(python: str, distribution: str | None) -> str:
+    """The engine version: its distribution's, or the venv's Python version for an engine without one."""
+    code = ("import importlib.metadata as m; print(m.version(%r))" % distribution if distribution
+            else "import platform; print(platform.python_version())")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 class PipDigest:

@@ -1,21 +1,16 @@
-"""Where a mode's workers and the load generator go, and which cores each may use (pure
-arithmetic, no I/O).
+"""Where the load generator runs and which CPUs the servers keep (pure arithmetic, no I/O).
 
-- the load generator gets CPUs of its own (the campaign's `load.client.cpus`, or the
-  host's CPUs no node uses), and every server process stays off them: a generator that
-  shares cores with the server starves exactly when the server is busiest;
-- mp: every worker on the first node large enough;
-- ray: workers spread evenly over all nodes (the plugin's placement group is SPREAD and
-  orders ranks by node), so TP groups stay inside a node and PP stages cross nodes;
-- mp-multinode: one worker on each of the first tp x pp nodes (vLLM's native launcher).
+The load generator gets CPUs of its own (the campaign's `load.client.cpus`, or the host's
+CPUs no node uses), and every server process stays off them: a generator that shares
+cores with the server starves exactly when the server is busiest. Where an engine puts
+its workers is the engine's business (`servebench/engines/<kind>/`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal, NamedTuple
 
-from servebench.cpus import format_cpu_list, omp_threads_bind
+from servebench.cpus import format_cpu_list
 
 
 class ClientPlacement(NamedTuple):
@@ -53,34 +48,6 @@ def server_cpus(node_cpus: list[int], client: ClientPlacement) -> list[int]:
     return [cpu for cpu in node_cpus if cpu not in reserved]
 
 
-def workers_per_node(executor: str, world_size: int, node_cpus: list[list[int]]) -> list[int]:
-    """How many of the mode's workers each node runs, in node order."""
-    n = len(node_cpus)
-    if executor == "mp":
-        first = mp_node_index(world_size, node_cpus)
-        return [world_size if i == first else 0 for i in range(n)]
-    if executor == "mp-multinode":
-        if world_size > n:
-            raise ValueError(f"mp-multinode runs one worker per node: {world_size} workers need {world_size} nodes")
-        return [1 if i < world_size else 0 for i in range(n)]
-    if executor == "ray":
-        base, extra = divmod(world_size, n)
-        return [base + (1 if i < extra else 0) for i in range(n)]
-    raise ValueError(f"unknown executor {executor!r}")
-
-
-def mp_node_index(world_size: int, node_cpus: list[list[int]]) -> int:
-    """The node an 'mp' mode runs on: the first with a CPU per worker (else the first: oversubscribed)."""
-    return next((i for i, cpus in enumerate(node_cpus) if len(cpus) >= world_size), 0)
-
-
-def ray_slots_per_node(ray_world_sizes: list[int], nodes: int) -> int:
-    """Ray --num-cpus for every node: the most workers any ray mode puts on one node."""
-    return max([math.ceil(size / nodes) for size in ray_world_sizes] or [1])
-
-
-def node_bindings(executor: str, world_size: int, node_names: list[str], node_cpus: list[list[int]]) -> dict[str, str]:
-    """VLLM_CPU_OMP_THREADS_BIND per node for this mode (nodes without workers left out)."""
-    counts = workers_per_node(executor, world_size, node_cpus)
-    return {name: omp_threads_bind(cpus, count)
-            for name, cpus, count in zip(node_names, node_cpus, counts) if count}
+def client_placement(campaign, host_cpus: set[int]) -> ClientPlacement:
+    """The load generator's CPUs on the host it runs on, for this campaign."""
+    return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.node_specs()], host_cpus)

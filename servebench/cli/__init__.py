@@ -22,9 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 import warehouse
-from servebench.campaign.schema import SpecError, load_campaign
+from servebench.campaign.loading import SpecError, load_campaign
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, warehouse_arg, warehouse_path
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
 STATUS_STYLE = {"completed": "bold green", "partial": "bold yellow", "invalid": "bold red", "failed": "bold red"}
 STATUS_MEANING = {
@@ -87,36 +87,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     from servebench.cli.load import add_load_parser
     from servebench.cli.regressions import add_regression_parsers
+
     add_load_parser(sub)
     add_regression_parsers(sub)
     return parser
 
 
-def warehouse_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
-                        "warehouse/servebench.duckdb)")
-
-
-def warehouse_path(args: argparse.Namespace) -> Path:
-    return Path(args.warehouse) if args.warehouse else warehouse.default_path()
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
-    from servebench.campaign.plan import describe_plan
+    from servebench.campaign.plan import make_plan
+    from servebench.cli.plan import describe_plan
+    from servebench.providers import get_provider_class
 
     campaign = load_campaign(args.file)
-    print(describe_plan(campaign, Path(args.file)))
+    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
+    print(describe_plan(plan, Path(args.file)))
     return EXIT_OK
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from servebench.build.venv import ensure_engine_venv
+    from servebench.build.venv import ensure_build
+    from servebench.engines import get_engine
     from servebench.paths import cache_dir
 
     campaign = load_campaign(args.file)
-    build = ensure_engine_venv(campaign.engine, cache_dir(), log=lambda text: print(text, file=sys.stderr))
+    recipe = get_engine(campaign.engine.kind).build_recipe(campaign.engine)
+    build = ensure_build(recipe, cache_dir(), log=lambda text: print(text, file=sys.stderr))
     state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
-    print(f"{build.key} ({campaign.engine.package} -> {build.engine_version}, {state})")
+    print(f"{build.key} ({campaign.engine.describe()} -> {build.engine_version}, {state})")
     print(build.python)
     return EXIT_OK
 

@@ -7,10 +7,14 @@ import json
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from pydantic import ValidationError
 
+from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
+
+ENGINE_DEFAULTS = {"token_counter", "request_extras"}  # from --engine unless given
 
 HELP = {
     "--base-url": "server URL, e.g. http://127.0.0.1:8000",
@@ -21,7 +25,7 @@ HELP = {
     "--burstiness": "gamma shape: 1 = Poisson, < 1 burstier, > 1 smoother",
     "--clients": "closed loop: concurrent clients, each sending when its last answer is complete",
     "--input-len": "random prompts of exactly N tokens",
-    "--output-len": "output tokens per request (enforced with ignore_eos)",
+    "--output-len": "output tokens per request (exactly, with an --engine that can enforce it)",
     "--vocab-size": "random token ids are drawn below this (when no --tokenizer)",
     "--tokenizer": "tokenizer.json or its directory: random text of exact length (needed for chat)",
     "--prompts": "JSONL: {\"prompt\": ...} or {\"messages\": [...]}, optional \"output_len\"",
@@ -36,7 +40,9 @@ HELP = {
     "--max-schedule-lag-ms": "validity: schedule lag p99 above this marks the run invalid",
     "--min-achieved-fraction": "validity: achieved rate below this share of the scheduled rate is invalid",
     "--max-client-cpu": "validity: the generator busier than this share of one core is invalid",
-    "--token-counter": "generated-token counter on the server's /metrics ('' to skip the check)",
+    "--token-counter": "generated-token counter on the server's /metrics ('' to skip the check; default: "
+                       "the --engine's)",
+    "--request-extras": "JSON object merged into every request body (default: the --engine's extensions)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
     "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
 }
@@ -53,33 +59,57 @@ def add_load_parser(sub) -> None:
         choices = getattr(field.annotation, "__args__", None) if "Literal" in annotation else None
         if choices:
             kwargs["choices"] = list(choices)
+        elif "dict" in annotation:
+            kwargs["type"] = json.loads
         elif "float" in annotation:
             kwargs["type"] = float
         elif "int" in annotation:
             kwargs["type"] = int
         if field.is_required():
             kwargs["required"] = True
-        elif field.default is not None:
+        elif field.default is not None and name not in ENGINE_DEFAULTS:
             kwargs["default"] = field.default
         p.add_argument(flag, **kwargs)
+    p.add_argument("--engine", choices=engine_kinds(),
+                   help="the server's engine: its request extensions (exact output length, usage in every chunk) "
+                        "and its generated-token counter; without it, plain OpenAI requests and no counter check")
     p.add_argument("--output-json", help="write {config, summary, requests} here")
-    p.add_argument("--vllm-result", help="also write the run in `vllm bench serve --save-result` layout")
+    p.add_argument("--export", action="append", default=[], metavar="FORMAT=PATH", type=_export,
+                   help="also write the run in an engine's own benchmark layout (FORMAT: "
+                        f"{', '.join(sorted(result_formats())) or 'none registered'}); repeatable")
     p.add_argument("--requests-csv", help="also write the request rows as CSV (what the warehouse lands)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     p.set_defaults(func=cmd_load)
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
-    """Flags -> LoadConfig; an empty --token-counter means no counter check."""
+    """Flags -> LoadConfig; the --engine's extras and counter unless given; an empty
+    --token-counter means no counter check."""
     values = {name: getattr(args, name) for name in FLAGS.values()}
     values = {k: v for k, v in values.items() if v is not None}
-    values["token_counter"] = getattr(args, "token_counter") or None
+    engine = get_engine(args.engine) if getattr(args, "engine", None) else None
+    if engine is not None:
+        values.setdefault("request_extras", dict(engine.request_extras))
+        values.setdefault("token_counter", engine.generation_tokens_metric)
+    values["token_counter"] = values.get("token_counter") or None
     return LoadConfig(**values)
+
+
+def result_formats() -> dict[str, Callable[[dict], dict]]:
+    """Every registered engine's result layouts (name -> converter of a load result)."""
+    return {name: convert for kind in engine_kinds() for name, convert in get_engine(kind).result_formats.items()}
+
+
+def _export(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not path or name not in result_formats():
+        raise argparse.ArgumentTypeError(f"--export {text!r}: give FORMAT=PATH, FORMAT one of "
+                                         f"{', '.join(sorted(result_formats()))}")
+    return name, path
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     from servebench.load.runner import LiveCounts, run_load, write_result
-    from servebench.load.vllm_export import to_vllm_result
     from servebench.load.workload import WorkloadError
 
     try:
@@ -98,8 +128,9 @@ def cmd_load(args: argparse.Namespace) -> int:
     except WorkloadError as exc:
         print(f"servebench load: {exc}", file=sys.stderr)
         return 2
-    if args.vllm_result:
-        Path(args.vllm_result).write_text(json.dumps(to_vllm_result(result), indent=1))
+    formats = result_formats()
+    for name, path in args.export:
+        Path(path).write_text(json.dumps(formats[name](result), indent=1))
     if args.requests_csv:
         from servebench.load.records import write_requests_csv
 

@@ -11,9 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 import warehouse
-from servebench.cli import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
-
-EXIT_REGRESSION = 3
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_REGRESSION, warehouse_arg, warehouse_path
 
 
 def add_regression_parsers(sub) -> None:

@@ -1,59 +1,131 @@
-"""The engine interface: what differs between vLLM and, later, llama.cpp.
+"""The engine interface: everything servebench knows about one serving engine.
 
-An engine says what goes into its venv, how its server is started for a mode, and how
-to tell it is ready and what it reports. It returns commands and data; running them is
-the serve stage's business, so engines are tested without starting anything.
+An engine is a folder under `servebench/engines/` and one line in the registry
+(`servebench/engines/__init__.py`). It says:
+
+- what a campaign's `engine:` block holds (`spec_model`) and which `executor` values a
+  mode may name (`executors`, the first is the default);
+- how it is built (`build_recipe`: what goes into its content-addressed build);
+- which modes the nodes can hold (`mode_problem`), and which mode is the single-worker
+  reference the correctness gate compares every other mode with;
+- how a mode's server is launched across the nodes (`launch`): its processes in start
+  order, each on its node, the ones to wait for before the next starts, and the API
+  process whose health path says the server is ready;
+- campaign-wide services its modes share (a Ray cluster), started once and stopped last;
+- what it reports: its Prometheus metric names mapped to servebench's columns, the
+  counter of generated tokens, the KV-cache capacity it logs at start-up;
+- what its OpenAI API needs beyond the standard (request extras of the load generator and
+  of the gate, and how it returns token ids).
+
+Engines return commands and data; running them is the serving stage's business through
+the provider, so an engine is tested without starting anything.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Protocol
 
-from servebench.campaign.schema import EngineSpec, ModeSpec
+from servebench.build.recipe import BuildRecipe
+from servebench.campaign.schema import EngineSpecBase, ModeSpec
+from servebench.providers.base import Node, Provider
+
+# The columns a metric map may fill (telemetry's server samples and the warehouse's).
+METRIC_COLUMNS = ("kv_usage", "running", "waiting", "preemptions_total", "prompt_tokens_total",
+                  "generation_tokens_total")
 
 
 @dataclass(frozen=True)
-class MultiNode:
-    """One rank of a server that spans nodes with the engine's own launcher."""
+class ProcessLaunch:
+    """One process of a server, on one node."""
 
-    nnodes: int
-    node_rank: int
-    master_addr: str
-    master_port: int
+    node: str                                   # node name
+    argv: list[str]
+    env: dict[str, str]                         # set on top of the node's environment
+    unset_env: list[str] = field(default_factory=list)
+    api: bool = False                           # the process serving the OpenAI API (exactly one per server)
+    ready_port: int | None = None               # wait until this port accepts before starting the next process
+    label: str = ""                             # names its log: <mode>.<label>.log ("" for the API process)
 
 
 @dataclass(frozen=True)
 class ServerLaunch:
-    """Everything needed to start one server: its main process, and for multi-node
-    launchers the other nodes' processes (node name, launch)."""
+    """A mode's server: its processes in start order and where its API answers."""
 
-    argv: list[str]
-    env: dict[str, str]          # set on top of the inherited environment
+    processes: list[ProcessLaunch]
+    port: int                                   # the API process's port, on its node's address
     health_path: str = "/health"
-    metrics_path: str = "/metrics"
-    unset_env: list[str] = field(default_factory=list)
-    companions: list[tuple[str, "ServerLaunch"]] = field(default_factory=list)
+
+    @property
+    def api(self) -> ProcessLaunch:
+        return next(p for p in self.processes if p.api)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What an engine needs to launch one mode on the provisioned nodes."""
+
+    python: str                                 # the engine build's interpreter
+    build_dir: str                              # the engine build's directory
+    spec: EngineSpecBase
+    mode: ModeSpec
+    model_dir: str
+    served_name: str
+    dtype: str
+    nodes: list[Node]
+    ports: "PortSource"
+    shared: "SharedServices | None" = None      # what start_shared returned, if anything
+    planning: bool = False                      # for `servebench plan`: nothing runs, placeholders allowed
+
+
+class PortSource(Protocol):
+    def __call__(self, node: Node) -> int:
+        """A TCP port free on that node's address."""
+
+
+class SharedServices(Protocol):
+    """Processes an engine runs for the whole campaign (a Ray cluster)."""
+
+    def pids_by_node(self) -> dict[str, list[int]]:
+        """The services' PIDs on each node, for the node samplers to follow."""
 
 
 class Engine(Protocol):
-    name: str
-    generation_tokens_metric: str
+    kind: ClassVar[str]
+    spec_model: ClassVar[type[EngineSpecBase]]
+    executors: ClassVar[tuple[str, ...]]
+    metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
+    generation_tokens_metric: ClassVar[str | None]
+    request_extras: ClassVar[dict[str, Any]]    # merged into every load request body
+    gate_extras: ClassVar[dict[str, Any]]       # merged into every correctness-gate request body
+    result_formats: ClassVar[dict[str, Callable[[dict], dict]]]  # `servebench load --export NAME=PATH` layouts
 
-    def requirements(self, spec: EngineSpec) -> list[str]:
-        """Pinned packages for the engine venv, in install order."""
+    def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
+        """What goes into the engine's content-addressed build."""
 
-    def remove_after_install(self) -> list[str]:
-        """Packages the engine's wheel drags in that break it and must be uninstalled."""
+    def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
+        """Why the nodes (their CPUs for servers, in order) cannot hold this mode, or None."""
 
-    def post_install(self, python: str, spec: EngineSpec) -> list[list[str]]:
-        """Commands run with the engine venv's python after everything is installed."""
+    def reference_mode(self, name: str) -> ModeSpec:
+        """The single-worker mode whose answers every other mode must match."""
 
-    def version_distribution(self, spec: EngineSpec) -> str:
-        """The distribution whose version is the engine version."""
+    def is_reference(self, mode: ModeSpec) -> bool:
+        """Whether a campaign's own mode can serve as the reference."""
 
-    def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, omp_bind: str, extra_env: dict[str, str], node_address: str,
-               multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
-        """The command and environment of one server process for a mode (or of one rank of it);
-        `node_address` is the address its processes must announce to each other (the node's own)."""
+    def launch(self, request: LaunchRequest) -> ServerLaunch:
+        """The processes of one mode's server."""
+
+    def start_shared(self, modes: list[ModeSpec], spec: EngineSpecBase, nodes: list[Node], build_dir: str,
+                     provider: Provider, run_dir: Path) -> SharedServices | None:
+        """Start what the campaign's modes share (None when they share nothing)."""
+
+    def stop_shared(self, services: SharedServices, provider: Provider) -> list[str]:
+        """Stop the shared services by PID; return the shared-memory segments removed."""
+
+    def kv_capacity_tokens(self, log_text: str) -> int | None:
+        """The KV-cache capacity in tokens the API process logged at start-up, if it did."""
+
+    def token_id(self, token: str) -> int:
+        """A token id from a gate answer's `logprobs.tokens` entry."""
+

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,8 +47,12 @@ class LoadConfig(BaseModel):
     # where the generator runs
     cpus: str | None = Field(None, description="Pin the generator to these CPUs ('1', '2-3'), apart from the server.")
     nice: int | None = Field(None, ge=-20, le=19, description="Run at this nice value (negative needs root).")
-    token_counter: str | None = Field("vllm:generation_tokens_total",
-                                      description="Server counter of generated tokens on /metrics, if any.")
+    # what the engine needs (a campaign passes its engine's; `servebench load --engine KIND` too)
+    token_counter: str | None = Field(None, description="Server counter of generated tokens on /metrics, "
+                                                        "checked against the client's count; None: no check.")
+    request_extras: dict[str, Any] = Field(default_factory=dict,
+                                           description="Merged into every request body (the engine's extensions: "
+                                                       "exact output length, usage in every chunk).")
 
     @model_validator(mode="after")
     def _check(self) -> "LoadConfig":
@@ -86,6 +91,7 @@ FLAGS: dict[str, str] = {
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
+    "--request-extras": "request_extras",
 }
 
 
@@ -96,6 +102,8 @@ def to_argv(config: LoadConfig) -> list[str]:
         value = getattr(config, name)
         if name == "token_counter":
             argv += [flag, value or ""]
+        elif name == "request_extras":
+            argv += [flag, json.dumps(value, sort_keys=True)] if value else []
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

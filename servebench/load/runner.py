@@ -58,7 +58,7 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
 
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> tuple[bytes, int | None]:
     item = workload.item(index)
-    return request_body(config.model, config.endpoint, item), item.expected_input_tokens
+    return request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens
 
 
 def write_result(result: dict, path: Path) -> None:

@@ -115,16 +115,15 @@ class Workload:
                         self.input_len)
 
 
-def request_body(model: str, endpoint: str, item: WorkItem) -> bytes:
-    """The JSON body: greedy, exactly output_len tokens (ignore_eos), running usage in the stream."""
+def request_body(model: str, endpoint: str, item: WorkItem, extras: dict[str, Any] | None = None) -> bytes:
+    """The JSON body: greedy, at most output_len tokens, usage in the stream; the engine's
+    `extras` on top (exactly output_len tokens, usage in every chunk)."""
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": item.output_len,
-        "min_tokens": item.output_len,
-        "ignore_eos": True,
         "temperature": 0.0,
         "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_options": {"include_usage": True},
     }
     if endpoint == "chat":
         messages = item.prompt if isinstance(item.prompt, list) and item.prompt and isinstance(item.prompt[0], dict) \
@@ -133,6 +132,7 @@ def request_body(model: str, endpoint: str, item: WorkItem) -> bytes:
         body["max_completion_tokens"] = item.output_len
     else:
         body["prompt"] = item.prompt
+    body.update(extras or {})
     return orjson.dumps(body)
 
 

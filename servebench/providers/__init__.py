@@ -1,18 +1,38 @@
-"""Provider registry: `provider.kind` in a campaign -> implementation."""
+"""Provider registry: `provider.kind` in a campaign -> its class. A new provider is a folder
+here and one `register_provider` line below."""
 
 from __future__ import annotations
 
-from servebench.providers.base import Node, Provider
+from servebench.providers.base import Node, NodeProcess, Provider
 from servebench.providers.local import LocalProvider
 
-
-def get_provider(campaign) -> Provider:
-    """The campaign's provider; local nodes leave the load generator's CPUs to it."""
-    from servebench.campaign.schema import client_placement
-
-    if campaign.provider.kind == "local":
-        return LocalProvider(campaign.provider, reserved_cpus=client_placement(campaign).cpus or [])
-    raise ValueError(f"unknown provider {campaign.provider.kind!r}; known: ['local']")
+_PROVIDERS: dict[str, type] = {}
 
 
-__all__ = ["Node", "Provider", "get_provider"]
+def register_provider(provider_class: type) -> type:
+    """Make a provider class available to campaigns under its `kind`."""
+    _PROVIDERS[provider_class.kind] = provider_class
+    return provider_class
+
+
+register_provider(LocalProvider)
+
+
+def provider_kinds() -> list[str]:
+    return list(_PROVIDERS)
+
+
+def get_provider_class(kind: str) -> type:
+    try:
+        return _PROVIDERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown provider {kind!r}; known: {provider_kinds()}") from None
+
+
+def get_provider(campaign, reserved_cpus: list[int] | None = None) -> Provider:
+    """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes."""
+    return get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [])
+
+
+__all__ = ["Node", "NodeProcess", "Provider", "get_provider", "get_provider_class", "provider_kinds",
+           "register_provider"]

@@ -1,44 +1,87 @@
 """The provider interface: where nodes come from and how a process runs on one.
 
-Kept small on purpose (ReFrame's scheduler/launcher split): a provider lists its nodes,
-runs a short command on a node, starts and stops a long-lived process there, and
-releases what it allocated. Local comes first; SSH host lists and Slurm allocations
-implement the same methods.
+Kept small on purpose (ReFrame's scheduler/launcher split). One provider object serves a
+whole run: it allocates its nodes, starts and stops processes there (by PID, on that
+node), picks ports on the node that binds them, cleans the node's /dev/shm, and releases
+what it allocated. A provider is a folder under `servebench/providers/` and one line in
+the registry (`servebench/providers/__init__.py`); local comes first, SSH host lists and
+Slurm allocations implement the same methods.
 """
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from servebench.processes import ManagedProcess
+from servebench.campaign.schema import ProviderSpecBase
 
 
 class Node(BaseModel):
     name: str
-    address: str
-    cpus: list[int]
+    address: str                 # where the node's servers listen and its processes meet
+    cpus: list[int]              # the CPUs servebench may use there
+
+
+class NodeProcess(Protocol):
+    """A long-lived process on a node, started by the provider and stopped by PID there."""
+
+    pid: int
+    log_path: Path | None
+    started_monotonic: float
+
+    def alive(self) -> bool: ...
+
+    def exit_code(self) -> int | None: ...
+
+    def remember_descendants(self) -> None:
+        """Note what it has spawned so far: stopped with it even if it left its process group."""
 
 
 class Provider(Protocol):
+    kind: ClassVar[str]
+    spec_model: ClassVar[type[ProviderSpecBase]]
+
+    @classmethod
+    def host_cpus(cls) -> set[int]:
+        """The CPUs of the host the load generator runs on."""
+
+    @classmethod
+    def spec_problems(cls, spec: ProviderSpecBase, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+        """What in the campaign's provider block cannot work (field path, message)."""
+
     def nodes(self) -> list[Node]:
-        """The allocated nodes, each with the CPUs servebench may use there."""
+        """The nodes as they are or will be allocated (no allocation: for `plan`)."""
+
+    def allocate(self) -> list[Node]:
+        """Get the nodes for this run and hold them until `release`."""
 
     def inventory(self, node: Node) -> dict:
-        """The node's hardware facts (servebench.providers.inventory.collect on that node)."""
+        """The node's hardware facts (servebench.providers.inventory.collect, run on that node)."""
 
     def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run a short command on the node and return its output."""
 
+    def free_port(self, node: Node) -> int:
+        """A TCP port free on the node's address, chosen on the node."""
+
+    def command(self, node: Node, argv: list[str]) -> list[str]:
+        """The command line `start` runs for argv on the node (what `servebench plan` prints)."""
+
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
-              unset: list[str] = ()) -> ManagedProcess:
+              unset: list[str] = ()) -> NodeProcess:
         """Start a long-lived process on the node with `env` added and `unset` removed, output to log_path."""
 
-    def stop(self, process: ManagedProcess) -> int | None:
-        """Stop the process and everything it spawned, by PID."""
+    def stop(self, process: NodeProcess, grace_s: float = 20.0) -> int | None:
+        """Stop the process and everything it spawned, by PID on its node; return its exit code."""
+
+    def shm_entries(self, node: Node) -> set[str]:
+        """The node's /dev/shm entries now."""
+
+    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
+        """Remove the node's /dev/shm entries that appeared since `before` and no process uses."""
 
     def release(self) -> None:
-        """Give back what was allocated (nothing for local)."""
+        """Stop what is still running of this run and give back what was allocated."""

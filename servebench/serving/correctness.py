@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import random
 import urllib.request
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel
 
@@ -75,19 +75,22 @@ def gate_prompts(vocab_size: int) -> list[list[int]]:
     return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(GATE_PROMPT_LEN)] for _ in range(GATE_PROMPTS)]
 
 
-def ask(base_url: str, model: str, vocab_size: int, timeout_s: float = 120.0) -> GateAnswer:
-    """The server's greedy answers to the gate prompts."""
+def ask(base_url: str, model: str, vocab_size: int, extras: dict, token_id: Callable[[str], int],
+        timeout_s: float = 120.0) -> GateAnswer:
+    """The server's greedy answers to the gate prompts (OpenAI completions with logprobs; the
+    engine's `extras` make it answer exactly GATE_OUTPUT_LEN tokens as token ids, which
+    `token_id` reads)."""
     tokens, logprobs, top = [], [], []
     for prompt in gate_prompts(vocab_size):
         body = {"model": model, "prompt": prompt, "max_tokens": GATE_OUTPUT_LEN, "temperature": 0.0,
-                "ignore_eos": True, "logprobs": GATE_LOGPROBS, "return_tokens_as_token_ids": True}
+                "logprobs": GATE_LOGPROBS, **extras}
         request = urllib.request.Request(base_url.rstrip("/") + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             choice = json.loads(response.read())["choices"][0]
-        tokens.append([_token_id(t) for t in choice["logprobs"]["tokens"]])
+        tokens.append([token_id(t) for t in choice["logprobs"]["tokens"]])
         logprobs.append([float(lp) for lp in choice["logprobs"]["token_logprobs"]])
-        top.append([[_token_id(t) for t in (candidates or {})] for candidates in choice["logprobs"]["top_logprobs"]])
+        top.append([[token_id(t) for t in (candidates or {})] for candidates in choice["logprobs"]["top_logprobs"]])
     return GateAnswer(tokens=tokens, logprobs=logprobs, top=top)
 
 
@@ -195,9 +198,3 @@ def _top(answer: GateAnswer, prompt: int, position: int) -> list[int]:
         return answer.top[prompt][position]
     except IndexError:
         return []
-
-
-def _token_id(token: str) -> int:
-    if not token.startswith("token_id:"):
-        raise ValueError(f"expected 'token_id:N' tokens (return_tokens_as_token_ids), got {token!r}")
-    return int(token.removeprefix("token_id:"))

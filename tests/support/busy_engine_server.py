@@ -6,7 +6,7 @@ are never idle; the tiny random-weight vLLM model used elsewhere leaves its core
 between short steps, and a generator sharing that core keeps its schedule. This server
 makes the contention certain, so a test can show the generator's validity check fail.
 
-Run as a script: `python -m tests.busy_engine_server --cpus 0 --spinners 4 --port-file F`;
+Run as a script: `python -m tests.support.busy_engine_server --cpus 0 --spinners 4 --port-file F`;
 it writes its port to F and serves until SIGTERM.
 """
 
@@ -19,7 +19,7 @@ import signal
 import threading
 from pathlib import Path
 
-from tests.fake_openai_server import FakeServer
+from tests.support.fake_openai_server import FakeServer
 
 
 def spin() -> None:

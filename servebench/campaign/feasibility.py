@@ -1,0 +1,86 @@
+"""Problems a well-typed campaign can still have: modes the nodes, the engine or the model
+cannot hold, CPUs this host does not have. Pure: the engine, the provider's class and the
+host's CPUs are given."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus
+from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModelSpec
+
+Problem = tuple[tuple, str]  # (path of the field in the file, message)
+
+
+def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | None,
+                      host_cpus: set[int]) -> list[Problem]:
+    """`engine`: the campaign's Engine; `provider`: its provider's class (spec checks only)."""
+    problems: list[Problem] = []
+    names = [mode.name for mode in campaign.modes]
+    shape, shape_problem = model_shape(campaign.model, base_dir)
+    if shape_problem:
+        problems.append((("model", "path"), shape_problem))
+    client = client_placement(campaign, host_cpus)
+    problems += provider.spec_problems(campaign.provider, host_cpus)
+    problems += _client_problems(campaign, host_cpus, client)
+    node_specs = campaign.provider.node_specs()
+    nodes = [server_cpus(node.cpus, client) for node in node_specs]
+    for index, mode in enumerate(campaign.modes):
+        where = ("modes", index)
+        size_field = where + ("tp" if mode.tp > 1 else "pp",)
+        if mode.name in names[:index]:
+            problems.append((where + ("name",), f"mode name {mode.name!r} is used more than once"))
+        if mode.executor not in engine.executors:
+            problems.append((where + ("executor",), f"engine {engine.kind!r} has no executor {mode.executor!r}; "
+                             f"it has: {', '.join(engine.executors)}"))
+            continue
+        problem = engine.mode_problem(mode, nodes, [n.name for n in node_specs]) if nodes and all(nodes) else None
+        if problem:
+            problems.append((size_field, problem))
+        if shape and shape["heads"] % mode.tp:
+            problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
+                             f"divisible by tp={mode.tp}"))
+        if shape and shape["layers"] < mode.pp:
+            problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
+                             f"{shape['layers']} layers"))
+    return problems
+
+
+def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[Problem]:
+    """Generator CPUs that are not on this host, and nodes the generator's CPUs leave empty."""
+    problems: list[Problem] = []
+    requested = campaign.load.client.cpus
+    if isinstance(requested, list) and set(requested) - host_cpus:
+        problems.append((("load", "client", "cpus"), f"CPUs {sorted(set(requested) - host_cpus)} are not "
+                         f"available on this host (allowed: {sorted(host_cpus)})"))
+    for index, node in enumerate(campaign.provider.node_specs()):
+        if not server_cpus(node.cpus, client):
+            problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "
+                             f"servers: the load generator has {client.cpus} ({client.why})"))
+    return problems
+
+
+def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int] | None, str | None]:
+    """Heads and layers of the model, from its spec or its config.json."""
+    if isinstance(model, GeneratedModelSpec):
+        return {"heads": model.heads, "layers": model.layers}, None
+    model_dir = Path(os.path.expanduser(model.path))
+    if not model_dir.is_absolute() and base_dir is not None:
+        model_dir = base_dir / model_dir
+    config_file = model_dir / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except FileNotFoundError:
+        return None, f"no config.json in model directory {model_dir}"
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read {config_file}: {exc}"
+    text_config = config.get("text_config", config)
+    try:
+        return {"heads": int(text_config["num_attention_heads"]),
+                "layers": int(text_config["num_hidden_layers"])}, None
+    except (KeyError, TypeError, ValueError):
+        return None, f"{config_file} lacks num_attention_heads / num_hidden_layers"
+
+

@@ -1,0 +1,194 @@
+"""Campaign files: YAML -> the validated `Campaign`, or every problem with its place.
+
+Everything a campaign needs is checked before a node is touched: unknown keys, wrong
+types, an unknown engine or provider kind, executors the engine does not have, and modes
+the nodes or the model cannot hold (`servebench.campaign.feasibility`). Every problem
+names the file, the line and the field, because a campaign that fails after an hour of
+engine build for a typo is the worst kind of failure.
+
+The `engine:` and `provider:` blocks are validated by the models their kinds register:
+the kind is read first, then the whole file is validated against a `Campaign` whose two
+fields have those models, so their errors carry lines like any other.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, create_model
+
+from servebench.campaign.feasibility import check_feasibility
+from servebench.campaign.schema import Campaign, EngineSpecBase, ProviderSpecBase
+from servebench.engines import default_engine_kind, engine_kinds, get_engine
+from servebench.providers import get_provider_class, provider_kinds
+
+
+class SpecProblem(BaseModel):
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field or '(top level)'}: {self.message}"
+
+
+class SpecError(Exception):
+    """A campaign file that cannot run; carries every problem found, each with its place."""
+
+    def __init__(self, problems: list[SpecProblem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def load_campaign(path: str | Path, host_cpus: set[int] | None = None) -> Campaign:
+    """Parse, validate and check a campaign file; raise SpecError naming file, line and field.
+
+    `host_cpus`: the CPUs of the host the load generator runs on (default: as the campaign's
+    provider reads them)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError([SpecProblem(file=str(path), line=None, field="", message=str(exc))]) from exc
+    return parse_campaign(text, source=str(path), base_dir=path.parent, host_cpus=host_cpus)
+
+
+def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = None,
+                   host_cpus: set[int] | None = None) -> Campaign:
+    lines, data = _load_yaml_with_lines(text, source)
+    if not isinstance(data, dict):
+        raise SpecError([SpecProblem(file=source, line=1, field="", message="a campaign is a YAML mapping")])
+    engine_kind, provider_kind = _kinds(data, lines, source)
+    engine = get_engine(engine_kind)
+    _fill_default_executors(data, engine.executors[0])
+    try:
+        campaign = campaign_model(engine_kind, provider_kind).model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
+    provider = get_provider_class(provider_kind)
+    host = provider.host_cpus() if host_cpus is None else host_cpus
+    problems = [
+        SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
+        for path, message in check_feasibility(campaign, engine, provider, base_dir, host)
+    ]
+    if problems:
+        raise SpecError(problems)
+    return campaign
+
+
+@functools.cache
+def campaign_model(engine_kind: str, provider_kind: str) -> type[Campaign]:
+    """`Campaign` with the `engine` and `provider` fields of these kinds' own models."""
+    engine_spec = get_engine(engine_kind).spec_model
+    return create_model("Campaign", __base__=Campaign,
+                        engine=(engine_spec, Field(default_factory=engine_spec)),
+                        provider=(get_provider_class(provider_kind).spec_model, ...))
+
+
+def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str]:
+    """The engine and provider kinds the file names (engine: the first registered when left out)."""
+    problems = []
+    engine = data.get("engine") if isinstance(data.get("engine"), dict) else {}
+    engine_kind = engine.get("kind", default_engine_kind())
+    if engine_kind not in engine_kinds():
+        problems.append(SpecProblem(file=source, line=_line_for(("engine", "kind"), lines), field="engine.kind",
+                                    message=f"unknown engine {engine_kind!r}; known: {', '.join(engine_kinds())}"))
+    provider = data.get("provider") if isinstance(data.get("provider"), dict) else {}
+    provider_kind = provider.get("kind", "local")
+    if provider_kind not in provider_kinds():
+        problems.append(SpecProblem(file=source, line=_line_for(("provider", "kind"), lines), field="provider.kind",
+                                    message=f"unknown provider {provider_kind!r}; known: "
+                                            f"{', '.join(provider_kinds())}"))
+    if problems:
+        raise SpecError(problems)
+    return str(engine_kind), str(provider_kind)
+
+
+def _fill_default_executors(data: dict, default: str) -> None:
+    """A mode without `executor` gets the engine's first: normalized specs (and hashes) say it."""
+    for mode in data.get("modes") or []:
+        if isinstance(mode, dict):
+            mode.setdefault("executor", default)
+
+
+def _load_yaml_with_lines(text: str, source: str) -> tuple[dict[tuple, int], Any]:
+    """YAML data plus the line of every key and list item, keyed by its path."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise SpecError([SpecProblem(file=source, line=line, field="", message=f"invalid YAML: {exc}")]) from None
+    if root is None:
+        raise SpecError([SpecProblem(file=source, line=1, field="", message="the file is empty")])
+    lines: dict[tuple, int] = {(): root.start_mark.line + 1}
+    duplicates: list[SpecProblem] = []
+    _walk(root, (), lines, duplicates, source)
+    if duplicates:
+        raise SpecError(duplicates)
+    return lines, yaml.safe_load(text)
+
+
+def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list[SpecProblem], source: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            child = path + (key,)
+            if key in seen:
+                dups.append(SpecProblem(file=source, line=key_node.start_mark.line + 1, field=_dotted(child),
+                                        message="duplicate key"))
+            seen.add(key)
+            lines[child] = key_node.start_mark.line + 1
+            _walk(value_node, child, lines, dups, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            child = path + (index,)
+            lines[child] = item.start_mark.line + 1
+            _walk(item, child, lines, dups, source)
+
+
+def _problem_from_error(err: dict, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
+    path = _user_path(err["loc"], data, keep_missing_last=err["type"] == "missing")
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif err["type"] == "missing":
+        message = "required field is missing"
+    elif err["type"] != "value_error" and not isinstance(err.get("input"), (dict, list)) and "input" in err:
+        message = f"{message} (got {err['input']!r})"
+    return SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
+
+
+def _user_path(loc: tuple, data: Any, keep_missing_last: bool) -> tuple:
+    """The error's location as the user wrote it: union tags pydantic adds to `loc` are dropped."""
+    path: list = []
+    for position, part in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        elif not (last and keep_missing_last):
+            continue  # a tag such as 'local' or 'generated', not a key of the file
+        path.append(part)
+    return tuple(path)
+
+
+def _line_for(path: tuple, lines: dict[tuple, int]) -> int | None:
+    for cut in range(len(path), -1, -1):
+        if path[:cut] in lines:
+            return lines[path[:cut]]
+    return None
+
+
+def _dotted(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

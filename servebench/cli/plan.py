@@ -1,0 +1,60 @@
+"""What `servebench plan` prints: the cells and the exact server commands, without running anything."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from servebench.build.model import model_cache_key
+from servebench.build.venv import build_key
+from servebench.campaign.plan import Plan
+from servebench.campaign.schema import GeneratedModelSpec
+from servebench.engines import LaunchRequest, get_engine
+from servebench.paths import cache_dir
+from servebench.providers import Node, get_provider
+
+
+def describe_plan(plan: Plan, file: Path) -> str:
+    campaign = plan.campaign
+    engine = get_engine(campaign.engine.kind)
+    key = build_key(engine.build_recipe(campaign.engine))
+    build_dir = str(cache_dir() / "engines" / key)
+    if isinstance(campaign.model, GeneratedModelSpec):
+        model_dir = str(cache_dir() / "models" / model_cache_key(campaign.model))
+        served = campaign.model.generate
+    else:
+        model_dir = str((file.parent / campaign.model.path).resolve())
+        served = Path(campaign.model.path).name
+    provider = get_provider(campaign, plan.client.cpus)
+    nodes = provider.nodes()
+    lines = [
+        f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
+        f"engine   {campaign.engine.describe()}  build key {key}",
+        f"model    {model_dir}",
+        "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
+        f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
+        f"cells    {len(plan.cells)} = {len(campaign.modes)} modes x "
+        f"{len(plan.cells) // len(campaign.modes) // campaign.load.repeats} load points x {campaign.load.repeats} repeats",
+        "",
+    ]
+    by_name = {n.name: n for n in nodes}
+    for mode, cells in plan.modes():
+        launch = engine.launch(LaunchRequest(
+            python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=campaign.engine, mode=mode,
+            model_dir=model_dir, served_name=served, dtype=campaign.model.dtype, nodes=nodes, ports=_port,
+            planning=True))
+        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}) on {launch.api.node}:")
+        for process in launch.processes:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
+            where = "" if process.api else f"and on {process.node}: "
+            command = provider.command(by_name[process.node], process.argv)
+            lines.append(f"  {where}{env} \\\n    {shlex.join(command)}")
+        for cell in cells:
+            lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
+        lines.append("")
+    lines.append("PORT is a free port chosen when the server starts.")
+    return "\n".join(lines)
+
+
+def _port(node: Node) -> str:
+    return "PORT"

