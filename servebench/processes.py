@@ -29,6 +29,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def run_here(argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """A short command on this host, its output captured (no terminal input)."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 def shm_entries() -> set[str]:
     try:
         return set(os.listdir(SHM_DIR))

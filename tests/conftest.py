@@ -1,4 +1,5 @@
-"""What in-process Prefect flows leave behind, cleaned up at the end of the session.
+"""The tests' shared fixtures: `isolated` (a flow run in the test's own directory), and what
+in-process Prefect flows leave behind, cleaned up at the end of the session.
 
 Two kinds of noise used to follow pytest's final summary line, both from Prefect state
 that outlives the tests (reproduced with a failing flow under `prefect_test_harness`):
@@ -31,10 +32,20 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
 THREAD_JOIN_S = 10.0
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch) -> Path:
+    """A run of the flow in this test's own directory: run dirs under tmp_path, no Prefect
+    analytics; returns the warehouse file to use."""
+    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    return tmp_path / "w.duckdb"
 
 
 @pytest.fixture(scope="session", autouse=True)

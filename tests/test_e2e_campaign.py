@@ -17,13 +17,6 @@ CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
-    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    return tmp_path / "w.duckdb"
-
-
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     from prefect.testing.utilities import prefect_test_harness
 

@@ -6,7 +6,8 @@
   and comments aside, which may cite vLLM) mentions vllm or Ray, but for the one
   registry line that names the engine;
 - engines and providers reach each other only through their interfaces: no module outside
-  an engine's (provider's) folder imports from inside it, the registries aside.
+  an engine's (provider's) folder imports from inside it, the registries aside;
+- no test module imports another (shared helpers: tests/support/, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -151,10 +152,22 @@ def test_engine_and_provider_folders_are_entered_only_through_their_registries()
                 if not target.startswith(kind_root):
                     continue
                 folder = target[len(kind_root):].split(".")[0]
-                if folder in ("base", "inventory"):
-                    continue  # the interfaces, and the inventory every provider runs on its nodes
+                if folder in ("base", "inventory", "this_host"):
+                    continue  # the interfaces, and what providers share: inventory, processes on this host
                 inside = name.startswith(kind_root + folder)
                 registry = name in (kind_root.rstrip("."),)
                 if not inside and not registry:
                     offenders.append(f"{name} imports {target}")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in tests/support/ or as fixtures in tests/conftest.py."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.name} imports {t}" for t in targets
+                          if t.split(".")[-1].startswith("test_") or t.split(".")[-1] == "conftest"]
+    assert offenders == []

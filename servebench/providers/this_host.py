@@ -1,0 +1,55 @@
+"""Processes on the orchestrator's own host: what a provider whose nodes live on this machine
+(the local provider, test providers) does to run, start and stop processes and clean
+/dev/shm. A provider of remote nodes (SSH, Slurm) does the same on the node instead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from servebench import processes
+from servebench.processes import ManagedProcess
+from servebench.providers.base import Node
+
+
+class ThisHostProcesses:
+    """The process half of the Provider interface for nodes on this host; `command` says how
+    argv runs on a node (the local provider pins it to the node's CPUs)."""
+
+    def __init__(self) -> None:
+        self._started: list[ManagedProcess] = []
+
+    def command(self, node: Node, argv: list[str]) -> list[str]:
+        return list(argv)
+
+    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        return processes.run_here(self.command(node, argv), timeout)
+
+    def free_port(self, node: Node) -> int:
+        return processes.free_port(node.address)
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
+              unset: list[str] = ()) -> ManagedProcess:
+        full_env = {k: v for k, v in os.environ.items() if k not in unset} | env
+        process = ManagedProcess.start(self.command(node, argv), env=full_env, log_path=log_path)
+        self._started.append(process)
+        return process
+
+    def stop(self, process: ManagedProcess, grace_s: float = 20.0) -> int | None:
+        return process.stop(grace_s=grace_s)
+
+    def shm_entries(self, node: Node) -> set[str]:
+        return processes.shm_entries()
+
+    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
+        return processes.remove_shm_created_since(before)
+
+    def stop_leftovers(self) -> int:
+        """Stop every process of this run still running (a stage that failed before stopping its
+        own); return how many there were."""
+        left = [p for p in self._started if p.alive()]
+        for process in left:
+            process.stop(grace_s=5)
+        self._started.clear()
+        return len(left)

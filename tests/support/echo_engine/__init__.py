@@ -1,0 +1,93 @@
+"""The `echo` engine: a test-only second engine, to prove an engine is a folder plus one
+registry line. Its server is `server.py` (standard library only); its build is a bare venv
+(a recipe with no packages). Executors:
+
+- `local`: one API process on the first node;
+- `split`: a worker process on the last node, started first and waited on until it accepts
+  (the readiness order llama.cpp's RPC workers need), then the API process on the first
+  node, which checks the worker before it serves.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Literal
+
+from pydantic import Field
+
+from servebench.build.recipe import VenvRecipe
+from servebench.campaign.schema import EngineSpecBase, ModeSpec
+from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.providers.base import Node, Provider
+
+SERVER = Path(__file__).with_name("server.py")
+CAPACITY = re.compile(r"capacity (\d+) tokens")
+
+
+class EchoEngineSpec(EngineSpecBase):
+    kind: Literal["echo"] = "echo"
+    token_delay_ms: float = Field(2.0, ge=0, description="Delay before each streamed token.")
+
+
+class EchoEngine:
+    kind: ClassVar[str] = "echo"
+    spec_model: ClassVar[type[EchoEngineSpec]] = EchoEngineSpec
+    executors: ClassVar[tuple[str, ...]] = ("local", "split")
+    metrics: ClassVar[dict[str, str]] = {"echo_kv_usage": "kv_usage", "echo_requests_running": "running",
+                                         "echo_prompt_tokens_total": "prompt_tokens_total",
+                                         "echo_generation_tokens_total": "generation_tokens_total"}
+    generation_tokens_metric: ClassVar[str | None] = "echo_generation_tokens_total"
+    request_extras: ClassVar[dict[str, Any]] = {"stream_options": {"include_usage": True,
+                                                                   "continuous_usage_stats": True}}
+    gate_extras: ClassVar[dict[str, Any]] = {}
+    result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
+
+    def build_recipe(self, spec: EchoEngineSpec) -> VenvRecipe:
+        return VenvRecipe(engine=self.kind, engine_package=False)
+
+    def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
+        if mode.executor == "split" and len(node_names) < 2:
+            return "executor 'split' puts its worker on another node: it needs two nodes"
+        return None
+
+    def reference_mode(self, name: str) -> ModeSpec:
+        return ModeSpec(name=name, executor="local")
+
+    def is_reference(self, mode: ModeSpec) -> bool:
+        return mode.executor == "local" and mode.world_size == 1
+
+    def launch(self, request: LaunchRequest) -> ServerLaunch:
+        api_node = request.nodes[0]
+        port = request.ports(api_node)
+        argv = [request.python, str(SERVER), "--host", api_node.address, "--port", str(port),
+                "--model-dir", request.model_dir, "--served-name", request.served_name,
+                "--token-delay-ms", f"{request.spec.token_delay_ms:g}"]
+        env = {**request.spec.env, **request.mode.env}
+        processes = []
+        if request.mode.executor == "split":
+            worker_node = request.nodes[-1]
+            worker_port = request.ports(worker_node)
+            processes.append(ProcessLaunch(
+                node=worker_node.name, env=env, label=f"worker.{worker_node.name}", ready_port=worker_port,
+                argv=[request.python, str(SERVER), "--serve-worker", "--host", worker_node.address,
+                      "--port", str(worker_port)]))
+            argv += ["--worker", f"{worker_node.address}:{worker_port}"]
+        processes.append(ProcessLaunch(node=api_node.name, argv=argv, env=env, api=True))
+        return ServerLaunch(processes=processes, port=port)
+
+    def start_shared(self, modes: list[ModeSpec], spec: EchoEngineSpec, nodes: list[Node], build_dir: str,
+                     provider: Provider, run_dir: Path) -> None:
+        return None
+
+    def stop_shared(self, services: object, provider: Provider) -> list[str]:
+        return []
+
+    def kv_capacity_tokens(self, log_text: str) -> int | None:
+        match = CAPACITY.search(log_text)
+        return int(match.group(1)) if match else None
+
+    def token_id(self, token: str) -> int:
+        return int(token)
+
+
