@@ -19,7 +19,11 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
     """`engine`: the campaign's Engine; `provider`: its provider's class (spec checks only)."""
     problems: list[Problem] = []
     names = [mode.name for mode in campaign.modes]
-    shape, shape_problem = model_shape(campaign.model, base_dir)
+    fmt = model_format(campaign.model, base_dir)
+    if fmt not in engine.model_formats:
+        problems.append((("model", "path"), f"engine {engine.kind!r} serves models as {', '.join(engine.model_formats)}"
+                         f"; this model is {fmt}"))
+    shape, shape_problem = model_shape(campaign.model, base_dir) if fmt == "hf" else (None, None)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
     client = client_placement(campaign, host_cpus)
@@ -60,6 +64,13 @@ def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlac
             problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "
                              f"servers: the load generator has {client.cpus} ({client.why})"))
     return problems
+
+
+def model_format(model: ModelSpec, base_dir: Path | None) -> str:
+    """'hf' (a Hugging Face directory, or the generated model) or 'gguf' (a .gguf file)."""
+    if isinstance(model, GeneratedModelSpec):
+        return "hf"
+    return "gguf" if model.path.lower().endswith(".gguf") else "hf"
 
 
 def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int] | None, str | None]:

@@ -95,6 +95,7 @@ class Engine(Protocol):
     kind: ClassVar[str]
     spec_model: ClassVar[type[EngineSpecBase]]
     executors: ClassVar[tuple[str, ...]]
+    model_formats: ClassVar[tuple[str, ...]]   # 'hf' (a Hugging Face directory), 'gguf' (a file)
     metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
     generation_tokens_metric: ClassVar[str | None]
     request_extras: ClassVar[dict[str, Any]]    # merged into every load request body

@@ -27,6 +27,7 @@ class VllmEngine:
     kind: ClassVar[str] = "vllm"
     spec_model: ClassVar[type[VllmEngineSpec]] = VllmEngineSpec
     executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS
+    model_formats: ClassVar[tuple[str, ...]] = ("hf",)
     metrics: ClassVar[dict[str, str]] = {
         "vllm:kv_cache_usage_perc": "kv_usage",
         "vllm:num_requests_running": "running",

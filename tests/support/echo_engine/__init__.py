@@ -34,6 +34,7 @@ class EchoEngine:
     kind: ClassVar[str] = "echo"
     spec_model: ClassVar[type[EchoEngineSpec]] = EchoEngineSpec
     executors: ClassVar[tuple[str, ...]] = ("local", "split")
+    model_formats: ClassVar[tuple[str, ...]] = ("hf",)
     metrics: ClassVar[dict[str, str]] = {"echo_kv_usage": "kv_usage", "echo_requests_running": "running",
                                          "echo_prompt_tokens_total": "prompt_tokens_total",
                                          "echo_generation_tokens_total": "generation_tokens_total"}
