@@ -87,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from servebench.cli.load import add_load_parser
     from servebench.cli.regressions import add_regression_parsers
+    from servebench.cli.testbed import add_testbed_parser
 
     add_load_parser(sub)
+    add_testbed_parser(sub)
     add_regression_parsers(sub)
     return parser
 

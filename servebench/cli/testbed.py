@@ -1,0 +1,175 @@
+"""`servebench testbed up|status|down|exec`: test hosts on this machine (docs/testbed.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from servebench.cli.common import EXIT_FAILED, EXIT_OK
+
+
+DESCRIPTION = ("N test hosts on this machine, each with its own address in 198.18.0.0/15, /dev/shm, /tmp, "
+               "sshd and slurmd; a Slurm controller on h1. Needs root. See docs/testbed.md.")
+
+
+def add_testbed_parser(sub) -> None:
+    testbed = sub.add_parser("testbed", help="test hosts on this machine: namespaces, sshd, Slurm (needs root)",
+                             description=DESCRIPTION)
+    add_actions(testbed)
+
+
+def add_actions(testbed: argparse.ArgumentParser) -> None:
+    from servebench.testbed.layout import MAX_HOSTS, default_name
+
+    actions = testbed.add_subparsers(dest="action", required=True)
+    name_help = f"testbed name (default: $SERVEBENCH_TESTBED or {default_name()!r}); one name, one testbed"
+
+    up = actions.add_parser("up", help="bring a testbed up")
+    up.add_argument("--hosts", type=int, required=True, help=f"number of hosts (1-{MAX_HOSTS})")
+    up.add_argument("--name", default=None, help=name_help)
+    up.add_argument("--cpus", type=int, help="CPUs each host declares to Slurm (default: the machine's)")
+    up.add_argument("--keep-on-failure", action="store_true",
+                    help="leave a testbed that failed to come up in place, with its logs (then `down`)")
+    up.set_defaults(func=cmd_up)
+
+    status = actions.add_parser("status", help="hosts, addresses and daemons of a testbed (or of all)")
+    status.add_argument("--name", default=None, help=name_help)
+    status.add_argument("--all", action="store_true", help="every testbed on this machine")
+    status.add_argument("--format", choices=["text", "json"], default="text")
+    status.set_defaults(func=cmd_status)
+
+    down = actions.add_parser("down", help="stop every daemon and remove namespaces, mounts, links and files")
+    down.add_argument("--name", default=None, help=name_help)
+    down.set_defaults(func=cmd_down)
+
+    run = actions.add_parser("exec", help="run a command on a host (in its namespaces), e.g. exec h1 -- sinfo")
+    run.add_argument("--name", default=None, help=name_help)
+    run.add_argument("host", help="h1, h2, ...")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="command", help="the command (default: a shell)")
+    run.set_defaults(func=cmd_exec)
+
+
+def _name(args: argparse.Namespace) -> str:
+    from servebench.testbed.layout import check_name, default_name
+
+    return check_name(args.name or default_name())
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from servebench.testbed import TestbedError, up
+
+    started = time.monotonic()
+    try:
+        name = _name(args)
+        layout = up(name, args.hosts, args.cpus, keep_on_failure=args.keep_on_failure,
+                    log=lambda text: print(text, file=sys.stderr))
+    except (TestbedError, ValueError) as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"testbed {name}: {len(layout.hosts)} host(s) up in {time.monotonic() - started:.1f} s")
+    print(describe(layout))
+    return EXIT_OK
+
+
+def describe(layout) -> str:
+    hosts = "\n".join(f"  {h.name}  {h.address}" for h in layout.hosts)
+    first = layout.hosts[0].name
+    return (f"{hosts}\n"
+            f"  machine {layout.machine_address} ({layout.machine_link})\n"
+            f"ssh:   ssh -F {layout.ssh_config} {first} hostname\n"
+            f"slurm: SLURM_CONF={layout.slurm_conf} sinfo     (or: servebench testbed exec {first} -- sinfo)\n"
+            f"down:  servebench testbed down --name {layout.name}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from servebench.testbed import known_testbeds, status
+
+    try:
+        names = known_testbeds(with_leftovers=True) if args.all else [_name(args)]
+    except ValueError as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    reports = [status(name) for name in names]
+    if args.format == "json":
+        print(json.dumps(reports if args.all else reports[0], indent=1))
+        return EXIT_OK
+    if not reports:
+        print("no testbed on this machine")
+    for report in reports:
+        print(status_text(report))
+    if not args.all and not reports[0]["exists"]:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def status_text(report: dict) -> str:
+    name = report["name"]
+    if report.get("phase") is None:
+        if not report["exists"]:
+            return f"testbed {name}: not up"
+        return (f"testbed {name}: remains without a state file: {', '.join(report['leftovers']) or report['state_dir']}"
+                f"; servebench testbed down --name {name}")
+    lines = [f"testbed {name}: {report['phase']}, subnet {report['subnet']}, machine {report['machine_address']} "
+             f"({report['machine_link']}{'' if report['machine_link_up'] else ': missing'})"]
+    if report.get("error"):
+        lines.append(f"  error: {report['error']}")
+    machine = report["machine_daemons"]
+    lines.append("  machine  " + "  ".join(f"{n} {d['pid']} {'alive' if d['alive'] else 'DEAD'}"
+                                           for n, d in machine.items()))
+    for host in report["hosts"]:
+        daemons = "  ".join(f"{n} {d['pid']} {'alive' if d['alive'] else 'DEAD'}" for n, d in host["daemons"].items())
+        lines.append(f"  {host['name']:<4} {host['address']:<15} {'' if host['netns'] else '(no netns) '}"
+                     f"slurm {host['slurm'] or '?'}  {daemons}")
+    lines.append(f"  ssh -F {report['ssh_config']} h1   |   SLURM_CONF={report['slurm_conf']} sinfo")
+    return "\n".join(lines)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from servebench.testbed import TestbedError, down
+    from servebench.testbed.machine import require_root
+
+    started = time.monotonic()
+    try:
+        name = _name(args)
+        require_root()
+        left = down(name, log=lambda text: print(text, file=sys.stderr))
+    except (TestbedError, ValueError) as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if left:
+        print(f"servebench: testbed {name}: left behind: " + "; ".join(left), file=sys.stderr)
+        return EXIT_FAILED
+    print(f"testbed {name}: down in {time.monotonic() - started:.1f} s, nothing left")
+    return EXIT_OK
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from servebench.testbed import TestbedError, enter_argv, load
+
+    try:
+        layout = load(_name(args))
+        host = layout.host(args.host)
+    except (TestbedError, ValueError, KeyError) as exc:
+        print(f"servebench: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return EXIT_FAILED
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    command = command or [os.environ.get("SHELL") or "/bin/sh"]
+    workdir = os.getcwd() if os.path.isdir(os.getcwd()) else "/"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    argv = enter_argv(layout, host, workdir) + command
+    os.execvpe(argv[0], argv, env)  # the host's processes are this process: signals and exit code pass through
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m servebench.cli.testbed up|status|down|exec ...`: `servebench testbed` on its own."""
+    parser = argparse.ArgumentParser(prog="servebench testbed", description=DESCRIPTION)
+    add_actions(parser)
+    args = parser.parse_args(argv)
+    return args.func(args) or EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
