@@ -104,6 +104,9 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def fetch_log(self) -> None:
+        """The log is written to log_path directly: nothing to fetch."""
+
     def exit_code(self) -> int | None:
         return self.popen.poll()
 

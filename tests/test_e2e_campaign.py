@@ -6,6 +6,7 @@ venv, the vLLM server, the Prefect test server, the load generator and the wareh
 
 from pathlib import Path
 
+import psutil
 import pytest
 
 import warehouse

@@ -5,7 +5,6 @@ The warehouse is synthetic but landed through servebench's own landing code, so 
 needs no engine; the campaign end-to-end tests render reports from real runs.
 """
 
-import json
 import re
 import shutil
 import subprocess

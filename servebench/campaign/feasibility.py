@@ -30,7 +30,8 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
     problems += provider.spec_problems(campaign.provider, host_cpus)
     problems += _client_problems(campaign, host_cpus, client)
     node_specs = campaign.provider.node_specs()
-    nodes = [server_cpus(node.cpus, client) for node in node_specs]
+    here = campaign.provider.nodes_on_this_host
+    nodes = [server_cpus(node.cpus, client) if here else node.cpus for node in node_specs]
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
         size_field = where + ("tp" if mode.tp > 1 else "pp",)
@@ -59,9 +60,11 @@ def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlac
     if isinstance(requested, list) and set(requested) - host_cpus:
         problems.append((("load", "client", "cpus"), f"CPUs {sorted(set(requested) - host_cpus)} are not "
                          f"available on this host (allowed: {sorted(host_cpus)})"))
+    if not campaign.provider.nodes_on_this_host:
+        return problems
     for index, node in enumerate(campaign.provider.node_specs()):
         if not server_cpus(node.cpus, client):
-            problems.append((("provider", "nodes", index, "cpus"), f"node {node.name} has no CPU left for "
+            problems.append((("provider", campaign.provider.nodes_field, index, "cpus"), f"node {node.name} has no CPU left for "
                              f"servers: the load generator has {client.cpus} ({client.why})"))
     return problems
 

@@ -49,5 +49,7 @@ def server_cpus(node_cpus: list[int], client: ClientPlacement) -> list[int]:
 
 
 def client_placement(campaign, host_cpus: set[int]) -> ClientPlacement:
-    """The load generator's CPUs on the host it runs on, for this campaign."""
-    return place_client(campaign.load.client.cpus, [n.cpus for n in campaign.provider.node_specs()], host_cpus)
+    """The load generator's CPUs on the host it runs on, for this campaign (nodes on other hosts
+    leave every CPU of this one to it)."""
+    node_cpus = [n.cpus for n in campaign.provider.node_specs()] if campaign.provider.nodes_on_this_host else []
+    return place_client(campaign.load.client.cpus, node_cpus, host_cpus)

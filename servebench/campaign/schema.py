@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
                       model_validator)
 
@@ -57,6 +54,8 @@ class ProviderSpecBase(StrictModel):
     """What every provider's block has; `servebench/providers/<kind>/spec.py` adds the rest."""
 
     kind: str
+    nodes_field: ClassVar[str] = "nodes"        # the block's list of nodes, for problems' field paths
+    nodes_on_this_host: ClassVar[bool] = True   # nodes share the orchestrator's CPUs with the load generator
 
     def node_specs(self) -> list[NodeSpec]:
         """The nodes as the campaign declares them (name and CPUs)."""

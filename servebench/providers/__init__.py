@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from servebench.providers.base import Node, NodeProcess, Provider
 from servebench.providers.local import LocalProvider
+from servebench.providers.ssh import SshProvider
 
 _PROVIDERS: dict[str, type] = {}
 
@@ -16,6 +17,7 @@ def register_provider(provider_class: type) -> type:
 
 
 register_provider(LocalProvider)
+register_provider(SshProvider)
 
 
 def provider_kinds() -> list[str]:

@@ -39,6 +39,9 @@ class NodeProcess(Protocol):
     def remember_descendants(self) -> None:
         """Note what it has spawned so far: stopped with it even if it left its process group."""
 
+    def fetch_log(self) -> None:
+        """Bring the log as written so far to `log_path` (a no-op where it is written there directly)."""
+
 
 class Provider(Protocol):
     kind: ClassVar[str]

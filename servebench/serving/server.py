@@ -109,6 +109,7 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
             server.ready_seconds = round(time.monotonic() - server.started_monotonic, 2)
             return server.ready_seconds
         time.sleep(poll_s)
+    server.api.process.fetch_log()
     raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s; "
                        f"log {server.log_path}:\n{log_tail(server.log_path)}")
 
@@ -147,6 +148,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
 def _raise_if_exited(server: Server) -> None:
     for running in server.processes:
         if not running.process.alive():
+            running.process.fetch_log()
             what = "server" if running.launch.api else f"process {running.launch.label or running.node.name}"
             raise ServerFailed(f"{what} of mode {server.mode} exited with code {running.process.exit_code()} "
                                f"before it was ready; log {running.log_path}:\n{log_tail(running.log_path)}")
@@ -162,6 +164,7 @@ def _wait_port(server: Server, running: RunningProcess, timeout_s: float, poll_s
                 return
         except OSError:
             time.sleep(poll_s)
+    running.process.fetch_log()
     raise ServerFailed(f"process {running.launch.label} of mode {server.mode} did not accept on port "
                        f"{running.launch.ready_port} within {timeout_s:.0f} s; log {running.log_path}:\n"
                        f"{log_tail(running.log_path)}")

@@ -1,0 +1,194 @@
+"""The ssh provider: the nodes are hosts reached with the OpenSSH client (docs/ssh-provider.md).
+
+One master connection per host carries every command of the run (`transport`); processes are
+started on the node in their own session, watched and stopped there by PID (`process`,
+`node_tools`); ports are chosen, /dev/shm cleaned and the inventory taken on the node, by its
+own python3 running source sent over the connection (nothing of servebench is installed there).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import ClassVar
+
+from servebench.providers import inventory as inventory_module
+from servebench.providers.base import Node
+from servebench.providers.ssh import node_tools
+from servebench.providers.ssh.argv import (
+    check_run_id, env_argv, parse_started, pinned_argv, remote_files, remote_run_dir, sh_command, ssh_argv,
+    start_script,
+)
+from servebench.providers.ssh.process import SshProcess
+from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
+from servebench.providers.ssh.transport import SshError, SshTransport
+
+NODE_TOOLS = Path(node_tools.__file__)
+INVENTORY = Path(inventory_module.__file__)
+LEFTOVER_GRACE_S = 5.0
+
+
+class SshProvider:
+    kind: ClassVar[str] = "ssh"
+    spec_model: ClassVar[type[SshProviderSpec]] = SshProviderSpec
+
+    def __init__(self, spec: SshProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+        """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
+        the nodes, so they are not taken from any node."""
+        self.spec = spec
+        self.run_id = check_run_id(run_id or secrets.token_hex(4))
+        self.transport = SshTransport(spec, self.run_id)
+        self.run_dir = remote_run_dir(spec.remote_dir, self.run_id)
+        self._hosts = {host.name: host for host in spec.hosts}
+        self._started: list[SshProcess] = []
+        self._touched: set[str] = set()  # hosts where the run dir may exist
+
+    # ------------------------------------------------------------------ the campaign's block
+
+    @classmethod
+    def host_cpus(cls) -> set[int]:
+        """The orchestrator's CPUs: the load generator runs here, not on a node."""
+        return set(os.sched_getaffinity(0))
+
+    @classmethod
+    def spec_problems(cls, spec: SshProviderSpec, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+        """Repeated names, and two nodes on one host (address and port) sharing CPUs. The CPUs are
+        not checked against this host: the nodes are other machines (`inventory` tells theirs)."""
+        problems: list[tuple[tuple, str]] = []
+        for index, host in enumerate(spec.hosts):
+            earlier = spec.hosts[:index]
+            if any(other.name == host.name for other in earlier):
+                problems.append((("provider", "hosts", index, "name"), f"host name {host.name!r} is used "
+                                 "more than once"))
+            for other in earlier:
+                shared = sorted(set(host.cpus) & set(other.cpus))
+                if (other.address, other.port) == (host.address, host.port) and shared:
+                    problems.append((("provider", "hosts", index, "address"), f"{host.name} and {other.name} are "
+                                     f"the same host ({host.address}) and share CPUs {shared}"))
+        return problems
+
+    # ------------------------------------------------------------------ nodes
+
+    def nodes(self) -> list[Node]:
+        return [Node(name=host.name, address=host.address, cpus=list(host.cpus)) for host in self.spec.hosts]
+
+    def allocate(self) -> list[Node]:
+        """Open each host's master connection (in parallel); an unreachable host is named with ssh's words."""
+        self.transport.prepare()
+        with ThreadPoolExecutor(max_workers=min(8, len(self.spec.hosts))) as pool:
+            results = list(pool.map(lambda host: (host, self.transport.ssh(host.name, "true", timeout=60)),
+                                    self.spec.hosts))
+        failed = [f"{self.transport.describe(host.name)}: {result.stderr.strip() or f'exit {result.returncode}'}"
+                  for host, result in results if result.returncode != 0]
+        if failed:
+            raise SshError("cannot reach host(s) over ssh:\n  " + "\n  ".join(failed))
+        return self.nodes()
+
+    def host_spec(self, node: Node) -> SshHostSpec:
+        try:
+            return self._hosts[node.name]
+        except KeyError:
+            raise ValueError(f"node {node.name!r} is not a host of this ssh provider") from None
+
+    # ------------------------------------------------------------------ commands on a node
+
+    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        """argv, shell-quoted, on the node; the remote exit code (255: ssh itself failed)."""
+        self.host_spec(node)
+        return self.transport.ssh(node.name, shlex.join(argv), timeout=timeout)
+
+    def inventory(self, node: Node) -> dict:
+        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over)."""
+        return self.transport.call(node.name, INVENTORY, "collect", self.spec.python, cpus=node.cpus)
+
+    def free_port(self, node: Node) -> int:
+        """A port the node's kernel picks on the node's address (free there, not here)."""
+        return int(self.transport.call(node.name, NODE_TOOLS, "free_port", self.spec.python, address=node.address))
+
+    def shm_entries(self, node: Node) -> set[str]:
+        return set(self.transport.call(node.name, NODE_TOOLS, "shm_entries", self.spec.python))
+
+    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
+        return self.transport.call(node.name, NODE_TOOLS, "remove_shm_created_since", self.spec.python,
+                                   before=sorted(before))
+
+    # ------------------------------------------------------------------ long-lived processes
+
+    def command(self, node: Node, argv: list[str]) -> list[str]:
+        """The ssh command line `start` runs for argv (environment aside), as `plan` prints it."""
+        return ssh_argv(self.transport.config, node.name, self._start_command(node, argv, {}, (), "process.log", 0))
+
+    def _start_command(self, node: Node, argv: list[str], env: dict[str, str], unset, log_name: str,
+                       sequence: int) -> str:
+        files = remote_files(self.run_dir, sequence, log_name)
+        marked = {**env, node_tools.MARK_VARIABLE: self._mark(sequence)}
+        full = env_argv(marked, list(unset)) + pinned_argv(self.host_spec(node).cpus, list(argv))
+        return sh_command(start_script(self.run_dir, files, full))
+
+    def _mark(self, sequence: int) -> str:
+        """What every process of this start (and all it spawns) carries in its environment."""
+        return f"{self.run_id}.{sequence}"
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
+              unset: list[str] = ()) -> SshProcess:
+        """Start argv on the node in its own session, env added and unset removed from the login
+        environment, output to a log in the run's directory there (copied to log_path)."""
+        sequence = len(self._started) + 1
+        remote = self._start_command(node, argv, env, unset, Path(log_path).name, sequence)
+        self._touched.add(node.name)
+        pid, ticks = parse_started(self.transport.checked(node.name, remote, f"starting {argv[:1]}"))
+        process = SshProcess(node=node.name, pid=pid, start_ticks=ticks, log_path=Path(log_path),
+                             files=remote_files(self.run_dir, sequence, Path(log_path).name), argv=list(argv),
+                             transport=self.transport, python=self.spec.python, mark=self._mark(sequence))
+        self._started.append(process)
+        return process
+
+    def stop(self, process: SshProcess, grace_s: float = 20.0) -> int | None:
+        return process.stop(grace_s=grace_s)
+
+    # ------------------------------------------------------------------ the end of the run
+
+    def stop_leftovers(self) -> int:
+        """Stop every process of this run not yet stopped; return how many there were."""
+        left = [p for p in self._started if not p.stopped]
+        errors = []
+        for process in left:
+            try:
+                process.stop(grace_s=LEFTOVER_GRACE_S)
+            except (SshError, subprocess.TimeoutExpired) as exc:
+                errors.append(f"{process.node} pid {process.pid}: {exc}")
+        self._started.clear()
+        if errors:
+            raise SshError("could not stop every process of the run:\n  " + "\n  ".join(errors))
+        return len(left)
+
+    def release(self) -> None:
+        """Stop what is left (the processes started, then anything on a node that still carries
+        the run's mark), remove the run's directory on each host, close the masters."""
+        try:
+            self.stop_leftovers()
+        finally:
+            try:
+                self._clean_hosts()
+            finally:
+                self.transport.close()
+
+    def _clean_hosts(self) -> None:
+        errors = []
+        for name in sorted(self._touched):
+            try:
+                self.transport.call(name, NODE_TOOLS, "stop_marked", self.spec.python, prefix=f"{self.run_id}.",
+                                    grace_s=LEFTOVER_GRACE_S)
+                self.transport.checked(name, shlex.join(["rm", "-rf", "--", self.run_dir]), "removing the run dir")
+            except (SshError, subprocess.TimeoutExpired) as exc:
+                errors.append(str(exc))
+        self._touched.clear()
+        if errors:
+            raise SshError("could not clean every host of the run:\n  " + "\n  ".join(errors))
+
+
+__all__ = ["SshError", "SshProcess", "SshProvider", "SshProviderSpec"]

@@ -1,0 +1,65 @@
+"""The campaign's `provider:` block for hosts reached over SSH (docs/ssh-provider.md).
+
+```yaml
+provider:
+  kind: ssh
+  hosts:
+    - {name: h1, address: 198.18.0.1, cpus: "0-3", key: ~/.ssh/id_ed25519}
+    - {name: h2, address: 10.0.0.7, user: bench, port: 2222, cpus: [0, 1],
+       jump: {address: gateway.example.org, user: bench}}
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from servebench.campaign.schema import NodeSpec, ProviderSpecBase, StrictModel
+
+ADDRESS_PATTERN = r"^[A-Za-z0-9_.:%-]+$"  # a host name or an IPv4/IPv6 address: nothing ssh could read as an option
+USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
+
+class SshJumpSpec(StrictModel):
+    """A bastion the host is reached through (ssh's ProxyJump)."""
+
+    address: str = Field(pattern=ADDRESS_PATTERN)
+    user: str = Field("root", pattern=USER_PATTERN)
+    port: int = Field(22, ge=1, le=65535)
+    key: Path | None = Field(None, description="Private key for the jump host (default: ssh's own identities).")
+
+
+class SshHostSpec(NodeSpec):
+    """One node: a host reached over SSH, and the CPUs servebench may use there."""
+
+    address: str = Field(pattern=ADDRESS_PATTERN, description="Where ssh connects and the node's servers listen.")
+    user: str = Field("root", pattern=USER_PATTERN)
+    port: int = Field(22, ge=1, le=65535)
+    key: Path | None = Field(None, description="Private key (default: ssh's own identities and agent).")
+    jump: SshJumpSpec | None = None
+
+
+class SshProviderSpec(ProviderSpecBase):
+    kind: Literal["ssh"] = "ssh"
+    nodes_field: ClassVar[str] = "hosts"
+    nodes_on_this_host: ClassVar[bool] = False  # the load generator's CPUs are the orchestrator's, not a node's
+    hosts: list[SshHostSpec] = Field(min_length=1)
+    ssh_config: Path | None = Field(None, description="An ssh_config file read after the provider's own "
+                                    "settings (which win), e.g. for ciphers or a ProxyCommand.")
+    known_hosts: Path | None = Field(None, description="Known host keys checked strictly; without it each run "
+                                     "trusts a host's key on first use, in a file of its own.")
+    connect_timeout_s: int = Field(10, ge=1, le=300)
+    remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",
+                            description="Where each run's directory (logs, exit codes) is made on every host.")
+    python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
+                        description="The Python 3 on the hosts (runs inventory, ports, /dev/shm and process tools).")
+
+    def node_specs(self) -> list[NodeSpec]:
+        return [NodeSpec(name=host.name, cpus=host.cpus) for host in self.hosts]
+
+    @property
+    def total_cpus(self) -> int:
+        return sum(len(host.cpus) for host in self.hosts)

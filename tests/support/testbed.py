@@ -1,0 +1,29 @@
+"""Tests that need real hosts bring up a testbed of their own (servebench/testbed), under a
+name of their own, and skip with the reason printed when this machine cannot have one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from servebench.testbed.machine import missing_binaries, missing_text
+
+TESTBED_TIMEOUT_S = 60
+
+
+def testbed_skip_reason() -> str | None:
+    """Why no testbed can come up here, or None."""
+    if os.geteuid() != 0:
+        return "the testbed needs root (network and mount namespaces)"
+    missing = missing_binaries()
+    if shutil.which("ping") is None:
+        missing["ping"] = "iputils-ping"
+    return missing_text(missing) if missing else None
+
+
+def testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """`servebench testbed ARGS` as a separate process (as a person would type it)."""
+    return subprocess.run([sys.executable, "-m", "servebench.cli.testbed", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)

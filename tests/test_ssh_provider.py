@@ -1,0 +1,417 @@
+"""The ssh provider (issue 15, item 2): its command lines, quoting and shell scripts without a
+host, its node tools on this machine's own processes, then everything against a testbed of 2
+real hosts with real sshd (allocate, inventory, run, ports, processes started, watched and
+stopped on the node, /dev/shm, a jump host, release).
+
+The testbed half needs root and the testbed's Debian packages (docs/testbed.md); without them
+it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from servebench.providers.base import Node
+from servebench.providers.ssh import SshProvider, node_tools
+from servebench.providers.ssh.argv import (
+    STATUS_SCRIPT, check_run_id, env_argv, parse_started, parse_status, pinned_argv, remote_files, remote_run_dir,
+    sh_command, ssh_argv, ssh_config_text, start_script,
+)
+from servebench.providers.ssh.spec import SshProviderSpec
+from servebench.providers.ssh.transport import SshError, control_dir_for
+from servebench.testbed import load
+from tests.support.testbed import testbed_cli, testbed_skip_reason
+
+TIMEOUT_S = 60
+
+
+def spec_of(*hosts: dict, **fields) -> SshProviderSpec:
+    return SshProviderSpec.model_validate({"kind": "ssh", "hosts": list(hosts), **fields})
+
+
+# ---------------------------------------------------------------------------- the campaign's block
+
+def test_spec_reads_hosts_and_gives_node_specs():
+    spec = spec_of({"name": "a", "address": "10.0.0.1", "cpus": "0-3"},
+                   {"name": "b", "address": "b.example.org", "user": "bench", "port": 2222, "cpus": [4, 5],
+                    "key": "~/.ssh/k", "jump": {"address": "gw.example.org"}})
+    assert [(n.name, n.cpus) for n in spec.node_specs()] == [("a", [0, 1, 2, 3]), ("b", [4, 5])]
+    assert spec.hosts[0].user == "root" and spec.hosts[0].port == 22 and spec.hosts[0].key is None
+    assert spec.hosts[1].jump.user == "root" and spec.total_cpus == 6
+    for bad in ({"name": "a", "address": "-oProxyCommand=x", "cpus": [0]},
+                {"name": "a", "address": "h", "cpus": [0], "user": "-l"},
+                {"name": "a", "address": "h", "cpus": []},
+                {"name": "a", "address": "h", "cpus": [0], "port": 0},
+                {"name": "a", "address": "h", "cpus": [0], "typo": 1}):
+        with pytest.raises(ValidationError):
+            spec_of(bad)
+
+
+def test_spec_problems_repeated_names_and_shared_cpus_on_one_host():
+    spec = spec_of({"name": "a", "address": "h", "cpus": [0, 1]}, {"name": "a", "address": "i", "cpus": [0]},
+                   {"name": "c", "address": "h", "cpus": [1, 2]}, {"name": "d", "address": "h", "cpus": [3]})
+    problems = SshProvider.spec_problems(spec, {0})  # CPUs of this host are not the nodes' business
+    assert [path for path, _ in problems] == [("provider", "hosts", 1, "name"), ("provider", "hosts", 2, "address")]
+    assert "share CPUs [1]" in problems[1][1]
+
+
+def test_nodes_without_connecting():
+    provider = SshProvider(spec_of({"name": "a", "address": "198.18.0.9", "cpus": "0-1"}), reserved_cpus=[0])
+    assert provider.nodes() == [Node(name="a", address="198.18.0.9", cpus=[0, 1])]
+    assert not provider.transport.control_dir.exists()  # nothing made until a command runs
+    assert provider.command(provider.nodes()[0], ["echo", "x y"])[:5] == ["ssh", "-F", str(provider.transport.config),
+                                                                          "--", "a"]
+
+
+# ---------------------------------------------------------------------------- command lines (pure)
+
+def test_ssh_config_hosts_first_then_the_run_then_a_users_file(tmp_path):
+    spec = spec_of({"name": "a", "address": "10.0.0.1", "cpus": [0], "key": str(tmp_path / "k")},
+                   {"name": "b", "address": "10.0.0.2", "cpus": [0], "port": 2222,
+                    "jump": {"address": "gw", "user": "u", "port": 23}},
+                   ssh_config=str(tmp_path / "user_config"))
+    text = ssh_config_text(spec, Path("/tmp/sb-ssh-x"), Path("/tmp/sb-ssh-x/known_hosts"))
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines[lines.index("Host a") + 1:lines.index("Host a") + 6] == [
+        "HostName 10.0.0.1", "User root", "Port 22", f"IdentityFile {tmp_path / 'k'}", "IdentitiesOnly yes"]
+    assert "ProxyJump b--jump" in lines and "Port 2222" in lines
+    jump = lines.index("Host b--jump")
+    assert lines[jump + 1:jump + 6] == ["HostName gw", "User u", "Port 23", "ControlMaster no", "ControlPath none"]
+    assert lines.index("Host *") > jump and lines[-1] == f"Include {tmp_path / 'user_config'}"
+    for option in ("BatchMode yes", "StrictHostKeyChecking accept-new", "UserKnownHostsFile /tmp/sb-ssh-x/known_hosts",
+                   "ControlMaster auto", "ControlPath /tmp/sb-ssh-x/%C", "ControlPersist 300", "ConnectTimeout 10"):
+        assert option in lines
+    strict = ssh_config_text(spec_of({"name": "a", "address": "h", "cpus": [0]}, known_hosts="/k"), Path("/d"),
+                             Path("/k"))
+    assert "StrictHostKeyChecking yes" in strict and "Include" not in strict
+
+
+def test_argv_and_quoting():
+    assert ssh_argv(Path("/c"), "h1", "true") == ["ssh", "-F", "/c", "--", "h1", "true"]
+    assert env_argv({"A": "1 2", "B": "$HOME"}, ["C", "D"]) == ["env", "-u", "C", "-u", "D", "A=1 2", "B=$HOME"]
+    for bad in ({"A=B": "x"}, {"": "x"}):
+        with pytest.raises(ValueError):
+            env_argv(bad)
+    assert pinned_argv([0, 1, 2, 5], ["x"]) == ["taskset", "-c", "0-2,5", "x"]
+    tricky = ["printf", "%s|", "a b", "'q'", '"d"', "$HOME", "`id`", "x;y", ""]
+    local = subprocess.run(["sh", "-c", shlex.join(tricky)], capture_output=True, text=True).stdout
+    assert local == "a b|'q'|\"d\"|$HOME|`id`|x;y||"
+    assert subprocess.run(["sh", "-c", sh_command('printf "%s|" "$@"', *tricky[2:])], capture_output=True,
+                          text=True).stdout == local
+
+
+def test_run_ids_and_remote_paths():
+    assert remote_run_dir("/tmp/", "ab12cd34") == "/tmp/servebench-ab12cd34"
+    for bad in ("AB12", "a/b..", "x", "ab 12", "../../x"):
+        with pytest.raises(ValueError):
+            check_run_id(bad)
+    files = remote_files("/tmp/servebench-ab12", 3, "tp2.worker 1;rm.log")
+    assert files.log == "/tmp/servebench-ab12/003-tp2.worker_1_rm.log"
+    assert files.exit == "/tmp/servebench-ab12/003-tp2.worker_1_rm.exit"
+    assert control_dir_for("ab12cd34").name == "sb-ssh-ab12cd34" and len(str(control_dir_for("ab12cd34"))) < 60
+
+
+def test_parse_outputs():
+    assert parse_started("123 456\n") == (123, 456)
+    assert parse_status("alive\n") == (True, None)
+    assert parse_status("exit 7\n") == (False, 7) and parse_status("gone") == (False, None)
+    for bad in ("", "123", "x y"):
+        with pytest.raises(ValueError):
+            parse_started(bad)
+
+
+def test_start_and_status_scripts_here(tmp_path):
+    """The scripts are plain sh: run here, they start, record and report the way they do on a node."""
+    run_dir = str(tmp_path / "run")
+    files = remote_files(run_dir, 1, "p.log")
+    out = subprocess.run(["sh", "-c", start_script(run_dir, files, ["sh", "-c", "echo out $0; exit 3", "x y"])],
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    pid, ticks = parse_started(out.stdout)
+    stat = node_tools._stat(pid)
+    assert stat is None or stat[2] == pid  # the session leader: its PID is the group id (if still there)
+
+    def status() -> tuple[bool, int | None]:
+        return parse_status(subprocess.run(["sh", "-c", STATUS_SCRIPT, "sh", str(pid), str(ticks), files.exit],
+                                           capture_output=True, text=True).stdout)
+    wait_until(lambda: not status()[0], "the short process to end")
+    assert status() == (False, 3) and Path(files.log).read_text() == "out x y\n"
+    assert oct(Path(run_dir).stat().st_mode)[-3:] == "700"
+    assert parse_status(subprocess.run(["sh", "-c", STATUS_SCRIPT, "sh", str(os.getpid()), "1", files.exit + "x"],
+                                       capture_output=True, text=True).stdout) == (False, None)  # reused PID
+
+
+def test_node_tools_stop_a_tree_here():
+    """stop_tree on this machine: the group is terminated, a child that left it is killed by PID."""
+    script = ("import os, time, sys\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    sys.exit()\n"
+              "time.sleep(60)\n")
+    leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        start = node_tools._stat(leader.pid)[3]
+        wait_until(lambda: node_tools.descendants(leader.pid, start), "the child to fork")
+        known = node_tools.descendants(leader.pid, start)
+        child = int(next(iter(known)))
+        assert node_tools._stat(child)[2] == child  # it left the group
+        assert node_tools.descendants(leader.pid, start + 1) == {}  # another process with that PID: nothing
+        result = node_tools.stop_tree(leader.pid, start, known, grace_s=0.5)
+        assert result["killed"] == [child] and result["left"] == []
+        assert leader.wait(timeout=5) == -signal.SIGTERM and not node_tools._live(child, known[str(child)])
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_node_tools_find_marked_processes_here():
+    """A process carrying a run's mark in its environment is stopped by the run's prefix alone."""
+    prefix = f"t{secrets.token_hex(4)}."
+    env = os.environ | {node_tools.MARK_VARIABLE: prefix + "3"}
+    marked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        wait_until(lambda: marked.pid in node_tools._marked(node_tools._table(), prefix, prefix=True),
+                   "the marked process to appear")
+        assert node_tools._marked(node_tools._table(), prefix + "30") == {}
+        assert node_tools.stop_marked(prefix, grace_s=2.0) == [marked.pid]
+        assert marked.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        marked.kill()
+        marked.wait()
+
+
+# ---------------------------------------------------------------------------- two real hosts
+
+@pytest.fixture(scope="module")
+def testbed():
+    reason = testbed_skip_reason()
+    if reason:
+        print(f"skipped: {reason}")
+        pytest.skip(reason)
+    name = "ssh" + secrets.token_hex(3)  # its own name: another testbed can be up at the same time
+    try:
+        result = testbed_cli("up", "--hosts", "2", "--name", name)
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield load(name)
+    finally:
+        down = testbed_cli("down", "--name", name)
+        print(f"testbed {name} down: {down.stdout}{down.stderr}")
+
+
+def provider_for(layout, **fields) -> SshProvider:
+    hosts = [{"name": h.name, "address": h.address, "key": str(layout.ssh_key), "cpus": "0"} for h in layout.hosts]
+    return SshProvider(spec_of(*hosts, **fields))
+
+
+@pytest.fixture(scope="module")
+def provider(testbed):
+    provider = provider_for(testbed)
+    try:
+        provider.allocate()
+        yield provider
+    finally:
+        provider.release()
+
+
+def node(provider: SshProvider, name: str) -> Node:
+    return next(n for n in provider.nodes() if n.name == name)
+
+
+def wait_until(check, what: str, seconds: float = 20.0):
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def running_on(provider: SshProvider, host: str, pid: int) -> bool:
+    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
+    script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
+    return provider.run(node(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
+
+
+def test_allocate_inventory_and_run(provider, testbed):
+    nodes = provider.allocate()  # again: the masters are up, this is cheap
+    assert [(n.name, n.address) for n in nodes] == [(h.name, h.address) for h in testbed.hosts]
+    for n in nodes:
+        facts = provider.inventory(n)
+        assert facts["hostname"] == n.name and facts["cpus"] == [0] and facts["logical_cores"] >= 1
+    h1 = nodes[0]
+    assert provider.run(h1, ["sh", "-c", "exit 3"]).returncode == 3
+    result = provider.run(h1, ["printf", "%s|", "a b", "$HOME", "'q'", "x;hostname"])
+    assert (result.returncode, result.stdout) == (0, "a b|$HOME|'q'|x;hostname|")
+    assert provider.run(h1, ["hostname"]).stdout.strip() == "h1"
+
+
+def test_a_new_connection_costs_more_than_a_multiplexed_one(provider):
+    """The measurement behind multiplexing (docs/ssh-provider.md)."""
+    config = str(provider.transport.config)
+
+    def seconds(*options: str) -> float:
+        started = time.perf_counter()
+        result = subprocess.run(["ssh", "-F", config, *options, "h1", "true"], capture_output=True,
+                                stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+        assert result.returncode == 0, result.stderr
+        return time.perf_counter() - started
+    new = statistics.median(seconds("-o", "ControlMaster=no", "-o", "ControlPath=none") for _ in range(3))
+    mux = statistics.median(seconds() for _ in range(5))
+    print(f"ssh h1 true: new connection {new * 1000:.0f} ms, multiplexed {mux * 1000:.1f} ms")
+    assert mux < new
+
+
+def test_unreachable_host_is_named():
+    provider = SshProvider(spec_of({"name": "nowhere", "address": "127.0.0.1", "port": 9, "cpus": [0]},
+                                   connect_timeout_s=2))
+    try:
+        with pytest.raises(SshError, match=r"nowhere \(root@127.0.0.1:9\).*(refused|timed out)"):
+            provider.allocate()
+    finally:
+        provider.release()
+
+
+def test_free_port_is_bindable_on_the_node(provider):
+    h2 = node(provider, "h2")
+    port = provider.free_port(h2)
+    bind = f"import socket; s = socket.socket(); s.bind(({h2.address!r}, {port})); print('bound')"
+    result = provider.run(h2, ["python3", "-c", bind])
+    assert (result.returncode, result.stdout.strip()) == (0, "bound"), result.stderr
+
+
+def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
+    h1 = node(provider, "h1")
+    script = ("import os, sys, time\nprint('env', os.environ.get('SB_X'), os.environ.get('HOME'), flush=True)\n"
+              "child = os.fork()\nif child == 0:\n    os.setsid()\n    time.sleep(60)\n    sys.exit()\n"
+              "print('pids', os.getpid(), child, flush=True)\ntime.sleep(60)\n")
+    log = tmp_path / "tree.log"
+    process = provider.start(h1, ["python3", "-c", script], {"SB_X": "a b"}, log, unset=["HOME"])
+    assert process.alive() and running_on(provider, "h1", process.pid)
+    pids = wait_until(lambda: [line.split()[1:] for line in process.fetch_log().read_text().splitlines()
+                               if line.startswith("pids")], "the process to print its pids")[0]
+    python_pid, child_pid = map(int, pids)
+    process.remember_descendants()
+    assert {python_pid, child_pid} <= set(map(int, process.known_descendants))
+    assert running_on(provider, "h1", child_pid)
+    started = time.monotonic()
+    code = provider.stop(process, grace_s=1.0)
+    print(f"stopped in {time.monotonic() - started:.2f} s, exit code {code}")
+    assert code == 128 + signal.SIGTERM  # python died of the SIGTERM to its group; the wrapper recorded it
+    for pid in (process.pid, python_pid, child_pid):
+        assert not running_on(provider, "h1", pid), f"pid {pid} still runs on h1"
+    assert not process.alive() and process.exit_code() == code
+    assert "env a b None" in log.read_text()
+
+
+def test_stop_finds_a_daemon_nobody_recorded(provider, tmp_path):
+    """The leader exits at once, leaving a grandchild in a session of its own that no
+    remember_descendants saw: the run's mark in its environment still finds it on the node."""
+    h1 = node(provider, "h1")
+    script = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              "        print('daemon', os.getpid(), flush=True)\n        time.sleep(60)\n    os._exit(0)\n"
+              "os.wait()\n")
+    process = provider.start(h1, ["python3", "-c", script], {}, tmp_path / "daemon.log")
+    wait_until(lambda: not process.alive(), "the leader to exit")
+    daemon = int(process.log_path.read_text().split()[1])
+    assert process.exit_code() == 0 and running_on(provider, "h1", daemon)
+    assert provider.stop(process, grace_s=1.0) == 0
+    assert not running_on(provider, "h1", daemon)
+
+
+def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
+    h2 = node(provider, "h2")
+    process = provider.start(h2, ["sh", "-c", "echo bye from $(hostname); exit 7"], {}, tmp_path / "short.log")
+    wait_until(lambda: not process.alive(), "the process to end")
+    assert process.exit_code() == 7
+    assert (tmp_path / "short.log").read_text() == "bye from h2\n"  # copied when it was seen to end
+    assert provider.stop(process, grace_s=1.0) == 7
+
+
+def test_shm_cleanup_keeps_what_a_process_holds(provider, tmp_path):
+    h2 = node(provider, "h2")
+    before = provider.shm_entries(h2)
+    stray, held = f"sb-stray-{secrets.token_hex(3)}", f"sb-held-{secrets.token_hex(3)}"
+    holder = provider.start(h2, ["python3", "-c", f"import time; f = open('/dev/shm/{held}', 'w'); print('open', "
+                                 "flush=True); time.sleep(60)"], {}, tmp_path / "holder.log")
+    try:
+        assert provider.run(h2, ["touch", f"/dev/shm/{stray}"]).returncode == 0
+        wait_until(lambda: held in provider.shm_entries(h2), "the holder to open its file")
+        assert {stray, held} <= provider.shm_entries(h2) - before
+        assert provider.remove_shm_created_since(h2, before) == [stray]
+        assert stray not in provider.shm_entries(h2) and held in provider.shm_entries(h2)
+        assert stray not in provider.shm_entries(node(provider, "h1")) | set(os.listdir("/dev/shm"))
+    finally:
+        provider.stop(holder, grace_s=1.0)
+    assert provider.remove_shm_created_since(h2, before) == [held]
+
+
+def test_a_host_through_a_jump_host(testbed):
+    h1, h2 = testbed.hosts
+    spec = spec_of({"name": "far", "address": h2.address, "key": str(testbed.ssh_key), "cpus": [0],
+                    "jump": {"address": h1.address, "key": str(testbed.ssh_key)}})
+    provider = SshProvider(spec)
+    try:
+        far = provider.allocate()[0]
+        assert provider.run(far, ["hostname"]).stdout.strip() == "h2"
+        who = provider.run(far, ["sh", "-c", "echo $SSH_CLIENT"]).stdout.split()[0]
+        assert who == h1.address  # the connection came from the jump host
+    finally:
+        provider.release()
+    assert provider.transport.master_pids() == []
+
+
+def test_release_stops_leftovers_and_closes_the_masters(testbed, tmp_path):
+    provider = provider_for(testbed)
+    provider.allocate()
+    control_dir = provider.transport.control_dir
+    assert len(provider.transport.master_pids()) == 2  # one master per host
+    h1 = node(provider, "h1")
+    left = provider.start(h1, ["sleep", "60"], {}, tmp_path / "left.log")
+    assert provider.run(h1, ["test", "-d", provider.run_dir]).returncode == 0
+    provider.release()
+    assert provider.transport.master_pids() == [] and not control_dir.exists()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and str(control_dir) in _cmdline(p)]
+    checker = provider_for(testbed)
+    try:
+        assert not running_on(checker, "h1", left.pid)
+        assert checker.run(node(checker, "h1"), ["test", "-e", provider.run_dir]).returncode == 1
+    finally:
+        checker.release()
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+
+SSH_CAMPAIGN = """
+name: over-ssh
+provider:
+  kind: ssh
+  hosts:
+    - {name: h1, address: 198.18.0.1, cpus: "0-7"}
+    - {name: h2, address: 198.18.0.2, cpus: "0-7"}
+model: {generate: tiny-llama}
+modes: [{name: tp2, tp: 2, executor: ray}]
+load: {clients: [1], requests: 4}
+"""
+
+
+def test_an_ssh_campaign_leaves_the_orchestrators_cpus_to_the_load_generator():
+    """The nodes are other machines: their CPUs are not this host's, none is taken for the
+    generator, and `auto` gives the generator every CPU of the orchestrator."""
+    from servebench.campaign.loading import parse_campaign
+    from servebench.campaign.plan import make_plan
+
+    campaign = parse_campaign(SSH_CAMPAIGN, host_cpus={0, 1})
+    assert make_plan(campaign, {0, 1}).client.cpus == [0, 1]
+    assert [n.cpus for n in campaign.provider.node_specs()] == [list(range(8))] * 2
