@@ -31,7 +31,7 @@ from servebench.providers.ssh.argv import (
 from servebench.providers.ssh.spec import SshProviderSpec
 from servebench.providers.ssh.transport import SshError, control_dir_for
 from servebench.testbed import load
-from tests.support.testbed import testbed_cli, testbed_skip_reason
+from tests.support.testbed import no_testbed_reason, run_testbed_cli
 
 TIMEOUT_S = 60
 
@@ -191,17 +191,17 @@ def test_node_tools_find_marked_processes_here():
 
 @pytest.fixture(scope="module")
 def testbed():
-    reason = testbed_skip_reason()
+    reason = no_testbed_reason()
     if reason:
         print(f"skipped: {reason}")
         pytest.skip(reason)
     name = "ssh" + secrets.token_hex(3)  # its own name: another testbed can be up at the same time
     try:
-        result = testbed_cli("up", "--hosts", "2", "--name", name)
+        result = run_testbed_cli("up", "--hosts", "2", "--name", name)
         assert result.returncode == 0, result.stdout + result.stderr
         yield load(name)
     finally:
-        down = testbed_cli("down", "--name", name)
+        down = run_testbed_cli("down", "--name", name)
         print(f"testbed {name} down: {down.stdout}{down.stderr}")
 
 

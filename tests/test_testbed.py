@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
-from tests.support.testbed import testbed_cli, testbed_skip_reason
+from tests.support.testbed import no_testbed_reason, run_testbed_cli
 from servebench.testbed import configs
 from servebench.testbed.layout import (
     BENCHMARK_RANGE, check_name, choose_slot, hidden_on_hosts, make_layout, preferred_slot, slot_of, slot_subnet,
@@ -119,13 +119,13 @@ def test_cli_parses():
 
 @pytest.fixture(scope="module")
 def testbed():
-    reason = testbed_skip_reason()
+    reason = no_testbed_reason()
     if reason:
         print(f"skipped: {reason}")
         pytest.skip(reason)
     name = "t" + secrets.token_hex(3)  # its own name: another run's testbed can be up at the same time
     started = time.monotonic()
-    result = testbed_cli("up", "--hosts", "3", "--name", name)
+    result = run_testbed_cli("up", "--hosts", "3", "--name", name)
     seconds = time.monotonic() - started
     print(f"testbed {name} up in {seconds:.2f} s\n{result.stdout}{result.stderr}")
     try:
@@ -135,7 +135,7 @@ def testbed():
         assert layout is not None
         yield layout, daemons
     finally:
-        testbed_cli("down", "--name", name)  # again after test_down_leaves_nothing: finds nothing, removes nothing
+        run_testbed_cli("down", "--name", name)  # again after test_down_leaves_nothing: finds nothing, removes nothing
 
 
 def on(layout, host, *command: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -182,7 +182,7 @@ def test_private_shm_tmp_and_hostname(testbed):
     for host in layout.hosts:
         assert on(layout, host.name, "hostname").stdout.strip() == host.name
         assert on(layout, host.name, "test", "-d", "/root/.cache/servebench").returncode == 0
-    assert testbed_cli("exec", "--name", layout.name, "h3", "--", "hostname").stdout.strip() == "h3"
+    assert run_testbed_cli("exec", "--name", layout.name, "h3", "--", "hostname").stdout.strip() == "h3"
 
 
 def test_ssh_to_each_host(testbed):
@@ -245,9 +245,9 @@ def test_batch_job(testbed):
 
 def test_up_refuses_a_testbed_that_exists(testbed):
     layout, _ = testbed
-    result = testbed_cli("up", "--hosts", "2", "--name", layout.name)
+    result = run_testbed_cli("up", "--hosts", "2", "--name", layout.name)
     assert result.returncode == 1 and "already exists" in result.stderr
-    status = testbed_cli("status", "--name", layout.name)
+    status = run_testbed_cli("status", "--name", layout.name)
     assert status.returncode == 0 and "DEAD" not in status.stdout
     assert all(h.address in status.stdout for h in layout.hosts)
 
@@ -258,7 +258,7 @@ def test_down_leaves_nothing(testbed):
     ids = namespace_ids(layout)
     assert len(ids) == 4 * len(layout.hosts) + 1  # net, mnt, uts, ipc per host; the switch's net
     started = time.monotonic()
-    result = testbed_cli("down", "--name", layout.name)
+    result = run_testbed_cli("down", "--name", layout.name)
     seconds = time.monotonic() - started
     print(f"testbed {layout.name} down in {seconds:.2f} s: {result.stdout}{result.stderr}")
     assert result.returncode == 0 and "nothing left" in result.stdout, result.stderr

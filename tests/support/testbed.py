@@ -13,7 +13,7 @@ from servebench.testbed.machine import missing_binaries, missing_text
 TESTBED_TIMEOUT_S = 60
 
 
-def testbed_skip_reason() -> str | None:
+def no_testbed_reason() -> str | None:
     """Why no testbed can come up here, or None."""
     if os.geteuid() != 0:
         return "the testbed needs root (network and mount namespaces)"
@@ -23,7 +23,7 @@ def testbed_skip_reason() -> str | None:
     return missing_text(missing) if missing else None
 
 
-def testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subprocess.CompletedProcess:
     """`servebench testbed ARGS` as a separate process (as a person would type it)."""
     return subprocess.run([sys.executable, "-m", "servebench.cli.testbed", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
