@@ -23,15 +23,16 @@ import pytest
 from pydantic import ValidationError
 
 from servebench.providers.base import Node
-from servebench.providers.ssh import SshProvider, node_tools
+from servebench.providers import node_tools
+from servebench.providers.ssh import SshProvider
 from servebench.providers.ssh.argv import (
     STATUS_SCRIPT, check_run_id, env_argv, parse_started, parse_status, pinned_argv, remote_files, remote_run_dir,
     sh_command, ssh_argv, ssh_config_text, start_script,
 )
 from servebench.providers.ssh.spec import SshProviderSpec
 from servebench.providers.ssh.transport import SshError, control_dir_for
-from servebench.testbed import load
-from tests.support.testbed import no_testbed_reason, run_testbed_cli
+
+from tests.support.testbed import own_testbed
 
 TIMEOUT_S = 60
 
@@ -191,18 +192,8 @@ def test_node_tools_find_marked_processes_here():
 
 @pytest.fixture(scope="module")
 def testbed():
-    reason = no_testbed_reason()
-    if reason:
-        print(f"skipped: {reason}")
-        pytest.skip(reason)
-    name = "ssh" + secrets.token_hex(3)  # its own name: another testbed can be up at the same time
-    try:
-        result = run_testbed_cli("up", "--hosts", "2", "--name", name)
-        assert result.returncode == 0, result.stdout + result.stderr
-        yield load(name)
-    finally:
-        down = run_testbed_cli("down", "--name", name)
-        print(f"testbed {name} down: {down.stdout}{down.stderr}")
+    with own_testbed("ssh", hosts=2) as layout:
+        yield layout
 
 
 def provider_for(layout, **fields) -> SshProvider:

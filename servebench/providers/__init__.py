@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from servebench.providers.base import Node, NodeProcess, Provider
 from servebench.providers.local import LocalProvider
+from servebench.providers.slurm import SlurmProvider
 from servebench.providers.ssh import SshProvider
 
 _PROVIDERS: dict[str, type] = {}
@@ -18,6 +19,7 @@ def register_provider(provider_class: type) -> type:
 
 register_provider(LocalProvider)
 register_provider(SshProvider)
+register_provider(SlurmProvider)
 
 
 def provider_kinds() -> list[str]:

@@ -3,11 +3,17 @@ name of their own, and skip with the reason printed when this machine cannot hav
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
+from typing import Iterator
 
+import pytest
+
+from servebench.testbed import Layout, load
 from servebench.testbed.machine import missing_binaries, missing_text
 
 TESTBED_TIMEOUT_S = 60
@@ -27,3 +33,21 @@ def run_testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subproces
     """`servebench testbed ARGS` as a separate process (as a person would type it)."""
     return subprocess.run([sys.executable, "-m", "servebench.cli.testbed", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def own_testbed(prefix: str, hosts: int) -> Iterator[Layout]:
+    """A testbed under a name of its own (another can be up at the same time), taken down
+    afterwards whatever happens; skips, saying why, where none can come up."""
+    reason = no_testbed_reason()
+    if reason:
+        print(f"skipped: {reason}")
+        pytest.skip(reason)
+    name = prefix + secrets.token_hex(3)
+    try:
+        result = run_testbed_cli("up", "--hosts", str(hosts), "--name", name)
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield load(name)
+    finally:
+        down = run_testbed_cli("down", "--name", name)
+        print(f"testbed {name} down: {down.stdout}{down.stderr}")

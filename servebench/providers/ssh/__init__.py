@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from servebench.providers import inventory as inventory_module
 from servebench.providers.base import Node
-from servebench.providers.ssh import node_tools
+from servebench.providers import node_tools
 from servebench.providers.ssh.argv import (
     check_run_id, env_argv, parse_started, pinned_argv, remote_files, remote_run_dir, sh_command, ssh_argv,
     start_script,

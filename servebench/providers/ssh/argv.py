@@ -9,25 +9,19 @@ without a host.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
-from servebench.cpus import format_cpu_list
 from servebench.providers.ssh.spec import SshJumpSpec, SshProviderSpec
+from servebench.providers.remote import (  # noqa: F401 (re-exported for the provider's modules)
+    BOOTSTRAP, RUN_ID_CHARS, STATUS_SCRIPT, RemoteFiles, check_run_id, env_argv, parse_status, pinned_argv,
+    remote_files, remote_run_dir,
+)
 
 CONTROL_PERSIST_S = 300  # an idle master outlives a crashed orchestrator by this much, no more
 SERVER_ALIVE_S = 15
-RUN_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 # Runs a function of a stdlib-only source file on the node: stdin is one JSON line
 # {"file", "call", "kwargs"} then the source; stdout is the function's result as JSON.
-BOOTSTRAP = """\
-import json, sys
-request = json.loads(sys.stdin.readline())
-scope = {"__name__": "servebench_node"}
-exec(compile(sys.stdin.read(), request["file"], "exec"), scope)
-json.dump(scope[request["call"]](**request["kwargs"]), sys.stdout)
-"""
 
 # The wrapper a started process runs under (argv: exit file, then the command). It stays the
 # session leader so the process group is the run's, records the command's exit status when it
@@ -37,28 +31,6 @@ WRAPPER = 'e=$1; shift; trap : TERM INT; "$@"; c=$?; echo "$c" >"$e.tmp"; mv -f 
 
 # Prints `exit N`, `alive` or `gone` for (pid, start ticks, exit file). Reads /proc rather than
 # `kill -0`: a zombie (an orphan where PID 1 does not reap) and a reused PID both pass `kill -0`.
-STATUS_SCRIPT = """\
-p=$1; t=$2; e=$3
-if [ -e "$e" ]; then echo "exit $(cat "$e")"; exit 0; fi
-s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || s=
-if [ -n "$s" ]; then
-  set -- $s
-  if [ "$1" != Z ] && [ "$1" != X ] && [ "${20}" = "$t" ]; then echo alive; exit 0; fi
-fi
-if [ -e "$e" ]; then echo "exit $(cat "$e")"; else echo gone; fi
-"""
-
-
-def check_run_id(run_id: str) -> str:
-    """The run id goes into paths on every node and into `rm -rf`: lowercase letters and digits only."""
-    if not 4 <= len(run_id) <= 32 or set(run_id) - RUN_ID_CHARS:
-        raise ValueError(f"run id {run_id!r}: give 4-32 lowercase letters or digits")
-    return run_id
-
-
-def remote_run_dir(remote_dir: str, run_id: str) -> str:
-    """The run's directory on every node: logs and exit codes of the processes it starts."""
-    return f"{remote_dir.rstrip('/') or ''}/servebench-{check_run_id(run_id)}"
 
 
 def jump_alias(host_name: str) -> str:
@@ -127,37 +99,6 @@ def sh_command(script: str, *args: str) -> str:
     return shlex.join(["sh", "-c", script, "sh", *args])
 
 
-def env_argv(env: dict[str, str], unset: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """`env -u NAME ... NAME=VALUE ...`: the process's environment is the login environment,
-    less `unset`, plus `env` (nothing of the orchestrator's own environment crosses over)."""
-    for name in [*env, *unset]:
-        if not name or "=" in name or "\0" in name:
-            raise ValueError(f"bad environment variable name {name!r}")
-    argv = ["env"]
-    for name in unset:
-        argv += ["-u", name]
-    return argv + [f"{name}={value}" for name, value in env.items()]
-
-
-def pinned_argv(cpus: list[int], argv: list[str]) -> list[str]:
-    """taskset keeps every thread of the process (and its children) on the node's CPUs."""
-    return ["taskset", "-c", format_cpu_list(cpus), *argv]
-
-
-@dataclass(frozen=True)
-class RemoteFiles:
-    """Where one started process keeps its output and exit status on its node."""
-
-    log: str
-    exit: str
-
-
-def remote_files(run_dir: str, sequence: int, log_name: str) -> RemoteFiles:
-    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in log_name) or "process"
-    base = f"{run_dir}/{sequence:03d}-{safe.removesuffix('.log') or 'process'}"
-    return RemoteFiles(log=base + ".log", exit=base + ".exit")
-
-
 def start_script(run_dir: str, files: RemoteFiles, argv: list[str]) -> str:
     """Makes the run directory, starts argv in a new session under the wrapper (stdin from
     /dev/null, output to the node's log file) and prints `PID START_TICKS` of the session leader.
@@ -185,14 +126,3 @@ def parse_started(stdout: str) -> tuple[int, int]:
     return int(fields[0]), int(fields[1])
 
 
-def parse_status(stdout: str) -> tuple[bool, int | None]:
-    """(alive, exit code) from the status script's output."""
-    text = stdout.strip()
-    if text == "alive":
-        return True, None
-    if text.startswith("exit "):
-        code = text[5:].strip()
-        return False, int(code) if code.lstrip("-").isdigit() else None
-    if text == "gone":
-        return False, None
-    raise ValueError(f"the status script printed {stdout!r}")

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servebench.providers.ssh import node_tools
+from servebench.providers import node_tools
 from servebench.providers.ssh.argv import STATUS_SCRIPT, RemoteFiles, parse_status, sh_command
 from servebench.providers.ssh.transport import SshTransport
 

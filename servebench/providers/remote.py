@@ -1,0 +1,88 @@
+"""What providers of remote nodes (ssh, slurm) share: the run's id and directory on each
+node, how a process's environment and CPUs are set there (`env`, `taskset`), the files a
+started process leaves (PID, exit code, log), and the status script's answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servebench.cpus import format_cpu_list
+
+BOOTSTRAP = """\
+import json, sys
+request = json.loads(sys.stdin.readline())
+scope = {"__name__": "servebench_node"}
+exec(compile(sys.stdin.read(), request["file"], "exec"), scope)
+json.dump(scope[request["call"]](**request["kwargs"]), sys.stdout)
+"""
+
+
+RUN_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+STATUS_SCRIPT = """\
+p=$1; t=$2; e=$3
+if [ -e "$e" ]; then echo "exit $(cat "$e")"; exit 0; fi
+s=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || s=
+if [ -n "$s" ]; then
+  set -- $s
+  if [ "$1" != Z ] && [ "$1" != X ] && [ "${20}" = "$t" ]; then echo alive; exit 0; fi
+fi
+if [ -e "$e" ]; then echo "exit $(cat "$e")"; else echo gone; fi
+"""
+
+
+def parse_status(stdout: str) -> tuple[bool, int | None]:
+    """(alive, exit code) from the status script's output."""
+    text = stdout.strip()
+    if text == "alive":
+        return True, None
+    if text.startswith("exit "):
+        code = text[5:].strip()
+        return False, int(code) if code.lstrip("-").isdigit() else None
+    if text == "gone":
+        return False, None
+    raise ValueError(f"the status script printed {stdout!r}")
+
+
+def pinned_argv(cpus: list[int], argv: list[str]) -> list[str]:
+    """taskset keeps every thread of the process (and its children) on the node's CPUs."""
+    return ["taskset", "-c", format_cpu_list(cpus), *argv]
+
+
+@dataclass(frozen=True)
+class RemoteFiles:
+    """Where one started process keeps its PID, exit status and output on its node."""
+
+    pid: str
+    exit: str
+    log: str
+
+
+def check_run_id(run_id: str) -> str:
+    """The run id goes into paths on every node, into `rm -rf` and into job names: lowercase letters and digits only."""
+    if not 4 <= len(run_id) <= 32 or set(run_id) - RUN_ID_CHARS:
+        raise ValueError(f"run id {run_id!r}: give 4-32 lowercase letters or digits")
+    return run_id
+
+
+def env_argv(env: dict[str, str], unset: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """`env -u NAME ... NAME=VALUE ...` (values go through as arguments: commas and spaces are safe)."""
+    for name in [*env, *unset]:
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"bad environment variable name {name!r}")
+    argv = ["env"]
+    for name in unset:
+        argv += ["-u", name]
+    return argv + [f"{name}={value}" for name, value in env.items()]
+
+
+def remote_files(run_dir: str, sequence: int, log_name: str) -> RemoteFiles:
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in log_name) or "process"
+    base = f"{run_dir}/{sequence:03d}-{safe.removesuffix('.log') or 'process'}"
+    return RemoteFiles(pid=base + ".pid", exit=base + ".exit", log=base + ".log")
+
+
+def remote_run_dir(remote_dir: str, run_id: str) -> str:
+    """The run's directory on every node: PIDs, exit codes and logs of the processes it starts."""
+    return f"{remote_dir.rstrip('/') or ''}/servebench-{check_run_id(run_id)}"

@@ -1,0 +1,369 @@
+"""The slurm provider: the nodes are an allocation of a real Slurm controller (docs/slurm-provider.md).
+
+`allocate` gets the allocation without holding a terminal (`salloc --no-shell`), waits until the
+job runs and records its id, node list, node addresses and CPUs; every command on a node is a
+step inside the allocation (`srun --overlap --jobid J --nodelist NODE`, `allocation`), a
+long-lived process is a step of its own whose srun client stays a local child of the
+orchestrator (`process`); `release` stops what is left, cancels the job and waits until it is
+gone. A job cancelled or timed out from outside makes every later call raise `AllocationEnded`
+with the cause ("allocation cancelled", "allocation ended: TIMEOUT"), so the cells it took fail
+with it. Ports, /dev/shm, process trees and the inventory are handled on the node by its own
+python3 (`node`: the inventory source and the ssh provider's node tools, sent through the step).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from servebench.providers.base import Node
+from servebench.providers.slurm.allocation import Allocation
+from servebench.providers.slurm.argv import (
+    check_run_id, env_argv, job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv,
+    probe_argv, remote_files, remote_run_dir, salloc_argv, step_argv,
+)
+from servebench.providers.slurm.client import AllocationEnded, SlurmClient, SlurmError, end_group
+from servebench.providers.slurm.node import INVENTORY, MARK_VARIABLE, NODE_TOOLS
+from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
+from servebench.providers.slurm.spec import SlurmProviderSpec
+
+RUNNING_TIMEOUT_S = 60.0   # from granted to RUNNING (a node may need to boot or be configured)
+START_TIMEOUT_S = 60.0     # from srun to the task's PID line
+RELEASE_TIMEOUT_S = 60.0   # from scancel until squeue no longer lists the job (KillWait: 30 s by default)
+LEFTOVER_GRACE_S = 5.0
+PROBE_TIMEOUT_S = 60.0
+
+
+class SlurmProvider:
+    kind: ClassVar[str] = "slurm"
+    spec_model: ClassVar[type[SlurmProviderSpec]] = SlurmProviderSpec
+
+    def __init__(self, spec: SlurmProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+        """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
+        the nodes, so they are not taken from any node."""
+        self.spec = spec
+        self.run_id = check_run_id(run_id or secrets.token_hex(4))
+        self.job_name = job_name(self.run_id)
+        self.client = SlurmClient(spec)
+        self.run_dir = remote_run_dir(spec.remote_dir, self.run_id)
+        self.allocation: Allocation | None = None
+        self.timings: dict[str, float] = {}   # allocate_s, salloc_s, running_s, probe_s, release_s
+        self.released_state: str | None = None  # the job's state when this run gave it back
+        self._nodes: list[Node] | None = None
+        self._started: list[SlurmProcess] = []
+        self._sequence = 0
+        self._touched: set[str] = set()       # nodes where the run dir may exist
+        self._local_dir: Path | None = None   # the srun clients' stderr files, here
+
+    # ------------------------------------------------------------------ the campaign's block
+
+    @classmethod
+    def host_cpus(cls) -> set[int]:
+        """The orchestrator's CPUs: the load generator runs here, not on a node."""
+        return set(os.sched_getaffinity(0))
+
+    @classmethod
+    def spec_problems(cls, spec: SlurmProviderSpec, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+        """Sanity checks only: the controller decides what it can give (`allocate` says why not)."""
+        problems: list[tuple[tuple, str]] = []
+        if spec.slurm_conf is not None and not spec.slurm_conf.expanduser().is_file():
+            problems.append((("provider", "slurm_conf"), f"no file {spec.slurm_conf}"))
+        conf = spec.client_env.get("SLURM_CONF")
+        if conf and spec.slurm_conf is not None and Path(conf).expanduser() != spec.slurm_conf.expanduser():
+            problems.append((("provider", "client_env", "SLURM_CONF"), "slurm_conf and client_env.SLURM_CONF "
+                             "disagree: give one"))
+        return problems
+
+    # ------------------------------------------------------------------ the allocation
+
+    @property
+    def job_id(self) -> int | None:
+        return self.allocation.job_id if self.allocation else None
+
+    @property
+    def node_list(self) -> str | None:
+        """Slurm's expression of the allocated nodes, e.g. `h[1-2]`."""
+        return self.allocation.node_list if self.allocation else None
+
+    def allocation_record(self) -> dict:
+        """What a run lands about its allocation."""
+        return {"job_id": self.job_id, "job_name": self.job_name, "node_list": self.node_list,
+                "nodes": [node.model_dump() for node in self._nodes or []],
+                "state": self.released_state or (self.allocation_state() if self.allocation else None),
+                "timings": dict(self.timings)}
+
+    def allocation_state(self) -> str:
+        """RUNNING, or how the allocation ended (CANCELLED, TIMEOUT, ..., RELEASED); NOT_ALLOCATED before."""
+        return self.allocation.state() if self.allocation else "NOT_ALLOCATED"
+
+    def nodes(self) -> list[Node]:
+        """The allocated nodes; before `allocate`, the block's (nodelist names or node1..., CPUs 0..k-1,
+        no address yet)."""
+        if self._nodes is not None:
+            return list(self._nodes)
+        return [Node(name=n.name, address="", cpus=n.cpus) for n in self.spec.node_specs()]
+
+    def allocate(self) -> list[Node]:
+        """salloc --no-shell (waits for the grant, at most allocate_timeout_s), then until the job
+        runs; its nodes' names, addresses and CPUs. Whatever fails after the grant cancels the job."""
+        if self.allocation is not None:
+            self.allocation.check()
+            return self.nodes()
+        started = time.perf_counter()
+        try:
+            result = self.client.run(salloc_argv(self.spec, self.job_name), timeout=self.spec.allocate_timeout_s + 60)
+        except subprocess.TimeoutExpired:
+            self._cancel_named()
+            raise SlurmError(f"salloc did not return within {self.spec.allocate_timeout_s + 60} s") from None
+        self.timings["salloc_s"] = time.perf_counter() - started
+        job_id = parse_granted(result.stderr)
+        if result.returncode != 0 or job_id is None:
+            self._cancel_named()
+            raise SlurmError(f"no allocation of {self.spec.nodes} node(s) x {self.spec.cpus_per_node} CPUs: "
+                             f"salloc exit {result.returncode}: {result.stderr.strip()[-2000:]}")
+        self.allocation = Allocation(self.client, job_id, self.spec.remote_dir)
+        try:
+            self._nodes = self._describe_nodes(self._wait_running())
+        except BaseException:
+            self._cancel(job_id)
+            self.allocation.mark_released("RUNNING")
+            raise
+        self.timings["allocate_s"] = time.perf_counter() - started
+        return self.nodes()
+
+    def _wait_running(self) -> dict[str, str]:
+        started = time.perf_counter()
+        deadline = time.monotonic() + RUNNING_TIMEOUT_S
+        while True:
+            record = self.client.job_record(self.allocation.job_id)
+            state = "GONE" if record is None else job_state(record)
+            if state == "RUNNING":
+                self.timings["running_s"] = time.perf_counter() - started
+                return record
+            if state not in ("PENDING", "CONFIGURING"):
+                raise self.allocation.ended_error(state)
+            if time.monotonic() >= deadline:
+                raise SlurmError(f"slurm job {self.allocation.job_id} still {state} after {RUNNING_TIMEOUT_S:.0f} s")
+            time.sleep(0.1)
+
+    def _describe_nodes(self, record: dict[str, str]) -> list[Node]:
+        """Names from the job's NodeList, addresses from each node's NodeAddr, CPUs from a probe step
+        on every node: the first cpus_per_node CPU ids a step with that many CPUs may run on there."""
+        allocation = self.allocation
+        allocation.node_list = record.get("NodeList", "")
+        allocation.node_names = self.client.hostnames(allocation.node_list)
+        addresses = {r.get("NodeName"): r.get("NodeAddr") or r.get("NodeName") for r in
+                     self.client.node_records(allocation.node_list)}
+        started = time.perf_counter()
+        probe = self.client.run(probe_argv(allocation.job_id, len(allocation.node_names), self.spec.cpus_per_node,
+                                           self.spec.python, allocation.chdir), timeout=PROBE_TIMEOUT_S)
+        self.timings["probe_s"] = time.perf_counter() - started
+        if probe.returncode != 0:
+            allocation.check()
+            raise SlurmError(f"probing the nodes of slurm job {allocation.job_id}: exit {probe.returncode}: "
+                             f"{probe.stderr.strip()[-2000:]}")
+        cpus = parse_probe(probe.stdout)
+        nodes = []
+        for name in allocation.node_names:
+            usable = cpus.get(name)
+            if usable is None or len(usable) < self.spec.cpus_per_node:
+                raise SlurmError(f"node {name} of slurm job {allocation.job_id}: a step may use CPUs {usable}, "
+                                 f"fewer than cpus_per_node={self.spec.cpus_per_node}")
+            nodes.append(Node(name=name, address=addresses.get(name) or name,
+                              cpus=sorted(usable)[:self.spec.cpus_per_node]))
+        return nodes
+
+    def _allocation(self) -> Allocation:
+        if self.allocation is None:
+            raise SlurmError("the slurm provider has no allocation yet: call allocate() first")
+        return self.allocation
+
+    def _name(self, node: Node) -> str:
+        allocation = self._allocation()
+        if node.name not in allocation.node_names:
+            raise ValueError(f"node {node.name!r} is not in slurm job {allocation.job_id} ({allocation.node_list})")
+        return node.name
+
+    # ------------------------------------------------------------------ commands on a node
+
+    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        """argv as a step on the node (srun execs it: no shell, no quoting); the task's exit code."""
+        return self._allocation().step(self._name(node), list(argv), timeout=timeout)
+
+    def inventory(self, node: Node) -> dict:
+        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over)."""
+        return self._allocation().call(self._name(node), INVENTORY, "collect", self.spec.python, cpus=node.cpus)
+
+    def free_port(self, node: Node) -> int:
+        """A port the node's kernel picks on the node's address (free there, not here)."""
+        return int(self._allocation().call(self._name(node), NODE_TOOLS, "free_port", self.spec.python,
+                                           address=node.address))
+
+    def shm_entries(self, node: Node) -> set[str]:
+        return set(self._allocation().call(self._name(node), NODE_TOOLS, "shm_entries", self.spec.python))
+
+    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
+        return self._allocation().call(self._name(node), NODE_TOOLS, "remove_shm_created_since", self.spec.python,
+                                       before=sorted(before))
+
+    # ------------------------------------------------------------------ long-lived processes
+
+    def command(self, node: Node, argv: list[str]) -> list[str]:
+        """The srun command line `start` runs for argv (environment aside), as `plan` prints it."""
+        job = self.job_id if self.job_id is not None else "<job id>"
+        files = remote_files(self.run_dir, 0, "process.log")
+        return step_argv(job, node.name, launch_argv(self.run_dir, files, pinned_argv(node.cpus, list(argv))),
+                         self.spec.remote_dir, cpus=self.spec.cpus_per_node)
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
+              unset: list[str] = ()) -> SlurmProcess:
+        """Start argv on the node as a step of its own, env added and unset removed from the step's
+        environment (the orchestrator's: srun --export=ALL), output to a log in the run's
+        directory there (copied to log_path); returns once the task has printed its PID."""
+        allocation = self._allocation()
+        name = self._name(node)
+        allocation.check()
+        self._sequence += 1
+        sequence = self._sequence
+        files = remote_files(self.run_dir, sequence, Path(log_path).name)
+        mark = f"{self.run_id}.{sequence}"
+        full = env_argv({**env, MARK_VARIABLE: mark}, list(unset)) + pinned_argv(node.cpus, list(argv))
+        step = allocation.argv(name, launch_argv(self.run_dir, files, full), cpus=self.spec.cpus_per_node,
+                               name=f"{self.job_name}.{sequence}")
+        client_log = self._local() / f"{sequence:03d}.srun.log"
+        self._touched.add(name)
+        with open(client_log, "wb") as err:
+            popen = subprocess.Popen(step, env=self.client.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=err, start_new_session=True)
+        line = read_started_line(popen.stdout, popen, START_TIMEOUT_S)
+        if line is None:
+            code = end_group(popen, 10.0)
+            popen.stdout.close()
+            allocation.check()
+            raise start_failure(f"starting {argv[:1]}", name, client_log, code)
+        pid, ticks = parse_started(line)
+        process = SlurmProcess(node=name, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
+                               argv=list(argv), allocation=allocation, client_process=popen, client_log=client_log,
+                               python=self.spec.python, mark=mark)
+        self._started.append(process)
+        return process
+
+    def stop(self, process: SlurmProcess, grace_s: float = 20.0) -> int | None:
+        return process.stop(grace_s=grace_s)
+
+    def _local(self) -> Path:
+        if self._local_dir is None:
+            self._local_dir = Path(tempfile.mkdtemp(prefix=f"sb-slurm-{self.run_id}-"))
+        return self._local_dir
+
+    # ------------------------------------------------------------------ the end of the run
+
+    def stop_leftovers(self) -> int:
+        """Stop every process of this run not yet stopped; return how many there were. After the
+        allocation ended there is nothing to reach on the nodes: their srun clients are ended here."""
+        left = [p for p in self._started if not p.stopped]
+        errors = []
+        for process in left:
+            try:
+                process.stop(grace_s=LEFTOVER_GRACE_S)
+            except AllocationEnded:
+                continue
+            except (SlurmError, subprocess.TimeoutExpired) as exc:
+                errors.append(f"{process.node} pid {process.pid}: {exc}")
+                process.end_client(0.0)
+        if errors:
+            raise SlurmError("could not stop every process of the run:\n  " + "\n  ".join(errors))
+        return len(left)
+
+    def client_pids(self) -> list[int]:
+        """Local srun clients of this run's processes still running."""
+        return [p.client_pid for p in self._started if p.client_process.poll() is None]
+
+    def release(self) -> None:
+        """Stop what is left (the processes started, then anything on a node that still carries the
+        run's mark), remove the run's directory on each node, cancel the job and wait until squeue
+        no longer lists it; the job's state at that moment is `released_state`."""
+        if self.allocation is None or self.allocation.released:
+            self._remove_local()
+            return
+        allocation = self.allocation
+        errors = []
+        try:
+            self.stop_leftovers()
+        except SlurmError as exc:
+            errors.append(str(exc))
+        try:
+            state = allocation.state(settle_s=0.0)
+        except SlurmError as exc:  # the controller does not answer: still try to cancel below
+            errors.append(str(exc))
+            state = "UNKNOWN"
+        if state == "RUNNING":
+            errors += self._clean_nodes()
+        started = time.perf_counter()
+        try:
+            if self.client.queued(allocation.job_id):
+                self.client.scancel(allocation.job_id)
+            self._wait_gone(allocation.job_id)
+        except SlurmError as exc:
+            errors.append(str(exc))
+        self.timings["release_s"] = time.perf_counter() - started
+        if state not in ("RUNNING", "UNKNOWN"):
+            state = allocation.state(settle_s=5.0)  # it ended from outside: its final state shows by now
+        allocation.mark_released(state)
+        self.released_state = state if state != "RUNNING" else "RELEASED"
+        for process in self._started:
+            if process.client_process.poll() is None:
+                process.end_client(0.0)
+        self._remove_local()
+        if errors:
+            raise SlurmError(f"releasing slurm job {allocation.job_id}:\n  " + "\n  ".join(errors))
+
+    def _clean_nodes(self) -> list[str]:
+        errors = []
+        for name in sorted(self._touched):
+            try:
+                self.allocation.call(name, NODE_TOOLS, "stop_marked", self.spec.python, prefix=f"{self.run_id}.",
+                                     grace_s=LEFTOVER_GRACE_S)
+                self.allocation.checked(name, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
+            except AllocationEnded:
+                break
+            except (SlurmError, subprocess.TimeoutExpired) as exc:
+                errors.append(str(exc))
+        self._touched.clear()
+        return errors
+
+    def _wait_gone(self, job_id: int) -> None:
+        deadline = time.monotonic() + RELEASE_TIMEOUT_S
+        while self.client.queued(job_id):
+            if time.monotonic() >= deadline:
+                raise SlurmError(f"slurm job {job_id} still listed by squeue {RELEASE_TIMEOUT_S:.0f} s after scancel")
+            time.sleep(0.1)
+
+    def _cancel(self, job_id: int) -> None:
+        try:
+            self.client.scancel(job_id)
+            self._wait_gone(job_id)
+        except SlurmError:
+            pass
+
+    def _cancel_named(self) -> None:
+        """A salloc that failed or was stopped may still have left its job: cancel it by the run's job name."""
+        try:
+            for job_id in self.client.jobs_named(self.job_name):
+                self._cancel(job_id)
+        except SlurmError:
+            pass
+
+    def _remove_local(self) -> None:
+        if self._local_dir is not None:
+            shutil.rmtree(self._local_dir, ignore_errors=True)
+            self._local_dir = None
+
+
+__all__ = ["AllocationEnded", "SlurmError", "SlurmProcess", "SlurmProvider", "SlurmProviderSpec"]

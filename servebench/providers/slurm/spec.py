@@ -1,0 +1,116 @@
+"""The campaign's `provider:` block for nodes allocated by a Slurm controller (docs/slurm-provider.md).
+
+```yaml
+provider:
+  kind: slurm
+  nodes: 2
+  cpus_per_node: 4
+  partition: testbed
+  time_limit: "00:30:00"
+  # optional:
+  account: myproject
+  nodelist: [h1, h2]                # exactly these nodes (names known to `plan` before allocating)
+  slurm_conf: /etc/slurm/slurm.conf # the controller's config for the Slurm clients (SLURM_CONF)
+  client_env: {SLURM_CLUSTERS: c1}  # more environment for salloc/srun/scontrol/scancel
+```
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from servebench.campaign.schema import NodeSpec, ProviderSpecBase, stringify_env
+
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
+# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and "infinite"/"unlimited", refused: an
+# allocation must end by itself if the orchestrator dies).
+TIME_LIMIT_PATTERN = r"^(\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?|\d+(:\d{1,2}(:\d{1,2})?)?)$"
+
+
+class SlurmProviderSpec(ProviderSpecBase):
+    kind: Literal["slurm"] = "slurm"
+    nodes_field: ClassVar[str] = "nodes"        # a count here: problems about node i point at it
+    nodes_on_this_host: ClassVar[bool] = False  # the load generator's CPUs are the orchestrator's, not a node's
+    nodes: int = Field(ge=1, description="How many nodes to allocate (salloc --nodes).")
+    cpus_per_node: int = Field(ge=1, description="CPUs allocated on each node (one task per node with this "
+                               "many CPUs); the node's CPU ids are the first this many a step there may use.")
+    partition: str | None = Field(None, pattern=SLURM_NAME_PATTERN, description="Default: the cluster's.")
+    time_limit: str = Field(description="The allocation's wall-clock limit "
+                            "(salloc --time), e.g. '30' (minutes), '01:30:00', '1-00:00:00'.")
+    account: str | None = Field(None, pattern=SLURM_NAME_PATTERN)
+    nodelist: list[str] | None = Field(None, description="Allocate exactly these nodes (salloc --nodelist); "
+                                       "their names are then known before allocating.")
+    exclusive: bool = Field(False, description="Allocate whole nodes (salloc --exclusive).")
+    salloc_args: list[str] = Field(default_factory=list, description="More salloc options, e.g. "
+                                   "['--qos=short', '--constraint=x86'].")
+    slurm_conf: Path | None = Field(None, description="slurm.conf of the controller, for the Slurm clients "
+                                    "(SLURM_CONF); default: the client's own.")
+    client_env: dict[str, str] = Field(default_factory=dict, description="Environment added to every Slurm "
+                                       "client command (salloc, srun, scontrol, squeue, scancel).")
+    allocate_timeout_s: int = Field(300, ge=1, le=86400, description="Seconds to wait for the allocation "
+                                    "(salloc --immediate); then it is given up and cancelled.")
+    remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",
+                            description="Where each run's directory (logs, PIDs, exit codes) is made on every node.")
+    python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
+                        description="The Python 3 on the nodes (runs inventory, ports, /dev/shm and process tools).")
+
+    @field_validator("client_env", mode="before")
+    @classmethod
+    def _env_strings(cls, value):
+        return stringify_env(value)
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _minutes(cls, value):
+        """A bare number is minutes (`time_limit: 30`). Quote times with colons: YAML reads an
+        unquoted 1:30 as the base-60 number 90."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("time_limit")
+    @classmethod
+    def _slurm_time(cls, value: str) -> str:
+        if not re.match(TIME_LIMIT_PATTERN, value):
+            raise ValueError(f"{value!r} is not a Slurm time: give minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S "
+                             "(not infinite: the allocation must end by itself if the orchestrator dies)")
+        return value
+
+    @field_validator("nodelist")
+    @classmethod
+    def _node_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        for name in value:
+            if not re.match(SLURM_NAME_PATTERN, name):
+                raise ValueError(f"node name {name!r}: letters, digits, '_', '.', '-' (not first)")
+        if len(set(value)) != len(value):
+            raise ValueError(f"node names repeat: {value}")
+        return value
+
+    @field_validator("salloc_args")
+    @classmethod
+    def _options_only(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if not arg.startswith("-"):
+                raise ValueError(f"{arg!r}: give options in their --name=value form")
+        return value
+
+    @model_validator(mode="after")
+    def _nodelist_matches(self) -> "SlurmProviderSpec":
+        if self.nodelist is not None and len(self.nodelist) != self.nodes:
+            raise ValueError(f"nodelist names {len(self.nodelist)} node(s) but nodes is {self.nodes}")
+        return self
+
+    def node_names(self) -> list[str]:
+        """The nodelist, or placeholders `node1`... until an allocation names the real ones."""
+        return list(self.nodelist) if self.nodelist else [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    def node_specs(self) -> list[NodeSpec]:
+        return [NodeSpec(name=name, cpus=list(range(self.cpus_per_node))) for name in self.node_names()]
+
+    @property
+    def total_cpus(self) -> int:
+        return self.nodes * self.cpus_per_node

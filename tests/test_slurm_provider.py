@@ -1,0 +1,372 @@
+"""The slurm provider (issue 15, item 3): its command lines, parsers and node-side scripts without
+a cluster, then everything against a testbed of 2 real hosts with a real Slurm controller
+(allocate, steps on each node, inventory, ports, a process tree started, watched and stopped on
+its node, an allocation cancelled from outside, release).
+
+The testbed half needs root and the testbed's Debian packages (docs/testbed.md); without them
+it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from servebench.providers.base import Node
+from servebench.providers.slurm import AllocationEnded, SlurmError, SlurmProvider
+from servebench.providers.slurm.argv import (
+    client_env, ended_message, job_state, launch_argv, parse_granted, parse_probe, parse_record, parse_records,
+    parse_started, parse_status, probe_argv, remote_files, remote_run_dir, salloc_argv, status_argv, step_argv,
+    strip_srun_noise,
+)
+from servebench.providers.slurm.spec import SlurmProviderSpec
+from servebench.testbed import enter_argv, slurm_client_env
+from tests.support.testbed import own_testbed
+
+TIMEOUT_S = 60
+
+
+def spec_of(**fields) -> SlurmProviderSpec:
+    return SlurmProviderSpec.model_validate({"kind": "slurm", "nodes": 2, "cpus_per_node": 1, "time_limit": "10",
+                                             **fields})
+
+
+# ---------------------------------------------------------------------------- the campaign's block
+
+def test_spec_reads_the_block_and_gives_node_specs():
+    spec = spec_of(nodes=3, cpus_per_node=4, partition="batch", time_limit="1-02:00:00", account="proj",
+                   client_env={"SLURM_CLUSTERS": "c1", "X": 1})
+    assert [(n.name, n.cpus) for n in spec.node_specs()] == [(f"node{i}", [0, 1, 2, 3]) for i in (1, 2, 3)]
+    assert spec.total_cpus == 12 and spec.client_env == {"SLURM_CLUSTERS": "c1", "X": "1"}
+    assert [n.name for n in spec_of(nodelist=["h1", "h3"]).node_specs()] == ["h1", "h3"]
+    assert SlurmProviderSpec.nodes_on_this_host is False and SlurmProviderSpec.nodes_field == "nodes"
+    for time_limit in ("30", "1:30", "01:30:00", "2-0", "2-12:00"):
+        assert spec_of(time_limit=time_limit).time_limit == time_limit
+    assert spec_of(time_limit=45).time_limit == "45"  # minutes
+    for bad in ({"time_limit": "infinite"}, {"time_limit": "1h"}, {"partition": "-x"}, {"account": "a b"},
+                {"nodes": 0}, {"cpus_per_node": 0}, {"nodelist": ["h1"]}, {"nodelist": ["h1", "h1"]},
+                {"nodelist": ["h1", "-w"]}, {"salloc_args": ["qos"]}, {"typo": 1}):
+        with pytest.raises(ValidationError):
+            spec_of(**bad)
+
+
+def test_spec_problems_are_sanity_checks(tmp_path):
+    assert SlurmProvider.spec_problems(spec_of(), {0}) == []
+    missing = SlurmProvider.spec_problems(spec_of(slurm_conf=str(tmp_path / "no.conf")), {0})
+    assert [path for path, _ in missing] == [("provider", "slurm_conf")]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    both = SlurmProvider.spec_problems(spec_of(slurm_conf=str(conf), client_env={"SLURM_CONF": "/other"}), {0})
+    assert [path for path, _ in both] == [("provider", "client_env", "SLURM_CONF")]
+
+
+def test_nodes_before_allocating_and_no_step_without_an_allocation():
+    provider = SlurmProvider(spec_of(cpus_per_node=2), run_id="ab12cd34")
+    assert provider.nodes() == [Node(name=name, address="", cpus=[0, 1]) for name in ("node1", "node2")]
+    assert provider.job_id is None and provider.node_list is None and provider.allocation_state() == "NOT_ALLOCATED"
+    command = provider.command(provider.nodes()[0], ["echo", "x y"])
+    assert command[:3] == ["srun", "--overlap", "--jobid=<job id>"] and "--nodelist=node1" in command
+    assert command[-5:] == ["taskset", "-c", "0-1", "echo", "x y"] and "--cpus-per-task=2" in command
+    with pytest.raises(SlurmError, match="no allocation yet"):
+        provider.run(provider.nodes()[0], ["true"])
+    provider.release()  # nothing allocated: nothing to do
+
+
+# ---------------------------------------------------------------------------- command lines and parsers (pure)
+
+def test_salloc_argv():
+    argv = salloc_argv(spec_of(nodes=2, cpus_per_node=3, partition="p", account="a", time_limit="5",
+                               nodelist=["h1", "h2"], exclusive=True, salloc_args=["--qos=short"],
+                               allocate_timeout_s=30), "servebench-ab12")
+    assert argv == ["salloc", "--no-shell", "--job-name=servebench-ab12", "--nodes=2", "--ntasks-per-node=1",
+                    "--cpus-per-task=3", "--time=5", "--immediate=30", "--partition=p", "--account=a",
+                    "--nodelist=h1,h2", "--exclusive", "--qos=short"]
+    assert "--partition" not in " ".join(salloc_argv(spec_of(), "n"))
+
+
+def test_client_env_drops_the_orchestrators_job_context(tmp_path):
+    environ = {"PATH": "/bin", "SLURM_JOB_ID": "9", "SLURM_CPUS_PER_TASK": "8", "SRUN_CPUS_PER_TASK": "8",
+               "SALLOC_PARTITION": "x", "SLURM_CONF": "/etc/a.conf", "SLURM_CLUSTERS": "c"}
+    assert client_env(environ, spec_of()) == {"PATH": "/bin", "SLURM_CONF": "/etc/a.conf", "SLURM_CLUSTERS": "c"}
+    env = client_env(environ, spec_of(slurm_conf=str(tmp_path / "b.conf"), client_env={"MUNGE": "1"}))
+    assert env["SLURM_CONF"] == str(tmp_path / "b.conf") and env["MUNGE"] == "1"
+
+
+def test_parsers():
+    assert parse_granted("salloc: Pending job allocation 12\nsalloc: Granted job allocation 12\n") == 12
+    assert parse_granted("salloc: error: Job submit/allocate failed: Invalid partition name specified") is None
+    line = ("JobId=7 JobName=servebench-ab JobState=RUNNING Reason=None NodeList=h[1-2] "
+            "Command=(null) Comment=two words here TimeLimit=00:05:00")
+    record = parse_record(line)
+    assert record["NodeList"] == "h[1-2]" and record["Comment"] == "two words here" and job_state(record) == "RUNNING"
+    assert job_state({}) == "UNKNOWN"
+    nodes = parse_records("NodeName=h1 Arch=x86_64 NodeAddr=198.18.0.1 OS=Linux 6.1.0 #1 SMP\n"
+                          "NodeName=h2 NodeAddr=198.18.0.2\n")
+    assert [(n["NodeName"], n["NodeAddr"]) for n in nodes] == [("h1", "198.18.0.1"), ("h2", "198.18.0.2")]
+    assert nodes[0]["OS"] == "Linux 6.1.0 #1 SMP"
+    assert parse_probe('["h2", [0, 1]]\n["h1", [0, 1]]\n') == {"h1": [0, 1], "h2": [0, 1]}
+    assert parse_started("started 123 456") == (123, 456)
+    for bad in ("", "123 456", "started x 1", "srun: error"):
+        with pytest.raises(ValueError):
+            parse_started(bad)
+    assert parse_status("alive\n") == (True, None) and parse_status("exit 7") == (False, 7)
+    assert parse_status("gone") == (False, None)
+
+
+def test_ended_messages_name_the_cause():
+    assert ended_message(7, "CANCELLED", "h[1-2]") == "slurm job 7 on h[1-2]: allocation cancelled"
+    assert ended_message(7, "TIMEOUT", "h1").endswith("allocation ended: TIMEOUT")
+    assert ended_message(7, "NODE_FAIL", "").endswith("slurm job 7: allocation ended: NODE_FAIL")
+    assert "no longer knows" in ended_message(7, "GONE", "h1")
+    assert "released by this run" in ended_message(7, "RELEASED", "h1")
+
+
+def test_step_argv():
+    argv = step_argv(7, "h2", ["printf", "%s", "a b"], "/tmp", cpus=2, name="servebench-x.1")
+    assert argv == ["srun", "--overlap", "--jobid=7", "--nodelist=h2", "--nodes=1", "--ntasks=1", "--export=ALL",
+                    "--mpi=none", "--quiet", "--chdir=/tmp", "--cpus-per-task=2", "--job-name=servebench-x.1", "--",
+                    "printf", "%s", "a b"]
+    probe = probe_argv(7, 3, 2, "python3", "/tmp")
+    assert "--nodes=3" in probe and "--ntasks-per-node=1" in probe and probe[-3:-1] == ["python3", "-c"]
+
+
+def test_strip_srun_noise():
+    stderr = ("real error\nsrun: error: h2: task 0: Exited with exit code 3\nsrun: error: h1: task 0: Terminated\n"
+              "srun: Force Terminated StepId=7.3\nsrun: error: Unable to create step for job 7: x\n")
+    assert strip_srun_noise(stderr) == "real error\nsrun: error: Unable to create step for job 7: x\n"
+
+
+def test_launch_and_status_scripts_here(tmp_path):
+    """The task's scripts are plain sh: run here, they record, report and exit as on a node."""
+    run_dir = str(tmp_path / "run")
+    files = remote_files(run_dir, 1, "p 1.log")
+    assert files.log == f"{run_dir}/001-p_1.log" and files.pid.endswith("001-p_1.pid")
+    result = subprocess.run(launch_argv(run_dir, files, ["sh", "-c", "echo out $0; echo err >&2; exit 3", "x y"]),
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    pid, ticks = parse_started(result.stdout.splitlines()[0])
+    assert result.returncode == 3 and result.stdout.count("\n") == 1  # the command's output went to the log
+    assert Path(files.pid).read_text().split() == [str(pid), str(ticks)]
+    assert Path(files.exit).read_text() == "3\n" and Path(files.log).read_text() == "out x y\nerr\n"
+    assert oct(Path(run_dir).stat().st_mode)[-3:] == "700"
+    status = subprocess.run(status_argv(pid, ticks, files.exit), capture_output=True, text=True).stdout
+    assert parse_status(status) == (False, 3)
+    status = subprocess.run(status_argv(os.getpid(), 1, files.exit + "x"), capture_output=True, text=True).stdout
+    assert parse_status(status) == (False, None)  # a live PID with another start time is not the process
+    assert remote_run_dir("/tmp/", "ab12cd34") == "/tmp/servebench-ab12cd34"
+
+
+# ---------------------------------------------------------------------------- two real hosts
+
+@pytest.fixture(scope="module")
+def testbed():
+    with own_testbed("slm", hosts=2) as layout:
+        yield layout
+
+
+def provider_for(layout, **fields) -> SlurmProvider:
+    return SlurmProvider(spec_of(partition=layout.partition, slurm_conf=str(layout.slurm_conf),
+                                 python="/usr/bin/python3", **fields))
+
+
+@pytest.fixture(scope="module")
+def provider(testbed):
+    provider = provider_for(testbed)
+    try:
+        provider.allocate()
+        yield provider
+    finally:
+        provider.release()
+
+
+def node(provider: SlurmProvider, name: str) -> Node:
+    return next(n for n in provider.nodes() if n.name == name)
+
+
+def slurm(layout, *argv: str) -> subprocess.CompletedProcess:
+    """A Slurm client command from this machine, as a person would type it."""
+    return subprocess.run(list(argv), env=os.environ | slurm_client_env(layout), capture_output=True, text=True,
+                          timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+def wait_until(check, what: str, seconds: float = 20.0):
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def running_on(provider: SlurmProvider, host: str, pid: int) -> bool:
+    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
+    script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
+    return provider.run(node(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
+
+
+def srun_clients(job_id: int) -> list[int]:
+    """Processes on this machine whose command line names the job (srun clients of it), not zombies."""
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"srun") and f"--jobid={job_id}".encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_allocate_records_the_job_and_its_nodes(provider, testbed):
+    print(f"allocation: {', '.join(f'{k} {v * 1000:.0f} ms' for k, v in provider.timings.items())}")
+    assert isinstance(provider.job_id, int) and provider.node_list == "h[1-2]"
+    nodes = provider.allocate()  # again: already held, the same nodes
+    assert [(n.name, n.address, n.cpus) for n in nodes] == [(h.name, h.address, [0]) for h in testbed.hosts]
+    queue = slurm(testbed, "squeue", "-h", "-j", str(provider.job_id), "-o", "%T %j %D")
+    assert queue.stdout.split() == ["RUNNING", provider.job_name, "2"], queue.stderr
+    assert provider.allocation_state() == "RUNNING"
+    record = provider.allocation_record()
+    assert record["job_id"] == provider.job_id and record["node_list"] == "h[1-2]" and len(record["nodes"]) == 2
+
+
+def test_run_on_each_node(provider):
+    for n in provider.nodes():
+        result = provider.run(n, ["hostname"])
+        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, n.name, "")
+    h1 = node(provider, "h1")
+    assert provider.run(h1, ["sh", "-c", "echo oops >&2; exit 3"]).returncode == 3
+    assert provider.run(h1, ["sh", "-c", "echo oops >&2; exit 3"]).stderr == "oops\n"
+    result = provider.run(h1, ["printf", "%s|", "a b", "$HOME", "'q'", "x;hostname", "-w"])
+    assert (result.returncode, result.stdout) == (0, "a b|$HOME|'q'|x;hostname|-w|")
+    with pytest.raises(ValueError, match="not in slurm job"):
+        provider.run(Node(name="h9", address="x", cpus=[0]), ["true"])
+    seconds = []
+    for _ in range(7):
+        started = time.perf_counter()
+        assert provider.run(h1, ["true"]).returncode == 0
+        seconds.append(time.perf_counter() - started)
+    print(f"srun step `true` on h1: median {statistics.median(seconds) * 1000:.0f} ms, "
+          f"min {min(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms")
+
+
+def test_inventory_and_free_port_on_the_node(provider):
+    h2 = node(provider, "h2")
+    facts = provider.inventory(h2)
+    assert facts["hostname"] == "h2" and facts["cpus"] == [0]
+    started = time.perf_counter()
+    port = provider.free_port(h2)
+    print(f"free_port on h2: {(time.perf_counter() - started) * 1000:.0f} ms")
+    bind = f"import socket; s = socket.socket(); s.bind(({h2.address!r}, {port})); print('bound')"
+    result = provider.run(h2, ["/usr/bin/python3", "-c", bind])
+    assert (result.returncode, result.stdout.strip()) == (0, "bound"), result.stderr
+    assert h2.address not in _local_addresses()  # bound in the node's network, not here
+
+
+def _local_addresses() -> set[str]:
+    out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    return {line.split()[3].split("/")[0] for line in out.splitlines()}
+
+
+def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
+    h2 = node(provider, "h2")
+    script = ("import os, sys, time\nprint('env', os.environ.get('SB_X'), os.environ.get('HOME'), flush=True)\n"
+              "child = os.fork()\nif child == 0:\n    os.setsid()\n    time.sleep(60)\n    sys.exit()\n"
+              "print('pids', os.getpid(), child, flush=True)\ntime.sleep(60)\n")
+    log = tmp_path / "tree.log"
+    started = time.perf_counter()
+    process = provider.start(h2, ["/usr/bin/python3", "-c", script], {"SB_X": "a,b c"}, log, unset=["HOME"])
+    print(f"start on h2 (until the PID line): {(time.perf_counter() - started) * 1000:.0f} ms")
+    started = time.perf_counter()
+    assert process.alive()
+    print(f"alive(): {(time.perf_counter() - started) * 1000:.0f} ms")
+    assert running_on(provider, "h2", process.pid)
+    pids = wait_until(lambda: [line.split()[1:] for line in process.fetch_log().read_text().splitlines()
+                               if line.startswith("pids")], "the process to print its pids")[0]
+    python_pid, child_pid = map(int, pids)
+    process.remember_descendants()
+    assert {python_pid, child_pid} <= set(map(int, process.known_descendants))
+    assert running_on(provider, "h2", child_pid)
+    started = time.perf_counter()
+    code = provider.stop(process, grace_s=1.0)
+    print(f"stopped in {time.perf_counter() - started:.2f} s, exit code {code}")
+    assert code == 128 + signal.SIGTERM  # python died of the SIGTERM to its group; the wrapper recorded it
+    for pid in (process.pid, python_pid, child_pid):
+        assert not running_on(provider, "h2", pid), f"pid {pid} still runs on h2"
+    assert not process.alive() and process.exit_code() == code and process.client_process.poll() is not None
+    assert "env a,b c None" in log.read_text()  # HOME came with the orchestrator's environment; unset took it out
+
+
+def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
+    h1 = node(provider, "h1")
+    process = provider.start(h1, ["sh", "-c", "echo bye from $(hostname); exit 7"], {}, tmp_path / "short.log")
+    wait_until(lambda: not process.alive(), "the process to end")
+    assert process.exit_code() == 7
+    assert (tmp_path / "short.log").read_text() == "bye from h1\n"  # copied when it was seen to end
+    assert provider.stop(process, grace_s=1.0) == 7
+
+
+def test_a_job_cancelled_from_outside_fails_every_call_with_the_cause(testbed, tmp_path):
+    provider = provider_for(testbed, nodes=1)
+    try:
+        n = provider.allocate()[0]
+        process = provider.start(n, ["sleep", "60"], {}, tmp_path / "sleep.log")
+        assert process.alive()
+        assert slurm(testbed, "scancel", str(provider.job_id)).returncode == 0  # someone else cancels the job
+        with pytest.raises(AllocationEnded, match="allocation cancelled") as ended:
+            wait_until(lambda: not process.alive(), "the cancelled step to end")
+        assert ended.value.state == "CANCELLED" and ended.value.job_id == provider.job_id
+        with pytest.raises(AllocationEnded, match=f"slurm job {provider.job_id} on {n.name}: allocation cancelled"):
+            provider.run(n, ["true"])
+        with pytest.raises(AllocationEnded, match="allocation cancelled"):
+            provider.start(n, ["true"], {}, tmp_path / "never.log")
+        assert provider.allocation_state() == "CANCELLED"
+    finally:
+        provider.release()
+    assert provider.released_state == "CANCELLED"
+    assert slurm(testbed, "squeue", "-h", "-j", str(provider.job_id)).stdout.strip() == ""
+    assert srun_clients(provider.job_id) == []
+
+
+def test_an_allocation_the_cluster_cannot_give_is_refused_with_slurms_words(testbed):
+    """More CPUs per node than a node has: the controller refuses at once or queues the job; either
+    way salloc gives up within allocate_timeout_s and no job of the run is left."""
+    provider = provider_for(testbed, cpus_per_node=testbed.cpus + 1, allocate_timeout_s=2)
+    started = time.perf_counter()
+    with pytest.raises(SlurmError, match=r"no allocation of 2 node\(s\) x \d+ CPUs: salloc exit 1: .*"
+                                         r"(not available|can not be satisfied|Unable to allocate)"):
+        provider.allocate()
+    print(f"refused in {time.perf_counter() - started:.1f} s")
+    assert provider.job_id is None
+    assert slurm(testbed, "squeue", "-h", "-n", provider.job_name).stdout.strip() == ""
+    provider.release()
+
+
+def test_release_stops_leftovers_cancels_the_job_and_leaves_nothing(testbed, tmp_path):
+    provider = provider_for(testbed)
+    provider.allocate()
+    job_id = provider.job_id
+    h1 = node(provider, "h1")
+    left = provider.start(h1, ["sleep", "60"], {}, tmp_path / "left.log")
+    assert provider.run(h1, ["test", "-d", provider.run_dir]).returncode == 0
+    assert left.client_pid in srun_clients(job_id)  # (srun forks a helper with the same command line)
+    started = time.perf_counter()
+    provider.release()
+    print(f"release (stop 1 process, clean 1 node, scancel, wait gone): {time.perf_counter() - started:.2f} s")
+    assert provider.released_state == "RELEASED" and provider.allocation_state() == "RELEASED"
+    assert slurm(testbed, "squeue", "-h", "-j", str(job_id)).stdout.strip() == ""
+    assert srun_clients(job_id) == [] and provider.client_pids() == []
+    host = testbed.host("h1")
+    on_h1 = subprocess.run(enter_argv(testbed, host) + ["sh", "-c", f'test -e {provider.run_dir} || echo gone; '
+                                                        f'kill -0 {left.pid} 2>/dev/null && '
+                                                        f'! grep -q "^State:.*Z" /proc/{left.pid}/status && echo runs'],
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert on_h1.stdout.split() == ["gone"], on_h1.stderr
+    with pytest.raises(AllocationEnded, match="released by this run"):
+        provider.run(h1, ["true"])
+    provider.release()  # twice: nothing more to do
