@@ -233,7 +233,10 @@ def test_allocation_overlap_step_and_cancel(testbed):
 def test_batch_job(testbed):
     layout, _ = testbed
     out = layout.state_dir / "batch.out"
-    submitted = machine(layout, "sbatch", "--parsable", "-N3", "-o", str(out), "--wrap", "srun hostname")
+    # the job runs in a directory every host sees (this checkout may sit under the machine's /tmp, which the
+    # hosts do not share)
+    submitted = machine(layout, "sbatch", "--parsable", "-N3", "--chdir", str(layout.state_dir), "-o", str(out),
+                        "--wrap", "srun hostname")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 30
