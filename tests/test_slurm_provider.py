@@ -28,7 +28,7 @@ from servebench.providers.slurm.argv import (
 )
 from servebench.providers.slurm.spec import SlurmProviderSpec
 from servebench.testbed import enter_argv, slurm_client_env
-from tests.support.testbed import own_testbed
+from tests.support.testbed import allocated, node_named, own_testbed, running_on, wait_until
 
 TIMEOUT_S = 60
 
@@ -177,36 +177,18 @@ def provider_for(layout, **fields) -> SlurmProvider:
 
 @pytest.fixture(scope="module")
 def provider(testbed):
-    provider = provider_for(testbed)
-    try:
-        provider.allocate()
-        yield provider
-    finally:
-        provider.release()
+    with allocated(provider_for(testbed)) as held:
+        yield held
 
 
 def node(provider: SlurmProvider, name: str) -> Node:
-    return next(n for n in provider.nodes() if n.name == name)
+    return node_named(provider, name)
 
 
 def slurm(layout, *argv: str) -> subprocess.CompletedProcess:
     """A Slurm client command from this machine, as a person would type it."""
     return subprocess.run(list(argv), env=os.environ | slurm_client_env(layout), capture_output=True, text=True,
                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-
-
-def wait_until(check, what: str, seconds: float = 20.0):
-    deadline = time.monotonic() + seconds
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
-        time.sleep(0.1)
-    return value
-
-
-def running_on(provider: SlurmProvider, host: str, pid: int) -> bool:
-    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
-    script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
-    return provider.run(node(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
 
 
 def srun_clients(job_id: int) -> list[int]:

@@ -32,7 +32,7 @@ from servebench.providers.ssh.argv import (
 from servebench.providers.ssh.spec import SshProviderSpec
 from servebench.providers.ssh.transport import SshError, control_dir_for
 
-from tests.support.testbed import own_testbed
+from tests.support.testbed import allocated, node_named, own_testbed, running_on, wait_until
 
 TIMEOUT_S = 60
 
@@ -203,30 +203,12 @@ def provider_for(layout, **fields) -> SshProvider:
 
 @pytest.fixture(scope="module")
 def provider(testbed):
-    provider = provider_for(testbed)
-    try:
-        provider.allocate()
-        yield provider
-    finally:
-        provider.release()
+    with allocated(provider_for(testbed)) as held:
+        yield held
 
 
 def node(provider: SshProvider, name: str) -> Node:
-    return next(n for n in provider.nodes() if n.name == name)
-
-
-def wait_until(check, what: str, seconds: float = 20.0):
-    deadline = time.monotonic() + seconds
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
-        time.sleep(0.1)
-    return value
-
-
-def running_on(provider: SshProvider, host: str, pid: int) -> bool:
-    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
-    script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
-    return provider.run(node(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
+    return node_named(provider, name)
 
 
 def test_allocate_inventory_and_run(provider, testbed):

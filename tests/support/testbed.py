@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from typing import Iterator
 
 import pytest
@@ -51,3 +52,33 @@ def own_testbed(prefix: str, hosts: int) -> Iterator[Layout]:
     finally:
         down = run_testbed_cli("down", "--name", name)
         print(f"testbed {name} down: {down.stdout}{down.stderr}")
+
+
+@contextlib.contextmanager
+def allocated(provider) -> Iterator:
+    """A provider holding its nodes for the test module, released afterwards whatever happens."""
+    try:
+        provider.allocate()
+        yield provider
+    finally:
+        provider.release()
+
+
+def node_named(provider, name: str):
+    """The provider's node of that name."""
+    return next(n for n in provider.nodes() if n.name == name)
+
+
+def wait_until(check, what: str, seconds: float = 20.0):
+    """check()'s first truthy value, polled every 0.1 s; fails naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def running_on(provider, host: str, pid: int) -> bool:
+    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
+    script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
+    return provider.run(node_named(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
