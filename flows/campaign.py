@@ -8,6 +8,7 @@ what was measured stays in the warehouse.
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,9 @@ from servebench.providers import Provider, get_provider, get_provider_class
 from servebench.serving.correctness import GateAnswer, GateResult, blocks_cells
 from servebench.serving.server import Server, exit_codes, is_healthy
 from tasks.build import build_engine
-from tasks.land import land_build, land_cell, land_nodes, land_run_start, land_run_update, land_server, session
+from tasks.distribute import place_artifacts
+from tasks.land import (land_build, land_cell, land_nodes, land_placements, land_run_start, land_run_update,
+                        land_server, session)
 from tasks.load import cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.provision import provision
@@ -123,8 +126,10 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     """Provision the nodes, build the engine, prepare the model, start the shared services."""
     campaign, wh = ctx.campaign, ctx.warehouse
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
-    nodes, inventories = provision(ctx.provider)
-    land_nodes(wh, ctx.run_id, nodes, inventories)
+    nodes, inventories, offsets = provision(ctx.provider)
+    land_nodes(wh, ctx.run_id, nodes, inventories, offsets)
+    land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind,
+                    allocation=json.dumps(ctx.provider.allocation_record()))
     reporter().stage("building the engine")
     build = build_engine(ctx.engine.build_recipe(campaign.engine))
     land_build(wh, ctx.run_id, build)
@@ -132,9 +137,13 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
     land_run_update(wh, ctx.run_id, model_path=model_dir)
     ctx.vocab = vocab_size(Path(model_dir))
+    reporter().stage("placing the engine build and the model on every node")
+    placements, tools_dir = place_artifacts(ctx.provider, nodes, inventories, build, model_dir)
+    land_placements(wh, ctx.run_id, [p.model_dump() for p in placements])
     reporter().cells_planned(len(ctx.plan.cells))
     ctx.deployment = Deployment(campaign=campaign, engine=ctx.engine, provider=ctx.provider, nodes=nodes, build=build,
-                                model_dir=model_dir, served_name=ctx.served_name, run_dir=str(ctx.run_dir))
+                                model_dir=model_dir, served_name=ctx.served_name, run_dir=str(ctx.run_dir),
+                                tools_dir=tools_dir, clock_offsets=offsets)
     reporter().stage("starting the services the modes share, if any")
     shared = start_shared_services(ctx.engine, campaign, nodes, build, ctx.provider, str(ctx.run_dir))
     return replace(ctx.deployment, shared=shared)

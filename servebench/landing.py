@@ -71,11 +71,22 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
         conflict="on conflict (build_key) do nothing")
 
 
-def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict) -> None:
+def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict,
+              clock_offset_s: float | None = None) -> None:
     facts_columns = ("hostname", "cpus", "cpu_model", "arch", "logical_cores", "physical_cores", "numa_nodes",
                      "mem_total_bytes", "kernel", "isa_flags")
-    insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, **{c: facts[c] for c in facts_columns}),
+    insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, clock_offset_s=clock_offset_s,
+                                  **{c: facts[c] for c in facts_columns}),
                conflict="or replace")
+
+
+def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: list[dict]) -> None:
+    """How each tree reached each node (`servebench.build.distribute.TreePlacement` dumps)."""
+    by_node: dict[str, list[dict]] = {}
+    for placement in placements:
+        by_node.setdefault(placement["node"], []).append({k: v for k, v in placement.items() if k != "node"})
+    for node, rows in by_node.items():
+        con.execute("update nodes set placements = ? where run_id = ? and node = ?", [json.dumps(rows), run_id, node])
 
 
 def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,

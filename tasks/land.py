@@ -39,10 +39,18 @@ def land_run_update(path: str, run_id: str, **fields) -> None:
 
 
 @task(name="land-nodes", cache_policy=NONE)
-def land_nodes(path: str, run_id: str, nodes, inventories: dict[str, dict]) -> None:
+def land_nodes(path: str, run_id: str, nodes, inventories: dict[str, dict],
+               clock_offsets: dict[str, float | None] | None = None) -> None:
     with session(path) as con:
         for node in nodes:
-            landing.land_node(con, run_id, node.name, node.address, inventories[node.name])
+            landing.land_node(con, run_id, node.name, node.address, inventories[node.name],
+                              (clock_offsets or {}).get(node.name))
+
+
+@task(name="land-placements", cache_policy=NONE)
+def land_placements(path: str, run_id: str, placements: list[dict]) -> None:
+    with session(path) as con:
+        landing.land_placements(con, run_id, placements)
 
 
 @task(name="land-build", cache_policy=NONE)

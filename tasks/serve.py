@@ -3,7 +3,7 @@ correctness gate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
@@ -32,6 +32,8 @@ class Deployment:
     served_name: str
     run_dir: str
     shared: SharedServices | None = None
+    tools_dir: str | None = None                   # the node tools (sampler), the same path on every node
+    clock_offsets: dict[str, float | None] = field(default_factory=dict)  # node -> wall clock ahead of ours
 
 
 @task(name="start-server", cache_policy=NONE)

@@ -14,6 +14,7 @@ from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
 from servebench.providers import Node, NodeProcess, Provider
 from servebench.serving.server import Server
+from servebench.telemetry.timebase import rewrite_in_orchestrator_time
 
 if TYPE_CHECKING:
     from tasks.serve import Deployment
@@ -26,6 +27,7 @@ class Telemetry:
     scraper: ManagedProcess | None = None                            # on the orchestrator
     node_files: list[Path] = field(default_factory=list)
     server_files: list[Path] = field(default_factory=list)
+    remote_samples: dict[Path, tuple[Path, float]] = field(default_factory=dict)  # samples <- (raw log, clock offset)
 
 
 def engine_pids(server: Server, nodes: list[Node], shared_pids: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -48,10 +50,19 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     pids_by_node = engine_pids(server, d.nodes, shared)
     for node in d.nodes:
         path = out / f"{server.mode}.node.{node.name}.jsonl"
-        argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", "--node", node.name,
-                "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids_by_node[node.name])),
-                "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", str(path)]
-        telemetry.node_processes.append(d.provider.start(node, argv, {}, out / f"{server.mode}.node.{node.name}.log"))
+        flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus),
+                 "--pids", ",".join(map(str, pids_by_node[node.name])), "--hz", f"{d.campaign.telemetry.node_hz:g}"]
+        offset = d.clock_offsets.get(node.name)
+        if offset is None:  # this host: the project's python, samples straight into the run directory
+            argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
+            process = d.provider.start(node, argv, {}, out / f"{server.mode}.node.{node.name}.log")
+        else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
+            # samples go to stdout, which the provider brings back as the process's log
+            raw = out / f"{server.mode}.node.{node.name}.raw.jsonl"
+            argv = [d.build.python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
+            process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or ""}, raw)
+            telemetry.remote_samples[path] = (raw, offset)
+        telemetry.node_processes.append(process)
         telemetry.node_files.append(path)
     path = out / f"{server.mode}.server.jsonl"
     metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
@@ -66,5 +77,7 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
 def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     for process in telemetry.node_processes:
         provider.stop(process, grace_s=5)
+    for path, (raw, offset) in telemetry.remote_samples.items():
+        rewrite_in_orchestrator_time(raw, path, offset)
     if telemetry.scraper is not None:
         telemetry.scraper.stop(grace_s=5)

@@ -14,6 +14,7 @@ import pytest
 from servebench.engines.vllm import ray_cluster
 from servebench.processes import ManagedProcess
 from servebench.providers import Node
+from servebench.providers.this_host import ThisHostProcesses
 from servebench.engines.vllm.ray_cluster import (RAY_STARTUP_ENV, NodeStartFailure, RayClusterError, node_log_files,
                                     plan_cluster, ray_startup_env, replan_node, should_retry, start_cluster,
                                     start_failure_message, tail_lines)
@@ -164,10 +165,12 @@ TIMES_OUT = ("import subprocess, sys, time\n"
 BROKEN = "import sys; print(\"ModuleNotFoundError: No module named 'ray'\", flush=True); sys.exit(1)"
 
 
-class StandInProvider:
-    """Runs scripts[node name][attempt - 1] for each `ray start`; stops by PID like the real one."""
+class StandInProvider(ThisHostProcesses):
+    """Runs scripts[node name][attempt - 1] for each `ray start`; stops by PID like the real one;
+    ports, files and /dev/shm are this host's."""
 
     def __init__(self, scripts: dict[str, list[str]]):
+        super().__init__()
         self.scripts = scripts
         self.started: list[tuple[str, int, ManagedProcess]] = []   # node, node-manager port, process
 
@@ -178,10 +181,10 @@ class StandInProvider:
         self.started.append((node.name, int(flag(argv, "--node-manager-port")), process))
         return process
 
-    def stop(self, process):
+    def stop(self, process, grace_s=2.0):
         return process.stop(grace_s=2)
 
-    def alive_ports(self, engine_python, address):
+    def alive_ports(self, provider, head, engine_python, address):
         """As the GCS would list them: running, and said so."""
         return {port for _, port, process in self.started
                 if process.alive() and "Ray runtime started." in process.log_path.read_text()}

@@ -86,5 +86,28 @@ class Provider(Protocol):
     def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
         """Remove the node's /dev/shm entries that appeared since `before` and no process uses."""
 
+    def free_port_range(self, node: Node, size: int) -> int:
+        """The first of `size` consecutive TCP ports free on the node's address, chosen on the node."""
+
+    def shares(self, path: str) -> bool:
+        """Whether `path` on this host is the same file tree on the node (this host itself, or a
+        file system the campaign declares shared): then nothing is copied there."""
+
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        """Copy the directory `local` to `remote` on the node, replacing it once complete."""
+
+    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
+        """Copy the node's directory `remote` into `local`; False if it is not there."""
+
+    def tree_digest(self, node: Node, path: str) -> str | None:
+        """`node_tools.tree_digest` of a directory, computed on the node (None: no such directory)."""
+
+    def clock_offset(self, node: Node) -> float | None:
+        """Seconds the node's wall clock is ahead of this host's; None when the node is this host
+        (one clock: its monotonic readings compare with the load generator's directly)."""
+
+    def allocation_record(self) -> dict:
+        """What the run lands about what was allocated (a Slurm job id and node list, the hosts)."""
+
     def release(self) -> None:
         """Stop what is still running of this run and give back what was allocated."""

@@ -241,3 +241,59 @@ def remove_shm_created_since(before: list[str]) -> list[str]:
         except OSError:
             continue
     return removed
+
+
+def free_port_range(address: str, size: int, attempts: int = 50) -> int:
+    """The first of `size` consecutive ports free at the node's address now (a kernel-picked base,
+    every port of the range checked by binding it)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for _ in range(attempts):
+        base = free_port(address)
+        if base + size > 65535:
+            continue
+        if all(_bindable(family, address, base + offset) for offset in range(size)):
+            return base
+    raise RuntimeError(f"no {size} consecutive free ports found at {address}")
+
+
+def _bindable(family: int, address: str, port: int) -> bool:
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, port))
+            return True
+        except OSError:
+            return False
+
+
+def tree_digest(path: str) -> str | None:
+    """sha256 over a directory tree: every entry's relative path and kind, a symlink's target, a
+    file's mode bit for execution and its content. None if the path is not a directory. The same
+    function runs on the orchestrator and on each node, so equal digests mean equal trees."""
+    import hashlib
+
+    if not os.path.isdir(path):
+        return None
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        rel_root = os.path.relpath(root, path)
+        for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            full = os.path.join(root, name)
+            rel = os.path.normpath(os.path.join(rel_root, name))
+            if os.path.islink(full):
+                digest.update(b"L" + rel.encode() + b"\0" + os.readlink(full).encode() + b"\0")
+                continue
+            if "__pycache__" in rel.split(os.sep) or name.endswith(".pyc"):
+                continue  # written by whoever runs the tree first: not part of what was built
+            info = os.stat(full)
+            digest.update(b"F" + rel.encode() + b"\0" + (b"x" if info.st_mode & 0o111 else b"-"))
+            with open(full, "rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def wall_clock() -> float:
+    """The node's wall clock (for the orchestrator's clock-offset estimate)."""
+    return time.time()

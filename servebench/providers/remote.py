@@ -4,7 +4,11 @@ started process leaves (PID, exit code, log), and the status script's answer."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 from servebench.cpus import format_cpu_list
 
@@ -86,3 +90,66 @@ def remote_files(run_dir: str, sequence: int, log_name: str) -> RemoteFiles:
 def remote_run_dir(remote_dir: str, run_id: str) -> str:
     """The run's directory on every node: PIDs, exit codes and logs of the processes it starts."""
     return f"{remote_dir.rstrip('/') or ''}/servebench-{check_run_id(run_id)}"
+
+
+# ---------------------------------------------------------------------- files and clocks
+
+PUT_SCRIPT = """\
+set -e
+target=$1; part="$1.part-$2"
+rm -rf "$part"; mkdir -p "$part"
+tar -C "$part" -xf -
+rm -rf "$target"; mv "$part" "$target"
+"""
+GET_SCRIPT = 'cd "$1" && tar -cf - .'
+
+
+def put_tree(pipe_argv: Callable[[list[str]], list[str]], local: Path, remote: str, tag: str,
+             timeout: float | None = None, env: dict[str, str] | None = None) -> None:
+    """Copy the directory `local` to `remote` on a node: `tar` here, piped into `pipe_argv(argv)`
+    (the provider's way to run argv on the node with this side's stdin), unpacked into a scratch
+    directory beside `remote` that replaces it only once complete (never a half tree in place)."""
+    if not local.is_dir():
+        raise FileNotFoundError(f"{local} is not a directory")
+    remote_argv = pipe_argv(["sh", "-c", PUT_SCRIPT, "sh", remote, tag])
+    with subprocess.Popen(["tar", "-C", str(local), "-cf", "-", "."], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as packer:
+        unpack = subprocess.run(remote_argv, stdin=packer.stdout, capture_output=True, timeout=timeout, env=env)
+        packer.stdout.close()
+        packer.wait(timeout=30)
+    if packer.returncode != 0 or unpack.returncode != 0:
+        raise RuntimeError(f"copying {local} to {remote}: tar here exit {packer.returncode}, on the node exit "
+                           f"{unpack.returncode}: {(unpack.stderr or b'').decode(errors='replace').strip()[-1500:]}")
+
+
+def get_tree(pipe_argv: Callable[[list[str]], list[str]], remote: str, local: Path,
+             timeout: float | None = None, env: dict[str, str] | None = None) -> bool:
+    """Copy a node's directory `remote` into `local` (made if needed); False if it is not there."""
+    local.mkdir(parents=True, exist_ok=True)
+    with subprocess.Popen(pipe_argv(["sh", "-c", GET_SCRIPT, "sh", remote]), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env) as packer:
+        unpack = subprocess.run(["tar", "-C", str(local), "-xf", "-"], stdin=packer.stdout, capture_output=True,
+                                timeout=timeout)
+        packer.stdout.close()
+        packer.wait(timeout=30)
+    return packer.returncode == 0 and unpack.returncode == 0
+
+
+def clock_offset(read_clock: Callable[[], float], rounds: int = 5) -> float:
+    """Seconds the node's wall clock is ahead of this host's: each round reads the node's clock
+    between two local readings; the round with the shortest round trip wins (its midpoint is
+    the best-bounded guess, within half that round trip)."""
+    best: tuple[float, float] | None = None
+    for _ in range(rounds):
+        before = time.time()
+        remote = read_clock()
+        after = time.time()
+        if best is None or after - before < best[0]:
+            best = (after - before, remote - (before + after) / 2)
+    return best[1]
+
+
+def under_any(path: str, roots: list[str]) -> bool:
+    """Whether `path` lies in one of the directory trees `roots` (a declared shared file system)."""
+    target = Path(path)
+    return any(target == Path(root) or Path(root) in target.parents for root in roots)

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 from servebench import processes
 from servebench.processes import ManagedProcess
+from servebench.providers import node_tools
 from servebench.providers.base import Node
 
 
@@ -44,6 +46,32 @@ class ThisHostProcesses:
 
     def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
         return processes.remove_shm_created_since(before)
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return node_tools.free_port_range(node.address, size)
+
+    def shares(self, path: str) -> bool:
+        return True  # every node is this host
+
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        if Path(remote).resolve() != local.resolve():
+            shutil.copytree(local, remote, symlinks=True, dirs_exist_ok=True)
+
+    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
+        if not Path(remote).is_dir():
+            return False
+        if Path(remote).resolve() != local.resolve():
+            shutil.copytree(remote, local, symlinks=True, dirs_exist_ok=True)
+        return True
+
+    def tree_digest(self, node: Node, path: str) -> str | None:
+        return node_tools.tree_digest(path)
+
+    def clock_offset(self, node: Node) -> float | None:
+        return None
+
+    def allocation_record(self) -> dict:
+        return {"nodes": [node.model_dump() for node in self.nodes()]}
 
     def stop_leftovers(self) -> int:
         """Stop every process of this run still running (a stage that failed before stopping its

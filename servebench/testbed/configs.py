@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
+from pathlib import Path
 
-from servebench.testbed.layout import STATE_PREFIX, Host, Layout
+from servebench.testbed.layout import STATE_PREFIX, Host, Layout, hidden_on_hosts
 
 DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT_KINDS = ("mnt", "uts", "ipc")  # the per-host namespaces bound to files (the network one is `ip netns`)
@@ -141,6 +143,26 @@ def hosts_file(layout: Layout) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hidden_software() -> list[str]:
+    """The machine's Python installation when it lies where hosts have their own directory (a
+    pyenv under /root): venvs made from it (the project's, the engine's) name it as their base
+    interpreter. Shown read-only on every host, as a cluster shares its software tree."""
+    prefix = Path(sys.base_prefix).resolve()
+    return [str(prefix)] if hidden_on_hosts(prefix) and str(prefix).startswith("/root/") else []
+
+
+def software_binds(home: Path) -> list[str]:
+    """Bind each hidden software prefix into the host's future /root before that is mounted (the
+    machine's /root is covered afterwards); `--rbind` of the home then carries the binds along."""
+    q = shlex.quote
+    lines = []
+    for prefix in hidden_software():
+        target = home / Path(prefix).relative_to("/root")
+        lines += [f"mkdir -p {q(str(target))}", f"mount --bind {q(prefix)} {q(str(target))}",
+                  f"mount -o remount,bind,ro {q(str(target))}"]
+    return lines
+
+
 def host_setup_script(layout: Layout, host: Host) -> str:
     """Run once inside the host's new mount namespace (private propagation), in its network
     namespace: drop the namespace files inherited from the machine (so this host never pins
@@ -157,11 +179,12 @@ def host_setup_script(layout: Layout, host: Host) -> str:
         f"awk -v p={q(ns_dirs)} '$5 ~ p {{print $5}}' /proc/self/mountinfo "
         "| while read -r m; do umount -l \"$m\" 2>/dev/null || true; done",
         "umount -l /run/netns 2>/dev/null || true",
+        *software_binds(layout.home_dir(host)),
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
         "mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run",
         f"mkdir -p -m 755 /run/sshd {q(str(layout.run_dir))}",
-        f"mount --bind {q(str(layout.home_dir(host)))} /root",
+        f"mount --rbind {q(str(layout.home_dir(host)))} /root",
         f"mount --bind {q(str(layout.hosts_file))} /etc/hosts",
         f"if [ -d /etc/slurm ]; then mount --bind {q(str(layout.slurm_dir))} /etc/slurm; fi",
         f"hostname {q(host.name)}",

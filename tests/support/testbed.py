@@ -82,3 +82,25 @@ def running_on(provider, host: str, pid: int) -> bool:
     """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
     script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
     return provider.run(node_named(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
+
+
+def campaign_on(layout: Layout, source, out, **overrides):
+    """A shipped testbed campaign pointed at this testbed: its hosts' addresses, key and known
+    hosts (the file is written for the default testbed); top-level keys replaced by overrides."""
+    import yaml
+
+    data = yaml.safe_load(open(source))
+    provider = data["provider"]
+    if provider["kind"] == "ssh":
+        by_name = {h.name: h for h in layout.hosts}
+        for host in provider["hosts"]:
+            host["address"] = by_name[host["name"]].address
+            host["key"] = str(layout.ssh_key)
+        provider["known_hosts"] = str(layout.known_hosts)
+    else:
+        provider["slurm_conf"] = str(layout.slurm_conf)
+        provider["partition"] = layout.partition
+    data.update(overrides)
+    with open(out, "w") as file:
+        yaml.safe_dump(data, file, sort_keys=False)
+    return out

@@ -72,7 +72,7 @@ class VllmEngine:
             return None
         slots = placement.ray_slots_per_node(ray_sizes, len(nodes))
         python = str(Path(build_dir) / "bin" / "python")
-        plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env)
+        plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env, ports=provider)
         return start_cluster(provider, plans, python, run_dir / "ray")
 
     def stop_shared(self, services: RayCluster, provider: Provider) -> list[str]:

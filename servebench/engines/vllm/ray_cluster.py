@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -30,9 +30,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
-from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
-from servebench.providers import Node, Provider
+from servebench.processes import free_port
+from servebench.providers import Node, NodeProcess, Provider
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
 WORKER_PORTS = 100
@@ -90,6 +91,24 @@ class RayClusterError(Exception):
     pass
 
 
+class PortSource(Protocol):
+    """Where a node's ports come from: the provider, which asks the node itself."""
+
+    def free_port(self, node: Node) -> int: ...
+
+    def free_port_range(self, node: Node, size: int) -> int: ...
+
+
+class ThisHostPorts:
+    """Ports of this host (what `plan_cluster` uses when given no provider: the unit tests)."""
+
+    def free_port(self, node: Node) -> int:
+        return free_port()
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return _free_port_range(size)
+
+
 @dataclass
 class RayNodePlan:
     node: Node
@@ -110,8 +129,8 @@ class RayCluster:
     address: str                       # GCS address, what RAY_ADDRESS is set to
     head: Node
     plans: list[RayNodePlan]
-    processes: list[ManagedProcess] = field(default_factory=list)
-    shm_before: set[str] = field(default_factory=set)
+    processes: list[NodeProcess] = field(default_factory=list)
+    shm_before: dict[str, set[str]] = field(default_factory=dict)    # node name -> its /dev/shm before
     ready_seconds: float | None = None
     log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
 
@@ -154,32 +173,36 @@ def ray_startup_env(inherited: Mapping[str, str]) -> dict[str, str]:
 
 
 def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str],
-                 temp_root: str | None = None) -> list[RayNodePlan]:
+                 temp_root: str | None = None, ports: PortSource | None = None) -> list[RayNodePlan]:
     """The `ray start` command and environment of every node (the first is the head).
 
-    Each node's Ray temp dir is `<temp_root>/<index>.<attempt>`; temp_root is a new short
-    directory under /tmp by default (Ray's Unix socket paths must stay short).
+    Each node's Ray temp dir is `<temp_root>/<index>.<attempt>` on that node; temp_root is a
+    new short name under /tmp by default (Ray's Unix socket paths must stay short; `ray start`
+    makes the directories). Every port is picked on the node that binds it (`ports`).
     """
-    root = temp_root or tempfile.mkdtemp(prefix="sb-ray-", dir=_short_tmp_dir())
+    ports = ports or ThisHostPorts()
+    root = temp_root or f"{_short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
-    head_address = f"{nodes[0].address}:{free_port()}"
+    head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
     base_env = {**ray_startup_env(os.environ), **engine_env}
-    return [_plan_node(node, index, ray_bin, slots_per_node, base_env, head_address, root, attempt=1)
+    return [_plan_node(node, index, ray_bin, slots_per_node, base_env, head_address, root, 1, ports)
             for index, node in enumerate(nodes)]
 
 
-def replan_node(plans: list[RayNodePlan], index: int) -> list[RayNodePlan]:
+def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource | None = None) -> list[RayNodePlan]:
     """The plans for node `index`'s next attempt: fresh ports and temp dir for it.
 
     A new head has a new GCS port, and every other node joins it there.
     """
+    ports = ports or ThisHostPorts()
     old = plans[index]
     host = old.gcs_address.rsplit(":", 1)[0]
-    head_address = f"{host}:{free_port()}" if old.head else old.gcs_address
+    head_address = f"{host}:{ports.free_port(old.node)}" if old.head else old.gcs_address
     root = str(Path(old.temp_dir).parent)
     slots = int(_flag_value(old.argv, "--num-cpus"))
     new = list(plans)
-    new[index] = _plan_node(old.node, index, old.argv[0], slots, old.env, head_address, root, old.attempt + 1)
+    new[index] = _plan_node(old.node, index, old.argv[0], slots, old.env, head_address, root, old.attempt + 1,
+                            ports)
     if old.head:
         for other, plan in enumerate(new):
             if other != index:
@@ -189,10 +212,14 @@ def replan_node(plans: list[RayNodePlan], index: int) -> list[RayNodePlan]:
 
 
 def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[str, str], head_address: str,
-               root: str, attempt: int) -> RayNodePlan:
+               root: str, attempt: int, ports: PortSource) -> RayNodePlan:
     head = index == 0
     temp_dir = f"{root}/{index}.{attempt}"
-    worker_base = _free_port_range(WORKER_PORTS)
+    worker_base = ports.free_port_range(node, WORKER_PORTS)
+
+    def free_port() -> int:
+        return ports.free_port(node)
+
     argv = [ray_bin, "start", "--block", "--num-cpus", str(slots), "--num-gpus", "0",
             "--node-ip-address", node.address, "--object-store-memory", str(OBJECT_STORE_BYTES),
             "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
@@ -218,7 +245,7 @@ def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: s
     `timeout_s` is what one `ray start` attempt has to show its node alive.
     """
     cluster = RayCluster(address=plans[0].gcs_address, head=plans[0].node, plans=list(plans),
-                         shm_before=shm_entries())
+                         shm_before={node.name: provider.shm_entries(node) for node in _nodes(plans)})
     started = time.monotonic()
     log_dir.mkdir(parents=True, exist_ok=True)
     cluster.log_dir = log_dir
@@ -238,23 +265,33 @@ def stop_cluster(provider: Provider, cluster: RayCluster) -> list[str]:
     for process in reversed(cluster.processes):
         provider.stop(process)
     cluster.processes.clear()
-    keep_logs_and_remove_temp(cluster)
-    return remove_shm_created_since(cluster.shm_before)
+    keep_logs_and_remove_temp(provider, cluster)
+    removed: list[str] = []
+    for node in _nodes(cluster.plans):
+        removed += provider.remove_shm_created_since(node, cluster.shm_before.get(node.name, set()))
+    return removed
 
 
-def keep_logs_and_remove_temp(cluster: RayCluster) -> None:
-    """<run>/ray/ray-logs/<index>.<attempt>/ gets each attempt's Ray logs; the short temp root
-    under /tmp (sockets, session files) goes: a run leaves nothing behind outside its directory."""
-    root = Path(cluster.plans[0].temp_dir).parent if cluster.plans and cluster.plans[0].temp_dir else None
-    if root is None or not root.is_dir():
+def _nodes(plans: list[RayNodePlan]) -> list[Node]:
+    """The cluster's nodes, each once."""
+    return list({plan.node.name: plan.node for plan in plans}.values())
+
+
+def keep_logs_and_remove_temp(provider: Provider, cluster: RayCluster) -> None:
+    """<run>/ray/ray-logs/<index>.<attempt>/ gets each attempt's Ray logs, copied from the node
+    that wrote them; the short temp root there (sockets, session files) goes: a run leaves
+    nothing behind outside its directory."""
+    root = str(Path(cluster.plans[0].temp_dir).parent) if cluster.plans and cluster.plans[0].temp_dir else None
+    if root is None:
         return
-    for attempt in sorted(root.iterdir()):
-        logs = attempt / "session_latest" / "logs"
-        if cluster.log_dir is not None and logs.is_dir():
-            shutil.copytree(logs.resolve(), cluster.log_dir / "ray-logs" / attempt.name, symlinks=False,
-                            ignore_dangling_symlinks=True, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("*.sock", "sockets"))
-    shutil.rmtree(root, ignore_errors=True)
+    for index, plan in enumerate(cluster.plans):
+        for attempt in range(1, plan.attempt + 1):
+            name = f"{index}.{attempt}"
+            if cluster.log_dir is not None:
+                provider.get_tree(plan.node, f"{root}/{name}/session_latest/logs",
+                                  cluster.log_dir / "ray-logs" / name)
+    for node in _nodes(cluster.plans):
+        provider.run(node, ["rm", "-rf", "--", root], timeout=120)
 
 
 def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_python: str, log_dir: Path,
@@ -267,18 +304,18 @@ def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_pyth
         process = provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}{suffix}.log",
                                  unset=["RAY_ADDRESS"])
         cluster.processes.append(process)
-        failure = _wait_node_alive(cluster, index, engine_python, timeout_s)
+        failure = _wait_node_alive(provider, cluster, index, engine_python, timeout_s)
         if failure is None:
             return
         failures.append(failure)
         provider.stop(cluster.processes.pop())  # by PID, with all it spawned; never `ray stop`
         if not should_retry(failure, plan.attempt, attempts):
             raise RayClusterError(start_failure_message(failures))
-        cluster.plans = replan_node(cluster.plans, index)
+        cluster.plans = replan_node(cluster.plans, index, provider)
         cluster.address = cluster.plans[0].gcs_address
 
 
-def _wait_node_alive(cluster: RayCluster, index: int, engine_python: str,
+def _wait_node_alive(provider: Provider, cluster: RayCluster, index: int, engine_python: str,
                      timeout_s: float) -> NodeStartFailure | None:
     """Wait until the head lists node `index` as alive; its failure if it exits or times out."""
     plan, process = cluster.plans[index], cluster.processes[index]
@@ -293,7 +330,8 @@ def _wait_node_alive(cluster: RayCluster, index: int, engine_python: str,
                             f"{plan.node.name} was starting:"))
         if not process.alive():
             return _failure(cluster, index, time.monotonic() - started)
-        if plan.node_manager_port in (alive_node_manager_ports(engine_python, cluster.address) or set()):
+        if plan.node_manager_port in (alive_node_manager_ports(provider, cluster.head, engine_python,
+                                                               cluster.address) or set()):
             return None
         if time.monotonic() - started > timeout_s:
             return _failure(cluster, index, time.monotonic() - started)
@@ -309,14 +347,20 @@ def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailu
                             log_tails={str(path): tail_lines(path) for path in logs if path.exists()})
 
 
-def alive_node_manager_ports(engine_python: str, address: str) -> set[int] | None:
-    """The node-manager ports of the nodes the GCS lists as alive (None: it did not answer)."""
-    script = ("import json, ray\n"
+def alive_node_manager_ports(provider: Provider, head: Node, engine_python: str, address: str) -> set[int] | None:
+    """The node-manager ports of the nodes the GCS lists as alive (None: it did not answer).
+
+    Asked by a driver on the head node (a Ray driver must run on a node of the cluster), with
+    the engine's python and an environment cleared of what would point it elsewhere."""
+    script = ("import os\n"
+              "for name in [n for n in os.environ if n.startswith(('RAY_', 'PYTHON', 'VIRTUAL_ENV'))]:\n"
+              "    del os.environ[name]\n"
+              "os.environ['RAY_USAGE_STATS_ENABLED'] = '0'\n"
+              "import json, ray\n"
               f"ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False)\n"
               "print(json.dumps(sorted(n['NodeManagerPort'] for n in ray.nodes() if n['Alive'])))\n")
     try:  # Ray's short default timeouts: a poll that fails is simply made again a second later
-        done = subprocess.run([engine_python, "-c", script], capture_output=True, text=True, timeout=60,
-                              env={"PATH": "/usr/bin:/bin", "RAY_USAGE_STATS_ENABLED": "0"})
+        done = provider.run(head, [engine_python, "-c", script], timeout=60)
     except subprocess.TimeoutExpired:
         return None
     lines = done.stdout.strip().splitlines()

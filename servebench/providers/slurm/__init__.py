@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from servebench.providers.base import Node
+from servebench.providers.remote import clock_offset, get_tree, put_tree, under_any
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
     check_run_id, env_argv, job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv,
@@ -211,6 +212,37 @@ class SlurmProvider:
     def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
         return self._allocation().call(self._name(node), NODE_TOOLS, "remove_shm_created_since", self.spec.python,
                                        before=sorted(before))
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return int(self._allocation().call(self._name(node), NODE_TOOLS, "free_port_range", self.spec.python,
+                                           address=node.address, size=size))
+
+    # ------------------------------------------------------------------ files and clocks
+
+    def shares(self, path: str) -> bool:
+        """Only under the campaign's `shared_paths` (a cluster's home or parallel file system)."""
+        return under_any(path, self.spec.shared_paths)
+
+    def _pipe(self, node: Node):
+        allocation, name = self._allocation(), self._name(node)
+        return lambda argv: allocation.argv(name, argv)
+
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        """A step whose stdin is the tar stream (srun forwards it to the one task)."""
+        self._touched.add(self._name(node))
+        put_tree(self._pipe(node), local, remote, self.run_id, env=self.client.env)
+
+    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
+        return get_tree(self._pipe(node), remote, local, env=self.client.env)
+
+    def tree_digest(self, node: Node, path: str) -> str | None:
+        return self._allocation().call(self._name(node), NODE_TOOLS, "tree_digest", self.spec.python, timeout=1800,
+                                       path=path)
+
+    def clock_offset(self, node: Node) -> float:
+        """`date` as a step (~35 ms a round trip: the offset is known within ~20 ms)."""
+        name = self._name(node)
+        return clock_offset(lambda: float(self._allocation().checked(name, ["date", "+%s.%N"], "reading the clock")))
 
     # ------------------------------------------------------------------ long-lived processes
 

@@ -55,6 +55,9 @@ class SlurmProviderSpec(ProviderSpecBase):
                                     "(salloc --immediate); then it is given up and cancelled.")
     remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",
                             description="Where each run's directory (logs, PIDs, exit codes) is made on every node.")
+    shared_paths: list[str] = Field(default_factory=list, description=(
+        "Directories that are the same file system on this host and on every node (an NFS home, a "
+        "parallel file system): an engine build or model under one is used in place, never copied."))
     python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
                         description="The Python 3 on the nodes (runs inventory, ports, /dev/shm and process tools).")
 

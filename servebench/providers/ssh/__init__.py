@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from servebench.providers import inventory as inventory_module
 from servebench.providers.base import Node
+from servebench.providers.remote import clock_offset, get_tree, put_tree, under_any
 from servebench.providers import node_tools
 from servebench.providers.ssh.argv import (
     check_run_id, env_argv, parse_started, pinned_argv, remote_files, remote_run_dir, sh_command, ssh_argv,
@@ -115,6 +116,38 @@ class SshProvider:
     def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
         return self.transport.call(node.name, NODE_TOOLS, "remove_shm_created_since", self.spec.python,
                                    before=sorted(before))
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return int(self.transport.call(node.name, NODE_TOOLS, "free_port_range", self.spec.python,
+                                       address=node.address, size=size))
+
+    def allocation_record(self) -> dict:
+        return {"hosts": [{"name": h.name, "address": h.address, "user": h.user, "port": h.port,
+                           "cpus": list(h.cpus)} for h in self.spec.hosts]}
+
+    # ------------------------------------------------------------------ files and clocks
+
+    def shares(self, path: str) -> bool:
+        """Only under the campaign's `shared_paths` (an NFS home, a parallel file system)."""
+        return under_any(path, self.spec.shared_paths)
+
+    def _pipe(self, node: Node):
+        self.host_spec(node)
+        return lambda argv: ssh_argv(self.transport.config, node.name, shlex.join(argv))
+
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        self._touched.add(node.name)
+        put_tree(self._pipe(node), local, remote, self.run_id)
+
+    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
+        return get_tree(self._pipe(node), remote, local)
+
+    def tree_digest(self, node: Node, path: str) -> str | None:
+        return self.transport.call(node.name, NODE_TOOLS, "tree_digest", self.spec.python, timeout=1800, path=path)
+
+    def clock_offset(self, node: Node) -> float:
+        """`date` over the master (~10 ms a round trip: the offset is known within ~5 ms)."""
+        return clock_offset(lambda: float(self.transport.checked(node.name, "date +%s.%N", "reading the clock")))
 
     # ------------------------------------------------------------------ long-lived processes
 

@@ -1,0 +1,133 @@
+"""Make the engine build, the model and the node tools present on every node, or refuse the node.
+
+A build is made once, on the orchestrator, in the content-addressed cache; a node gets the
+same tree at the same absolute path (a venv names its own path in its scripts), either
+because the path is on a file system the campaign declares shared (`provider.shares`) or by
+a copy, keyed by the tree's digest: a node that already holds a tree with that digest gets
+nothing, a copy is verified by recomputing the digest on the node. Before anything is copied,
+a node whose architecture is not the build's is refused, and afterwards one whose copy of the
+engine's python does not run there (a missing base interpreter, a wrong C library), each with
+the node named.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from servebench.providers import Node, Provider
+from servebench.providers import node_tools
+
+PLATFORM_SCRIPT = "import platform, sys; print(sys.platform + '-' + platform.machine())"
+SAMPLER_FILES = ("servebench/__init__.py", "servebench/telemetry/__init__.py",
+                 "servebench/telemetry/node_sampler.py", "servebench/telemetry/periodic.py")
+
+
+class NodeRefused(RuntimeError):
+    """A node cannot serve this build: named, with the reason, before any server starts."""
+
+
+class TreePlacement(BaseModel):
+    node: str
+    what: str               # engine | model | tools
+    path: str
+    how: str                # shared (same file system) | present (digest matched) | copied
+    digest: str | None
+    seconds: float
+
+
+def local_digest(path: Path) -> str:
+    """The tree's digest, computed once per immutable artifact and kept beside it."""
+    kept = path.with_name(path.name + ".tree-sha256")
+    if kept.exists() and kept.stat().st_mtime >= path.stat().st_mtime:
+        return kept.read_text().strip()
+    digest = node_tools.tree_digest(str(path))
+    if digest is None:
+        raise FileNotFoundError(f"{path} is not a directory")
+    kept.write_text(digest + "\n")
+    return digest
+
+
+def node_tools_tree(cache: Path, project_dir: Path) -> Path:
+    """The node sampler as a tree of its own (standard library and psutil: it runs with the engine
+    build's python on a node that has no servebench), cached by its content."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in SAMPLER_FILES:
+        digest.update(name.encode() + b"\0" + (project_dir / name).read_bytes())
+    target = cache / "tools" / f"node-sampler-{digest.hexdigest()[:16]}"
+    if not target.is_dir():
+        scratch = target.with_name(target.name + ".tmp")
+        shutil.rmtree(scratch, ignore_errors=True)
+        for name in SAMPLER_FILES:
+            (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(project_dir / name, scratch / name)
+        scratch.rename(target)
+    return target
+
+
+def arch_problem(node: Node, inventory: dict, build_platform: str) -> str | None:
+    """Why the node cannot run a build made for `build_platform` ('linux-x86_64'), or None."""
+    wanted = build_platform.rsplit("-", 1)[-1]
+    arch = inventory.get("arch")
+    if arch and arch != wanted:
+        return f"node {node.name} ({node.address}) is {arch}, the engine build is for {wanted}"
+    return None
+
+
+def place_tree(provider: Provider, node: Node, what: str, path: Path) -> TreePlacement:
+    """One tree on one node, at the same path: shared, already there, or copied and verified."""
+    started = time.monotonic()
+    if provider.shares(str(path)):
+        return TreePlacement(node=node.name, what=what, path=str(path), how="shared", digest=None, seconds=0.0)
+    digest = local_digest(path)
+    how = "present"
+    if provider.tree_digest(node, str(path)) != digest:
+        provider.put_tree(node, path, str(path))
+        found = provider.tree_digest(node, str(path))
+        if found != digest:
+            raise NodeRefused(f"node {node.name}: the copy of {path} does not verify (sha256 {found} there, "
+                              f"{digest} here)")
+        how = "copied"
+    return TreePlacement(node=node.name, what=what, path=str(path), how=how, digest=digest,
+                         seconds=round(time.monotonic() - started, 2))
+
+
+def check_python_runs(provider: Provider, node: Node, python: str, build_platform: str) -> None:
+    """The build's python starts on the node and reports the build's platform."""
+    result = provider.run(node, [python, "-c", PLATFORM_SCRIPT], timeout=120)
+    if result.returncode != 0:
+        raise NodeRefused(f"node {node.name}: the engine build's python {python} does not run there (exit "
+                          f"{result.returncode}): {(result.stderr or '').strip()[-500:]}")
+    found = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    if found != build_platform:
+        raise NodeRefused(f"node {node.name}: the engine build's python reports {found!r}, the build is for "
+                          f"{build_platform!r}")
+
+
+def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict], trees: dict[str, Path],
+                   python: str, build_platform: str, log: Callable[[str], None] = print) -> list[TreePlacement]:
+    """Every tree on every node (arch refused first, the python checked last); what was done where."""
+    problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes) if p]
+    if problems:
+        raise NodeRefused("; ".join(problems))
+    placements = []
+    for node in nodes:
+        for what, path in trees.items():
+            placement = place_tree(provider, node, what, path)
+            if placement.how == "copied":
+                log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
+            placements.append(placement)
+        check_python_runs(provider, node, python, build_platform)
+    return placements
+
+
+def project_dir() -> Path:
+    """The checkout servebench runs from (where the sampler's source files are)."""
+    return Path(sys.modules["servebench"].__file__).resolve().parent.parent
