@@ -1,4 +1,4 @@
-"""`servebench testbed up|status|down|exec`: test hosts on this machine (docs/testbed.md)."""
+"""`servebench testbed up|status|down|link|exec`: test hosts on this machine (docs/testbed.md)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,16 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     down = actions.add_parser("down", help="stop every daemon and remove namespaces, mounts, links and files")
     down.add_argument("--name", default=None, help=name_help)
     down.set_defaults(func=cmd_down)
+
+    link = actions.add_parser("link", help="set a host link's one-way delay and rate cap (or --clear); no host: "
+                              "show the links and what the kernel offers (docs/testbed.md)")
+    link.add_argument("--name", default=None, help=name_help)
+    link.add_argument("host", nargs="?", help="h1, h2, ...")
+    link.add_argument("--delay-ms", type=float, default=0.0,
+                      help="added to every frame crossing the link, each way (a ping between two hosts: 2x)")
+    link.add_argument("--rate-mbit", type=float, help="each direction of the link at most this (Ethernet frames)")
+    link.add_argument("--clear", action="store_true", help="the plain link again (what is not given is off anyway)")
+    link.set_defaults(func=cmd_link)
 
     run = actions.add_parser("exec", help="run a command on a host (in its namespaces), e.g. exec h1 -- sinfo")
     run.add_argument("--name", default=None, help=name_help)
@@ -92,7 +102,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"servebench: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    reports = [status(name) for name in names]
+    reports = [with_links(status(name)) for name in names]
     if args.format == "json":
         print(json.dumps(reports if args.all else reports[0], indent=1))
         return EXIT_OK
@@ -103,6 +113,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not args.all and not reports[0]["exists"]:
         return EXIT_FAILED
     return EXIT_OK
+
+
+def with_links(report: dict) -> dict:
+    """A testbed's status with its links' delay and rate as the kernel has them (docs/testbed.md)."""
+    from servebench.testbed import load
+    from servebench.testbed.links import link_state
+    from servebench.testbed.machine import netns_exists
+
+    if report.get("hosts"):
+        layout = load(report["name"])
+        report["links"] = link_state(layout) if netns_exists(layout.switch_netns) else {}
+    return report
 
 
 def status_text(report: dict) -> str:
@@ -123,6 +145,10 @@ def status_text(report: dict) -> str:
         daemons = "  ".join(f"{n} {d['pid']} {'alive' if d['alive'] else 'DEAD'}" for n, d in host["daemons"].items())
         lines.append(f"  {host['name']:<4} {host['address']:<15} {'' if host['netns'] else '(no netns) '}"
                      f"slurm {host['slurm'] or '?'}  {daemons}")
+    if report.get("links"):
+        from servebench.testbed.links import state_lines
+
+        lines += state_lines(report["links"])
     lines.append(f"  ssh -F {report['ssh_config']} h1   |   SLURM_CONF={report['slurm_conf']} sinfo")
     return "\n".join(lines)
 
@@ -146,6 +172,31 @@ def cmd_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_link(args: argparse.Namespace) -> int:
+    from servebench.testbed import TestbedError, load
+    from servebench.testbed import links
+
+    try:
+        layout = load(_name(args))
+        if args.host is None:
+            if args.clear or args.delay_ms or args.rate_mbit is not None:
+                raise ValueError("name the host: link h2 --delay-ms 5")
+            print(links.offers_text(links.kernel_offers()))
+            print("\n".join(links.state_lines(links.link_state(layout))))
+            return EXIT_OK
+        if args.clear and (args.delay_ms or args.rate_mbit is not None):
+            raise ValueError("--clear, or --delay-ms/--rate-mbit: not both")
+        if not args.clear and not args.delay_ms and args.rate_mbit is None:
+            raise ValueError("give --delay-ms and/or --rate-mbit, or --clear")
+        state = links.set_link(layout, args.host, args.delay_ms, args.rate_mbit)
+    except (TestbedError, ValueError, KeyError) as exc:
+        print(f"servebench: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"testbed {layout.name}, link {args.host}: {state['setting']}")
+    print("\n".join(links.state_lines({args.host: state})))
+    return EXIT_FAILED if state["problems"] else EXIT_OK
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     from servebench.testbed import TestbedError, enter_argv, load
 
@@ -164,7 +215,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m servebench.cli.testbed up|status|down|exec ...`: `servebench testbed` on its own."""
+    """`python -m servebench.cli.testbed up|status|down|link|exec ...`: `servebench testbed` on its own."""
     parser = argparse.ArgumentParser(prog="servebench testbed", description=DESCRIPTION)
     add_actions(parser)
     args = parser.parse_args(argv)

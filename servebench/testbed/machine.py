@@ -44,7 +44,7 @@ class TestbedError(RuntimeError):
 
 @dataclass
 class Daemon:
-    host: str  # a host name, or "machine" for the machine's own munged
+    host: str  # a host name, "machine" for the machine's own munged, "switch" for a delay line (links.py)
     name: str  # munged, sshd, slurmctld, slurmd
     pid: int
     started: float  # the process's start time (psutil create_time), to never signal a reused PID
