@@ -269,18 +269,35 @@ def blocked_reason(gate: GateResult, accept: str) -> str:
 
 
 def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Telemetry, gate: GateResult | None) -> None:
-    """Plain calls, not task runs: this must also work while a Ctrl-C unwinds."""
-    stop_telemetry.fn(ctx.provider, telemetry)
-    stop_mode_server.fn(ctx.provider, server)
+    """Plain calls, not task runs: this must also work while a Ctrl-C unwinds. A stop that fails
+    (its host unreachable, its allocation gone) is reported and the rest still happens: the
+    server's row and samples land, and the campaign goes on to the next mode."""
+    for what, stop in (("telemetry", lambda: stop_telemetry.fn(ctx.provider, telemetry)),
+                       ("server", lambda: stop_mode_server.fn(ctx.provider, server))):
+        try:
+            stop()
+        except Exception as exc:
+            reporter().stage(f"mode {server.mode}: stopping its {what} failed: {first_line(exc)}")
     land_mode_server(ctx, server, "ready", gate)
     with session(ctx.warehouse) as con:
         landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
+def server_problem(server: Server) -> str | None:
+    """Why the mode's server cannot serve (a process ended, its node or allocation is gone), or None."""
+    try:
+        if is_healthy(server):
+            return None
+        return (f"server of mode {server.mode} is no longer healthy (exit codes: {exit_codes(server)}); "
+                f"see {server.log_path}")
+    except Exception as exc:  # the provider could not even ask: that is the cause
+        return f"{type(exc).__name__}: {exc}"
+
+
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None) -> None:
-    if not is_healthy(server):
-        land_failed_cell(ctx, cell, f"server of mode {cell.mode.name} is no longer healthy (exit codes: "
-                         f"{exit_codes(server)}); see {server.log_path}")
+    problem = server_problem(server)
+    if problem is not None:
+        land_failed_cell(ctx, cell, problem)
         return
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.plan.client,
                               ctx.engine)
@@ -294,6 +311,10 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
+    if summary["failed"] > 0 and (problem := server_problem(server)) is not None:
+        # the server went away during the cell: what it measured lands, but the cell failed, with the cause
+        status, error = "failed", f"{problem} (during the cell: {summary['completed']} requests answered, " \
+                                  f"{summary['failed']} failed)"
     land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
         ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
         output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -117,15 +118,22 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
     problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes) if p]
     if problems:
         raise NodeRefused("; ".join(problems))
-    placements = []
-    for node in nodes:
+    for path in trees.values():
+        if not provider.shares(str(path)):
+            local_digest(path)  # once, before the nodes' threads need it
+
+    def place(node: Node) -> list[TreePlacement]:
+        done = []
         for what, path in trees.items():
             placement = place_tree(provider, node, what, path)
             if placement.how == "copied":
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
-            placements.append(placement)
+            done.append(placement)
         check_python_runs(provider, node, python, build_platform)
-    return placements
+        return done
+
+    with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node
+        return [placement for done in pool.map(place, nodes) for placement in done]
 
 
 def project_dir() -> Path:

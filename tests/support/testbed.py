@@ -104,3 +104,20 @@ def campaign_on(layout: Layout, source, out, **overrides):
     with open(out, "w") as file:
         yaml.safe_dump(data, file, sort_keys=False)
     return out
+
+
+MARKED_ON_HOST = r"""me=$(readlink /proc/self/ns/net)
+for f in $(grep -l SERVEBENCH_PROCESS= /proc/[0-9]*/environ 2>/dev/null); do
+  d=${f%/environ}
+  [ "$(readlink $d/ns/net 2>/dev/null)" = "$me" ] || continue
+  echo "${d#/proc/} $(tr '\0' ' ' < $d/cmdline | cut -c1-120)"
+done"""
+
+
+def marked_processes_on(layout: Layout, host) -> str:
+    """Processes a provider started (they carry SERVEBENCH_PROCESS) still running on the host:
+    inside its network namespace (there is no PID namespace: /proc shows the whole machine)."""
+    from servebench.testbed import enter_argv
+
+    return subprocess.run([*enter_argv(layout, host), "sh", "-c", MARKED_ON_HOST], capture_output=True, text=True,
+                          timeout=60).stdout.strip()

@@ -59,9 +59,11 @@ class EchoEngine:
         return mode.executor == "local" and mode.world_size == 1
 
     def launch(self, request: LaunchRequest) -> ServerLaunch:
+        """The server's source goes on the command line (`python -c`): a node on another host,
+        which cannot see this checkout, runs it with the build's bare venv as well."""
         api_node = request.nodes[0]
         port = request.ports(api_node)
-        argv = [request.python, str(SERVER), "--host", api_node.address, "--port", str(port),
+        argv = [request.python, "-c", SERVER.read_text(), "--host", api_node.address, "--port", str(port),
                 "--model-dir", request.model_dir, "--served-name", request.served_name,
                 "--token-delay-ms", f"{request.spec.token_delay_ms:g}"]
         env = {**request.spec.env, **request.mode.env}
@@ -71,7 +73,7 @@ class EchoEngine:
             worker_port = request.ports(worker_node)
             processes.append(ProcessLaunch(
                 node=worker_node.name, env=env, label=f"worker.{worker_node.name}", ready_port=worker_port,
-                argv=[request.python, str(SERVER), "--serve-worker", "--host", worker_node.address,
+                argv=[request.python, "-c", SERVER.read_text(), "--serve-worker", "--host", worker_node.address,
                       "--port", str(worker_port)]))
             argv += ["--worker", f"{worker_node.address}:{worker_port}"]
         processes.append(ProcessLaunch(node=api_node.name, argv=argv, env=env, api=True))
