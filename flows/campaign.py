@@ -39,6 +39,7 @@ from tasks.land import (land_build, land_cell, land_nodes, land_placements, land
                         land_server, session)
 from tasks.load import cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
+from tasks.network import clear_links, set_links
 from tasks.provision import provision
 from tasks.regressions import detect_regressions, publish_regressions
 from tasks.report import render_report
@@ -67,6 +68,7 @@ class RunContext:
     vocab: int = 0
     reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
     reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
+    link: str | None = None                        # the network setting the testbed's links have now
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
 
@@ -150,12 +152,17 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
 
 
 def release(ctx: RunContext) -> None:
-    """Stop the shared services, then let the provider stop what is left and give the nodes back."""
+    """Stop the shared services, then let the provider stop what is left and give the nodes back;
+    links the campaign changed are plain again."""
     try:
         if ctx.deployment is not None and ctx.deployment.shared is not None:
             stop_shared_services.fn(ctx.engine, ctx.deployment.shared, ctx.provider)
     finally:
-        ctx.provider.release()
+        try:
+            ctx.provider.release()
+        finally:
+            if ctx.campaign.network is not None and ctx.deployment is not None:
+                clear_links(ctx.campaign.network.testbed, [node.name for node in ctx.deployment.nodes])
 
 
 def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]:
@@ -251,6 +258,8 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
             if blocks_cells(gate, ctx.campaign.correctness.accept):
                 land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
                                  correctness=gate.status)
+            elif (problem := apply_link(ctx, cell)) is not None:
+                land_failed_cell(ctx, cell, problem, correctness=gate.status)
             else:
                 run_one_cell(ctx, cell, server, gate.status)
     except Exception as exc:
@@ -259,6 +268,20 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                 land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def apply_link(ctx: RunContext, cell: Cell) -> str | None:
+    """Give the testbed's links the cell's network setting (when it changes); why not, or None."""
+    if cell.link is None or cell.link.label == ctx.link:
+        return None
+    reporter().stage(f"network: links set to {cell.link.label}")
+    try:
+        set_links(ctx.campaign.network.testbed, cell.link, [node.name for node in ctx.deployment.nodes])
+    except Exception as exc:
+        ctx.link = None
+        return f"the network setting {cell.link.label} could not be applied: {first_line(exc)}"
+    ctx.link = cell.link.label
+    return None
 
 
 def blocked_reason(gate: GateResult, accept: str) -> str:
@@ -311,8 +334,9 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
-    if summary["failed"] > 0 and (problem := server_problem(server)) is not None:
-        # the server went away during the cell: what it measured lands, but the cell failed, with the cause
+    if (problem := server_problem(server)) is not None:
+        # a process of the server ended (or its node went away) during the cell: what it measured
+        # lands, but the cell failed, with the cause
         status, error = "failed", f"{problem} (during the cell: {summary['completed']} requests answered, " \
                                   f"{summary['failed']} failed)"
     land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters

@@ -126,7 +126,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
-        **_client_columns(summary.get("client")))
+        **_client_columns(summary.get("client")), **_link_columns(cell))
     with tempfile.TemporaryDirectory() as scratch:
         if requests_csv is None and (result or {}).get("requests"):
             requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
@@ -197,6 +197,13 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
     counts = [con.execute(f"select count(*) from {t} where run_id = ? and mode = ?", [run_id, mode]).fetchone()[0]
               for t in SAMPLE_TABLES]
     return counts[0], counts[1]
+
+
+def _link_columns(cell: Cell) -> dict:
+    """The cell's network setting, for campaigns that sweep it (the columns stay NULL otherwise)."""
+    if cell.link is None:
+        return {}
+    return {"link": cell.link.label, "link_delay_ms": cell.link.delay_ms, "link_rate_mbit": cell.link.rate_mbit}
 
 
 def _pct(summary: dict, metric: str, name: str) -> float | None:

@@ -37,3 +37,32 @@ def test_modes_share_workloads_repeats_do_not():
 def test_base_seed_changes_every_cell_seed():
     other = expand(parse_campaign(CAMPAIGN.replace("seed: 7", "seed: 8")))
     assert all(a.seed != b.seed for a, b in zip(expand(parse_campaign(CAMPAIGN)), other))
+
+
+NETWORK = CAMPAIGN.replace("modes: [{name: tp1}, {name: tp2, tp: 2}]", "modes: [{name: tp2, tp: 2}]") + """
+network: {testbed: sbtb, links: [{delay_ms: 0}, {delay_ms: 5}, {rate_mbit: 100, hosts: [n0]}]}
+"""
+
+
+def test_the_network_axis_runs_every_point_under_each_link_setting_on_the_same_workload():
+    cells = expand(parse_campaign(NETWORK))
+    assert [c.key for c in cells if c.point.clients == 1 and c.repeat == 0] == [
+        "tp2.plain.c1.r0", "tp2.d5ms.c1.r0", "tp2.r100mbit.c1.r0"]
+    by_key = {c.key: c for c in cells}
+    assert by_key["tp2.plain.c4.r1"].seed == by_key["tp2.d5ms.c4.r1"].seed == by_key["tp2.r100mbit.c4.r1"].seed
+    assert [c.link.label for c in cells[::8]] == ["plain", "d5ms", "r100mbit"]  # grouped: few link changes
+
+
+def test_a_campaign_without_a_network_axis_keeps_its_keys_and_hash():
+    campaign = parse_campaign(CAMPAIGN)
+    assert "network" not in campaign.normalized() and all(c.link is None for c in expand(campaign))
+    assert parse_campaign(NETWORK).spec_hash() != parse_campaign(NETWORK.replace("delay_ms: 5", "delay_ms: 1")
+                                                                 ).spec_hash()
+
+
+def test_two_link_settings_with_one_label_are_refused_by_line():
+    import pytest
+
+    from servebench.campaign.loading import SpecError
+    with pytest.raises(SpecError, match=r"<string>:8: network.links\[1\]: link setting 'd5ms' is given more than once"):
+        parse_campaign(NETWORK.replace("{delay_ms: 0}", "{delay_ms: 5}"))

@@ -94,3 +94,79 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
     assert errors and all("allocation cancelled" in error for error in errors.values()), errors
     assert set(cells) - set(errors) == {c for c, s in cells.items() if s == "completed"}
     assert str(allocation["job_id"]) == done["jobs"][0] and allocation["node_list"]
+
+
+SSH_CAMPAIGN = """
+name: ssh-worker-killed
+provider:
+  kind: ssh
+  hosts:
+    - {{name: h1, address: {h1}, cpus: "0", key: {key}}}
+    - {{name: h2, address: {h2}, cpus: "0", key: {key}}}
+  known_hosts: {known_hosts}
+engine: {{kind: echo, token_delay_ms: 50}}
+model: {{path: {model}}}
+modes:
+  - {{name: single}}
+  - {{name: split, pp: 2, executor: split}}
+  - {{name: after, executor: local}}
+load: {{clients: [1, 2], requests: 12, input_len: 8, output_len: 8, client: {{cpus: "1"}}}}
+validity: {{on_invalid: warn}}
+"""
+
+
+def kill_worker_during(runs: Path, after_cell: str, layout, done: dict) -> None:
+    """SIGKILL the split mode's worker on h2 by PID, one second into the cell after `after_cell`."""
+    from servebench.testbed import enter_argv
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(runs.glob(f"*/cells/{after_cell}.json")):
+        time.sleep(0.1)
+    time.sleep(1.0)
+    h2 = layout.hosts[1]
+    for line in marked_processes_on(layout, h2).splitlines():
+        pid = line.split(" ", 1)[0]
+        if b"\0--serve-worker\0" in Path(f"/proc/{pid}/cmdline").read_bytes():  # the worker, not its wrapper
+            subprocess.run([*enter_argv(layout, h2), "kill", "-9", pid], check=True)
+            done.setdefault("killed", []).append(int(pid))
+
+
+def test_a_worker_killed_on_its_host_fails_that_cell_with_the_cause_and_the_campaign_goes_on(isolated, tmp_path,
+                                                                                               monkeypatch):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(
+        {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
+    with own_testbed("kil", 2) as layout:
+        campaign = tmp_path / "campaign.yaml"
+        campaign.write_text(SSH_CAMPAIGN.format(h1=layout.hosts[0].address, h2=layout.hosts[1].address,
+                                                key=layout.ssh_key, known_hosts=layout.known_hosts,
+                                                model=tmp_path / "model"))
+        done: dict = {}
+        killer = threading.Thread(target=kill_worker_during, args=(tmp_path / "runs", "split.c1.r0", layout, done),
+                                  daemon=True)
+        killer.start()
+        with prefect_test_harness(server_startup_timeout=120):
+            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
+        killer.join(timeout=10)
+        leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
+        assert leftovers == {}, f"processes of the run left: {leftovers}"
+
+    assert len(done.get("killed", [])) == 1, done
+    assert outcome["status"] == "partial", outcome
+    con = warehouse.connect(isolated, read_only=True)
+    cells = {key: (status, error, completed) for key, status, error, completed in con.execute(
+        "select cell_key, status, error, completed from cells").fetchall()}
+    requests = con.execute("select count(*) from requests join cells using (cell_id) "
+                           "where cell_key = 'split.c2.r0'").fetchone()[0]
+    con.close()
+    assert {key for key, (status, _, _) in cells.items() if status == "failed"} == {"split.c2.r0"}, cells
+    status, error, completed = cells["split.c2.r0"]
+    assert "server of mode split is no longer healthy" in error and "worker.h2 137" in error, error
+    assert requests == 12  # what the cell measured before and after the kill landed with it
+    assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on

@@ -50,7 +50,16 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
-    return problems
+    return problems + _network_problems(campaign)
+
+
+def _network_problems(campaign: Campaign) -> list[Problem]:
+    """Two link settings that would give cells the same key."""
+    if campaign.network is None:
+        return []
+    labels = [link.label for link in campaign.network.links]
+    return [(("network", "links", index), f"link setting {label!r} is given more than once")
+            for index, label in enumerate(labels) if label in labels[:index]]
 
 
 def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[Problem]:

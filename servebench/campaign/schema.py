@@ -224,6 +224,33 @@ class CorrectnessSpec(StrictModel):
                              "campaigns). 'near-ties' is the old name of 'close'.")
 
 
+class LinkSetting(StrictModel):
+    """One network condition of the sweep: added one-way delay and a rate cap on host links."""
+
+    delay_ms: float = Field(0.0, ge=0, le=1000, description="Added to every frame crossing each chosen "
+                            "host's link, each way (a ping between two such hosts gains 4x).")
+    rate_mbit: float | None = Field(None, gt=0, le=100_000, description="Each direction of each chosen link at "
+                                    "most this (Ethernet frames); none: no cap.")
+    hosts: list[str] | None = Field(None, description="The testbed hosts whose links get it (default: every "
+                                    "node of the campaign).")
+
+    @property
+    def label(self) -> str:
+        """'plain', 'd5ms', 'r100mbit', 'd1ms-r100mbit': part of the cell key."""
+        parts = ([f"d{self.delay_ms:g}ms"] if self.delay_ms else []) + \
+                ([f"r{self.rate_mbit:g}mbit"] if self.rate_mbit is not None else [])
+        return "-".join(parts) or "plain"
+
+
+class NetworkSpec(StrictModel):
+    """The network as a sweep axis: every mode's load points run under each link setting in turn
+    (the server keeps running; the links change between cells). Acts on the project's testbed
+    (docs/testbed.md), whose kernel-level delay and rate it sets and reads back."""
+
+    testbed: str = Field(pattern=r"^[a-z][a-z0-9]{0,9}$", description="The testbed whose links are set.")
+    links: list[LinkSetting] = Field(min_length=1)
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -237,6 +264,7 @@ class Campaign(StrictModel):
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
+    network: NetworkSpec | None = None
 
     @field_validator("model", mode="before")
     @classmethod
@@ -248,8 +276,12 @@ class Campaign(StrictModel):
         return value
 
     def normalized(self) -> dict[str, Any]:
-        """The spec with every default filled in, as plain JSON data."""
-        return self.model_dump(mode="json")
+        """The spec with every default filled in, as plain JSON data (a campaign without a network
+        axis keeps the layout, and so the hash, it had before the axis existed)."""
+        data = self.model_dump(mode="json")
+        if data.get("network") is None:
+            data.pop("network", None)
+        return data
 
     def spec_hash(self) -> str:
         """Content hash of the normalized spec: equal campaigns hash equal whatever their YAML layout."""

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.campaign.schema import Campaign, ModeSpec
+from servebench.campaign.schema import Campaign, LinkSetting, ModeSpec
 
 
 class LoadPoint(BaseModel):
@@ -35,10 +35,12 @@ class Cell(BaseModel):
     point: LoadPoint
     repeat: int
     seed: int
+    link: LinkSetting | None = None    # the network condition (campaigns with a network axis)
 
     @property
     def label(self) -> str:
-        return f"{self.mode.name} {self.point.label} repeat {self.repeat}"
+        network = f" {self.link.label}" if self.link is not None else ""
+        return f"{self.mode.name}{network} {self.point.label} repeat {self.repeat}"
 
 
 def load_points(campaign: Campaign) -> list[LoadPoint]:
@@ -51,21 +53,26 @@ def load_points(campaign: Campaign) -> list[LoadPoint]:
 def expand(campaign: Campaign) -> list[Cell]:
     """Every cell in run order: grouped by mode, since one server serves all of a mode's cells."""
     cells = []
+    links: list[LinkSetting | None] = list(campaign.network.links) if campaign.network else [None]
     for mode in campaign.modes:
-        for point in load_points(campaign):
-            for repeat in range(campaign.load.repeats):
-                cells.append(Cell(
-                    key=cell_key(mode.name, point, repeat),
-                    mode=mode,
-                    point=point,
-                    repeat=repeat,
-                    seed=cell_seed(campaign.load.seed, mode.name, point, repeat),
-                ))
+        for link in links:  # the links change between cells; the mode's server keeps running
+            for point in load_points(campaign):
+                for repeat in range(campaign.load.repeats):
+                    cells.append(Cell(
+                        key=cell_key(mode.name, point, repeat, link),
+                        mode=mode,
+                        point=point,
+                        repeat=repeat,
+                        seed=cell_seed(campaign.load.seed, mode.name, point, repeat),
+                        link=link,
+                    ))
     return cells
 
 
-def cell_key(mode_name: str, point: LoadPoint, repeat: int) -> str:
-    return f"{mode_name}.{point.label}.r{repeat}"
+def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None) -> str:
+    """tp2.c4.r0, or with a network axis tp2.d5ms.c4.r0 (the same workload under every setting)."""
+    network = f"{link.label}." if link is not None else ""
+    return f"{mode_name}.{network}{point.label}.r{repeat}"
 
 
 def cell_seed(base_seed: int, mode_name: str, point: LoadPoint, repeat: int) -> int:

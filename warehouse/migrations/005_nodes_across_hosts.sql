@@ -7,3 +7,9 @@ ALTER TABLE nodes ADD COLUMN clock_offset_s DOUBLE;   -- node wall clock minus t
 ALTER TABLE nodes ADD COLUMN placements JSON;         -- [{what, path, how, digest, seconds}]
 ALTER TABLE runs ADD COLUMN provider_kind VARCHAR;
 ALTER TABLE runs ADD COLUMN allocation JSON;          -- what the provider allocated (slurm: job id, node list)
+
+-- The network as a sweep axis (campaign `network:`): the link setting a cell ran under; part
+-- of its series identity. NULL for campaigns without the axis.
+ALTER TABLE cells ADD COLUMN link VARCHAR;            -- plain | d5ms | r100mbit | d1ms-r100mbit
+ALTER TABLE cells ADD COLUMN link_delay_ms DOUBLE;    -- one way, on each chosen host's link
+ALTER TABLE cells ADD COLUMN link_rate_mbit DOUBLE;   -- each direction; NULL: no cap

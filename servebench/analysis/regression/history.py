@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from servebench.analysis.regression.detect import Finding, analyze
 import warehouse
 from servebench import landing
-from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, Night, cell_point, hardware_fingerprint,
-                                          series_id, series_label)
+from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, OPTIONAL_IDENTITY_FIELDS, Night,
+                                                   cell_point, hardware_fingerprint, series_id, series_label)
 from servebench.analysis.regression.settings import DetectionSettings
 
 
@@ -49,7 +49,7 @@ def assign_series(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     fingerprint = hardware_fingerprint(nodes)
     campaign = con.execute("select campaign from runs where run_id = ?", [run_id]).fetchone()[0]
     con.execute("update runs set hardware_fingerprint = ? where run_id = ?", [fingerprint, run_id])
-    fields = [f for f in IDENTITY_FIELDS if f != "campaign"]
+    fields = [f for f in IDENTITY_FIELDS if f != "campaign"] + list(OPTIONAL_IDENTITY_FIELDS)
     cells = con.execute(f"select cell_id, {', '.join(fields)} from cells where run_id = ?", [run_id]).fetchall()
     updates = [[series_id({"campaign": campaign, **dict(zip(fields, row[1:]))}, fingerprint), row[0]]
                for row in cells]

@@ -41,6 +41,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
 
 IDENTITY_FIELDS = ("campaign", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients",
                    "input_len", "output_len")
+# Part of the identity only where set: a series without them keeps the id it always had.
+OPTIONAL_IDENTITY_FIELDS = ("link",)
 
 
 class Night(BaseModel):
@@ -82,12 +84,14 @@ def hardware_fingerprint(nodes: list[dict]) -> str:
 def series_id(identity: dict, fingerprint: str) -> str:
     """Stable across runs and engine versions; the metric is kept apart (series_id, metric)."""
     key = [identity.get(f) for f in IDENTITY_FIELDS] + [fingerprint]
+    key += [[f, identity[f]] for f in OPTIONAL_IDENTITY_FIELDS if identity.get(f) is not None]
     return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:16]
 
 
 def series_label(identity: dict) -> str:
     point = LoadPoint(kind=identity["load_kind"], clients=identity.get("clients"), rate=identity.get("rate"))
-    return (f"{identity['campaign']}/{identity['mode']} {point.label} "
+    network = f" {identity['link']}" if identity.get("link") else ""
+    return (f"{identity['campaign']}/{identity['mode']}{network} {point.label} "
             f"in{identity['input_len']}/out{identity['output_len']}")
 
 

@@ -265,7 +265,8 @@ class SlurmProvider:
         sequence = self._sequence
         files = remote_files(self.run_dir, sequence, Path(log_path).name)
         mark = f"{self.run_id}.{sequence}"
-        full = env_argv({**env, MARK_VARIABLE: mark}, list(unset)) + pinned_argv(node.cpus, list(argv))
+        full = env_argv({"TMPDIR": self.run_dir, **env, MARK_VARIABLE: mark}, list(unset)) + \
+            pinned_argv(node.cpus, list(argv))
         step = allocation.argv(name, launch_argv(self.run_dir, files, full), cpus=self.spec.cpus_per_node,
                                name=f"{self.job_name}.{sequence}")
         client_log = self._local() / f"{sequence:03d}.srun.log"

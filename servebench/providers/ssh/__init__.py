@@ -158,7 +158,7 @@ class SshProvider:
     def _start_command(self, node: Node, argv: list[str], env: dict[str, str], unset, log_name: str,
                        sequence: int) -> str:
         files = remote_files(self.run_dir, sequence, log_name)
-        marked = {**env, node_tools.MARK_VARIABLE: self._mark(sequence)}
+        marked = {"TMPDIR": self.run_dir, **env, node_tools.MARK_VARIABLE: self._mark(sequence)}
         full = env_argv(marked, list(unset)) + pinned_argv(self.host_spec(node).cpus, list(argv))
         return sh_command(start_script(self.run_dir, files, full))
 

@@ -1,0 +1,85 @@
+"""End to end across real hosts: the shipped campaigns/ssh-testbed.yaml on a testbed of 3 hosts
+(own network, /dev/shm, /tmp and /root each; real sshd), through the Prefect flow.
+
+The engine build and the model are copied to each host by digest (the hosts cannot see this
+machine's /root) and verified there; a Ray head on h1 and a worker on h2 serve TP=2 and PP=2,
+vLLM's own launcher TP=2 across the same hosts; the servers listen on the hosts' addresses and
+the load generator reaches them over the testbed's bridge. Asserted: the gate against TP=1,
+every cell landed with exact token counts, the TP group's all-reduce left /dev/shm for gloo
+across hosts, samples of every host landed in the orchestrator's time base (inside the cells),
+clock offsets and placements recorded, and afterwards nothing of the run on any host: no
+process carrying the run's mark, no listening port but sshd, no /dev/shm entry, no Ray temp dir.
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+
+import warehouse
+from tests.support.testbed import campaign_on, marked_processes_on, own_testbed
+
+CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "ssh-testbed.yaml"
+pytestmark = pytest.mark.e2e
+
+
+def on_host(layout, host, script: str) -> str:
+    import subprocess
+
+    from servebench.testbed import enter_argv
+    done = subprocess.run([*enter_argv(layout, host), "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    return done.stdout
+
+
+def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    with own_testbed("e2e", 2) as layout:
+        campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml",
+                               load={"clients": [2], "input_len": 32, "output_len": 16, "requests": 6,
+                                     "client": {"cpus": "1", "nice": -10}})
+        db = tmp_path / "w.duckdb"
+        started = time.monotonic()
+        with prefect_test_harness(server_startup_timeout=120):
+            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(db))
+        print(f"campaign across hosts: {time.monotonic() - started:.0f} s, {outcome['status']}")
+
+        # nothing of the run left on any host
+        for host in layout.hosts:
+            marked = marked_processes_on(layout, host)
+            assert marked == "", f"{host.name}: processes of the run left: {marked}"
+            assert on_host(layout, host, "ls -A /dev/shm").strip() == "", host.name
+            # the run's directory (the engine's TMPDIR: vLLM's IPC sockets, torch's caches) and Ray's temp root went
+            assert on_host(layout, host, "ls -A /tmp").strip() == "", host.name
+            listening = on_host(layout, host, "cat /proc/net/tcp | awk 'NR > 1 && $4 == \"0A\" {print $2}'")
+            assert {line.rsplit(":", 1)[1] for line in listening.split()} <= {"0016"}, (host.name, listening)  # 22
+
+    assert outcome["status"] == "completed", outcome
+    con = warehouse.connect(db, read_only=True)
+    servers = dict(con.execute("select mode, correctness from servers").fetchall())
+    assert servers.pop("reference-tp1") == "reference"
+    assert set(servers) == {"tp2-ray", "pp2-ray", "tp2-mp-multinode"}
+    assert set(servers.values()) <= {"passed", "close"}, servers
+    cells = con.execute("select cell_key, status, client_output_tokens, server_output_tokens from cells").fetchall()
+    assert len(cells) == 3 and all(c[1] == "completed" and c[2] == c[3] == 6 * 16 for c in cells), cells
+
+    nodes = con.execute("select node, address, clock_offset_s, placements from nodes order by node").fetchall()
+    assert [(n[0], n[1]) for n in nodes] == [(h.name, h.address) for h in layout.hosts]
+    for node, _, offset, placements in nodes:
+        assert offset is not None and abs(offset) < 1.0, (node, offset)  # one machine: the clocks agree
+        hows = {p["what"]: p["how"] for p in __import__("json").loads(placements)}
+        assert set(hows) == {"engine", "model", "tools"} and set(hows.values()) <= {"copied", "present"}, hows
+
+    # samples from both hosts, in the load generator's time base: some fall inside every cell
+    inside = con.execute("select cell_key, node, samples from cell_node_cpu").fetchall()
+    assert {(key, node) for key, node, _ in inside} == {(c[0], h.name) for c in cells for h in layout.hosts}, inside
+    logs = dict(con.execute("select mode, log_path from servers").fetchall())
+    con.close()
+    tp_log = Path(logs["tp2-ray"]).read_text()
+    assert "servebench CPU Ray worker rank 1: node h2@" in tp_log
+    guarded = "group tp:0 spans nodes" in tp_log and "using gloo" in tp_log
+    assert guarded or "CPU SHM communicator disabled for group tp:0" in tp_log
+    assert f"distributed_init_method=tcp://{layout.hosts[0].address}:" in tp_log
