@@ -117,7 +117,7 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         land_measured_cells(ctx)
         with session(wh) as con:
             landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
-                               ended_at=landing.now())
+                               ended_at=landing.now(), allocation=allocation_text(ctx.provider))
         if outcome["status"] != "interrupted":
             outcome["regressions"] = find_regressions(wh, run_id, campaign)
         outcome["report"] = write_report(wh, run_id, run_dir)
@@ -130,8 +130,7 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
     nodes, inventories, offsets = provision(ctx.provider)
     land_nodes(wh, ctx.run_id, nodes, inventories, offsets)
-    land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind,
-                    allocation=json.dumps(ctx.provider.allocation_record()))
+    land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider))
     reporter().stage("building the engine")
     build = build_engine(ctx.engine.build_recipe(campaign.engine))
     land_build(wh, ctx.run_id, build)
@@ -163,6 +162,14 @@ def release(ctx: RunContext) -> None:
         finally:
             if ctx.campaign.network is not None and ctx.deployment is not None:
                 clear_links(ctx.campaign.network.testbed, [node.name for node in ctx.deployment.nodes])
+
+
+def allocation_text(provider: Provider) -> str | None:
+    """What the provider holds (or held: after release, how it ended), as JSON for `runs.allocation`."""
+    try:
+        return json.dumps(provider.allocation_record())
+    except Exception as exc:  # a controller that no longer answers must not hide the run's outcome
+        return json.dumps({"error": first_line(exc)})
 
 
 def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]:

@@ -15,6 +15,7 @@ import pytest
 
 import warehouse
 from servebench.processes import shm_entries
+from tests.support.ray_logs import assert_tp_across_nodes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e-ray.yaml"
 pytestmark = pytest.mark.e2e
@@ -60,15 +61,9 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     logs = dict(con.execute("select mode, log_path from servers").fetchall())
     con.close()
 
-    # the guard: the TP group spans the two nodes, so it must not use /dev/shm all-reduce
-    tp_log = Path(logs["tp2-ray"]).read_text()
-    assert "servebench CPU Ray worker rank 1: node node1@" in tp_log
-    # (vLLM's own check comes first and, on CPUs whose kernels lack the /dev/shm all-reduce, such
-    # as the AVX2 build on AMD EPYC, already disables it; the guard matters where it exists)
-    guarded = "group tp:0 spans nodes" in tp_log and "using gloo" in tp_log
-    assert guarded or "CPU SHM communicator disabled for group tp:0" in tp_log
-    # every process of the cluster announced its node's loopback address, never the host's interface
-    assert "distributed_init_method=tcp://127.0.1.1:" in tp_log, "the workers met at a non-loopback address"
+    # the guard: the TP group spans the two nodes, so it must not use /dev/shm all-reduce; every
+    # process of the cluster announced its node's loopback address, never the host's interface
+    assert_tp_across_nodes(Path(logs["tp2-ray"]).read_text(), "node1", "127.0.1.1")
 
     # each node ran with a Ray temp dir of its own (<index>.<attempt>); its logs were kept in the run's ray/
     kept = sorted((tmp_path / "runs").glob("*/ray/ray-logs/*.*"))

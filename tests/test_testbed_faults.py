@@ -28,7 +28,7 @@ CAMPAIGN = """
 name: slurm-cancel
 provider: {{kind: slurm, nodes: 2, cpus_per_node: 1, partition: {partition}, time_limit: "10",
            slurm_conf: {slurm_conf}}}
-engine: {{kind: echo, token_delay_ms: 20}}
+engine: {{kind: echo, token_delay_ms: 50}}
 model: {{path: {model}}}
 modes:
   - {{name: single}}
@@ -39,12 +39,13 @@ validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this t
 
 
 def cancel_when(cells_dir: Path, count: int, layout, done: dict) -> None:
-    """scancel the testbed's job once `count` cells have written their results (bounded wait)."""
+    """scancel the testbed's job a second after `count` cells have written their results (bounded wait)."""
     from servebench.testbed import slurm_client_env
 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and len(list(cells_dir.glob("*/cells/*.json"))) < count:
         time.sleep(0.1)
+    time.sleep(1.0)  # into the next cell: the one measured before stays completed
     env = slurm_client_env(layout)
     jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
     done["jobs"] = jobs
