@@ -113,10 +113,15 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
         outcome["error"] = "interrupted by the user" if interrupted else f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        release(ctx)  # plain calls: must also run while a Ctrl-C unwinds
+        try:
+            release(ctx)  # plain calls: must also run while a Ctrl-C unwinds
+        except Exception as exc:  # what was measured still lands; the run says what could not be released
+            outcome["release_error"] = f"{type(exc).__name__}: {exc}"
+            reporter().stage(f"releasing the nodes failed: {first_line(exc)}")
         land_measured_cells(ctx)
         with session(wh) as con:
-            landing.update_run(con, run_id, status=outcome["status"], error=outcome.get("error"),
+            landing.update_run(con, run_id, status=outcome["status"],
+                               error=outcome.get("error") or outcome.get("release_error"),
                                ended_at=landing.now(), allocation=allocation_text(ctx.provider))
         if outcome["status"] != "interrupted":
             outcome["regressions"] = find_regressions(wh, run_id, campaign)
