@@ -9,7 +9,7 @@ addresses and the load generator reaches them over the testbed's bridge. Asserte
 against TP=1, every cell landed with exact token counts, the TP group's all-reduce left
 /dev/shm for gloo across hosts, samples of every host landed in the orchestrator's time base
 (inside the cells), clock offsets and placements recorded, and afterwards nothing of the run
-on any host: no process carrying the run's mark, no listening port but sshd, nothing in
+on any host: no process carrying the run's mark, no listening port but sshd's and Slurm's, nothing in
 /dev/shm or /tmp.
 """
 
@@ -62,7 +62,8 @@ def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
             # the run's directory (the engine's TMPDIR: vLLM's IPC sockets, torch's caches) and Ray's temp root went
             assert on_host(layout, host, "ls -A /tmp").strip() == "", host.name
             listening = on_host(layout, host, "cat /proc/net/tcp | awk 'NR > 1 && $4 == \"0A\" {print $2}'")
-            assert {line.rsplit(":", 1)[1] for line in listening.split()} <= {"0016"}, (host.name, listening)  # 22
+            daemons = {22, layout.slurmctld_port, layout.slurmd_port}  # sshd and the testbed's Slurm
+            assert {int(line.rsplit(":", 1)[1], 16) for line in listening.split()} <= daemons, (host.name, listening)
 
     assert outcome["status"] == "completed", outcome
     con = warehouse.connect(db, read_only=True)

@@ -20,7 +20,7 @@ import pytest
 import servebench.engines
 import warehouse
 from tests.support.echo_engine import EchoEngine
-from tests.support.testbed import marked_processes_on, own_testbed
+from tests.support.testbed import echo_model, marked_processes_on, own_testbed, ssh_provider_yaml
 
 pytestmark = pytest.mark.e2e
 
@@ -63,13 +63,10 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))  # under /tmp: hidden from the hosts, copied
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text(json.dumps(
-        {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
+    model = echo_model(tmp_path / "model")
     with own_testbed("flt", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
-        campaign.write_text(CAMPAIGN.format(partition=layout.partition, slurm_conf=layout.slurm_conf,
-                                            model=tmp_path / "model"))
+        campaign.write_text(CAMPAIGN.format(partition=layout.partition, slurm_conf=layout.slurm_conf, model=model))
         done: dict = {}
         watcher = threading.Thread(target=cancel_when, args=(tmp_path / "runs", 1, layout, done), daemon=True)
         watcher.start()
@@ -99,13 +96,7 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
 
 SSH_CAMPAIGN = """
 name: ssh-worker-killed
-provider:
-  kind: ssh
-  hosts:
-    - {{name: h1, address: {h1}, cpus: "0", key: {key}}}
-    - {{name: h2, address: {h2}, cpus: "0", key: {key}}}
-  known_hosts: {known_hosts}
-engine: {{kind: echo, token_delay_ms: 50}}
+{provider}engine: {{kind: echo, token_delay_ms: 50}}
 model: {{path: {model}}}
 modes:
   - {{name: single}}
@@ -127,7 +118,11 @@ def kill_worker_during(runs: Path, after_cell: str, layout, done: dict) -> None:
     h2 = layout.hosts[1]
     for line in marked_processes_on(layout, h2).splitlines():
         pid = line.split(" ", 1)[0]
-        if b"\0--serve-worker\0" in Path(f"/proc/{pid}/cmdline").read_bytes():  # the worker, not its wrapper
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # a short-lived process of the run (a status probe) already gone
+            continue
+        if b"\0--serve-worker\0" in command:  # the worker, not its wrapper
             subprocess.run([*enter_argv(layout, h2), "kill", "-9", pid], check=True)
             done.setdefault("killed", []).append(int(pid))
 
@@ -140,14 +135,10 @@ def test_a_worker_killed_on_its_host_fails_that_cell_with_the_cause_and_the_camp
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text(json.dumps(
-        {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
+    model = echo_model(tmp_path / "model")
     with own_testbed("kil", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
-        campaign.write_text(SSH_CAMPAIGN.format(h1=layout.hosts[0].address, h2=layout.hosts[1].address,
-                                                key=layout.ssh_key, known_hosts=layout.known_hosts,
-                                                model=tmp_path / "model"))
+        campaign.write_text(SSH_CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model))
         done: dict = {}
         killer = threading.Thread(target=kill_worker_during, args=(tmp_path / "runs", "split.c1.r0", layout, done),
                                   daemon=True)

@@ -121,3 +121,21 @@ def marked_processes_on(layout: Layout, host) -> str:
 
     return subprocess.run([*enter_argv(layout, host), "sh", "-c", MARKED_ON_HOST], capture_output=True, text=True,
                           timeout=60).stdout.strip()
+
+
+def ssh_provider_yaml(layout: Layout) -> str:
+    """A campaign's `provider:` block for the testbed's first two hosts over ssh, one CPU each."""
+    hosts = "".join(f'    - {{name: {h.name}, address: {h.address}, cpus: "0", key: {layout.ssh_key}}}\n'
+                    for h in layout.hosts[:2])
+    return f"provider:\n  kind: ssh\n  hosts:\n{hosts}  known_hosts: {layout.known_hosts}\n"
+
+
+def echo_model(directory) -> str:
+    """A model directory the test-only echo engine serves (its shape is all it reads)."""
+    import json
+    from pathlib import Path
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / "config.json").write_text(json.dumps(
+        {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
+    return str(directory)
