@@ -25,7 +25,7 @@ from warehouse import rows
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction"""
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit"""
 WIDTH, HEIGHT = 380, 240
 
 
@@ -136,8 +136,8 @@ def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
-    done = [{**c, "point": f"c{c['clients']}" if c["load_kind"] == "closed" else f"{c['rate']:g} req/s",
-             "mode_executor": f"{c['mode']} ({c['executor']})"} for c in cells if c["output_throughput"]]
+    done = [{**c, "point": _point(c), "mode_executor": f"{c['mode']} ({c['executor']})"
+             + (f" {c['link']}" if c.get("link") else "")} for c in cells if c["output_throughput"]]
     if not done:
         return None
     bars = alt.Chart(_data(done)).mark_bar().encode(
@@ -163,6 +163,34 @@ def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
     ).properties(width=140, height=HEIGHT, title="latency percentiles")
     return alt.vconcat(bars, dots).properties(title=alt.TitleParams(
         "Modes and executors side by side", subtitle="one panel per load point"))
+
+
+def _point(cell: dict) -> str:
+    return f"c{cell['clients']}" if cell["load_kind"] == "closed" else f"{cell['rate']:g} req/s"
+
+
+def network_response(cells: list[dict]) -> alt.Chart | None:
+    """How each mode reacts to the network (campaigns with a `network:` axis): output throughput
+    and TPOT p50 under each link setting (plain, then more delay, then rate caps), one panel per
+    load point."""
+    swept = [{**c, "point": _point(c)} for c in cells if c.get("link") and c["output_throughput"]]
+    if not swept:
+        return None
+    ranked = sorted(swept, key=lambda c: (c["link_rate_mbit"] is not None, c["link_delay_ms"] or 0,
+                                          -(c["link_rate_mbit"] or 0)))
+    order = list(dict.fromkeys(c["link"] for c in ranked))  # plain, more delay, then tighter caps
+    panels = []
+    for field, title in (("output_throughput", "output throughput (tokens/s)"), ("tpot_p50_ms", "TPOT p50 (ms)")):
+        panels.append(alt.Chart(_data(swept)).mark_line(point=True).encode(
+            x=alt.X("link:N", sort=order, title="link setting", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y(f"mean({field}):Q", title=title), color=alt.Color("mode:N", title="mode"),
+            column=alt.Column("point:N", title="load point"),
+            tooltip=["cell_id:N", "link:N", alt.Tooltip("link_delay_ms:Q", title="delay ms"),
+                     alt.Tooltip("link_rate_mbit:Q", title="rate Mbit/s"), alt.Tooltip(f"mean({field}):Q", format=".1f")],
+        ).properties(width=220, height=HEIGHT, title=title))
+    return alt.vconcat(*panels).properties(title=alt.TitleParams(
+        "Modes against the network", subtitle="the same workload under each link setting (added one-way delay "
+        "dNms, rate cap rNmbit) on the testbed's host links"))
 
 
 def history(nights: list[dict], changes: list[dict]) -> alt.Chart | None:
@@ -218,6 +246,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                                      "requests whose KV cache was evicted and recomputed", saturation),
         "node_timelines": node_timelines(samples, cells),
         "modes_side_by_side": modes_side_by_side(cells),
+        "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
