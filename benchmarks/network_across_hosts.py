@@ -21,20 +21,14 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from servebench.testbed import down, load, up
+from servebench.testbed import down, load, point_campaign, up
 
 CAMPAIGN = Path(__file__).resolve().parent.parent / "campaigns" / "network-testbed.yaml"
 
 
 def pointed_at(layout, out: Path) -> Path:
     """The shipped campaign with this testbed's addresses, key, known hosts and name."""
-    data = yaml.safe_load(CAMPAIGN.read_text())
-    by_name = {host.name: host for host in layout.hosts}
-    for host in data["provider"]["hosts"]:
-        host["address"], host["key"] = by_name[host["name"]].address, str(layout.ssh_key)
-    data["provider"]["known_hosts"] = str(layout.known_hosts)
-    data["network"]["testbed"] = layout.name
-    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    out.write_text(yaml.safe_dump(point_campaign(yaml.safe_load(CAMPAIGN.read_text()), layout), sort_keys=False))
     return out
 
 

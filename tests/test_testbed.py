@@ -290,3 +290,21 @@ def not_inside(ids: set[str]) -> list[int]:
             except OSError:
                 break
     return found
+
+
+def test_a_shipped_testbed_campaign_is_pointed_at_another_testbed():
+    import yaml
+
+    from servebench.testbed import point_campaign
+    from servebench.testbed.layout import make_layout
+
+    layout = make_layout("pt1", hosts=2, cpus=2, slot=7)
+    root = Path(__file__).parent.parent / "campaigns"
+    network = point_campaign(yaml.safe_load((root / "network-testbed.yaml").read_text()), layout)
+    hosts = network["provider"]["hosts"]
+    assert [h["address"] for h in hosts] == [h.address for h in layout.hosts]
+    assert {h["key"] for h in hosts} == {str(layout.ssh_key)}
+    assert network["provider"]["known_hosts"] == str(layout.known_hosts) and network["network"]["testbed"] == "pt1"
+    slurm = point_campaign(yaml.safe_load((root / "slurm-testbed.yaml").read_text()), layout)
+    assert slurm["provider"]["slurm_conf"] == str(layout.slurm_conf)
+    assert slurm["provider"]["partition"] == layout.partition

@@ -12,6 +12,7 @@ the node named.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
 import time
@@ -57,8 +58,6 @@ def local_digest(path: Path) -> str:
 def node_tools_tree(cache: Path, project_dir: Path) -> Path:
     """The node sampler as a tree of its own (standard library and psutil: it runs with the engine
     build's python on a node that has no servebench), cached by its content."""
-    import hashlib
-
     digest = hashlib.sha256()
     for name in SAMPLER_FILES:
         digest.update(name.encode() + b"\0" + (project_dir / name).read_bytes())

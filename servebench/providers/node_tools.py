@@ -10,6 +10,7 @@ reused PID is never signalled. Importable on the orchestrator too (the unit test
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -269,8 +270,6 @@ def tree_digest(path: str) -> str | None:
     """sha256 over a directory tree: every entry's relative path and kind, a symlink's target, a
     file's mode bit for execution and its content. None if the path is not a directory. The same
     function runs on the orchestrator and on each node, so equal digests mean equal trees."""
-    import hashlib
-
     if not os.path.isdir(path):
         return None
     digest = hashlib.sha256()
@@ -293,7 +292,3 @@ def tree_digest(path: str) -> str | None:
             digest.update(b"\0")
     return digest.hexdigest()
 
-
-def wall_clock() -> float:
-    """The node's wall clock (for the orchestrator's clock-offset estimate)."""
-    return time.time()

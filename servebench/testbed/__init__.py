@@ -13,11 +13,11 @@ See docs/testbed.md.
 
 from __future__ import annotations
 
-from servebench.testbed.configs import enter_argv, slurm_client_env, ssh_argv
+from servebench.testbed.configs import enter_argv, point_campaign, slurm_client_env, ssh_argv
 from servebench.testbed.layout import DEFAULT_NAME, Host, Layout, default_name
 from servebench.testbed.machine import TestbedError, down, known_testbeds, load, slurm_client, status, up
 
 __all__ = [
     "DEFAULT_NAME", "Host", "Layout", "TestbedError", "default_name", "down", "enter_argv", "known_testbeds",
-    "load", "slurm_client", "slurm_client_env", "ssh_argv", "status", "up",
+    "load", "point_campaign", "slurm_client", "slurm_client_env", "ssh_argv", "status", "up",
 ]

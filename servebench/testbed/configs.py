@@ -6,6 +6,7 @@ is the daemon's own PID, the one recorded and the one `down` stops.
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
 import sys
@@ -244,3 +245,21 @@ def slurm_client_env(layout: Layout) -> dict[str, str]:
 def ssh_argv(layout: Layout, host: Host, command: list[str] | None = None) -> list[str]:
     """ssh to a host with the testbed's client config (key, known hosts, multiplexing)."""
     return ["ssh", "-F", str(layout.ssh_config), host.name] + ([shlex.join(command)] if command else [])
+
+
+def point_campaign(data: dict, layout: Layout) -> dict:
+    """A campaign's data (the shipped testbed campaigns name the default testbed's addresses and
+    paths) pointed at this testbed: ssh hosts' addresses, key and known hosts, the Slurm
+    controller's config and partition, and the testbed a network axis acts on."""
+    data = copy.deepcopy(data)
+    provider = data["provider"]
+    if provider["kind"] == "ssh":
+        by_name = {host.name: host for host in layout.hosts}
+        for host in provider["hosts"]:
+            host["address"], host["key"] = by_name[host["name"]].address, str(layout.ssh_key)
+        provider["known_hosts"] = str(layout.known_hosts)
+    elif provider["kind"] == "slurm":
+        provider["slurm_conf"], provider["partition"] = str(layout.slurm_conf), layout.partition
+    if data.get("network"):
+        data["network"]["testbed"] = layout.name
+    return data

@@ -85,21 +85,13 @@ def running_on(provider, host: str, pid: int) -> bool:
 
 
 def campaign_on(layout: Layout, source, out, **overrides):
-    """A shipped testbed campaign pointed at this testbed: its hosts' addresses, key and known
-    hosts (the file is written for the default testbed); top-level keys replaced by overrides."""
+    """A shipped testbed campaign pointed at this testbed (`point_campaign`), top-level keys
+    replaced by overrides, written to `out`."""
     import yaml
 
-    data = yaml.safe_load(open(source))
-    provider = data["provider"]
-    if provider["kind"] == "ssh":
-        by_name = {h.name: h for h in layout.hosts}
-        for host in provider["hosts"]:
-            host["address"] = by_name[host["name"]].address
-            host["key"] = str(layout.ssh_key)
-        provider["known_hosts"] = str(layout.known_hosts)
-    else:
-        provider["slurm_conf"] = str(layout.slurm_conf)
-        provider["partition"] = layout.partition
+    from servebench.testbed import point_campaign
+
+    data = point_campaign(yaml.safe_load(open(source)), layout)
     data.update(overrides)
     with open(out, "w") as file:
         yaml.safe_dump(data, file, sort_keys=False)

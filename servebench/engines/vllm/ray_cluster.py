@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from servebench.processes import free_port
 from servebench.providers import Node, NodeProcess, Provider
+from servebench.providers.this_host import ThisHostProcesses
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
 WORKER_PORTS = 100
@@ -97,16 +97,6 @@ class PortSource(Protocol):
     def free_port(self, node: Node) -> int: ...
 
     def free_port_range(self, node: Node, size: int) -> int: ...
-
-
-class ThisHostPorts:
-    """Ports of this host (what `plan_cluster` uses when given no provider: the unit tests)."""
-
-    def free_port(self, node: Node) -> int:
-        return free_port()
-
-    def free_port_range(self, node: Node, size: int) -> int:
-        return _free_port_range(size)
 
 
 @dataclass
@@ -180,7 +170,7 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
     new short name under /tmp by default (Ray's Unix socket paths must stay short; `ray start`
     makes the directories). Every port is picked on the node that binds it (`ports`).
     """
-    ports = ports or ThisHostPorts()
+    ports = ports or ThisHostProcesses()  # this host's ports (the unit tests give no provider)
     root = temp_root or f"{_short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
@@ -194,7 +184,7 @@ def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource | None =
 
     A new head has a new GCS port, and every other node joins it there.
     """
-    ports = ports or ThisHostPorts()
+    ports = ports or ThisHostProcesses()  # this host's ports (the unit tests give no provider)
     old = plans[index]
     host = old.gcs_address.rsplit(":", 1)[0]
     head_address = f"{host}:{ports.free_port(old.node)}" if old.head else old.gcs_address
@@ -456,23 +446,3 @@ def _check_socket_path_length(root: str) -> None:
     if longest > SOCKET_PATH_MAX:
         raise RayClusterError(f"Ray temp dir {root} is too long: its Unix socket paths would have {longest} "
                               f"bytes, {SOCKET_PATH_MAX} at most")
-
-
-def _free_port_range(size: int) -> int:
-    """The start of `size` consecutive ports that are free now (kernel-picked base, checked)."""
-    for _ in range(50):
-        base = free_port()
-        if base + size > 65535:
-            continue
-        if all(_bindable(base + offset) for offset in range(0, size, 7)):
-            return base
-    raise RayClusterError(f"no range of {size} free ports found")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
