@@ -75,9 +75,13 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
 
 @task(name="stop-telemetry", cache_policy=NONE)
 def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
-    for process in telemetry.node_processes:
-        provider.stop(process, grace_s=5)
-    for path, (raw, offset) in telemetry.remote_samples.items():
-        rewrite_in_orchestrator_time(raw, path, offset)
-    if telemetry.scraper is not None:
-        telemetry.scraper.stop(grace_s=5)
+    """The scraper (on this host) is stopped even when a node's sampler cannot be (its node or
+    allocation gone): it would otherwise outlive the run."""
+    try:
+        for process in telemetry.node_processes:
+            provider.stop(process, grace_s=5)
+        for path, (raw, offset) in telemetry.remote_samples.items():
+            rewrite_in_orchestrator_time(raw, path, offset)
+    finally:
+        if telemetry.scraper is not None:
+            telemetry.scraper.stop(grace_s=5)
