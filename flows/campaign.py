@@ -23,6 +23,7 @@ import warehouse
 from servebench import landing
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
+from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, make_plan
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec
 from servebench.campaign.sweep import Cell
@@ -37,7 +38,7 @@ from tasks.build import build_engine
 from tasks.distribute import place_artifacts
 from tasks.land import (land_build, land_cell, land_nodes, land_placements, land_run_start, land_run_update,
                         land_server, session)
-from tasks.load import cell_load_config, requests_csv_path, run_cell_load
+from tasks.load import ClientNode, cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.network import clear_links, set_links
 from tasks.provision import provision
@@ -94,8 +95,9 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
                    spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
-    ctx = RunContext(plan=plan, engine=get_engine(campaign.engine.kind), provider=get_provider(campaign, plan.client.cpus),
-                     warehouse=wh, run_id=run_id, run_dir=run_dir)
+    ctx = RunContext(plan=plan, engine=get_engine(campaign.engine.kind),
+                     provider=get_provider(campaign, plan.client.reserved_on_nodes), warehouse=wh, run_id=run_id,
+                     run_dir=run_dir)
     outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed",
                "cells": ctx.statuses, "invalid": ctx.invalid}
     try:
@@ -134,7 +136,8 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     campaign, wh = ctx.campaign, ctx.warehouse
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
     nodes, inventories, offsets = provision(ctx.provider)
-    land_nodes(wh, ctx.run_id, nodes, inventories, offsets)
+    servers, client = split_client_node(nodes, [n.name for n in campaign.provider.node_specs()], ctx.plan.client.node)
+    land_nodes(wh, ctx.run_id, nodes, inventories, offsets, client_node=client.name if client else None)
     land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider))
     reporter().stage("building the engine")
     build = build_engine(ctx.engine.build_recipe(campaign.engine))
@@ -143,15 +146,19 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
     land_run_update(wh, ctx.run_id, model_path=model_dir)
     ctx.vocab = vocab_size(Path(model_dir))
-    reporter().stage("placing the engine build and the model on every node")
-    placements, tools_dir = place_artifacts(ctx.provider, nodes, inventories, build, model_dir)
-    land_placements(wh, ctx.run_id, [p.model_dump() for p in placements])
+    reporter().stage("placing the engine build and the model on every node"
+                     + (f", the load generator on {client.name}" if client else ""))
+    placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
+    land_placements(wh, ctx.run_id, [p.model_dump() for p in placed.placements])
     reporter().cells_planned(len(ctx.plan.cells))
-    ctx.deployment = Deployment(campaign=campaign, engine=ctx.engine, provider=ctx.provider, nodes=nodes, build=build,
+    load_client = None if client is None else ClientNode(
+        provider=ctx.provider, node=client, python=build.python, tree=placed.load_tree,
+        clock_offset_s=offsets.get(client.name))
+    ctx.deployment = Deployment(campaign=campaign, engine=ctx.engine, provider=ctx.provider, nodes=servers, build=build,
                                 model_dir=model_dir, served_name=ctx.served_name, run_dir=str(ctx.run_dir),
-                                tools_dir=tools_dir, clock_offsets=offsets)
+                                tools_dir=placed.tools_dir, clock_offsets=offsets, client=load_client)
     reporter().stage("starting the services the modes share, if any")
-    shared = start_shared_services(ctx.engine, campaign, nodes, build, ctx.provider, str(ctx.run_dir))
+    shared = start_shared_services(ctx.engine, campaign, servers, build, ctx.provider, str(ctx.run_dir))
     return replace(ctx.deployment, shared=shared)
 
 
@@ -339,7 +346,8 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     try:
-        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output))
+        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output),
+                                                                                ctx.deployment.client)
     except Exception as exc:
         land_failed_cell(ctx, cell, str(exc), started, correctness)
         return

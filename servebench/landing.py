@@ -72,11 +72,12 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
 
 
 def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict,
-              clock_offset_s: float | None = None) -> None:
+              clock_offset_s: float | None = None, role: str = "server") -> None:
+    """`role`: server, or client (the node the load generator ran on, serving nothing)."""
     facts_columns = ("hostname", "cpus", "cpu_model", "arch", "logical_cores", "physical_cores", "numa_nodes",
                      "mem_total_bytes", "kernel", "isa_flags")
     insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, clock_offset_s=clock_offset_s,
-                                  **{c: facts[c] for c in facts_columns}),
+                                  role=role, **{c: facts[c] for c in facts_columns}),
                conflict="or replace")
 
 
@@ -148,7 +149,7 @@ def _client_columns(client: dict | None) -> dict:
     """Where the load generator ran and how busy it was (None for results from before issue 13)."""
     client = client or {}
     return {"client_cpus": client.get("cpus"), "client_nice": client.get("nice"),
-            "client_cpu_fraction": client.get("core_fraction")}
+            "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}
 
 
 def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, path: Path) -> None:

@@ -1,26 +1,45 @@
 """Placement stage: the engine build, the model and the node tools present on every node (a
-shared file system, a digest that already matches, or a verified copy), or the node refused."""
+shared file system, a digest that already matches, or a verified copy), or the node refused;
+a client node gets the engine build (for its python), the node tools and the load generator."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.distribute import TreePlacement, node_tools_tree, place_on_nodes, project_dir
+from servebench.build.distribute import (TreePlacement, check_load_generator_runs, node_tools_tree, place_on_nodes,
+                                         project_dir)
+from servebench.build.load_tree import load_generator_tree
 from servebench.build.venv import EngineBuild
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 
 
+@dataclass(frozen=True)
+class Placed:
+    placements: list[TreePlacement]
+    tools_dir: str                      # the node tools (sampler), the same path on every node
+    load_tree: str | None = None        # the load generator's tree on the client node
+
+
 @task(name="place-on-nodes", cache_policy=NONE)
-def place_artifacts(provider: Provider, nodes: list[Node], inventories: dict[str, dict], build: EngineBuild,
-                    model_dir: str) -> tuple[list[TreePlacement], str]:
-    """Return what was done on each node and the node tools' directory (the same path on every node)."""
+def place_artifacts(provider: Provider, servers: list[Node], client: Node | None, inventories: dict[str, dict],
+                    build: EngineBuild, model_dir: str) -> Placed:
+    """What was done on each node, and where the node tools and the load generator are."""
     tools = node_tools_tree(cache_dir(), project_dir())
-    trees = {"engine": Path(build.venv_path), "model": Path(model_dir), "tools": tools}
+    engine = Path(build.venv_path)
+    trees = {node.name: {"engine": engine, "model": Path(model_dir), "tools": tools} for node in servers}
+    load_tree = None
+    if client is not None:
+        load_tree = load_generator_tree(cache_dir(), project_dir())
+        trees[client.name] = {"engine": engine, "tools": tools, "load-generator": load_tree}
+    nodes = servers + ([client] if client is not None else [])
     placements = place_on_nodes(provider, nodes, inventories, trees, build.python, build.platform,
-                                 log=reporter().note)
-    return placements, str(tools)
+                                log=reporter().note)
+    if client is not None:
+        check_load_generator_runs(provider, client, build.python, load_tree)
+    return Placed(placements, str(tools), str(load_tree) if load_tree else None)

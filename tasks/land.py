@@ -40,11 +40,12 @@ def land_run_update(path: str, run_id: str, **fields) -> None:
 
 @task(name="land-nodes", cache_policy=NONE)
 def land_nodes(path: str, run_id: str, nodes, inventories: dict[str, dict],
-               clock_offsets: dict[str, float | None] | None = None) -> None:
+               clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
     with session(path) as con:
         for node in nodes:
+            role = "client" if node.name == client_node else "server"
             landing.land_node(con, run_id, node.name, node.address, inventories[node.name],
-                              (clock_offsets or {}).get(node.name))
+                              (clock_offsets or {}).get(node.name), role=role)
 
 
 @task(name="land-placements", cache_policy=NONE)

@@ -1,25 +1,49 @@
-"""Load stage: one cell's load, run by `servebench load` in its own process.
+"""Load stage: one cell's load, run by the load generator in a process of its own, on the
+orchestrator's host or on the campaign's client node.
 
 A separate process keeps the flow's own threads (Prefect's logging and events) off the
-generator's event loop; the cell's JSON result stays in the run directory.
+generator's event loop; the cell's JSON result stays in the run directory. On a client node
+the generator runs from its own tree (`servebench.build.load_tree`) and its files are brought
+back, its start moved onto the orchestrator's clocks. Either way a run that outlives its
+deadline (`servebench.load.config.deadline_s`) is stopped and the cell fails saying so.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.cpus import format_cpu_list
-from servebench.engines import Engine
-from servebench.load.config import LoadConfig, to_argv
-from servebench.load.runner import load_result
 from servebench.campaign.placement import ClientPlacement
 from servebench.campaign.schema import Campaign
 from servebench.campaign.sweep import Cell
+from servebench.cpus import format_cpu_list
+from servebench.engines import Engine
+from servebench.load.config import LoadConfig, deadline_s, to_argv
+from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
+from servebench.load.runner import load_result, write_result
+from servebench.providers import Node, Provider
+from servebench.telemetry.timebase import load_result_in_orchestrator_time
+
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class ClientNode:
+    """The node the load generator runs on (campaign `load.client.node`) and what it runs there."""
+
+    provider: Provider
+    node: Node
+    python: str                     # the engine build's python, placed on the node
+    tree: str                       # the load generator's tree, placed on the node
+    clock_offset_s: float | None    # the node's wall clock ahead of ours (None: this host)
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
@@ -43,11 +67,61 @@ def requests_csv_path(output: str) -> str:
 
 
 @task(name="load", cache_policy=NONE)
-def run_cell_load(config: LoadConfig, output: str) -> dict:
-    """Run the load; raise with the generator's own words if it did not produce a result."""
+def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = None) -> dict:
+    """Run the load (here, or on the client node); raise with the generator's own words if it
+    did not produce a result."""
+    if client is not None:
+        return run_load_on_node(client, config, Path(output))
     argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
             "--requests-csv", requests_csv_path(output), "--quiet"]
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    limit = deadline_s(config)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"load generator still running after its deadline of {limit:.0f} s: stopped") from None
     if done.returncode != 0 or not Path(output).exists():
         raise RuntimeError(f"load generator exited {done.returncode}: {(done.stderr or done.stdout)[-2000:]}")
     return load_result(Path(output))
+
+
+def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> dict:
+    """Start the generator on the client node, wait for it (at most its deadline), bring its
+    files back and land them beside the run's other cells in the orchestrator's time base."""
+    provider, node = client.provider, client.node
+    remote = f"{provider.scratch_dir(node)}/load/{output.stem}"
+    argv = [client.python, "-S", "-m", "servebench.load.on_node", "--config-json", config.model_dump_json(),
+            "--output-dir", remote]
+    log = output.with_suffix(".load.log")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    limit = deadline_s(config)
+    process = provider.start(node, argv, {"PYTHONPATH": client.tree}, log)
+    deadline = time.monotonic() + limit
+    try:
+        while process.alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"load generator on node {node.name} still running after its deadline of "
+                                   f"{limit:.0f} s: stopped")
+            time.sleep(POLL_S)
+    finally:
+        code = provider.stop(process, grace_s=5)
+    code = process.exit_code() if code is None else code
+    if code != 0:
+        raise RuntimeError(f"load generator on node {node.name} exited {code}: {_tail(log)}")
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.stem}.") as scratch:
+        fetched = Path(scratch)
+        if not provider.get_tree(node, remote, fetched) or not (fetched / RESULT_NAME).exists():
+            raise RuntimeError(f"load generator on node {node.name} left no result in {remote}: {_tail(log)}")
+        result = load_result(fetched / RESULT_NAME)
+        if client.clock_offset_s is not None:
+            result = load_result_in_orchestrator_time(result, client.clock_offset_s, time.monotonic() - time.time())
+        result["summary"].setdefault("client", {})["node"] = node.name
+        shutil.move(fetched / REQUESTS_NAME, requests_csv_path(str(output)))
+        write_result(result, output)  # last: its presence means the cell's files are complete
+    return result
+
+
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-2000:].strip() or "(empty log)"
+    except OSError:
+        return "(no log)"

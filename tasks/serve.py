@@ -16,6 +16,7 @@ from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
+from tasks.load import ClientNode
 from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
 
 
@@ -34,6 +35,12 @@ class Deployment:
     shared: SharedServices | None = None
     tools_dir: str | None = None                   # the node tools (sampler), the same path on every node
     clock_offsets: dict[str, float | None] = field(default_factory=dict)  # node -> wall clock ahead of ours
+    client: ClientNode | None = None                 # the load generator's node (load.client.node), serving nothing
+
+    @property
+    def sampled_nodes(self) -> list[Node]:
+        """Every node telemetry watches: the servers' and the client node."""
+        return self.nodes + ([self.client.node] if self.client is not None else [])
 
 
 @task(name="start-server", cache_policy=NONE)

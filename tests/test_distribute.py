@@ -151,3 +151,41 @@ def test_the_clock_offset_takes_the_round_with_the_shortest_trip():
         time.sleep(slow)  # a slow round trip: its reading is the least trustworthy
         return time.time() + ahead
     assert abs(clock_offset(node_clock, rounds=3) - 5.0) < 0.05
+
+
+def test_a_load_result_of_a_client_node_moves_onto_our_clocks():
+    from servebench.telemetry.timebase import load_result_in_orchestrator_time
+
+    result = {"t0": {"monotonic": 7.0, "wall": "2026-01-01T00:00:10+00:00"}, "requests": [{"sent_s": 0.1}]}
+    moved = load_result_in_orchestrator_time(result, offset_s=2.0, mono_minus_wall=-1767225000.0)
+    assert moved["t0"]["wall"] == "2026-01-01T00:00:08+00:00"               # the node's clock was 2 s ahead
+    assert moved["t0"]["monotonic"] == 1767225608.0 - 1767225000.0          # then onto our monotonic clock
+    assert moved["t0"]["monotonic_node"] == 7.0 and moved["requests"] == result["requests"]
+
+
+def test_the_load_generator_tree_runs_without_servebench_or_its_environment(tmp_path):
+    """Its own packages (copied from this environment, pydantic's compiled core included) and the
+    generator's source: `-S` leaves every site-packages out, so nothing else could be found."""
+    from servebench.build.load_tree import IMPORT_CHECK, load_generator_tree, requirement_closure
+
+    assert {"pydantic", "pydantic-core", "annotated-types", "orjson", "uvloop"} <= set(
+        requirement_closure(("pydantic", "orjson", "uvloop")))
+    tree = load_generator_tree(tmp_path, project_dir())
+    assert load_generator_tree(tmp_path, project_dir()) == tree
+    import subprocess
+    done = subprocess.run([sys.executable, "-S", "-c", IMPORT_CHECK + "; import pydantic_core, sys; "
+                           "print(pydantic_core.__file__)"], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(tree), "PATH": os.environ["PATH"]}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(tree))
+    assert not (tree / "servebench" / "warehouse").exists() and not (tree / "prefect").exists()
+
+
+def test_a_load_run_is_stopped_past_its_deadline_which_covers_its_slowest_honest_course():
+    from servebench.load.config import HANG_MARGIN_S, LoadConfig, deadline_s
+
+    base = dict(base_url="http://127.0.0.1:1", model="m", timeout_s=10.0)
+    assert deadline_s(LoadConfig(**base, rate=2.0, requests=20)) == 10 + 10 + HANG_MARGIN_S
+    # closed loop: each client's share of the requests may each take the full timeout
+    assert deadline_s(LoadConfig(**base, clients=4, requests=10)) == 3 * 10 + 10 + HANG_MARGIN_S
+    assert deadline_s(LoadConfig(**base, clients=4, duration=30.0)) == 30 + 10 + HANG_MARGIN_S

@@ -48,3 +48,17 @@ def test_the_generator_gets_the_cpus_no_node_uses_or_shares_when_there_are_none(
 def test_an_oversubscribed_mp_mode_takes_the_first_node_and_shares_its_cores():
     assert workers_per_node("mp", 2, [[0]]) == [2]
     assert node_bindings("mp", 2, ["a"], [[0]]) == {"a": "0|0"}
+
+
+def test_a_client_node_gives_the_generator_its_cpus_and_serves_nothing():
+    from servebench.campaign.placement import place_on_client_node, split_client_node
+
+    auto = place_on_client_node("auto", "h3", [0, 1])
+    assert (auto.cpus, auto.node, auto.reserved_on_nodes) == ([0, 1], "h3", [])  # nothing kept from servers
+    assert "on node h3" in auto.describe()
+    assert place_on_client_node([1], "h3", [0, 1]).cpus == [1]
+    assert place_on_client_node("shared", "h3", [0, 1]).cpus is None
+    # found by its place among the declared names: Slurm names its nodes only once granted
+    servers, client = split_client_node(["tb1", "tb2", "tb3"], ["node1", "node2", "node3"], "node3")
+    assert (servers, client) == (["tb1", "tb2"], "tb3")
+    assert split_client_node(["a", "b"], ["a", "b"], None) == (["a", "b"], None)

@@ -5,6 +5,8 @@ bare venv) and `plain` provider (tests/support/plain_provider: loopback addresse
 127.0.2.N, plain child processes) are registered for this test only and run a campaign
 through the real flow: Prefect, the build cache, the correctness gate, the load generator,
 telemetry with the engine's metric map, DuckDB. Nothing else in servebench knows them.
+The load generator runs on the campaign's client node (`load.client.node: c`) through the
+provider, from its own tree, as it does on another host (tests/test_e2e_testbed.py).
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from tests.support.plain_provider import PlainProvider
 
 CAMPAIGN = """
 name: second-engine
-provider: {kind: plain, nodes: [{name: a, cpus: "0"}, {name: b, cpus: "0"}]}
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}, {name: b, cpus: "0"}, {name: c, cpus: "1"}]}
 engine: {kind: echo, token_delay_ms: 1}
 model: {path: model}
 modes:
   - {name: single}
   - {name: split, pp: 2, executor: split}
-load: {clients: [1, 2], rates: [4], requests: 8, input_len: 8, output_len: 6, client: {cpus: "1"}}
+load: {clients: [1, 2], rates: [4], requests: 8, input_len: 8, output_len: 6, client: {node: c}}
 validity: {on_invalid: warn}   # timing verdicts depend on the machine; this test is about the plumbing
 """
 
@@ -60,24 +62,27 @@ def test_echo_engine_and_plain_provider_run_a_campaign_through_the_real_flow(ech
 
     con = warehouse.connect(db, read_only=True)
     cells = con.execute("select cell_key, status, correctness, client_output_tokens, server_output_tokens, "
-                        "executor, client_cpus from cells order by cell_key").fetchall()
+                        "executor, client_cpus, client_node from cells order by cell_key").fetchall()
     assert [c[0] for c in cells] == ["single.c1.r0", "single.c2.r0", "single.rate4.r0",
                                      "split.c1.r0", "split.c2.r0", "split.rate4.r0"]
-    for key, status, correctness, client_tokens, server_tokens, executor, client_cpus in cells:
+    for key, status, correctness, client_tokens, server_tokens, executor, client_cpus, client_node in cells:
         assert status == "completed", key
         assert correctness == ("reference" if key.startswith("single") else "passed"), key
         # the engine's request extras reached the server (usage in every chunk), and its counter was read
         assert client_tokens == server_tokens == 8 * 6, key
         assert executor == ("local" if key.startswith("single") else "split") and client_cpus == "1"
+        assert client_node == "c", key  # the client node's CPUs, all of them ('auto')
     assert con.execute("select count(*) from requests").fetchone()[0] == 6 * 8
     build = con.execute("select engine, build_key from builds").fetchone()
     assert build[0] == "echo" and build[1].startswith("echo-")
     servers = dict(con.execute("select mode, kv_capacity_tokens from servers").fetchall())
     assert servers == {"single": 4096, "split": 4096}
-    nodes = con.execute("select node, address from nodes order by node").fetchall()
-    assert nodes == [("a", "127.0.2.1"), ("b", "127.0.2.2")]
-    # telemetry: both nodes sampled, the engine's metric map filled the server samples
-    assert {r[0] for r in con.execute("select distinct node from node_samples").fetchall()} == {"a", "b"}
+    nodes = con.execute("select node, address, role from nodes order by node").fetchall()
+    assert nodes == [("a", "127.0.2.1", "server"), ("b", "127.0.2.2", "server"), ("c", "127.0.2.3", "client")]
+    placed = json.loads(con.execute("select placements from nodes where node = 'c'").fetchone()[0])
+    assert {p["what"] for p in placed} == {"engine", "tools", "load-generator"}
+    # telemetry: every node sampled (the client too), the engine's metric map filled the server samples
+    assert {r[0] for r in con.execute("select distinct node from node_samples").fetchall()} == {"a", "b", "c"}
     assert con.execute("select count(*) from server_samples where generation_tokens_total is not null"
                        ).fetchone()[0] > 0
     con.close()
@@ -85,6 +90,9 @@ def test_echo_engine_and_plain_provider_run_a_campaign_through_the_real_flow(ech
     # the split mode's worker started on node b first, and the API server checked it before serving
     run_dir = Path(outcome["run_dir"])
     assert "worker listening on 127.0.2.2" in (run_dir / "servers" / "split.worker.b.log").read_text()
+    # no server process on the client node: the split mode's worker went to b, not c
+    assert not list((run_dir / "servers").glob("*.c.log"))
+    assert (run_dir / "cells" / "single.c1.r0.requests.csv").exists()
     assert "worker at 127.0.2.2" in (run_dir / "servers" / "split.log").read_text()
 
     # one provider held the nodes for the run: allocated first, released last, every process stopped

@@ -7,7 +7,9 @@ a copy, keyed by the tree's digest: a node that already holds a tree with that d
 nothing, a copy is verified by recomputing the digest on the node. Before anything is copied,
 a node whose architecture is not the build's is refused, and afterwards one whose copy of the
 engine's python does not run there (a missing base interpreter, a wrong C library), each with
-the node named.
+the node named. A client node (`load.client.node`) gets the engine build too (its python is
+the one the load generator's own tree, `servebench.build.load_tree`, runs with) and must import
+the generator there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from servebench.build.load_tree import IMPORT_CHECK
 from servebench.providers import Node, Provider
 from servebench.providers import node_tools
 
@@ -111,19 +114,21 @@ def check_python_runs(provider: Provider, node: Node, python: str, build_platfor
                           f"{build_platform!r}")
 
 
-def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict], trees: dict[str, Path],
-                   python: str, build_platform: str, log: Callable[[str], None] = print) -> list[TreePlacement]:
-    """Every tree on every node (arch refused first, the python checked last); what was done where."""
+def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict],
+                   trees: dict[str, dict[str, Path]], python: str, build_platform: str,
+                   log: Callable[[str], None] = print) -> list[TreePlacement]:
+    """Each node's trees (`trees[node name]`, what -> path) on it, arch refused first, the python
+    checked last; what was done where."""
     problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes) if p]
     if problems:
         raise NodeRefused("; ".join(problems))
-    for path in trees.values():
+    for path in {path for node_trees in trees.values() for path in node_trees.values()}:
         if not provider.shares(str(path)):
             local_digest(path)  # once, before the nodes' threads need it
 
     def place(node: Node) -> list[TreePlacement]:
         done = []
-        for what, path in trees.items():
+        for what, path in trees[node.name].items():
             placement = place_tree(provider, node, what, path)
             if placement.how == "copied":
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
@@ -133,6 +138,14 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
 
     with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node
         return [placement for done in pool.map(place, nodes) for placement in done]
+
+
+def check_load_generator_runs(provider: Provider, node: Node, python: str, tree: Path) -> None:
+    """The load generator's tree imports on the client node with the build's python, alone (-S)."""
+    result = provider.run(node, ["env", f"PYTHONPATH={tree}", python, "-S", "-c", IMPORT_CHECK], timeout=120)
+    if result.returncode != 0:
+        raise NodeRefused(f"client node {node.name}: the load generator does not start there with {python} "
+                          f"(exit {result.returncode}): {(result.stderr or '').strip()[-500:]}")
 
 
 def project_dir() -> Path:

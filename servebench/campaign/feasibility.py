@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus
+from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModelSpec
 
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
@@ -29,8 +29,8 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
     client = client_placement(campaign, host_cpus)
     problems += provider.spec_problems(campaign.provider, host_cpus)
     problems += _client_problems(campaign, host_cpus, client)
-    node_specs = campaign.provider.node_specs()
-    here = campaign.provider.nodes_on_this_host
+    node_specs = server_node_specs(campaign)
+    here = campaign.provider.nodes_on_this_host and client.node is None
     nodes = [server_cpus(node.cpus, client) if here else node.cpus for node in node_specs]
     for index, mode in enumerate(campaign.modes):
         where = ("modes", index)
@@ -64,6 +64,8 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
 
 def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[Problem]:
     """Generator CPUs that are not on this host, and nodes the generator's CPUs leave empty."""
+    if client.node is not None:
+        return _client_node_problems(campaign, client)
     problems: list[Problem] = []
     requested = campaign.load.client.cpus
     if isinstance(requested, list) and set(requested) - host_cpus:
@@ -73,9 +75,27 @@ def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlac
         return problems
     for index, node in enumerate(campaign.provider.node_specs()):
         if not server_cpus(node.cpus, client):
-            problems.append((("provider", campaign.provider.nodes_field, index, "cpus"), f"node {node.name} has no CPU left for "
-                             f"servers: the load generator has {client.cpus} ({client.why})"))
+            problems.append((("provider", campaign.provider.nodes_field, index, "cpus"),
+                             f"node {node.name} has no CPU left for servers: the load generator has {client.cpus} "
+                             f"({client.why})"))
     return problems
+
+
+def _client_node_problems(campaign: Campaign, client: ClientPlacement) -> list[Problem]:
+    """A client node the provider does not have, that leaves no node to serve, or CPUs it lacks."""
+    names = [node.name for node in campaign.provider.node_specs()]
+    if client.node not in names:
+        return [(("load", "client", "node"), f"the provider has no node {client.node!r}; its nodes: "
+                 f"{', '.join(names)}")]
+    if len(names) < 2:
+        return [(("load", "client", "node"), f"node {client.node} is the provider's only node: none would be "
+                 "left to serve")]
+    node_cpus = next(node.cpus for node in campaign.provider.node_specs() if node.name == client.node)
+    requested = campaign.load.client.cpus
+    if isinstance(requested, list) and set(requested) - set(node_cpus):
+        return [(("load", "client", "cpus"), f"CPUs {sorted(set(requested) - set(node_cpus))} are not among "
+                 f"the client node {client.node}'s ({sorted(node_cpus)})")]
+    return []
 
 
 def model_format(model: ModelSpec, base_dir: Path | None) -> str:

@@ -155,12 +155,18 @@ class ModeSpec(StrictModel):
 
 
 class ClientSpec(StrictModel):
-    """Where the load generator runs (on the orchestrator's host) and at which priority."""
+    """Where the load generator runs (the orchestrator's host, or a node of the provider that then
+    serves nothing) and at which priority."""
 
+    node: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
+        "A node of the provider (by name) the load generator runs on, reaching the servers over the "
+        "network; that node serves nothing. Unset: the orchestrator's host (with the ssh and slurm "
+        "providers, itself a machine apart from the nodes)."))
     cpus: list[int] | Literal["auto", "shared"] = Field(
         "auto", description="CPUs of the generator's own, taken away from every server process: a list ('1', "
-                            "'2-3'); 'auto' = the host's CPUs that no node uses (else 'shared'); 'shared' = no "
-                            "CPU of its own (the generator competes with the servers; its CPU use still counts).")
+                            "'2-3'); 'auto' = the host's CPUs that no node uses (else 'shared'), or all of "
+                            "the client node's; 'shared' = no CPU of its own (the generator competes with the "
+                            "servers; its CPU use still counts). On a client node the ids are that node's.")
     nice: int = Field(-10, ge=-20, le=19, description="The generator's nice value (negative raises its priority; "
                                                      "needs root, else it runs at its current priority and says so).")
 
@@ -281,6 +287,8 @@ class Campaign(StrictModel):
         data = self.model_dump(mode="json")
         if data.get("network") is None:
             data.pop("network", None)
+        if data["load"]["client"].get("node") is None:  # likewise a campaign without a client node
+            data["load"]["client"].pop("node", None)
         return data
 
     def spec_hash(self) -> str:

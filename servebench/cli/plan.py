@@ -7,6 +7,7 @@ from pathlib import Path
 
 from servebench.build.model import model_cache_key
 from servebench.build.venv import build_key
+from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import GeneratedModelSpec
 from servebench.engines import LaunchRequest, get_engine
@@ -25,8 +26,9 @@ def describe_plan(plan: Plan, file: Path) -> str:
     else:
         model_dir = str((file.parent / campaign.model.path).resolve())
         served = Path(campaign.model.path).name
-    provider = get_provider(campaign, plan.client.cpus)
-    nodes = provider.nodes()
+    provider = get_provider(campaign, plan.client.reserved_on_nodes)
+    nodes, _ = split_client_node(provider.nodes(), [n.name for n in campaign.provider.node_specs()],
+                                 plan.client.node)
     lines = [
         f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
         f"engine   {campaign.engine.describe()}  build key {key}",

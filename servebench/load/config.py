@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -107,3 +108,19 @@ def to_argv(config: LoadConfig) -> list[str]:
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv
+
+
+HANG_MARGIN_S = 60.0
+
+
+def deadline_s(config: LoadConfig) -> float:
+    """How long a load run may take before it is called hung and stopped: its sending time (a
+    duration; requests at the rate; or, closed loop, every client's share of requests each taking
+    the full per-request timeout), one more request timeout, and a margin for start and writing."""
+    if config.duration is not None:
+        sending = config.duration
+    else:
+        sending = config.requests / config.rate if config.rate else 0.0
+        if config.clients:
+            sending = max(sending, math.ceil(config.requests / config.clients) * config.timeout_s)
+    return sending + config.timeout_s + HANG_MARGIN_S

@@ -102,6 +102,10 @@ class Provider(Protocol):
     def tree_digest(self, node: Node, path: str) -> str | None:
         """`node_tools.tree_digest` of a directory, computed on the node (None: no such directory)."""
 
+    def scratch_dir(self, node: Node) -> str:
+        """The run's own directory on the node (what its processes get as TMPDIR, for files a
+        process leaves for `get_tree`), removed at `release`."""
+
     def clock_offset(self, node: Node) -> float | None:
         """Seconds the node's wall clock is ahead of this host's; None when the node is this host
         (one clock: its monotonic readings compare with the load generator's directly)."""

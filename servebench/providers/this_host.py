@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from servebench import processes
@@ -21,6 +22,7 @@ class ThisHostProcesses:
 
     def __init__(self) -> None:
         self._started: list[ManagedProcess] = []
+        self._scratch: str | None = None
 
     def command(self, node: Node, argv: list[str]) -> list[str]:
         return list(argv)
@@ -67,6 +69,12 @@ class ThisHostProcesses:
     def tree_digest(self, node: Node, path: str) -> str | None:
         return node_tools.tree_digest(path)
 
+    def scratch_dir(self, node: Node) -> str:
+        """One directory of this run on this host (every node here shares it), made when first asked."""
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="servebench-run-")
+        return self._scratch
+
     def clock_offset(self, node: Node) -> float | None:
         return None
 
@@ -75,9 +83,12 @@ class ThisHostProcesses:
 
     def stop_leftovers(self) -> int:
         """Stop every process of this run still running (a stage that failed before stopping its
-        own); return how many there were."""
+        own) and remove the run's scratch directory; return how many processes there were."""
         left = [p for p in self._started if p.alive()]
         for process in left:
             process.stop(grace_s=5)
         self._started.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         return len(left)

@@ -239,6 +239,10 @@ class SlurmProvider:
         return self._allocation().call(self._name(node), NODE_TOOLS, "tree_digest", self.spec.python, timeout=1800,
                                        path=path)
 
+    def scratch_dir(self, node: Node) -> str:
+        """The run's directory on every node (removed at release)."""
+        return self.run_dir
+
     def clock_offset(self, node: Node) -> float:
         """`date` as a step (~35 ms a round trip: the offset is known within ~20 ms)."""
         name = self._name(node)
