@@ -12,6 +12,7 @@ from prefect.cache_policies import NONE
 
 from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
+from servebench.progress import reporter
 from servebench.providers import Node, NodeProcess, Provider
 from servebench.serving.server import Server
 from servebench.telemetry.timebase import rewrite_in_orchestrator_time
@@ -47,23 +48,13 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     out.mkdir(parents=True, exist_ok=True)
     telemetry = Telemetry(mode=server.mode)
     shared = d.shared.pids_by_node() if d.shared is not None else {}
-    pids_by_node = engine_pids(server, d.nodes, shared)
-    for node in d.nodes:
-        path = out / f"{server.mode}.node.{node.name}.jsonl"
-        flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus),
-                 "--pids", ",".join(map(str, pids_by_node[node.name])), "--hz", f"{d.campaign.telemetry.node_hz:g}"]
-        offset = d.clock_offsets.get(node.name)
-        if offset is None:  # this host: the project's python, samples straight into the run directory
-            argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
-            process = d.provider.start(node, argv, {}, out / f"{server.mode}.node.{node.name}.log")
-        else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
-            # samples go to stdout, which the provider brings back as the process's log
-            raw = out / f"{server.mode}.node.{node.name}.raw.jsonl"
-            argv = [d.build.python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
-            process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or ""}, raw)
-            telemetry.remote_samples[path] = (raw, offset)
-        telemetry.node_processes.append(process)
-        telemetry.node_files.append(path)
+    pids_by_node = engine_pids(server, d.sampled_nodes, shared)
+    for node in d.sampled_nodes:
+        try:
+            start_node_sampler(d, server.mode, node, pids_by_node[node.name], out, telemetry)
+        except Exception as exc:  # a node gone (its host unreachable) must not keep the others' modes from serving
+            reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     path = out / f"{server.mode}.server.jsonl"
     metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
     argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
@@ -73,15 +64,43 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     return telemetry
 
 
+def start_node_sampler(d: "Deployment", mode: str, node: Node, pids: list[int], out: Path,
+                       telemetry: Telemetry) -> None:
+    """The node's sampler, following the mode's processes there; its samples land in
+    `<mode>.node.<node>.jsonl`, in the orchestrator's time base."""
+    path = out / f"{mode}.node.{node.name}.jsonl"
+    flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
+             "--hz", f"{d.campaign.telemetry.node_hz:g}"]
+    offset = d.clock_offsets.get(node.name)
+    if offset is None:  # this host: the project's python, samples straight into the run directory
+        argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
+        process = d.provider.start(node, argv, {}, out / f"{mode}.node.{node.name}.log")
+    else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
+        # samples go to stdout, which the provider brings back as the process's log
+        raw = out / f"{mode}.node.{node.name}.raw.jsonl"
+        argv = [d.build.python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
+        process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or ""}, raw)
+        telemetry.remote_samples[path] = (raw, offset)
+    telemetry.node_processes.append(process)
+    telemetry.node_files.append(path)
+
+
 @task(name="stop-telemetry", cache_policy=NONE)
 def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
-    """The scraper (on this host) is stopped even when a node's sampler cannot be (its node or
-    allocation gone): it would otherwise outlive the run."""
+    """Every sampler and the scraper (on this host) are stopped even when one node's sampler
+    cannot be (its node or allocation gone): the others' samples still land; the failures are
+    raised together at the end."""
+    failures = []
     try:
         for process in telemetry.node_processes:
-            provider.stop(process, grace_s=5)
+            try:
+                provider.stop(process, grace_s=5)
+            except Exception as exc:
+                failures.append(f"{getattr(process, 'node', '?')}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
         for path, (raw, offset) in telemetry.remote_samples.items():
             rewrite_in_orchestrator_time(raw, path, offset)
     finally:
         if telemetry.scraper is not None:
             telemetry.scraper.stop(grace_s=5)
+    if failures:
+        raise RuntimeError("could not stop the sampler of " + "; ".join(failures))

@@ -188,6 +188,62 @@ def test_node_tools_find_marked_processes_here():
         marked.wait()
 
 
+def test_the_warden_stops_the_run_once_its_lease_runs_out_and_leaves_when_the_run_is_released(tmp_path):
+    """Called as the provider calls it (its source over stdin): the call returns at once (ssh
+    would wait for the pipes of a child that kept them), the run's process lives while the lease
+    is renewed, and is stopped with the run's directory once it is not; a released run (its
+    directory gone) ends the warden and touches nothing."""
+    from servebench.providers.remote import BOOTSTRAP
+    import json
+
+    def warden(run_dir: Path, prefix: str) -> int:
+        request = json.dumps({"file": "node_tools.py", "call": "start_warden",
+                              "kwargs": {"run_dir": str(run_dir), "prefix": prefix, "lease_s": 2, "grace_s": 1}})
+        done = subprocess.run([sys.executable, "-c", BOOTSTRAP], input=request + "\n" + Path(node_tools.__file__)
+                              .read_text(), capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    def marked(prefix: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                env=os.environ | {node_tools.MARK_VARIABLE: prefix + "1"})
+
+    prefix, run_dir = f"t{secrets.token_hex(4)}.", tmp_path / "run"
+    process = marked(prefix)
+    try:
+        warden_pid = warden(run_dir, prefix)
+        renewed_until = time.monotonic() + 4
+        while time.monotonic() < renewed_until:  # twice the lease, renewed: nothing happens
+            (run_dir / node_tools.LEASE_NAME).touch()
+            time.sleep(0.5)
+        assert process.poll() is None
+        assert process.wait(timeout=15) == -signal.SIGTERM  # not renewed: stopped
+        wait_until(lambda: not run_dir.exists() and not _alive(warden_pid), "the warden to clean up and end")
+    finally:
+        process.kill()
+        process.wait()
+
+    prefix, run_dir = f"t{secrets.token_hex(4)}.", tmp_path / "released"
+    process = marked(prefix)
+    try:
+        warden_pid = warden(run_dir, prefix)
+        import shutil
+        shutil.rmtree(run_dir)  # what release does once it has stopped the run's processes
+        wait_until(lambda: not _alive(warden_pid), "the warden to end")
+        time.sleep(3)
+        assert process.poll() is None  # the warden ended without touching anything
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
 # ---------------------------------------------------------------------------- two real hosts
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign.
+"""Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign, a
+worker SIGKILLed on its host, a host cut off (its sshd killed) mid-cell.
 
 The engine is the test-only `echo` engine (tests/support/echo_engine: a standard-library
 server in a bare venv, started in seconds), so the test is about what a provider and the flow
@@ -20,7 +21,8 @@ import pytest
 import servebench.engines
 import warehouse
 from tests.support.echo_engine import EchoEngine
-from tests.support.testbed import echo_model, marked_processes_on, own_testbed, ssh_provider_yaml
+from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
+                                   own_testbed, ssh_provider_yaml)
 
 pytestmark = pytest.mark.e2e
 
@@ -107,14 +109,38 @@ validity: {{on_invalid: warn}}
 """
 
 
-def kill_worker_during(runs: Path, after_cell: str, layout, done: dict) -> None:
-    """SIGKILL the split mode's worker on h2 by PID, one second into the cell after `after_cell`."""
-    from servebench.testbed import enter_argv
+def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: str, fault) -> tuple[dict, dict]:
+    """The campaign through the real flow while `fault(runs dir, layout, done)` acts in a thread;
+    (the run's outcome, what the fault recorded)."""
+    from prefect.testing.utilities import prefect_test_harness
 
+    from flows.campaign import campaign_run
+
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text(campaign_text)
+    done: dict = {}
+    thread = threading.Thread(target=fault, args=(tmp_path / "runs", layout, done), daemon=True)
+    thread.start()
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))
+    done["ended"] = time.monotonic()
+    thread.join(timeout=10)
+    return outcome, done
+
+
+def one_second_into_the_cell_after(runs: Path, after_cell: str) -> None:
+    """Wait (bounded) until `after_cell` has written its result, then one second more."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not list(runs.glob(f"*/cells/{after_cell}.json")):
         time.sleep(0.1)
     time.sleep(1.0)
+
+
+def kill_worker_during_split_c2(runs: Path, layout, done: dict) -> None:
+    """SIGKILL the split mode's worker on h2 by PID, one second into split.c2.r0."""
+    from servebench.testbed import enter_argv
+
+    one_second_into_the_cell_after(runs, "split.c1.r0")
     h2 = layout.hosts[1]
     for line in marked_processes_on(layout, h2).splitlines():
         pid = line.split(" ", 1)[0]
@@ -129,23 +155,12 @@ def kill_worker_during(runs: Path, after_cell: str, layout, done: dict) -> None:
 
 def test_a_worker_killed_on_its_host_fails_that_cell_with_the_cause_and_the_campaign_goes_on(isolated, tmp_path,
                                                                                                monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.campaign import campaign_run
-
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
     model = echo_model(tmp_path / "model")
     with own_testbed("kil", 2) as layout:
-        campaign = tmp_path / "campaign.yaml"
-        campaign.write_text(SSH_CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model))
-        done: dict = {}
-        killer = threading.Thread(target=kill_worker_during, args=(tmp_path / "runs", "split.c1.r0", layout, done),
-                                  daemon=True)
-        killer.start()
-        with prefect_test_harness(server_startup_timeout=120):
-            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
-        killer.join(timeout=10)
+        outcome, done = run_with_fault(layout, tmp_path, isolated, SSH_CAMPAIGN.format(
+            provider=ssh_provider_yaml(layout), model=model), kill_worker_during_split_c2)
         leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
         assert leftovers == {}, f"processes of the run left: {leftovers}"
 
@@ -161,4 +176,54 @@ def test_a_worker_killed_on_its_host_fails_that_cell_with_the_cause_and_the_camp
     status, error, completed = cells["split.c2.r0"]
     assert "server of mode split is no longer healthy" in error and "worker.h2 137" in error, error
     assert requests == 12  # what the cell measured before and after the kill landed with it
+    assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on
+
+
+def cut_off_h2_during_split_c2(runs: Path, layout, done: dict) -> None:
+    """Kill h2's sshd (listener and sessions) one second into split.c2.r0; note what of the run
+    runs there then (from inside the host: the run itself can no longer look)."""
+    one_second_into_the_cell_after(runs, "split.c1.r0")
+    done["left"] = marked_processes_on(layout, layout.hosts[1])
+    done["sshd"] = kill_on_host(layout, layout.hosts[1], "sshd")
+    done["at"] = time.monotonic()
+
+
+def test_a_host_cut_off_mid_cell_fails_that_cell_and_its_warden_stops_what_the_run_left_there(isolated, tmp_path,
+                                                                                               monkeypatch):
+    """h2's sshd killed during split.c2.r0: the orchestrator can no longer ask h2 anything. That cell
+    fails naming h2, the next mode (on h1) serves, the run ends; what it started on h2 cannot be
+    stopped over ssh, so h2's warden stops it once the run's lease there expires."""
+    lease_s = 10
+    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
+    model = echo_model(tmp_path / "model")
+    with own_testbed("cut", 2) as layout:
+        outcome, done = run_with_fault(layout, tmp_path, isolated, SSH_CAMPAIGN.format(
+            provider=ssh_provider_yaml(layout) + f"  lease_s: {lease_s}\n", model=model), cut_off_h2_during_split_c2)
+        h1, h2 = layout.hosts[:2]
+        assert marked_processes_on(layout, h1) == "", "h1 was reachable: the run cleaned it"
+        run_dirs = "ls -d /tmp/servebench-* 2>/dev/null"
+        deadline = done["ended"] + lease_s + 30  # the lease runs out, the warden stops the run's processes (5 s grace)
+        while (marked_processes_on(layout, h2) or on_host(layout, h2, run_dirs).strip()) and \
+                time.monotonic() < deadline:
+            time.sleep(1)
+        assert marked_processes_on(layout, h2) == "", "h2's warden did not stop the run's processes"
+        assert on_host(layout, h2, run_dirs).strip() == "", "the run's directory stayed on h2"
+        assert own_leftovers() == []
+
+    assert done.get("sshd"), done
+    # running on h2 when it was cut off, unreachable from then on (release could not clean it), gone now
+    assert done.get("left"), done
+    print(f"on h2 when it was cut off, stopped by its warden: {done['left']}")
+    assert outcome["status"] == "partial", outcome
+    assert "h2" in outcome.get("release_error", ""), outcome  # the run says what it could not clean
+    con = warehouse.connect(isolated, read_only=True)
+    cells = {key: (status, error) for key, status, error in con.execute(
+        "select cell_key, status, error from cells").fetchall()}
+    requests = con.execute("select count(*) from requests join cells using (cell_id) "
+                           "where cell_key = 'split.c2.r0'").fetchone()[0]
+    con.close()
+    assert {key for key, (status, _) in cells.items() if status == "failed"} == {"split.c2.r0"}, cells
+    assert "h2" in cells["split.c2.r0"][1], cells  # the cause names the host
+    assert requests == 12  # the worker kept answering: what the cell measured landed with it
     assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on

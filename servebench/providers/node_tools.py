@@ -178,6 +178,52 @@ def stop_marked(prefix: str, grace_s: float) -> list[int]:
     return sorted(targets)
 
 
+LEASE_NAME = "lease"
+WARDEN_POLL_S = 1.0
+
+
+def start_warden(run_dir: str, prefix: str, lease_s: float, grace_s: float) -> int:
+    """Leave a warden of the run on this node and return its PID: a detached process that stops
+    every process of the run here (and removes the run's directory) once the orchestrator has
+    not renewed the run's lease (`<run_dir>/lease`, touched over ssh) for `lease_s` seconds, so
+    a killed or cut-off orchestrator leaves nothing behind. It ends by itself once the run's
+    directory is gone (the run released this node)."""
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    lease = os.path.join(run_dir, LEASE_NAME)
+    with open(lease, "a"):
+        os.utime(lease)
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: its own session, no tie to the ssh session's pipes (ssh waits for their EOF)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _warden(run_dir, lease, prefix, lease_s, grace_s)
+    finally:
+        os._exit(0)
+
+
+def _warden(run_dir: str, lease: str, prefix: str, lease_s: float, grace_s: float) -> None:
+    import shutil
+
+    while True:
+        time.sleep(WARDEN_POLL_S)
+        try:
+            age = time.time() - os.stat(lease).st_mtime
+        except FileNotFoundError:
+            return  # released: the run's directory is gone
+        if age > lease_s:
+            stop_marked(prefix, grace_s)
+            for _ in range(40):  # the stopped processes' wrappers write their exit files meanwhile
+                shutil.rmtree(run_dir, ignore_errors=True)
+                if not os.path.exists(run_dir):
+                    return
+                time.sleep(0.25)
+            return
+
+
 def free_port(address: str) -> int:
     """A TCP port nobody listens on at the node's address right now (the node's kernel picks it)."""
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -126,16 +126,31 @@ def exit_codes(server: Server) -> str:
 
 def stop_server(provider: Provider, server: Server) -> Server:
     """Stop the API process first (no request reaches a half-stopped server), then the others in
-    reverse start order; then clear what they left in each node's /dev/shm."""
+    reverse start order; then clear what they left in each node's /dev/shm. A node that cannot
+    be reached (its host gone) does not keep the others from being stopped and cleaned: the
+    failures are raised together at the end (the provider's release tries again)."""
     ordered = sorted(reversed(server.processes), key=lambda r: not r.launch.api)
+    failures: dict[str, str] = {}
     for running in ordered:
-        provider.stop(running.process)
+        try:
+            provider.stop(running.process)
+        except Exception as exc:
+            failures[running.node.name] = _first_line(exc)
     by_name = {r.node.name: r.node for r in server.processes}
     for name, before in server.shm_before.items():
-        if name in by_name:
-            server.removed_shm += provider.remove_shm_created_since(by_name[name], before)
+        if name in by_name and name not in failures:
+            try:
+                server.removed_shm += provider.remove_shm_created_since(by_name[name], before)
+            except Exception as exc:
+                failures[name] = _first_line(exc)
     server.stopped_at = datetime.now(timezone.utc)
+    if failures:
+        raise RuntimeError("; ".join(f"node {name}: {why}" for name, why in failures.items()))
     return server
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -131,3 +131,53 @@ def echo_model(directory) -> str:
     (Path(directory) / "config.json").write_text(json.dumps(
         {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
     return str(directory)
+
+
+def on_host(layout: Layout, host, script: str) -> str:
+    """stdout of a shell script run inside the host (its namespaces), not through the provider."""
+    from servebench.testbed import enter_argv
+
+    done = subprocess.run([*enter_argv(layout, host), "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    return done.stdout
+
+
+IN_HOST_NETNS = r"""me=$(readlink /proc/self/ns/net)
+for d in /proc/[0-9]*; do
+  [ "$(readlink $d/ns/net 2>/dev/null)" = "$me" ] || continue
+  [ "$(cat $d/comm 2>/dev/null)" = "$1" ] && echo "${d#/proc/}"
+done"""
+
+
+def kill_on_host(layout: Layout, host, command_name: str) -> list[int]:
+    """SIGKILL every process named `command_name` (its comm) inside the host's network namespace
+    (e.g. its sshd: listener and sessions); return their PIDs."""
+    from servebench.testbed import enter_argv
+
+    found = subprocess.run([*enter_argv(layout, host), "sh", "-c", IN_HOST_NETNS, "sh", command_name],
+                           capture_output=True, text=True, timeout=60).stdout.split()
+    for pid in found:
+        subprocess.run(["kill", "-9", pid], check=False)
+    return [int(pid) for pid in found]
+
+
+def own_leftovers() -> list[str]:
+    """Processes this test process started that still run: its descendants (a scraper, a load
+    generator, an srun) and ssh masters of a run (`sb-ssh-*` control directories)."""
+    import psutil
+
+    found = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in psutil.Process().children(recursive=True)
+             if _running(p)]
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if command.startswith("ssh") and "/sb-ssh-" in command:  # a master titles itself "ssh: <path> [mux]"
+            found.append(f"{process.pid} {command[:120]}")
+    return found
+
+
+def _running(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -4,6 +4,9 @@ One master connection per host carries every command of the run (`transport`); p
 started on the node in their own session, watched and stopped there by PID (`process`,
 `node_tools`); ports are chosen, /dev/shm cleaned and the inventory taken on the node, by its
 own python3 running source sent over the connection (nothing of servebench is installed there).
+A host where the run started a process also gets a warden (`node_tools.start_warden`) that
+stops the run's processes there once the orchestrator stops renewing the run's lease: a killed
+orchestrator, or a host cut off from it (its sshd gone), leaves nothing running behind.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import secrets
 import shlex
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
@@ -47,6 +51,10 @@ class SshProvider:
         self._hosts = {host.name: host for host in spec.hosts}
         self._started: list[SshProcess] = []
         self._touched: set[str] = set()  # hosts where the run dir may exist
+        self._warded: set[str] = set()   # hosts with a warden of the run, whose lease is renewed
+        self._renewing = threading.Event()
+        self._released = threading.Event()
+        self._lease_lock = threading.Lock()  # a renewal never runs while the release closes the masters
 
     # ------------------------------------------------------------------ the campaign's block
 
@@ -145,6 +153,10 @@ class SshProvider:
     def tree_digest(self, node: Node, path: str) -> str | None:
         return self.transport.call(node.name, NODE_TOOLS, "tree_digest", self.spec.python, timeout=1800, path=path)
 
+    def scratch_dir(self, node: Node) -> str:
+        """The run's directory on every node (removed at release)."""
+        return self.run_dir
+
     def clock_offset(self, node: Node) -> float:
         """`date` over the master (~10 ms a round trip: the offset is known within ~5 ms)."""
         return clock_offset(lambda: float(self.transport.checked(node.name, "date +%s.%N", "reading the clock")))
@@ -173,6 +185,7 @@ class SshProvider:
         sequence = len(self._started) + 1
         remote = self._start_command(node, argv, env, unset, Path(log_path).name, sequence)
         self._touched.add(node.name)
+        self._ward(node.name)
         pid, ticks = parse_started(self.transport.checked(node.name, remote, f"starting {argv[:1]}"))
         process = SshProcess(node=node.name, pid=pid, start_ticks=ticks, log_path=Path(log_path),
                              files=remote_files(self.run_dir, sequence, Path(log_path).name), argv=list(argv),
@@ -182,6 +195,35 @@ class SshProvider:
 
     def stop(self, process: SshProcess, grace_s: float = 20.0) -> int | None:
         return process.stop(grace_s=grace_s)
+
+    # ------------------------------------------------------------------ the run's lease on each host
+
+    def _ward(self, host: str) -> None:
+        """A warden on the host before the run's first process there, and the lease renewed from
+        then on (one thread for every host)."""
+        if host in self._warded:
+            return
+        self.transport.call(host, NODE_TOOLS, "start_warden", self.spec.python, run_dir=self.run_dir,
+                            prefix=f"{self.run_id}.", lease_s=self.spec.lease_s, grace_s=LEFTOVER_GRACE_S)
+        self._warded.add(host)
+        if not self._renewing.is_set():
+            self._renewing.set()
+            threading.Thread(target=self._renew_leases, name=f"ssh-lease-{self.run_id}", daemon=True).start()
+
+    def _renew_leases(self) -> None:
+        """Touch each warded host's lease every lease_s/5 s until release; a host that cannot be
+        reached is tried again next time (its warden acts once the lease is lease_s old)."""
+        interval = self.spec.lease_s / 5
+        lease = shlex.quote(f"{self.run_dir}/{node_tools.LEASE_NAME}")
+        while not self._released.wait(interval):
+            for host in sorted(self._warded):
+                with self._lease_lock:
+                    if self._released.is_set():
+                        return
+                    try:
+                        self.transport.ssh(host, f"touch -c {lease}", timeout=interval)
+                    except (SshError, subprocess.TimeoutExpired):
+                        pass
 
     # ------------------------------------------------------------------ the end of the run
 
@@ -208,6 +250,8 @@ class SshProvider:
             try:
                 self._clean_hosts()
             finally:
+                with self._lease_lock:
+                    self._released.set()  # a host not cleaned (unreachable) is left to its warden
                 self.transport.close()
 
     def _clean_hosts(self) -> None:

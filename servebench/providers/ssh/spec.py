@@ -59,6 +59,10 @@ class SshProviderSpec(ProviderSpecBase):
         "parallel file system): an engine build or model under one is used in place, never copied."))
     python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
                         description="The Python 3 on the hosts (runs inventory, ports, /dev/shm and process tools).")
+    lease_s: int = Field(60, ge=5, le=3600, description=(
+        "Seconds a host keeps the run's processes without hearing from the orchestrator (it renews "
+        "a lease there every lease_s/5 s); then the host stops them itself: an orchestrator killed "
+        "or cut off from the host leaves nothing behind."))
 
     def node_specs(self) -> list[NodeSpec]:
         return [NodeSpec(name=host.name, cpus=host.cpus) for host in self.hosts]
