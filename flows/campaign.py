@@ -1,5 +1,6 @@
 """The campaign flow: provision, build, model, then for each mode serve -> load -> land, then
-regressions against the history, then report.
+regressions against the history, then report. `campaign_resume` finishes a run whose
+orchestrator was killed (or reruns a finished run's failed cells) through the same stages.
 
 Every finished cell is landed before the next one starts; a failed cell is recorded with
 its cause and the campaign goes on; on Ctrl-C or any error every server is stopped and
@@ -9,6 +10,7 @@ what was measured stays in the warehouse.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 from dataclasses import dataclass, field, replace
@@ -24,18 +26,22 @@ from servebench import landing
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.placement import split_client_node
-from servebench.campaign.plan import Plan, make_plan
+from servebench.campaign.plan import Plan, group_by_mode, make_plan
+from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec
 from servebench.campaign.sweep import Cell
 from servebench.engines import Engine, get_engine
 from servebench.load.runner import load_result
 from servebench.paths import runs_dir
 from servebench.progress import reporter
-from servebench.providers import Provider, get_provider, get_provider_class
+from servebench.providers import Provider, claims, get_provider, get_provider_class
+from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving.correctness import GateAnswer, GateResult, blocks_cells
+from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server, exit_codes, is_healthy
 from tasks.build import build_engine
 from tasks.distribute import place_artifacts
+from tasks.faults import land_faults, start_cell_faults
 from tasks.land import (land_build, land_cell, land_nodes, land_placements, land_run_start, land_run_update,
                         land_server, session)
 from tasks.load import ClientNode, cell_load_config, requests_csv_path, run_cell_load
@@ -65,11 +71,13 @@ class RunContext:
     warehouse: str
     run_id: str
     run_dir: Path
+    campaign_dir: Path                             # relative paths in the campaign (a model) are from here
     deployment: Deployment | None = None           # nodes, build, model, shared services: set once provisioned
     vocab: int = 0
     reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
     reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
     link: str | None = None                        # the network setting the testbed's links have now
+    claims: HeldClaims | None = None               # what the run has to itself (nodes' CPUs), until release
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
 
@@ -95,19 +103,66 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
                    spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
                    campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
-    ctx = RunContext(plan=plan, engine=get_engine(campaign.engine.kind),
-                     provider=get_provider(campaign, plan.client.reserved_on_nodes), warehouse=wh, run_id=run_id,
-                     run_dir=run_dir)
-    outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(run_dir), "status": "failed",
+    ctx = new_context(plan, wh, run_id, run_dir, Path(campaign_file).resolve().parent)
+    return run_cells(ctx, plan.cells)
+
+
+@flow(name="campaign-resume", log_prints=False)
+def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only: bool = False) -> dict:
+    """Finish a run whose orchestrator was killed: what it left running is stopped, results in its
+    run directory are landed, and only cells with no result are measured (`failed_only`: the
+    failed cells of a finished run are measured again instead)."""
+    wh = str(warehouse_path or warehouse.default_path())
+    run, campaign = load_resumable(wh, run_id, failed_only)
+    run_dir = Path(run["run_dir"])
+    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
+    ctx = new_context(plan, wh, run_id, run_dir, Path(run["campaign_file"]).parent)
+    reclaimed = ctx.provider.reclaim(json.loads(run["allocation"] or "{}"))
+    for line in reclaimed:
+        reporter().stage(f"reclaimed: {line}")
+    with session(wh) as con:
+        ctx.statuses.update(landing.cell_statuses(con, run_id))
+        ctx.invalid.update(landing.invalid_cells(con, run_id))
+    before = set(ctx.statuses)
+    land_measured_cells(ctx)
+    todo = cells_to_run(plan.cells, ctx.statuses, failed_only)
+    for cell in todo:
+        ctx.statuses.pop(cell.key, None)
+        ctx.invalid.pop(cell.key, None)
+    note = {"at": landing.now().isoformat(), "kind": "rerun-failed" if failed_only else "resume",
+            "status_before": run["status"], "landed_from_run_dir": sorted(set(ctx.statuses) - before),
+            "measured": [cell.key for cell in todo], "reclaimed": reclaimed}
+    with session(wh) as con:
+        landing.note_resume(con, run_id, note)
+    reporter().stage(f"{note['kind']} of run {run_id}: {len(note['landed_from_run_dir'])} cell(s) landed from the "
+                     f"run directory, {len(todo)} to measure")
+    return run_cells(ctx, todo)
+
+
+def new_context(plan: Plan, wh: str, run_id: str, run_dir: Path, campaign_dir: Path) -> RunContext:
+    campaign = plan.campaign
+    return RunContext(plan=plan, engine=get_engine(campaign.engine.kind),
+                      provider=get_provider(campaign, plan.client.reserved_on_nodes, run_id=run_id), warehouse=wh,
+                      run_id=run_id, run_dir=run_dir, campaign_dir=campaign_dir)
+
+
+def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
+    """Deploy, measure `cells` mode by mode, release; whatever happens, land what was measured,
+    then the run's status (over all of its cells), regressions and the report."""
+    campaign, wh, run_id = ctx.campaign, ctx.warehouse, ctx.run_id
+    write_orchestrator_file(ctx.run_dir)
+    outcome = {"run_id": run_id, "warehouse": wh, "run_dir": str(ctx.run_dir), "status": "failed",
                "cells": ctx.statuses, "invalid": ctx.invalid}
     try:
-        ctx.deployment = deploy(ctx, campaign_file)
-        modes = plan.modes()
-        modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # the reference answers first
-        if not ctx.engine.is_reference(modes[0][0]):
-            reference_answers(ctx)
-        for mode, cells in modes:
-            run_mode(ctx, mode, cells)
+        if cells:
+            ctx.claims = hold_claims(ctx)
+            ctx.deployment = deploy(ctx)
+            modes = group_by_mode(cells)
+            modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # reference answers first
+            if not ctx.engine.is_reference(modes[0][0]):
+                reference_answers(ctx)
+            for mode, mode_cells in modes:
+                run_mode(ctx, mode, mode_cells)
         outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, TerminationSignal))  # Ctrl-C, or SIGTERM via Prefect
@@ -127,11 +182,11 @@ def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
                                ended_at=landing.now(), allocation=allocation_text(ctx.provider))
         if outcome["status"] != "interrupted":
             outcome["regressions"] = find_regressions(wh, run_id, campaign)
-        outcome["report"] = write_report(wh, run_id, run_dir)
+        outcome["report"] = write_report(wh, run_id, ctx.run_dir)
     return outcome
 
 
-def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
+def deploy(ctx: RunContext) -> Deployment:
     """Provision the nodes, build the engine, prepare the model, start the shared services."""
     campaign, wh = ctx.campaign, ctx.warehouse
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
@@ -143,7 +198,7 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
     build = build_engine(ctx.engine.build_recipe(campaign.engine))
     land_build(wh, ctx.run_id, build)
     reporter().stage("preparing the model")
-    model_dir = prepare_model(campaign.model, build, str(Path(campaign_file).parent))
+    model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir))
     land_run_update(wh, ctx.run_id, model_path=model_dir)
     ctx.vocab = vocab_size(Path(model_dir))
     reporter().stage("placing the engine build and the model on every node"
@@ -164,7 +219,7 @@ def deploy(ctx: RunContext, campaign_file: str) -> Deployment:
 
 def release(ctx: RunContext) -> None:
     """Stop the shared services, then let the provider stop what is left and give the nodes back;
-    links the campaign changed are plain again."""
+    links the campaign changed are plain again; the run's claims go last."""
     try:
         if ctx.deployment is not None and ctx.deployment.shared is not None:
             stop_shared_services.fn(ctx.engine, ctx.deployment.shared, ctx.provider)
@@ -172,8 +227,22 @@ def release(ctx: RunContext) -> None:
         try:
             ctx.provider.release()
         finally:
-            if ctx.campaign.network is not None and ctx.deployment is not None:
-                clear_links(ctx.campaign.network.testbed, [node.name for node in ctx.deployment.nodes])
+            try:
+                if ctx.campaign.network is not None and ctx.deployment is not None:
+                    clear_links(ctx.campaign.network.testbed, [node.name for node in ctx.deployment.nodes])
+            finally:
+                if ctx.claims is not None:
+                    ctx.claims.release()
+
+
+def hold_claims(ctx: RunContext) -> HeldClaims:
+    """The nodes' claims and the load generator's CPUs on this host, held until release: a run that
+    wants what another holds waits, saying for whom."""
+    client = ctx.plan.client
+    names = ctx.provider.claims() + (this_host_cpu_claims(client.cpus) if client.node is None and client.cpus
+                                     else [])
+    holder = {"run_id": ctx.run_id, "campaign": ctx.campaign.name, "pid": os.getpid()}
+    return claims.hold(names, holder, say=reporter().stage)
 
 
 def allocation_text(provider: Provider) -> str | None:
@@ -272,8 +341,10 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
             ctx.reference = answer
         land_mode_server(ctx, server, "ready", gate)
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
-        for cell in cells:
+        for index, cell in enumerate(cells):
             reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), len(ctx.plan.cells))
+            if index and (problem := server_problem(server)) is not None:  # a fault took the server down
+                server, telemetry = restart_server(ctx, mode, server, telemetry, gate, problem)
             if blocks_cells(gate, ctx.campaign.correctness.accept):
                 land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
                                  correctness=gate.status)
@@ -287,6 +358,19 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                 land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                   gate: GateResult | None, problem: str) -> tuple[Server, Telemetry]:
+    """The mode's server is no longer healthy (the cell before failed with that cause): stop what
+    is left of it, start it again for the mode's next cells (its gate stands: the same build and
+    settings). If it does not start, that raises and the mode's remaining cells fail with it."""
+    reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
+    stop_server_and_telemetry(ctx, server, telemetry, gate)
+    restarted, telemetry = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
+        ctx.deployment, mode)
+    land_mode_server(ctx, restarted, "ready", gate)
+    return restarted, telemetry
 
 
 def apply_link(ctx: RunContext, cell: Cell) -> str | None:
@@ -345,12 +429,14 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                               ctx.engine)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
+    timers = start_faults(ctx, cell, server)
     try:
-        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(config, str(output),
-                                                                                ctx.deployment.client)
+        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
+            config, str(output), ctx.deployment.client, mark=f"{ctx.provider.run_id}.load")
     except Exception as exc:
-        land_failed_cell(ctx, cell, str(exc), started, correctness)
+        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness)
         return
+    injected = finish_faults(ctx, cell, timers)
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
@@ -358,7 +444,9 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         # a process of the server ended (or its node went away) during the cell: what it measured
         # lands, but the cell failed, with the cause
         status, error = "failed", f"{problem} (during the cell: {summary['completed']} requests answered, " \
-                                  f"{summary['failed']} failed)"
+                                  f"{summary['failed']} failed){injected}"
+    elif status == "failed":
+        error += injected
     land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
         ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
         output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
@@ -373,6 +461,23 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
                              f"{throughput:.1f} tok/s, gate {correctness}"
                              + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
+
+
+def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
+    """The campaign's faults for this cell, each on its node (default: the API server's)."""
+    return start_cell_faults(ctx.campaign.faults, cell.key, server.api.node, ctx.deployment.sampled_nodes,
+                             ctx.provider)
+
+
+def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> str:
+    """Land what the cell's faults did; return it as a clause for the cell's error ('' if none)."""
+    if not timers:
+        return ""
+    injected = [timer.finish() for timer in timers]
+    land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
+    for fault in injected:
+        reporter().stage(fault.describe())
+    return "; injected: " + "; ".join(fault.describe() for fault in injected)
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,

@@ -62,6 +62,35 @@ def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields) -> None:
     con.execute(f"update runs set {names} where run_id = ?", [*fields.values(), run_id])
 
 
+def run_record(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
+    """What a resume needs of a run: its status, spec hash, files and allocation."""
+    row = con.execute("select status, spec_hash, run_dir, campaign_file, allocation from runs where run_id = ?",
+                      [run_id]).fetchone()
+    if row is None:
+        return None
+    return dict(zip(("status", "spec_hash", "run_dir", "campaign_file", "allocation"), row))
+
+
+def cell_statuses(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str]:
+    """The run's landed cells: key -> completed | failed."""
+    return dict(con.execute("select cell_key, status from cells where run_id = ?", [run_id]).fetchall())
+
+
+def invalid_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[str]]:
+    """The run's completed cells the load generator judged invalid: key -> its reasons."""
+    return {key: list(reasons or []) for key, reasons in con.execute(
+        "select cell_key, invalid_reasons from cells where run_id = ? and status = 'completed' and valid = false",
+        [run_id]).fetchall()}
+
+
+def note_resume(con: duckdb.DuckDBPyConnection, run_id: str, note: dict) -> None:
+    """Append what a resume (or rerun of failed cells) found and did to the run's `resumes`, and
+    mark the run running again."""
+    current = con.execute("select resumes from runs where run_id = ?", [run_id]).fetchone()
+    notes = json.loads(current[0]) if current and current[0] else []
+    update_run(con, run_id, resumes=json.dumps(notes + [note]), status="running", ended_at=None)
+
+
 def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     """A build is recorded once, when it was made; reusing it changes nothing."""
     insert_row(con, "builds", dict(

@@ -78,6 +78,16 @@ def remove_shm_created_since(before: set[str]) -> list[str]:
     return removed
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _term_when_parent_dies() -> None:
+    """In the child, before exec: Linux's parent-death signal (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @dataclass
 class ManagedProcess:
     """A started process and what is needed to stop it and everything it spawned."""
@@ -91,11 +101,15 @@ class ManagedProcess:
 
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str] | None = None, log_path: Path | None = None,
-              cwd: Path | None = None) -> "ManagedProcess":
+              cwd: Path | None = None, die_with_parent: bool = False) -> "ManagedProcess":
+        """`die_with_parent`: the kernel sends it SIGTERM when the thread that started it ends (for
+        helpers of the orchestrator itself, started from its main thread, that nothing else would
+        stop if it were SIGKILLed)."""
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         try:
             popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_term_when_parent_dies if die_with_parent else None)
         finally:
             if log_path:
                 out.close()
@@ -122,6 +136,7 @@ class ManagedProcess:
         self.remember_descendants()
         self.known_descendants |= _group_members(self.pid)  # one scan of /proc, not one per poll
         self._signal_group(signal.SIGTERM)
+        self._signal_group(signal.SIGCONT)  # a stopped (hung) process handles its SIGTERM only once continued
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self._survivors():
             time.sleep(0.1)

@@ -10,6 +10,7 @@ deadline (`servebench.load.config.deadline_s`) is stopped and the cell fails say
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from servebench.load.config import LoadConfig, deadline_s, to_argv
 from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
 from servebench.load.runner import load_result, write_result
 from servebench.providers import Node, Provider
+from servebench.providers.node_tools import MARK_VARIABLE
 from servebench.telemetry.timebase import load_result_in_orchestrator_time
 
 POLL_S = 0.5
@@ -67,16 +69,18 @@ def requests_csv_path(output: str) -> str:
 
 
 @task(name="load", cache_policy=NONE)
-def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = None) -> dict:
+def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = None, mark: str | None = None) -> dict:
     """Run the load (here, or on the client node); raise with the generator's own words if it
-    did not produce a result."""
+    did not produce a result. `mark`: the run's process mark, carried by the generator here (a
+    resume finds it if the orchestrator is killed; on a node the provider marks it)."""
     if client is not None:
         return run_load_on_node(client, config, Path(output))
     argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
             "--requests-csv", requests_csv_path(output), "--quiet"]
     limit = deadline_s(config)
+    env = os.environ | ({MARK_VARIABLE: mark} if mark else {})
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=limit)
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=limit, env=env)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"load generator still running after its deadline of {limit:.0f} s: stopped") from None
     if done.returncode != 0 or not Path(output).exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from prefect.cache_policies import NONE
 from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
 from servebench.progress import reporter
-from servebench.providers import Node, NodeProcess, Provider
+from servebench.providers import Node, NodeProcess, Provider, node_tools
 from servebench.serving.server import Server
 from servebench.telemetry.timebase import rewrite_in_orchestrator_time
 
@@ -59,7 +60,8 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
     argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
             "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
-    telemetry.scraper = ManagedProcess.start(argv, log_path=out / f"{server.mode}.server.log")
+    mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper"}  # a resume finds it if we are killed
+    telemetry.scraper = ManagedProcess.start(argv, env=os.environ | mark, log_path=out / f"{server.mode}.server.log")
     telemetry.server_files.append(path)
     return telemetry
 

@@ -114,3 +114,22 @@ def rebind_handlers_from_capture() -> None:
             if console is not None and console.file is handler.stream:
                 console.file = stream
             handler.setStream(stream)
+
+
+LEAK_GRACE_S = 10.0
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail the test that leaves anything behind (issue 19): a process it started (a child of
+    this process, or any process carrying a run's SERVEBENCH_PROCESS mark), a new /dev/shm entry,
+    a network namespace, an ssh master of a run. What leaked is stopped by PID afterwards, so one
+    leak does not fail the tests after it."""
+    from tests.support.leaks import snapshot, leaks_since, stop_leaked
+
+    before = snapshot()
+    yield
+    found = leaks_since(before, grace_s=LEAK_GRACE_S)
+    if found:
+        stop_leaked(found)
+        pytest.fail("left behind by this test:\n  " + "\n  ".join(found.describe()), pytrace=False)

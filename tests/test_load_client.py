@@ -58,7 +58,7 @@ def test_open_loop_keeps_its_schedule():
 
 @pytest.mark.parametrize("behaviour, kind", [
     ("http500", "http"), ("http400", "http"), ("malformed", "malformed"), ("cut", "disconnect"), ("hang", "timeout"),
-    ("reset", "disconnect"),
+    ("reset", "disconnect"), ("slowloris", "timeout"), ("huge_event", "malformed"), ("huge_error", "http"),
 ])
 def test_faults_become_error_rows(behaviour, kind):
     with FakeServer(behaviour) as server:

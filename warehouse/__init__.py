@@ -9,7 +9,10 @@ schema is older than this code, so a query never runs against a half-known layou
 from __future__ import annotations
 
 import os
+import random
 import re
+import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +21,8 @@ import duckdb
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 DEFAULT_PATH = Path(__file__).parent / "servebench.duckdb"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+WAIT_VARIABLE = "SERVEBENCH_WAREHOUSE_WAIT_S"
+DEFAULT_WAIT_S = 600.0
 
 
 class WarehouseError(Exception):
@@ -70,13 +75,30 @@ def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.D
 
 
 def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise WarehouseError(f"{path} is locked by another process (a campaign landing results?): "
-                                 f"try again in a moment. DuckDB said: {exc}") from None
-        raise
+    """Open the file, waiting (at most SERVEBENCH_WAREHOUSE_WAIT_S, default 600 s) while another
+    process holds it: DuckDB lets one process write a file at a time, and two campaigns landing
+    into one warehouse take turns, each connection held only while it lands one thing. The
+    first wait is said on stderr, with the holder DuckDB names."""
+    deadline = None
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait_limit_s()
+                print(f"servebench: waiting for the warehouse {path}: another process holds it "
+                      f"({str(exc).split(': ', 1)[-1]})", file=sys.stderr)
+            if now >= deadline:
+                raise WarehouseError(f"{path} stayed locked by another process for {wait_limit_s():.0f} s "
+                                     f"(SERVEBENCH_WAREHOUSE_WAIT_S). DuckDB said: {exc}") from None
+            time.sleep(random.uniform(0.02, 0.1))
+
+
+def wait_limit_s() -> float:
+    return float(os.environ.get(WAIT_VARIABLE) or DEFAULT_WAIT_S)
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -50,7 +50,7 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
-    return problems + _network_problems(campaign)
+    return problems + _network_problems(campaign) + _fault_problems(campaign)
 
 
 def _network_problems(campaign: Campaign) -> list[Problem]:
@@ -60,6 +60,23 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
     labels = [link.label for link in campaign.network.links]
     return [(("network", "links", index), f"link setting {label!r} is given more than once")
             for index, label in enumerate(labels) if label in labels[:index]]
+
+
+def _fault_problems(campaign: Campaign) -> list[Problem]:
+    """A fault for a cell the campaign does not have, or on a node it does not have."""
+    from servebench.campaign.sweep import expand
+
+    keys = {cell.key for cell in expand(campaign)}
+    nodes = [node.name for node in campaign.provider.node_specs()]
+    problems: list[Problem] = []
+    for index, fault in enumerate(campaign.faults):
+        if fault.cell not in keys:
+            problems.append((("faults", index, "cell"), f"no cell {fault.cell!r} in this campaign; its cells: "
+                             f"{', '.join(sorted(keys)[:8])}{' ...' if len(keys) > 8 else ''}"))
+        if fault.node is not None and fault.node not in nodes:
+            problems.append((("faults", index, "node"), f"the provider has no node {fault.node!r}; its nodes: "
+                             f"{', '.join(nodes)}"))
+    return problems
 
 
 def _client_problems(campaign: Campaign, host_cpus: set[int], client: ClientPlacement) -> list[Problem]:

@@ -22,8 +22,12 @@ class Plan:
 
     def modes(self) -> list[tuple[ModeSpec, list[Cell]]]:
         """Each mode with its cells, in campaign order (one server serves all of a mode's cells)."""
-        return [(group[0].mode, group) for group in
-                (list(g) for _, g in groupby(self.cells, key=lambda c: c.mode.name))]
+        return group_by_mode(self.cells)
+
+
+def group_by_mode(cells: list[Cell]) -> list[tuple[ModeSpec, list[Cell]]]:
+    """Cells (in run order) grouped by their mode: one server serves all of a group."""
+    return [(group[0].mode, group) for group in (list(g) for _, g in groupby(cells, key=lambda c: c.mode.name))]
 
 
 def make_plan(campaign: Campaign, host_cpus: set[int]) -> Plan:

@@ -257,6 +257,32 @@ class NetworkSpec(StrictModel):
     links: list[LinkSetting] = Field(min_length=1)
 
 
+class FaultSpec(StrictModel):
+    """A fault injected into one cell (issue 19): to rehearse what a cluster's faults cost, and to
+    test that they cost only the cells they touch. Landed in the `faults` table when done."""
+
+    cell: str = Field(min_length=1, description="The cell's key, as `servebench plan` lists it.")
+    at_s: float = Field(1.0, ge=0, le=86400, description="Seconds after the cell's load starts.")
+    action: Literal["kill", "stop"] = Field(description=(
+        "'kill': SIGKILL the matching processes (a crash, an OOM kill); 'stop': SIGSTOP them (a hang: "
+        "they hold their sockets and answer nothing)."))
+    node: str | None = Field(None, description="The node it acts on (default: the node of the mode's API server).")
+    match: str = Field(".", description="kill/stop: a regular expression over the command lines of this run's "
+                       "processes on the node (only processes carrying the run's mark are candidates): a "
+                       "worker's process title, the API server's module (docs/faults-and-resume.md).")
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -271,6 +297,7 @@ class Campaign(StrictModel):
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     network: NetworkSpec | None = None
+    faults: list[FaultSpec] = Field(default_factory=list, description="Faults injected into named cells.")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -289,6 +316,8 @@ class Campaign(StrictModel):
             data.pop("network", None)
         if data["load"]["client"].get("node") is None:  # likewise a campaign without a client node
             data["load"]["client"].pop("node", None)
+        if not data.get("faults"):  # or without faults
+            data.pop("faults", None)
         return data
 
     def spec_hash(self) -> str:

@@ -1,4 +1,5 @@
-"""`servebench`: plan, build, run, serve, load, query, report, regressions, compare, annotate.
+"""`servebench`: plan, build, run, resume, rerun-failed, serve, load, query, report, regressions, compare,
+annotate.
 
 Prefect is imported only by the commands that run flows, so `plan`, `query` and `load`
 start fast and the load generator's process carries nothing it does not need.
@@ -24,6 +25,7 @@ from rich.text import Text
 import warehouse
 from servebench.campaign.loading import SpecError, load_campaign
 from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.plugins import load_plugins
 
 WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
 STATUS_STYLE = {"completed": "bold green", "partial": "bold yellow", "invalid": "bold red", "failed": "bold red"}
@@ -35,6 +37,7 @@ STATUS_MEANING = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    load_plugins()  # before the parser: plugin engines are choices of `load --engine`
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -60,9 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(func=cmd_build)
 
     run = sub.add_parser("run", help="run a campaign end to end")
-    run.add_argument("file")
+    run.add_argument("file", nargs="?")
+    run.add_argument("--resume", metavar="RUN_ID", help="instead: finish this run (as `servebench resume`)")
     warehouse_arg(run)
     run.set_defaults(func=cmd_run)
+
+    resume = sub.add_parser("resume", help="finish a run whose orchestrator was killed: stop what it left, land "
+                            "what it measured, measure only the cells with no result")
+    resume.add_argument("run_id")
+    warehouse_arg(resume)
+    resume.set_defaults(func=cmd_resume, failed_only=False)
+
+    rerun = sub.add_parser("rerun-failed", help="measure the failed cells of a finished run again (same run id)")
+    rerun.add_argument("run_id")
+    warehouse_arg(rerun)
+    rerun.set_defaults(func=cmd_resume, failed_only=True)
 
     serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this machine "
                            "(needs a running Prefect server: PREFECT_API_URL)")
@@ -121,7 +136,46 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.resume:
+        if args.file:
+            print("servebench run: give a campaign file or --resume RUN_ID, not both", file=sys.stderr)
+            return EXIT_FAILED
+        args.run_id, args.failed_only = args.resume, False
+        return cmd_resume(args)
+    if not args.file:
+        print("servebench run: give a campaign file (or --resume RUN_ID)", file=sys.stderr)
+        return EXIT_FAILED
     campaign = load_campaign(args.file)  # fail fast, before Prefect starts
+
+    def run() -> dict:
+        from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
+
+        return campaign_run(campaign_file=args.file, warehouse_path=str(warehouse_path(args)))
+    return orchestrate(args, campaign.name, run)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """`resume` and `rerun-failed`: the same run id, its campaign as it was run (checked first,
+    before Prefect starts)."""
+    from servebench.campaign.resume import ResumeError, load_resumable
+
+    try:
+        _, campaign = load_resumable(str(warehouse_path(args)), args.run_id, args.failed_only)
+    except ResumeError as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def run() -> dict:
+        from flows.campaign import campaign_resume
+
+        return campaign_resume(run_id=args.run_id, warehouse_path=str(warehouse_path(args)),
+                               failed_only=args.failed_only)
+    return orchestrate(args, campaign.name, run)
+
+
+def orchestrate(args: argparse.Namespace, name: str, flow_run) -> int:
+    """Run a campaign flow against a temporary Prefect API with the progress display; Ctrl-C and
+    SIGTERM stop it cleanly; then the summary."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress reporter replaces the log scroll
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the temporary server
     from servebench import progress
@@ -134,16 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with temporary_api(), progress.live(console):
-            from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
-
-            outcome = campaign_run(campaign_file=args.file, warehouse_path=path)
+            outcome = flow_run()
     except BaseException as exc:  # Ctrl-C, or SIGTERM (Prefect raises its TerminationSignal for it)
         if not isinstance(exc, KeyboardInterrupt) and type(exc).__name__ != "TerminationSignal":
             raise
         console.print(f"[yellow]interrupted[/]: servers stopped; cells measured so far are in {path}")
         return EXIT_INTERRUPTED
     print_cells_summary(console, outcome["warehouse"], outcome["run_id"])
-    console.print(status_line(campaign.name, outcome), soft_wrap=True)
+    console.print(status_line(name, outcome), soft_wrap=True)
     console.print(f"warehouse: {outcome['warehouse']}")
     console.print(f"report:    {outcome.get('report')}")
     found = outcome.get("regressions") or {}

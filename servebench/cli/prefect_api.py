@@ -3,7 +3,8 @@
 Prefect would start one itself, but inside our process group: a terminal's Ctrl-C then
 kills it while the flow is still stopping servers and landing results, and every later
 API call hangs in retries. This one runs in its own session, so Ctrl-C reaches only the
-flow, and it is stopped by PID when the command ends.
+flow, and it is stopped by PID when the command ends (or by the kernel when the command is
+SIGKILLed: its parent-death signal).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     log = Path(tempfile.gettempdir()) / f"servebench-prefect-api-{port}.log"
-    server = ManagedProcess.start(argv, env=env, log_path=log)
+    server = ManagedProcess.start(argv, env=env, log_path=log, die_with_parent=True)  # even if we are SIGKILLed
     url = f"http://127.0.0.1:{port}/api"
     try:
         _wait_healthy(server, url, startup_timeout_s, log)

@@ -18,6 +18,8 @@ import httptools
 from servebench.load.records import RequestRecord
 from servebench.load.sse import SseStream
 
+ERROR_BODY_KEPT = 4096  # bytes of a non-200 answer kept for its error row
+
 
 class Endpoint:
     """Where requests go, with the request head pre-rendered once."""
@@ -96,8 +98,10 @@ class Connection(asyncio.Protocol):
         exchange = self.exchange
         if exchange is None:
             return
-        if exchange.status != 200:
-            exchange.error_body += body[:4096]
+        if exchange.status != 200:  # keep the start of an error body, however much follows
+            room = ERROR_BODY_KEPT - len(exchange.error_body)
+            if room > 0:
+                exchange.error_body += body[:room]
             return
         problem = exchange.stream.feed(body, self.now)
         if problem is not None:

@@ -12,6 +12,8 @@ import orjson
 
 from servebench.load.records import RequestRecord
 
+MAX_EVENT_BYTES = 1 << 20  # a chunk is ~300 bytes (a few KB with logprobs): more, unended, is a hostile stream
+
 
 class SseStream:
     __slots__ = ("record", "buffer", "tokens", "done", "chunk_events")
@@ -38,6 +40,8 @@ class SseStream:
                 return problem
             start = end + 2
         self.buffer = data[start:]
+        if len(self.buffer) > MAX_EVENT_BYTES:
+            return f"an event longer than {MAX_EVENT_BYTES} bytes and still without its end"
         return None
 
     def close(self) -> tuple[str | None, str | None]:

@@ -3,7 +3,7 @@ here and one `register_provider` line below."""
 
 from __future__ import annotations
 
-from servebench.providers.base import Node, NodeProcess, Provider
+from servebench.providers.base import Node, NodeProcess, Provider, run_tag
 from servebench.providers.local import LocalProvider
 from servebench.providers.slurm import SlurmProvider
 from servebench.providers.ssh import SshProvider
@@ -33,10 +33,12 @@ def get_provider_class(kind: str) -> type:
         raise ValueError(f"unknown provider {kind!r}; known: {provider_kinds()}") from None
 
 
-def get_provider(campaign, reserved_cpus: list[int] | None = None) -> Provider:
-    """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes."""
-    return get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [])
+def get_provider(campaign, reserved_cpus: list[int] | None = None, run_id: str | None = None) -> Provider:
+    """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes;
+    its processes are marked with the run's tag (`run_tag(run_id)`; a random one without a run)."""
+    return get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [],
+                                                      run_id=run_tag(run_id) if run_id else None)
 
 
 __all__ = ["Node", "NodeProcess", "Provider", "get_provider", "get_provider_class", "provider_kinds",
-           "register_provider"]
+           "register_provider", "run_tag"]

@@ -10,6 +10,7 @@ Slurm allocations implement the same methods.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -43,9 +44,16 @@ class NodeProcess(Protocol):
         """Bring the log as written so far to `log_path` (a no-op where it is written there directly)."""
 
 
+def run_tag(run_id: str) -> str:
+    """The run's short tag on its nodes (every process's mark, run directories): derived from the
+    run id, so a resumed run finds what the killed orchestrator left."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:8]
+
+
 class Provider(Protocol):
     kind: ClassVar[str]
     spec_model: ClassVar[type[ProviderSpecBase]]
+    run_id: str          # the run's tag: every process started carries SERVEBENCH_PROCESS=<tag>.<n>
 
     @classmethod
     def host_cpus(cls) -> set[int]:
@@ -110,8 +118,18 @@ class Provider(Protocol):
         """Seconds the node's wall clock is ahead of this host's; None when the node is this host
         (one clock: its monotonic readings compare with the load generator's directly)."""
 
+    def claims(self) -> list[str]:
+        """What this run must have to itself among what other runs on this machine could want
+        (`servebench.providers.claims`: a CPU of this host, a CPU of an ssh host; none where a
+        scheduler arbitrates)."""
+
     def allocation_record(self) -> dict:
         """What the run lands about what was allocated (a Slurm job id and node list, the hosts)."""
 
     def release(self) -> None:
         """Stop what is still running of this run and give back what was allocated."""
+
+    def reclaim(self, record: dict) -> list[str]:
+        """Stop what an earlier orchestrator of this run (same tag) left when it was killed: its
+        marked processes on every node, its allocation (`record`: its `allocation_record`);
+        return what was found and done, one line each."""

@@ -144,6 +144,7 @@ def stop_tree(pid: int, start: int, known: dict[str, int], grace_s: float, exit_
     by PID; return what was signalled and the recorded exit status."""
     targets = _targets(pid, start, known, mark)
     _signal_group(pid, targets, signal.SIGTERM)
+    _signal_group(pid, targets, signal.SIGCONT)  # a stopped (hung) process handles its SIGTERM only once continued
     survivors = _wait(targets, grace_s)
     if survivors:
         _signal_group(pid, targets, signal.SIGKILL)
@@ -166,6 +167,7 @@ def stop_marked(prefix: str, grace_s: float) -> list[int]:
         if _live(pid, start):
             try:
                 os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)  # a stopped (hung) process handles its SIGTERM only once continued
             except (ProcessLookupError, PermissionError):
                 pass
     for pid in _wait(targets, grace_s):

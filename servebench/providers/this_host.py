@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -14,13 +15,15 @@ from servebench import processes
 from servebench.processes import ManagedProcess
 from servebench.providers import node_tools
 from servebench.providers.base import Node
+from servebench.providers.claims import this_host_cpu_claims
 
 
 class ThisHostProcesses:
     """The process half of the Provider interface for nodes on this host; `command` says how
     argv runs on a node (the local provider pins it to the node's CPUs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id or secrets.token_hex(4)
         self._started: list[ManagedProcess] = []
         self._scratch: str | None = None
 
@@ -35,7 +38,8 @@ class ThisHostProcesses:
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
               unset: list[str] = ()) -> ManagedProcess:
-        full_env = {k: v for k, v in os.environ.items() if k not in unset} | env
+        mark = {node_tools.MARK_VARIABLE: f"{self.run_id}.{len(self._started) + 1}"}
+        full_env = {k: v for k, v in os.environ.items() if k not in unset} | env | mark
         process = ManagedProcess.start(self.command(node, argv), env=full_env, log_path=log_path)
         self._started.append(process)
         return process
@@ -78,8 +82,18 @@ class ThisHostProcesses:
     def clock_offset(self, node: Node) -> float | None:
         return None
 
+    def claims(self) -> list[str]:
+        """Every CPU of this host the nodes use."""
+        return this_host_cpu_claims(cpu for node in self.nodes() for cpu in node.cpus)
+
     def allocation_record(self) -> dict:
         return {"nodes": [node.model_dump() for node in self.nodes()]}
+
+    def reclaim(self, record: dict) -> list[str]:
+        """The killed orchestrator's processes on this host: every one carrying the run's mark
+        (servers, samplers, the scraper, a load generator), stopped by PID."""
+        found = node_tools.stop_marked(f"{self.run_id}.", grace_s=5.0)
+        return [f"this host: stopped {len(found)} process(es) of the run: {found}"] if found else []
 
     def stop_leftovers(self) -> int:
         """Stop every process of this run still running (a stage that failed before stopping its

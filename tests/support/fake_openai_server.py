@@ -75,6 +75,13 @@ class FakeServer:
         if self.behaviour == "reset":
             request.transport.close()
             return web.Response()
+        if self.behaviour == "huge_error":  # 16 MiB of error page
+            response = web.StreamResponse(status=503)
+            await response.prepare(request)
+            for _ in range(16):
+                await response.write(b"x" * (1 << 20))
+            await response.write_eof()
+            return response
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         chat = "messages" in payload
@@ -83,6 +90,15 @@ class FakeServer:
         with_usage = self.behaviour != "no_usage"
         if self.behaviour == "malformed":
             await response.write(b"data: {not json\n\n")
+            return response
+        if self.behaviour == "slowloris":  # a byte now and then, never a whole event
+            while True:
+                await response.write(b"d")
+                await asyncio.sleep(0.05)
+        if self.behaviour == "huge_event":  # one event that never ends, a MiB at a time
+            await response.write(b"data: ")
+            for _ in range(16):
+                await response.write(b"x" * (1 << 20))
             return response
         if self.behaviour == "empty_first":
             await response.write(chunk("", 0, prompt_tokens))   # role/empty chunk: no token yet

@@ -23,9 +23,9 @@ class LocalProvider(ThisHostProcesses):
     kind: ClassVar[str] = "local"
     spec_model: ClassVar[type[LocalProviderSpec]] = LocalProviderSpec
 
-    def __init__(self, spec: LocalProviderSpec, reserved_cpus: list[int] = ()):
+    def __init__(self, spec: LocalProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
-        super().__init__()
+        super().__init__(run_id)
         self._nodes = [Node(name=n.name, address=node_address(index),
                             cpus=[c for c in n.cpus if c not in reserved_cpus])
                        for index, n in enumerate(spec.nodes)]

@@ -92,6 +92,10 @@ class SlurmProvider:
         """Slurm's expression of the allocated nodes, e.g. `h[1-2]`."""
         return self.allocation.node_list if self.allocation else None
 
+    def claims(self) -> list[str]:
+        """None: the Slurm controller gives two jobs the same CPUs only if it is told it may."""
+        return []
+
     def allocation_record(self) -> dict:
         """What a run lands about its allocation."""
         return {"job_id": self.job_id, "job_name": self.job_name, "node_list": self.node_list,
@@ -321,6 +325,18 @@ class SlurmProvider:
     def client_pids(self) -> list[int]:
         """Local srun clients of this run's processes still running."""
         return [p.client_pid for p in self._started if p.client_process.poll() is None]
+
+    def reclaim(self, record: dict) -> list[str]:
+        """Cancel the killed orchestrator's allocation (found by the run's job name) and wait until
+        Slurm no longer lists it: its steps, and every process of the run, end with it."""
+        done = []
+        for job in self.client.jobs_named(self.job_name):
+            self.client.scancel(job)
+            deadline = time.monotonic() + RELEASE_TIMEOUT_S
+            while self.client.queued(job) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            done.append(f"slurm job {job} of the run cancelled")
+        return done
 
     def release(self) -> None:
         """Stop what is left (the processes started, then anything on a node that still carries the

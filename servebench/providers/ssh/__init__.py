@@ -129,6 +129,10 @@ class SshProvider:
         return int(self.transport.call(node.name, NODE_TOOLS, "free_port_range", self.spec.python,
                                        address=node.address, size=size))
 
+    def claims(self) -> list[str]:
+        """Each host's CPUs the run uses (two runs from this machine never share one)."""
+        return [f"ssh/{h.user}@{h.address}:{h.port}/cpu{cpu}" for h in self.spec.hosts for cpu in h.cpus]
+
     def allocation_record(self) -> dict:
         return {"hosts": [{"name": h.name, "address": h.address, "user": h.user, "port": h.port,
                            "cpus": list(h.cpus)} for h in self.spec.hosts]}
@@ -253,6 +257,22 @@ class SshProvider:
                 with self._lease_lock:
                     self._released.set()  # a host not cleaned (unreachable) is left to its warden
                 self.transport.close()
+
+    def reclaim(self, record: dict) -> list[str]:
+        """On every host reachable now: stop the run's marked processes and remove its directory
+        (its warden then ends). An unreachable host is left to its warden."""
+        done = []
+        for host in self.spec.hosts:
+            try:
+                found = self.transport.call(host.name, NODE_TOOLS, "stop_marked", self.spec.python,
+                                            prefix=f"{self.run_id}.", grace_s=LEFTOVER_GRACE_S)
+                self.transport.checked(host.name, shlex.join(["rm", "-rf", "--", self.run_dir]), "removing the run dir")
+                if found:
+                    done.append(f"{host.name}: stopped {len(found)} process(es) of the run")
+            except (SshError, subprocess.TimeoutExpired) as exc:
+                done.append(f"{host.name}: not reachable ({str(exc).splitlines()[0]}): its warden stops what the "
+                            f"run left there once the lease ({self.spec.lease_s} s) runs out")
+        return done
 
     def _clean_hosts(self) -> None:
         errors = []

@@ -32,8 +32,8 @@ class PlainProvider(ThisHostProcesses):
     spec_model: ClassVar[type[PlainProviderSpec]] = PlainProviderSpec
     journal: ClassVar[list[tuple[str, str]]] = []      # (event, detail), every instance's, in order
 
-    def __init__(self, spec: PlainProviderSpec, reserved_cpus: list[int] = ()):
-        super().__init__()
+    def __init__(self, spec: PlainProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+        super().__init__(run_id)
         self._nodes = [Node(name=n.name, address=f"127.0.2.{index + 1}", cpus=list(n.cpus))
                        for index, n in enumerate(spec.nodes)]
         self._allocated = False

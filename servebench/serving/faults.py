@@ -1,0 +1,104 @@
+"""Faults injected into a running server's processes, on their node (campaign `faults:`).
+
+The signal is sent on the node by a short script run through the provider (`Provider.run`),
+to the processes of this run there whose command line matches the fault's regex: only
+processes carrying the run's mark (`SERVEBENCH_PROCESS=<tag>.`) are candidates, so a fault
+never touches anything else on a shared node. What was hit (PIDs, command lines, the time)
+is returned for the `faults` table; the cell's own verdict comes from the usual checks (the
+server's processes and health after the cell), which name the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from servebench.campaign.schema import FaultSpec
+from servebench.providers import Node, Provider
+
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+
+# argv: mark prefix, regex, signal number. Prints [[pid, command], ...] of the processes signalled.
+SIGNAL_SCRIPT = r"""
+import json, os, re, sys
+prefix, pattern, number = sys.argv[1].encode(), re.compile(sys.argv[2]), int(sys.argv[3])
+hit = []
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) == os.getpid():
+        continue
+    try:
+        environ = open(f"/proc/{name}/environ", "rb").read().split(b"\0")
+        command = open(f"/proc/{name}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        continue
+    if any(entry.startswith(b"SERVEBENCH_PROCESS=" + prefix) for entry in environ) and pattern.search(command):
+        try:
+            os.kill(int(name), number)
+            hit.append([int(name), command if len(command) <= 200 else command[:120] + " ... " + command[-77:]])
+        except OSError:
+            pass
+print(json.dumps(hit))
+"""
+
+
+@dataclass
+class InjectedFault:
+    """One fault as it happened (or why it did not)."""
+
+    spec: FaultSpec
+    node: str
+    at: datetime | None = None
+    t_mono: float | None = None
+    hit: list[list] = field(default_factory=list)   # [[pid, command], ...]
+    error: str | None = None
+
+    def describe(self) -> str:
+        if self.error:
+            return f"fault {self.spec.action} on {self.node} not injected: {self.error}"
+        pids = ", ".join(str(pid) for pid, _ in self.hit) or "no process matched"
+        return f"fault {self.spec.action} on {self.node} at {self.spec.at_s:g} s: {pids}"
+
+
+def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
+    """Send the fault's signal now, on the node, to this run's processes matching its regex."""
+    done = InjectedFault(spec=fault, node=node.name, at=datetime.now(timezone.utc), t_mono=time.monotonic())
+    result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
+                                 str(int(SIGNALS[fault.action]))], timeout=60)
+    if result.returncode != 0:
+        done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
+        return done
+    done.hit = json.loads(result.stdout.strip().splitlines()[-1])
+    return done
+
+
+class FaultTimer:
+    """Injects one fault `at_s` seconds after `start`, from a thread; `finish` cancels it if the
+    cell ended first and returns what happened."""
+
+    def __init__(self, provider: Provider, node: Node, fault: FaultSpec):
+        self._cancel = threading.Event()
+        self._result = InjectedFault(spec=fault, node=node.name)
+        self._thread = threading.Thread(target=self._run, args=(provider, node, fault), daemon=True,
+                                        name=f"fault-{fault.action}-{node.name}")
+
+    def start(self) -> "FaultTimer":
+        self._thread.start()
+        return self
+
+    def _run(self, provider: Provider, node: Node, fault: FaultSpec) -> None:
+        if self._cancel.wait(fault.at_s):
+            self._result.error = f"the cell ended before {fault.at_s:g} s"
+            return
+        try:
+            self._result = inject(provider, node, fault)
+        except Exception as exc:
+            self._result.error = f"{type(exc).__name__}: {exc}"
+
+    def finish(self) -> InjectedFault:
+        self._cancel.set()
+        self._thread.join(timeout=120)
+        return self._result

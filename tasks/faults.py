@@ -1,0 +1,28 @@
+"""Fault stage: a campaign's faults for one cell, injected on their node while its load runs,
+and landed in the `faults` table (`servebench/serving/faults.py` does the injecting)."""
+
+from __future__ import annotations
+
+from servebench.campaign.schema import FaultSpec
+from servebench.providers import Node, Provider
+from servebench.serving.faults import FaultTimer, InjectedFault
+from tasks.land import session
+
+
+def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node, nodes: list[Node],
+                      provider: Provider) -> list[FaultTimer]:
+    """A timer per fault of this cell, started now (the cell's load starts next)."""
+    by_name = {node.name: node for node in nodes}
+    return [FaultTimer(provider, by_name.get(fault.node, default_node) if fault.node else default_node, fault).start()
+            for fault in faults if fault.cell == cell_key]
+
+
+def land_faults(path: str, run_id: str, cell_key: str, mode: str, injected: list[InjectedFault]) -> None:
+    import json
+
+    with session(path) as con:
+        for fault in injected:
+            con.execute("insert into faults (run_id, cell_key, mode, action, node, match, at_s, injected_at, t_mono, "
+                        "hit, error) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, cell_key, mode, fault.spec.action, fault.node, fault.spec.match, fault.spec.at_s,
+                         fault.at, fault.t_mono, json.dumps(fault.hit), fault.error])

@@ -1,0 +1,48 @@
+"""`servebench` command lines a test starts as processes of their own (to kill them, or to run
+two at once), with the test-only echo engine and plain provider plugged in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import warehouse
+from servebench.paths import PROJECT_ROOT
+
+
+def echo_campaign_dir(tmp_path: Path, campaigns: dict[str, str]) -> Path:
+    """The echo engine's model directory and the campaign files (name -> YAML text) in tmp_path."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text(json.dumps(
+        {"vocab_size": 500, "num_attention_heads": 4, "num_hidden_layers": 2}))
+    for name, text in campaigns.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def servebench(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """`servebench ARGS` in a session of its own (stdout and stderr together, as text)."""
+    env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "SERVEBENCH_RUNS": str(tmp_path / "runs"),
+                        "SERVEBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT_ROOT)}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.Popen([sys.executable, "-m", "servebench", *args], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def cells_of(db: Path, run_id: str | None = None) -> list[tuple]:
+    """(cell key, status, requests landed) of every cell (of one run), by key."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        where, params = ("where run_id = ?", [run_id]) if run_id else ("", [])
+        return con.execute("select cell_key, status, (select count(*) from requests r where r.cell_id = c.cell_id) "
+                           f"from cells c {where} order by cell_key", params).fetchall()
+    finally:
+        con.close()

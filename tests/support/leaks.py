@@ -1,0 +1,118 @@
+"""What a test may leave behind, seen from this machine: processes, /dev/shm entries, network
+namespaces, ssh masters. Only what appeared during the test counts (a module's fixture, a
+testbed, may hold things across its tests). `snapshot` before the test, `leaks_since` after it (waiting a little
+for what is still ending), `stop_leaked` by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from servebench.providers import node_tools
+
+HARNESS_MARKERS = ("prefect.server", "prefect/server")  # a Prefect test harness a fixture may keep
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    children: frozenset[int]
+    marked: frozenset[int]
+    shm: frozenset[str]
+    netns: frozenset[str]
+    masters: frozenset[int]
+
+
+@dataclass
+class Leaks:
+    processes: dict[int, str] = field(default_factory=dict)
+    shm: list[str] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.processes or self.shm or self.netns)
+
+    def describe(self) -> list[str]:
+        return ([f"process {pid}: {what}" for pid, what in sorted(self.processes.items())]
+                + [f"/dev/shm/{name}" for name in self.shm] + [f"network namespace {name}" for name in self.netns])
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(frozenset(p.pid for p in psutil.Process().children(recursive=True)), frozenset(_marked()),
+                    frozenset(_shm()), frozenset(_netns()), frozenset(_masters()))
+
+
+def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
+    """What appeared since `before` and is still there after up to `grace_s` of waiting."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = _found(before)
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.25)
+
+
+def stop_leaked(found: Leaks) -> None:
+    for pid in found.processes:
+        try:
+            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _found(before: Snapshot) -> Leaks:
+    leaks = Leaks()
+    for process in psutil.Process().children(recursive=True):
+        if process.pid in before.children:  # a module's fixture (a testbed's daemons) keeps it
+            continue
+        described = _running(process)
+        if described and not any(marker in described for marker in HARNESS_MARKERS):
+            leaks.processes[process.pid] = described
+    for pid in set(_marked()) - before.marked:
+        described = _running(psutil.Process(pid)) if psutil.pid_exists(pid) else None
+        if described:
+            leaks.processes[pid] = described
+    for pid in set(_masters()) - before.masters:
+        leaks.processes[pid] = "ssh master of a run"
+    leaks.shm = sorted(set(_shm()) - before.shm)
+    leaks.netns = sorted(set(_netns()) - before.netns)
+    return leaks
+
+
+def _running(process: psutil.Process) -> str | None:
+    try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return " ".join(process.cmdline())[:160] or process.name()
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _marked() -> list[int]:
+    return list(node_tools._marked(node_tools._table(), "", prefix=True))
+
+
+def _shm() -> list[str]:
+    try:
+        return os.listdir("/dev/shm")
+    except OSError:
+        return []
+
+
+def _netns() -> list[str]:
+    try:
+        return os.listdir("/run/netns")
+    except OSError:
+        return []
+
+
+def _masters() -> list[int]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if command.startswith("ssh") and "/sb-ssh-" in command:
+            found.append(process.pid)
+    return found

@@ -1,0 +1,62 @@
+"""Issue 19's pure decisions and the claims lock, without a campaign: what a resume measures,
+when it refuses, and a claim that waits for its holder and names it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from servebench.campaign.loading import parse_campaign
+from servebench.campaign.resume import cells_to_run, resume_problem
+from servebench.campaign.sweep import expand
+from servebench.providers import claims
+
+CAMPAIGN = """
+name: t
+provider: {kind: local, nodes: [{name: n0, cpus: [0]}]}
+model: {generate: tiny-llama}
+modes: [{name: a}, {name: b, tp: 1}]
+load: {clients: [1, 2], requests: 4}
+"""
+
+
+def test_resume_measures_cells_without_a_result_and_rerun_only_the_failed():
+    cells = expand(parse_campaign(CAMPAIGN))
+    keys = [cell.key for cell in cells]
+    statuses = {keys[0]: "completed", keys[1]: "failed"}
+    assert [c.key for c in cells_to_run(cells, statuses, failed_only=False)] == keys[2:]
+    assert [c.key for c in cells_to_run(cells, statuses, failed_only=True)] == [keys[1]]
+
+
+def test_a_finished_or_live_run_is_not_resumed_with_the_reason():
+    assert resume_problem("r1", "running", False, orchestrator_alive=False) is None
+    assert resume_problem("r1", "interrupted", False, orchestrator_alive=False) is None
+    assert "rerun-failed r1" in resume_problem("r1", "partial", False, orchestrator_alive=False)
+    assert resume_problem("r1", "partial", True, orchestrator_alive=False) is None
+    assert "still running" in resume_problem("r1", "running", False, orchestrator_alive=True)
+
+
+def test_a_taken_claim_waits_for_its_holder_and_says_who_it_is(tmp_path, monkeypatch):
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(tmp_path))
+    first = claims.hold(["this-host/cpu0", "this-host/cpu1"], {"run_id": "run-a"})
+    said: list[str] = []
+    got: dict = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("held", claims.hold(
+        ["this-host/cpu1", "this-host/cpu2"], {"run_id": "run-b"}, say=said.append)))
+    waiter.start()
+    time.sleep(1.5)
+    assert "held" not in got and said and "this-host/cpu1" in said[0] and "run-a" in said[0], said
+    first.release()
+    waiter.join(timeout=10)
+    assert "held" in got and len(said) == 1
+    got["held"].release()
+    again = claims.hold(["this-host/cpu0", "this-host/cpu1", "this-host/cpu2"], {"run_id": "run-c"})
+    again.release()
+
+
+@pytest.mark.parametrize("name", ["this-host/cpu0", "ssh/root@198.18.0.1:22/cpu3"])
+def test_claim_files_are_readable_and_distinct(name):
+    assert claims._file_name(name).startswith(name.replace("/", "_").replace("@", "_").replace(":", "_")[:20])
+    assert claims._file_name(name) != claims._file_name(name + "0")

@@ -1,0 +1,73 @@
+"""Issue 19: faults a campaign injects (`faults:`), through the real flow with the test-only echo
+engine and plain provider: a hang (SIGSTOP of the API server) and a crash (SIGKILL of the split
+mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
+the mode's server is restarted for its next cell, which completes; what the failed cells
+measured lands; the `faults` table says what was hit; nothing is left behind (the leak check)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import servebench.engines
+import servebench.providers
+import warehouse
+from tests.support.campaign_process import echo_campaign_dir
+from tests.support.echo_engine import EchoEngine
+from tests.support.plain_provider import PlainProvider
+
+pytestmark = pytest.mark.e2e
+
+CAMPAIGN = """
+name: faults
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}, {name: b, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 40}
+model: {path: model}
+modes:
+  - {name: single}
+  - {name: split, pp: 2, executor: split}
+load: {clients: [1, 2], requests: 6, input_len: 8, output_len: 8, timeout_s: 2, client: {cpus: "1"}}
+validity: {on_invalid: warn}
+faults:
+  - {cell: single.c1.r0, at_s: 0.5, action: stop, match: "--model-dir"}
+  - {cell: split.c1.r0, at_s: 0.5, action: kill, node: b, match: "--serve-worker"}
+  - {cell: split.c2.r0, at_s: 0.5, action: kill, node: b, match: "no such process anywhere"}
+"""
+
+
+def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_restart(isolated, tmp_path,
+                                                                                       monkeypatch):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+    monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
+    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
+    echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN})
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(isolated))
+    assert outcome["status"] == "partial", outcome
+
+    con = warehouse.connect(isolated, read_only=True)
+    cells = {key: (status, error, completed, failed) for key, status, error, completed, failed in con.execute(
+        "select cell_key, status, error, completed, failed from cells").fetchall()}
+    faults = con.execute("select cell_key, action, node, hit, error from faults order by cell_key").fetchall()
+    requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
+                                "group by cell_key").fetchall())
+    con.close()
+
+    assert {key for key, (status, *_) in cells.items() if status == "failed"} == {"single.c1.r0", "split.c1.r0"}
+    hung = cells["single.c1.r0"]
+    assert "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
+    assert hung[3] >= 1  # requests after the hang timed out: error rows
+    crashed = cells["split.c1.r0"]
+    assert "worker.b -9" in crashed[1] and "fault kill on b" in crashed[1], crashed
+    assert cells["single.c2.r0"][0] == cells["split.c2.r0"][0] == "completed"  # restarted, served
+    assert all(n == 6 for n in requests.values()) and len(requests) == 4  # every request landed
+
+    by_cell = {key: (action, node, json.loads(hit), error) for key, action, node, hit, error in faults}
+    assert by_cell["single.c1.r0"][:2] == ("stop", "a") and len(by_cell["single.c1.r0"][2]) == 1
+    assert by_cell["split.c1.r0"][:2] == ("kill", "b") and "--serve-worker" in by_cell["split.c1.r0"][2][0][1]
+    assert by_cell["split.c2.r0"][2] == [] and by_cell["split.c2.r0"][3] is None  # matched nothing: said so

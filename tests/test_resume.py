@@ -1,0 +1,82 @@
+"""Issue 19: the orchestrator SIGKILLed mid-campaign, then `servebench resume`.
+
+`servebench run` is started as a process of its own (the test-only echo engine and plain
+provider come in through SERVEBENCH_PLUGINS), killed with SIGKILL (its whole process group)
+once two cells have results, and resumed. Asserted: the killed run left servers running (what
+a resume must reclaim), the resumed run's cells are exactly a clean run's, each once, each with
+all its requests; nothing of the run is left running; a finished run is not resumed again, and
+`rerun-failed` measures only failed cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import warehouse
+from servebench.providers import node_tools, run_tag
+from tests.support.campaign_process import cells_of, echo_campaign_dir, finish, servebench
+
+pytestmark = pytest.mark.e2e
+
+CAMPAIGN = """
+name: resume-me
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}, {name: b, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 40}
+model: {path: model}
+modes:
+  - {name: single}
+  - {name: split, pp: 2, executor: split}
+load: {clients: [1, 2], rates: [8], requests: 12, input_len: 8, output_len: 8, client: {cpus: "1"}}
+validity: {on_invalid: warn}   # timing verdicts depend on the machine; this test is about the plumbing
+"""
+
+
+@pytest.fixture
+def campaign(tmp_path) -> Path:
+    return echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN}) / "campaign.yaml"
+
+
+def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured_once(campaign, tmp_path):
+    code, out = finish(servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "clean.duckdb")))
+    assert code == 0, out
+    clean = cells_of(tmp_path / "clean.duckdb")
+    assert len(clean) == 6 and all(status == "completed" and n == 12 for _, status, n in clean), clean
+
+    killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
+    deadline = time.monotonic() + 300
+    while len(list((tmp_path / "runs").glob("*/cells/*.json"))) < 2 + 6 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the clean run's six, then two of this one
+    time.sleep(0.3)  # into the next cell
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    run_dirs = sorted((tmp_path / "runs").iterdir(), key=lambda d: d.stat().st_mtime)
+    run_id = run_dirs[-1].name
+    tag = f"{run_tag(run_id)}."
+    left = node_tools._marked(node_tools._table(), tag, prefix=True)
+    assert left, "the killed orchestrator left nothing running: nothing for resume to reclaim"
+
+    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    assert code == 0, out
+    assert "reclaimed: this host: stopped" in out, out
+    resumed = cells_of(tmp_path / "w.duckdb")
+    assert [key for key, _, _ in resumed] == [key for key, _, _ in clean]  # the same cells, each once
+    assert all(status == "completed" and n == 12 for _, status, n in resumed), resumed
+    con = warehouse.connect(tmp_path / "w.duckdb", read_only=True)
+    status, resumes = con.execute("select status, resumes from runs where run_id = ?", [run_id]).fetchone()
+    con.close()
+    note = json.loads(resumes)[-1]
+    assert status == "completed" and note["kind"] == "resume" and note["status_before"] == "running", note
+    assert 0 < len(note["measured"]) < 6 and set(note["measured"]).isdisjoint(note["landed_from_run_dir"]), note
+    assert node_tools._marked(node_tools._table(), tag, prefix=True) == {}  # nothing of the run left
+
+    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    assert code != 0 and "finished (completed): nothing to resume" in out, out
+    code, out = finish(servebench(tmp_path, "rerun-failed", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    assert code == 0 and "0 to measure" in out, out
+    assert cells_of(tmp_path / "w.duckdb") == resumed
