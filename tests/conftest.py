@@ -123,8 +123,9 @@ LEAK_GRACE_S = 10.0
 def no_leaks():
     """Fail the test that leaves anything behind (issue 19): a process it started (a child of
     this process, or any process carrying a run's SERVEBENCH_PROCESS mark), a new /dev/shm entry,
-    a network namespace, an ssh master of a run. What leaked is stopped by PID afterwards, so one
-    leak does not fail the tests after it."""
+    a network namespace, an ssh master of a run. What leaked of this process's own is stopped by
+    PID afterwards, so one leak does not fail the tests after it. (Run the tests where no campaign
+    runs at the same time: its processes would be reported, never stopped.)"""
     from tests.support.leaks import snapshot, leaks_since, stop_leaked
 
     before = snapshot()

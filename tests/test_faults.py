@@ -2,7 +2,8 @@
 engine and plain provider: a hang (SIGSTOP of the API server) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
 the mode's server is restarted for its next cell, which completes; what the failed cells
-measured lands; the `faults` table says what was hit; nothing is left behind (the leak check)."""
+measured lands; the `faults` table says what was hit, the report's node timelines mark each fault;
+nothing is left behind (the leak check)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,10 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     faults = con.execute("select cell_key, action, node, hit, error from faults order by cell_key").fetchall()
     requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
                                 "group by cell_key").fetchall())
+    from servebench.analysis.report import build_charts
+    timelines = json.dumps(build_charts(con, outcome["run_id"])["node_timelines"].to_dict())
     con.close()
+    assert '"rule"' in timelines and "stop on a" in timelines and "kill on b" in timelines  # marked on the report
 
     assert {key for key, (status, *_) in cells.items() if status == "failed"} == {"single.c1.r0", "split.c1.r0"}
     hung = cells["single.c1.r0"]

@@ -100,7 +100,8 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
     return _titled(line, title, subtitle)
 
 
-def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
+def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = ()) -> alt.Chart | None:
+    """Each node's CPU, memory and network over the run, cells shaded, injected faults as red rules."""
     if not samples:
         return None
     start = min(s["t_mono"] for s in samples)
@@ -120,6 +121,8 @@ def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
             points.append({**base, "metric": "network (MB/s, all interfaces)", "value": rate})
     spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"], "start": c["t0_monotonic"] - start,
               "end": c["t_end_monotonic"] - start} for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
+    marks = [{"t": f["t_mono"] - start, "fault": f"{f['action']} on {f['node']}", "cell": f["cell_key"],
+              "hit": f["hit"]} for f in faults if f.get("t_mono") is not None]
     charts = []
     for metric in ("CPU busy (%)", "memory used (GB)", "engine RSS (GB)", "network (MB/s, all interfaces)"):
         line = alt.Chart(_data([p for p in points if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
@@ -130,9 +133,14 @@ def node_timelines(samples: list[dict], cells: list[dict]) -> alt.Chart | None:
             tooltip=["node:N", "mode:N", alt.Tooltip("t:Q", format=".1f"), alt.Tooltip("value:Q", format=".2f")])
         shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
             x="start:Q", x2="end:Q", tooltip=["cell_id:N", "cell:N"])
-        charts.append((shade + line).properties(width=WIDTH * 2 + 60, height=110, title=metric))
-    return alt.vconcat(*charts).properties(title=alt.TitleParams(
-        "Per-node timelines", subtitle="shaded: cells (hover for the cell id); sampled by servebench's node sampler"))
+        layers = [shade, line]
+        if marks:
+            layers.append(alt.Chart(_data(marks)).mark_rule(color="#d62728", strokeWidth=2).encode(
+                x="t:Q", tooltip=["fault:N", "cell:N", "hit:N"]))
+        charts.append(alt.layer(*layers).properties(width=WIDTH * 2 + 60, height=110, title=metric))
+    subtitle = "shaded: cells (hover for the cell id); sampled by servebench's node sampler" + \
+        ("; red: faults the campaign injected" if marks else "")
+    return alt.vconcat(*charts).properties(title=alt.TitleParams("Per-node timelines", subtitle=subtitle))
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
@@ -244,7 +252,8 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
                                      "preemptions per request (capped at 1)",
                                      "requests whose KV cache was evicted and recomputed", saturation),
-        "node_timelines": node_timelines(samples, cells),
+        "node_timelines": node_timelines(samples, cells, rows(
+            con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),

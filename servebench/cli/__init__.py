@@ -100,11 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(report)
     report.set_defaults(func=cmd_report)
 
+    from servebench.cli.capacity import add_capacity_parser
     from servebench.cli.load import add_load_parser
     from servebench.cli.regressions import add_regression_parsers
     from servebench.cli.testbed import add_testbed_parser
 
     add_load_parser(sub)
+    add_capacity_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)
     return parser

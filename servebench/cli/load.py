@@ -51,8 +51,22 @@ HELP = {
 def add_load_parser(sub) -> None:
     p = sub.add_parser("load", help="drive load against an OpenAI-compatible server",
                        description="Drive load against an OpenAI-compatible server and measure it.")
+    add_load_flags(p)
+    p.add_argument("--output-json", help="write {config, summary, requests} here")
+    p.add_argument("--export", action="append", default=[], metavar="FORMAT=PATH", type=_export,
+                   help="also write the run in an engine's own benchmark layout (FORMAT: "
+                        f"{', '.join(sorted(result_formats())) or 'none registered'}); repeatable")
+    p.add_argument("--requests-csv", help="also write the request rows as CSV (what the warehouse lands)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    p.set_defaults(func=cmd_load)
+
+
+def add_load_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """The load generator's flags (LoadConfig's fields) and --engine, on a parser."""
     fields = LoadConfig.model_fields
     for flag, name in FLAGS.items():
+        if flag in skip:
+            continue
         field = fields[name]
         kwargs: dict = {"dest": name, "help": HELP.get(flag)}
         annotation = str(field.annotation)
@@ -73,19 +87,12 @@ def add_load_parser(sub) -> None:
     p.add_argument("--engine", choices=engine_kinds(),
                    help="the server's engine: its request extensions (exact output length, usage in every chunk) "
                         "and its generated-token counter; without it, plain OpenAI requests and no counter check")
-    p.add_argument("--output-json", help="write {config, summary, requests} here")
-    p.add_argument("--export", action="append", default=[], metavar="FORMAT=PATH", type=_export,
-                   help="also write the run in an engine's own benchmark layout (FORMAT: "
-                        f"{', '.join(sorted(result_formats())) or 'none registered'}); repeatable")
-    p.add_argument("--requests-csv", help="also write the request rows as CSV (what the warehouse lands)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
-    p.set_defaults(func=cmd_load)
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
     """Flags -> LoadConfig; the --engine's extras and counter unless given; an empty
     --token-counter means no counter check."""
-    values = {name: getattr(args, name) for name in FLAGS.values()}
+    values = {name: getattr(args, name, None) for name in FLAGS.values()}
     values = {k: v for k, v in values.items() if v is not None}
     engine = get_engine(args.engine) if getattr(args, "engine", None) else None
     if engine is not None:

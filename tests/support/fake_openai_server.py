@@ -31,9 +31,13 @@ def chunk(text: str, completion_tokens: int, prompt_tokens: int, chat: bool = Fa
 
 
 class FakeServer:
-    def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0):
+    def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0, service_s: float = 0.0):
+        """`service_s` (behaviour "queue"): each request's prefill holds one engine, first come first
+        served, for this long before its first token: a server whose capacity is 1 / service_s."""
         self.behaviour = behaviour
         self.token_delay_s = token_delay_s
+        self.service_s = service_s
+        self._engine: asyncio.Lock | None = None
         self.requests: list[dict] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -82,6 +86,11 @@ class FakeServer:
                 await response.write(b"x" * (1 << 20))
             await response.write_eof()
             return response
+        if self.behaviour == "queue":
+            if self._engine is None:
+                self._engine = asyncio.Lock()  # FIFO: waiters are woken in arrival order
+            async with self._engine:
+                await asyncio.sleep(self.service_s)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         chat = "messages" in payload

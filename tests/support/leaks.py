@@ -29,6 +29,7 @@ class Snapshot:
 @dataclass
 class Leaks:
     processes: dict[int, str] = field(default_factory=dict)
+    ours: set[int] = field(default_factory=set)     # descendants of this process: stopped after reporting
     shm: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
 
@@ -56,7 +57,9 @@ def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
 
 
 def stop_leaked(found: Leaks) -> None:
-    for pid in found.processes:
+    """Kill the leaked descendants of this process; a marked process elsewhere is only reported
+    (it may be a campaign someone runs on this machine at the same time: the test's failure says so)."""
+    for pid in found.ours:
         try:
             os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -71,12 +74,13 @@ def _found(before: Snapshot) -> Leaks:
         described = _running(process)
         if described and not any(marker in described for marker in HARNESS_MARKERS):
             leaks.processes[process.pid] = described
+            leaks.ours.add(process.pid)
     for pid in set(_marked()) - before.marked:
         described = _running(psutil.Process(pid)) if psutil.pid_exists(pid) else None
         if described:
-            leaks.processes[pid] = described
+            leaks.processes[pid] = f"{described} (carries a run's mark; not stopped here)"
     for pid in set(_masters()) - before.masters:
-        leaks.processes[pid] = "ssh master of a run"
+        leaks.processes[pid] = "ssh master of a run (not stopped here)"
     leaks.shm = sorted(set(_shm()) - before.shm)
     leaks.netns = sorted(set(_netns()) - before.netns)
     return leaks

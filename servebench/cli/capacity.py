@@ -1,0 +1,73 @@
+"""`servebench capacity`: the highest open-loop rate (or, with --clients-search, the most closed-loop
+clients) at which a running server meets an SLO, found with few probes
+(`servebench.analysis.capacity`). Each probe is one run of the load generator; latency is
+measured from each request's scheduled time (no coordinated omission in the open loop), and a
+probe the generator could not keep valid counts as a miss."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from servebench.analysis.capacity import (SearchSettings, judge, observed_from_summary, parse_slo,
+                                          search_capacity)
+from servebench.cli.load import add_load_flags, config_from_args
+
+
+def add_capacity_parser(sub) -> None:
+    p = sub.add_parser("capacity", help="find the highest rate (or most clients) a running server serves within "
+                       "an SLO", description=__doc__.splitlines()[0])
+    add_load_flags(p, skip=("--rate", "--clients"))
+    p.add_argument("--slo", action="append", required=True, metavar="METRIC_PCT_ms=LIMIT",
+                   help="a limit, e.g. ttft_p99_ms=500 (repeatable; every one must hold)")
+    p.add_argument("--clients-search", action="store_true", help="search closed-loop clients instead of the rate")
+    p.add_argument("--start", type=float, default=1.0, help="the first rate (or clients) probed: your guess; "
+                   "8 probes reach 5%% when the capacity is within about 0.25x-7x of it")
+    p.add_argument("--precision", type=float, default=0.05, help="stop when (hi - lo) / hi is at most this")
+    p.add_argument("--max-probes", type=int, default=8)
+    p.add_argument("--max-value", type=float, default=1024.0, help="never probe above this rate (or clients)")
+    p.add_argument("--output-json", help="write the probes and the result here")
+    p.set_defaults(func=cmd_capacity)
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    try:
+        slo = parse_slo({key: float(value) for key, _, value in (item.partition("=") for item in args.slo)})
+        settings = SearchSettings(start=args.start, precision=args.precision, max_probes=args.max_probes,
+                                  max_value=args.max_value, integer=args.clients_search)
+        args.rate, args.clients = (None, 1) if args.clients_search else (args.start, None)
+        base = config_from_args(args)
+    except (ValueError, ValidationError) as exc:
+        print(f"servebench capacity: {exc}", file=sys.stderr)
+        return 2
+    result = find_capacity(base, slo, settings, say=lambda line: print(line, file=sys.stderr))
+    unit = "clients" if args.clients_search else "req/s"
+    if result.capacity is None:
+        print(f"no {unit} probed met the SLO {slo} ({result.why})")
+    else:
+        print(f"capacity: {result.capacity:g} {unit} met the SLO {slo}; {result.upper if result.upper else '-'} did "
+              f"not; {len(result.probes)} probes ({result.why})")
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps({"slo": slo, "settings": settings.model_dump(),
+                                                      "result": result.model_dump()}, indent=1))
+    return 0 if result.capacity is not None else 1
+
+
+def find_capacity(base, slo: dict[str, float], settings: SearchSettings, say=print):
+    """Probe the server with `base` (a LoadConfig) at each point the search asks for."""
+    from servebench.load.runner import run_load
+
+    def probe(point: float):
+        update = {"clients": int(point), "rate": None} if settings.integer else {"rate": point, "clients": None}
+        summary = run_load(base.model_copy(update=update))["summary"]
+        verdict = judge(point, observed_from_summary(summary, slo), slo, valid=bool(summary.get("valid", True)))
+        say(f"probe {point:g}: {'met' if verdict.met else 'missed'} "
+            + ", ".join(f"{k} {v:.1f}" if v is not None else f"{k} -" for k, v in verdict.observed.items())
+            + ("" if verdict.valid else f" (invalid: {'; '.join(summary.get('invalid_reasons', []))})"))
+        return verdict
+    return search_capacity(probe, settings)
+
