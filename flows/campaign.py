@@ -29,7 +29,9 @@ from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, group_by_mode, make_plan
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec
-from servebench.campaign.sweep import Cell
+from servebench.analysis.capacity import Probe as CapacityProbe
+from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
+from servebench.campaign.sweep import Cell, search_cell
 from servebench.engines import Engine, get_engine
 from servebench.load.runner import load_result
 from servebench.paths import runs_dir
@@ -42,8 +44,8 @@ from servebench.serving.server import Server, exit_codes, is_healthy
 from tasks.build import build_engine
 from tasks.distribute import place_artifacts
 from tasks.faults import land_faults, start_cell_faults
-from tasks.land import (land_build, land_cell, land_nodes, land_placements, land_run_start, land_run_update,
-                        land_server, session)
+from tasks.land import (land_build, land_capacity, land_cell, land_nodes, land_placements, land_run_start,
+                        land_run_update, land_server, session)
 from tasks.load import ClientNode, cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.network import clear_links, set_links
@@ -352,12 +354,47 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                 land_failed_cell(ctx, cell, problem, correctness=gate.status)
             else:
                 run_one_cell(ctx, cell, server, gate.status)
+        if ctx.campaign.search is not None and not blocks_cells(gate, ctx.campaign.correctness.accept):
+            server, telemetry = search_mode_capacity(ctx, mode, server, telemetry, gate)
     except Exception as exc:
         for cell in cells:
             if cell.key not in ctx.statuses:
                 land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                         gate: GateResult) -> tuple[Server, Telemetry]:
+    """The mode's capacity under the campaign's SLO (servebench/analysis/capacity.py): every probe
+    a cell (`<mode>.cap.<point>.r0`), landed like the others; the result in `capacity`. A server
+    found unhealthy between probes is restarted; the probe it failed counts as a miss."""
+    spec, slo = ctx.campaign.search, ctx.campaign.slo
+    current = {"server": server, "telemetry": telemetry}
+    probe_cells: list[str] = []
+
+    def probe(value: float) -> CapacityProbe:
+        cell = search_cell(ctx.campaign, mode, value)
+        if (problem := server_problem(current["server"])) is not None:
+            current["server"], current["telemetry"] = restart_server(ctx, mode, current["server"],
+                                                                     current["telemetry"], gate, problem)
+        reporter().cell_started(cell.key, mode.name, len(ctx.statuses), len(ctx.plan.cells))
+        probe_cells.append(cell.key)
+        summary = run_one_cell(ctx, cell, current["server"], gate.status, search_probe=True)
+        if summary is None:  # failed without a measurement
+            return judge(value, {key: None for key in slo}, slo, valid=False)
+        return judge(value, observed_from_summary(summary, slo), slo,
+                     valid=ctx.statuses[cell.key] == "completed" and bool(summary.get("valid", True)))
+
+    reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
+    result = search_capacity(probe, SearchSettings(start=spec.start, precision=spec.precision,
+                                                   max_probes=spec.max_probes, max_value=spec.max_value,
+                                                   integer=spec.over == "clients"))
+    land_capacity(ctx.warehouse, ctx.run_id, mode.name, spec.over, slo, result, probe_cells)
+    unit = "clients" if spec.over == "clients" else "req/s"
+    reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
+                     f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
+    return current["server"], current["telemetry"]
 
 
 def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
@@ -420,11 +457,13 @@ def server_problem(server: Server) -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None) -> None:
+def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
+                 search_probe: bool = False) -> dict | None:
+    """Measure one cell and land it; return its load summary (None: nothing was measured)."""
     problem = server_problem(server)
     if problem is not None:
-        land_failed_cell(ctx, cell, problem)
-        return
+        land_failed_cell(ctx, cell, problem, search_probe=search_probe)
+        return None
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.plan.client,
                               ctx.engine)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
@@ -434,8 +473,9 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
             config, str(output), ctx.deployment.client, mark=f"{ctx.provider.run_id}.load")
     except Exception as exc:
-        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness)
-        return
+        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness,
+                         search_probe=search_probe)
+        return None
     injected = finish_faults(ctx, cell, timers)
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
@@ -451,7 +491,8 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
         output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
         ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
-        requests_csv=Path(requests_csv_path(str(output))))
+        requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
+        slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status))
     ctx.statuses[cell.key] = status
     if status == "completed" and not summary.get("valid", True):
         ctx.invalid[cell.key] = list(summary["invalid_reasons"])
@@ -461,6 +502,16 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
                              f"{throughput:.1f} tok/s, gate {correctness}"
                              + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
+    return summary
+
+
+def slo_verdict(slo: dict[str, float], cell: Cell, summary: dict, status: str) -> bool | None:
+    """Whether the cell met the campaign's SLO (valid, every limit held); None without an SLO."""
+    if not slo:
+        return None
+    point = cell.point.rate if cell.point.kind == "open" else cell.point.clients
+    return judge(point, observed_from_summary(summary, slo), slo,
+                 valid=status == "completed" and bool(summary.get("valid", True))).met
 
 
 def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
@@ -481,11 +532,12 @@ def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> str:
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
-                     correctness: str | None = None) -> None:
+                     correctness: str | None = None, search_probe: bool = False) -> None:
     land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
         ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
         output_len=ctx.campaign.load.output_len, status="failed", error=error, started_at=started,
-        ended_at=landing.now(), result=None, result_path=None, correctness=correctness)
+        ended_at=landing.now(), result=None, result_path=None, correctness=correctness, search_probe=search_probe,
+        slo_met=False if ctx.campaign.slo else None)
     ctx.statuses[cell.key] = "failed"
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
 

@@ -135,7 +135,7 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
               status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
               result: dict | None, result_path: str | None, correctness: str | None = None,
-              requests_csv: Path | None = None) -> str:
+              requests_csv: Path | None = None, slo_met: bool | None = None, search_probe: bool = False) -> str:
     """Replace the cell's rows with this measurement; return its warehouse cell_id.
 
     Request rows come from `requests_csv` (the load generator writes one), else from the
@@ -156,6 +156,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
+        slo_met=slo_met, search_probe=search_probe,
         **_client_columns(summary.get("client")), **_link_columns(cell))
     with tempfile.TemporaryDirectory() as scratch:
         if requests_csv is None and (result or {}).get("requests"):

@@ -7,6 +7,7 @@ warehouse between cells while a campaign runs.
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Iterator
 
 import duckdb
@@ -65,6 +66,15 @@ def land_build(path: str, run_id: str, build) -> None:
 def land_server(path: str, run_id: str, **fields) -> None:
     with session(path) as con:
         landing.land_server(con, run_id, **fields)
+
+
+def land_capacity(path: str, run_id: str, mode: str, over: str, slo: dict, result, probe_cells: list[str]) -> None:
+    """A mode's capacity search (`servebench.analysis.capacity.CapacityResult`)."""
+    with session(path) as con:
+        con.execute("insert or replace into capacity (run_id, mode, search_over, slo, capacity, upper, probes, "
+                    "converged, why, probe_cells) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, mode, over, json.dumps(slo), result.capacity, result.upper, len(result.probes),
+                     result.converged, result.why, json.dumps(probe_cells)])
 
 
 @task(name="land-cell", cache_policy=NONE)

@@ -3,6 +3,7 @@ rate whose SLO capacity is known: a hockey stick, an M/M/1-like curve, an expone
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -71,3 +72,51 @@ def test_a_queueing_server_of_known_capacity_is_found_within_five_percent_in_eig
     assert abs(result.capacity - true) / true <= 0.05, (result.capacity, true, said)
     assert all(p.valid for p in result.probes), said  # the generator kept its schedule: verdicts are the server's
     print(f"capacity {result.capacity:g} req/s (true {true:.3f}) in {len(result.probes)} probes: " + "; ".join(said))
+
+
+CAMPAIGN = """
+name: capacity
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 1, prefill_ms: 100}   # one engine, 100 ms a request: 10 req/s
+model: {path: model}
+modes: [{name: single}]
+load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
+slo: {ttft_p99_ms: 400}
+search: {start: 2}
+validity: {on_invalid: warn}
+"""
+
+
+@pytest.mark.e2e
+def test_a_campaign_searches_each_modes_capacity_and_lands_every_probe_as_a_cell(isolated, tmp_path, monkeypatch):
+    """Through the real flow (the test-only echo engine with one 100 ms prefill engine): after the
+    mode's load point, the search's probes run as cells `single.cap.rate<r>.r0`; each lands with
+    `search_probe` and `slo_met`, and `capacity` has the highest rate that met the SLO."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    import servebench.engines
+    import servebench.providers
+    import warehouse
+    from flows.campaign import campaign_run
+    from tests.support.campaign_process import echo_campaign_dir
+    from tests.support.echo_engine import EchoEngine
+    from tests.support.plain_provider import PlainProvider
+
+    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+    monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
+    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
+    echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN})
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(isolated))
+    con = warehouse.connect(isolated, read_only=True)
+    capacity, upper, probes, converged, probe_cells = con.execute(
+        "select capacity, upper, probes, converged, probe_cells from capacity where mode = 'single'").fetchone()
+    cells = {key: (rate, probe, met, n) for key, rate, probe, met, n in con.execute(
+        "select cell_key, rate, search_probe, slo_met, completed + failed from cells").fetchall()}
+    con.close()
+    assert outcome["status"] == "completed", outcome
+    assert cells.pop("single.rate1.r0") == (1.0, False, True, 20)  # the campaign's own point, within the SLO
+    assert sorted(cells) == sorted(json.loads(probe_cells)) and len(cells) == probes <= 8 and converged
+    assert all(probe and n == 20 and met == (rate <= capacity) for rate, probe, met, n in cells.values()), cells
+    assert 8 <= capacity < upper <= 14, (capacity, upper)  # 10 req/s of prefill; the 400 ms p99 allows a little more
+    print(f"capacity {capacity:g} req/s, missed at {upper:g}, {probes} probes: {sorted(r for r, *_ in cells.values())}")

@@ -283,6 +283,19 @@ class FaultSpec(StrictModel):
         return value
 
 
+class SearchSpec(StrictModel):
+    """Capacity under the campaign's SLO, searched per mode after its load points (issue 18):
+    bracket from `start`, then bisect (servebench/analysis/capacity.py); every probe is a cell."""
+
+    kind: Literal["capacity"] = "capacity"
+    over: Literal["rate", "clients"] = Field("rate", description="Open-loop rate (req/s), or closed-loop clients.")
+    start: float = Field(1.0, gt=0, description="The first point probed: a guess. 8 probes reach 5 % when the "
+                         "capacity is within about 0.25x-7x of it.")
+    precision: float = Field(0.05, gt=0, lt=1, description="Stop when (hi - lo) / hi is at most this.")
+    max_probes: int = Field(8, ge=2, le=64)
+    max_value: float = Field(1024.0, gt=0, description="Never probe above this.")
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -298,6 +311,23 @@ class Campaign(StrictModel):
     detection: DetectionSettings = Field(default_factory=DetectionSettings)
     network: NetworkSpec | None = None
     faults: list[FaultSpec] = Field(default_factory=list, description="Faults injected into named cells.")
+    slo: dict[str, float] = Field(default_factory=dict, description="Limits on the load generator's percentiles, "
+                                  "METRIC_PCT_ms: 500 (ttft, tpot, itl, e2el; p50, p90, p95, p99): a cell meets the "
+                                  "SLO if every one holds and it is valid (cells.slo_met).")
+    search: SearchSpec | None = None
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        from servebench.analysis.capacity import parse_slo
+
+        return parse_slo(value)
+
+    @model_validator(mode="after")
+    def _search_needs_slo(self) -> "Campaign":
+        if self.search is not None and not self.slo:
+            raise ValueError("a capacity search needs the campaign's 'slo' (e.g. slo: {ttft_p99_ms: 500})")
+        return self
 
     @field_validator("model", mode="before")
     @classmethod
@@ -316,8 +346,9 @@ class Campaign(StrictModel):
             data.pop("network", None)
         if data["load"]["client"].get("node") is None:  # likewise a campaign without a client node
             data["load"]["client"].pop("node", None)
-        if not data.get("faults"):  # or without faults
-            data.pop("faults", None)
+        for optional in ("faults", "slo", "search"):  # or without faults, an SLO, a search
+            if not data.get(optional):
+                data.pop(optional, None)
         return data
 
     def spec_hash(self) -> str:

@@ -69,6 +69,15 @@ def expand(campaign: Campaign) -> list[Cell]:
     return cells
 
 
+def search_cell(campaign: Campaign, mode: ModeSpec, value: float) -> Cell:
+    """A capacity search's probe as a cell: `tp1.cap.rate5.66.r0` (or `tp1.cap.c6.r0`), apart from
+    the campaign's own load points, with the seed that point would have."""
+    over = campaign.search.over
+    point = LoadPoint(kind="closed", clients=int(value)) if over == "clients" else LoadPoint(kind="open", rate=value)
+    return Cell(key=f"{mode.name}.cap.{point.label}.r0", mode=mode, point=point, repeat=0,
+                seed=cell_seed(campaign.load.seed, mode.name, point, 0))
+
+
 def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None) -> str:
     """tp2.c4.r0, or with a network axis tp2.d5ms.c4.r0 (the same workload under every setting)."""
     network = f"{link.label}." if link is not None else ""

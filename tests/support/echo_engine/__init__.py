@@ -28,6 +28,8 @@ CAPACITY = re.compile(r"capacity (\d+) tokens")
 class EchoEngineSpec(EngineSpecBase):
     kind: Literal["echo"] = "echo"
     token_delay_ms: float = Field(2.0, ge=0, description="Delay before each streamed token.")
+    prefill_ms: float = Field(0.0, ge=0, description="Each request's prefill, one at a time (0: none): a "
+                              "server whose capacity is 1000 / prefill_ms requests per second.")
 
 
 class EchoEngine:
@@ -65,7 +67,7 @@ class EchoEngine:
         port = request.ports(api_node)
         argv = [request.python, "-c", SERVER.read_text(), "--host", api_node.address, "--port", str(port),
                 "--model-dir", request.model_dir, "--served-name", request.served_name,
-                "--token-delay-ms", f"{request.spec.token_delay_ms:g}"]
+                "--token-delay-ms", f"{request.spec.token_delay_ms:g}", "--prefill-ms", f"{request.spec.prefill_ms:g}"]
         env = {**request.spec.env, **request.mode.env}
         processes = []
         if request.mode.executor == "split":

@@ -28,9 +28,10 @@ KV_CAPACITY_TOKENS = 4096
 
 
 class State:
-    def __init__(self, vocab: int, served_name: str, delay_s: float):
-        self.vocab, self.served_name, self.delay_s = vocab, served_name, delay_s
+    def __init__(self, vocab: int, served_name: str, delay_s: float, prefill_s: float = 0.0):
+        self.vocab, self.served_name, self.delay_s, self.prefill_s = vocab, served_name, delay_s, prefill_s
         self.lock = threading.Lock()
+        self.engine = threading.Lock()  # one prefill at a time: a server of capacity 1 / prefill_s
         self.running = 0
         self.prompt_tokens = 0
         self.generated = 0
@@ -72,6 +73,9 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                 state.running += 1
                 state.prompt_tokens += len(prompt)
             try:
+                if state.prefill_s:
+                    with state.engine:
+                        time.sleep(state.prefill_s)
                 if body.get("stream"):
                     self._stream(prompt, tokens, body.get("stream_options") or {})
                 else:
@@ -157,6 +161,7 @@ def main() -> None:
     parser.add_argument("--served-name", default="model")
     parser.add_argument("--worker", help="host:port of the worker to check before serving")
     parser.add_argument("--token-delay-ms", type=float, default=2.0)
+    parser.add_argument("--prefill-ms", type=float, default=0.0)
     args = parser.parse_args()
     if args.serve_worker:
         serve_worker(args.host, args.port)
@@ -164,7 +169,7 @@ def main() -> None:
     if args.worker:
         check_worker(args.worker)
     vocab = int(json.loads((Path(args.model_dir) / "config.json").read_text())["vocab_size"])
-    state = State(vocab, args.served_name, args.token_delay_ms / 1000.0)
+    state = State(vocab, args.served_name, args.token_delay_ms / 1000.0, args.prefill_ms / 1000.0)
     print(f"echo server: capacity {KV_CAPACITY_TOKENS} tokens, vocab {vocab}", flush=True)
     ThreadingHTTPServer((args.host, args.port), handler(state)).serve_forever()
 
