@@ -75,3 +75,39 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     assert by_cell["single.c1.r0"][:2] == ("stop", "a") and len(by_cell["single.c1.r0"][2]) == 1
     assert by_cell["split.c1.r0"][:2] == ("kill", "b") and "--serve-worker" in by_cell["split.c1.r0"][2][0][1]
     assert by_cell["split.c2.r0"][2] == [] and by_cell["split.c2.r0"][3] is None  # matched nothing: said so
+
+
+CHAOS_CAMPAIGN = """
+name: chaos
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 40}
+model: {path: model}
+modes: [{name: single}]
+load: {clients: [1, 2], requests: 30, input_len: 8, output_len: 8, timeout_s: 5, client: {cpus: "1"}}
+validity: {on_invalid: warn}
+"""
+
+
+def test_servebench_chaos_kills_a_running_campaigns_server_and_the_campaign_says_why(tmp_path):
+    """`servebench chaos RUN kill --match ...` from outside, while a campaign (its own process) serves:
+    the server dies, the campaign fails the cell with the cause, restarts the server, goes on."""
+    import time
+
+    from tests.support.campaign_process import cells_of, finish, servebench
+
+    echo_campaign_dir(tmp_path, {"campaign.yaml": CHAOS_CAMPAIGN})
+    db = str(tmp_path / "w.duckdb")
+    run = servebench(tmp_path, "run", "campaign.yaml", "--warehouse", db)
+    deadline = time.monotonic() + 300
+    logs = []
+    while time.monotonic() < deadline and not any("echo server" in log.read_text() for log in logs):
+        time.sleep(0.2)
+        logs = list((tmp_path / "runs").glob("*/servers/single.log"))
+    time.sleep(1.5)  # gate, then into the first cell (4 s long)
+    run_id = logs[0].parent.parent.name
+    code, out = finish(servebench(tmp_path, "chaos", run_id, "kill", "--match=--model-dir", "--warehouse", db))
+    assert code == 0 and '"hit": [[' in out, out
+    code, out = finish(run)
+    assert code != 0 and "partial" in out, out
+    cells = {key: status for key, status, _ in cells_of(tmp_path / "w.duckdb")}
+    assert sorted(cells.values()) == ["completed", "failed"], cells  # the hit cell; the next on a restarted server

@@ -101,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     from servebench.cli.capacity import add_capacity_parser
+    from servebench.cli.chaos import add_chaos_parser
     from servebench.cli.load import add_load_parser
     from servebench.cli.regressions import add_regression_parsers
     from servebench.cli.testbed import add_testbed_parser
 
     add_load_parser(sub)
     add_capacity_parser(sub)
+    add_chaos_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)
     return parser
