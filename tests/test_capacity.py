@@ -92,22 +92,10 @@ def test_a_campaign_searches_each_modes_capacity_and_lands_every_probe_as_a_cell
     """Through the real flow (the test-only echo engine with one 100 ms prefill engine): after the
     mode's load point, the search's probes run as cells `single.cap.rate<r>.r0`; each lands with
     `search_probe` and `slo_met`, and `capacity` has the highest rate that met the SLO."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    import servebench.engines
-    import servebench.providers
     import warehouse
-    from flows.campaign import campaign_run
-    from tests.support.campaign_process import echo_campaign_dir
-    from tests.support.echo_engine import EchoEngine
-    from tests.support.plain_provider import PlainProvider
+    from tests.support.campaign_process import run_echo_campaign
 
-    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
-    monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
-    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
-    echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN})
-    with prefect_test_harness(server_startup_timeout=120):
-        outcome = campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(isolated))
+    outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, CAMPAIGN)
     con = warehouse.connect(isolated, read_only=True)
     capacity, upper, probes, converged, probe_cells = con.execute(
         "select capacity, upper, probes, converged, probe_cells from capacity where mode = 'single'").fetchone()

@@ -11,12 +11,8 @@ import json
 
 import pytest
 
-import servebench.engines
-import servebench.providers
 import warehouse
-from tests.support.campaign_process import echo_campaign_dir
-from tests.support.echo_engine import EchoEngine
-from tests.support.plain_provider import PlainProvider
+from tests.support.campaign_process import echo_campaign_dir, run_echo_campaign
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +35,7 @@ faults:
 
 def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_restart(isolated, tmp_path,
                                                                                        monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.campaign import campaign_run
-
-    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
-    monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
-    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
-    echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN})
-    with prefect_test_harness(server_startup_timeout=120):
-        outcome = campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(isolated))
+    outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, CAMPAIGN)
     assert outcome["status"] == "partial", outcome
 
     con = warehouse.connect(isolated, read_only=True)

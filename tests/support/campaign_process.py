@@ -46,3 +46,22 @@ def cells_of(db: Path, run_id: str | None = None) -> list[tuple]:
                            f"from cells c {where} order by cell_key", params).fetchall()
     finally:
         con.close()
+
+
+def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaign_text: str) -> dict:
+    """The campaign (test-only echo engine and plain provider, registered for this test only)
+    through the real flow in this process, under a Prefect test harness; its outcome."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    import servebench.engines
+    import servebench.providers
+    from flows.campaign import campaign_run
+    from tests.support.echo_engine import EchoEngine
+    from tests.support.plain_provider import PlainProvider
+
+    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+    monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
+    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
+    echo_campaign_dir(tmp_path, {"campaign.yaml": campaign_text})
+    with prefect_test_harness(server_startup_timeout=120):
+        return campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(warehouse_path))
