@@ -31,7 +31,7 @@ from servebench.campaign.resume import cells_to_run, load_resumable, write_orche
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModeSpec
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
-from servebench.campaign.sweep import Cell, search_cell
+from servebench.campaign.sweep import Cell, configurations, search_cell
 from servebench.engines import Engine, get_engine
 from servebench.load.runner import load_result
 from servebench.paths import runs_dir
@@ -45,7 +45,7 @@ from tasks.build import build_engine
 from tasks.distribute import place_artifacts
 from tasks.faults import land_faults, start_cell_faults
 from tasks.land import (land_build, land_capacity, land_cell, land_nodes, land_placements, land_run_start,
-                        land_run_update, land_server, session)
+                        land_run_update, land_server, land_tuning, session)
 from tasks.load import ClientNode, cell_load_config, requests_csv_path, run_cell_load
 from tasks.model import prepare_model
 from tasks.network import clear_links, set_links
@@ -165,6 +165,8 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
                 reference_answers(ctx)
             for mode, mode_cells in modes:
                 run_mode(ctx, mode, mode_cells)
+        if campaign.search is not None and campaign.search.kind == "tune":
+            judge_tuning(ctx)
         outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, TerminationSignal))  # Ctrl-C, or SIGTERM via Prefect
@@ -373,8 +375,8 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
     current = {"server": server, "telemetry": telemetry}
     probe_cells: list[str] = []
 
-    def probe(value: float) -> CapacityProbe:
-        cell = search_cell(ctx.campaign, mode, value)
+    def probe_once(value: float, repeat: int) -> CapacityProbe:
+        cell = search_cell(ctx.campaign, mode, value, repeat)
         if (problem := server_problem(current["server"])) is not None:
             current["server"], current["telemetry"] = restart_server(ctx, mode, current["server"],
                                                                      current["telemetry"], gate, problem)
@@ -386,15 +388,40 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
         return judge(value, observed_from_summary(summary, slo), slo,
                      valid=ctx.statuses[cell.key] == "completed" and bool(summary.get("valid", True)))
 
+    def probe(value: float) -> CapacityProbe:
+        """The point meets the SLO only if every repeat does (the first miss ends the repeats)."""
+        verdict = probe_once(value, 0)
+        for repeat in range(1, spec.repeats):
+            if not verdict.met:
+                break
+            verdict = probe_once(value, repeat)
+        return verdict
+
     reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
     result = search_capacity(probe, SearchSettings(start=spec.start, precision=spec.precision,
                                                    max_probes=spec.max_probes, max_value=spec.max_value,
                                                    integer=spec.over == "clients"))
-    land_capacity(ctx.warehouse, ctx.run_id, mode.name, spec.over, slo, result, probe_cells)
+    land_capacity(ctx.warehouse, ctx.run_id, mode, spec.over, slo, result, probe_cells)
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
                      f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
     return current["server"], current["telemetry"]
+
+
+def judge_tuning(ctx: RunContext) -> None:
+    """`search: tune`: the best configuration against the default, from every capacity the run
+    landed (also those of an earlier attempt, after a resume), into `tuning`."""
+    spec = ctx.campaign.search
+    default = configurations(ctx.campaign)[0].name
+    verdict = land_tuning(ctx.warehouse, ctx.run_id, default, spec.over, ctx.campaign.slo)
+    bounds = (f" (the probes' brackets allow {_times(verdict.ratio_low)} to {_times(verdict.ratio_high)})"
+              if verdict.ratio is not None else "")
+    reporter().stage(f"tuning: best {verdict.best_mode} at {verdict.best_capacity}, default {default} at "
+                     f"{verdict.default_capacity}: {verdict.why}{bounds}; {verdict.probes} probes")
+
+
+def _times(ratio: float | None) -> str:
+    return "unbounded" if ratio is None else f"{ratio:.2f}x"
 
 
 def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,

@@ -157,7 +157,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
            for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
         slo_met=slo_met, search_probe=search_probe,
-        **_client_columns(summary.get("client")), **_link_columns(cell))
+        **_client_columns(summary.get("client")), **_link_columns(cell),
+        knobs=knobs_json(cell.mode.knobs))
     with tempfile.TemporaryDirectory() as scratch:
         if requests_csv is None and (result or {}).get("requests"):
             requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
@@ -228,6 +229,19 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
     counts = [con.execute(f"select count(*) from {t} where run_id = ? and mode = ?", [run_id, mode]).fetchone()[0]
               for t in SAMPLE_TABLES]
     return counts[0], counts[1]
+
+
+def knobs_json(knobs: dict) -> str | None:
+    """A mode's knobs as the warehouse keeps them (sorted keys: one text per setting; NULL: none)."""
+    return json.dumps(knobs, sort_keys=True) if knobs else None
+
+
+def capacity_configurations(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """The run's capacity searches, one per configuration, in the order they were landed."""
+    rows = con.execute("select mode, capacity, upper, probes, tpot_p50_ms, knobs from capacity where run_id = ? "
+                       "order by rowid", [run_id]).fetchall()
+    return [dict(mode=m, capacity=c, upper=u, probes=p, tpot_p50_ms=t, knobs=json.loads(k) if k else {})
+            for m, c, u, p, t, k in rows]
 
 
 def _link_columns(cell: Cell) -> dict:

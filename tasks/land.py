@@ -68,13 +68,36 @@ def land_server(path: str, run_id: str, **fields) -> None:
         landing.land_server(con, run_id, **fields)
 
 
-def land_capacity(path: str, run_id: str, mode: str, over: str, slo: dict, result, probe_cells: list[str]) -> None:
-    """A mode's capacity search (`servebench.analysis.capacity.CapacityResult`)."""
+def land_capacity(path: str, run_id: str, mode, over: str, slo: dict, result, probe_cells: list[str]) -> None:
+    """A mode's capacity search (`servebench.analysis.capacity.CapacityResult`), with the TPOT p50
+    its probe at the capacity measured (the median of that probe's repeats)."""
     with session(path) as con:
+        tpot = None
+        if result.capacity is not None and probe_cells:
+            column = "clients" if over == "clients" else "rate"
+            tpot = con.execute(f"select median(tpot_p50_ms) from cells where run_id = ? and list_contains(?, cell_key) "
+                               f"and {column} = ?", [run_id, probe_cells, result.capacity]).fetchone()[0]
         con.execute("insert or replace into capacity (run_id, mode, search_over, slo, capacity, upper, probes, "
-                    "converged, why, probe_cells) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [run_id, mode, over, json.dumps(slo), result.capacity, result.upper, len(result.probes),
-                     result.converged, result.why, json.dumps(probe_cells)])
+                    "converged, why, probe_cells, knobs, tpot_p50_ms) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, mode.name, over, json.dumps(slo), result.capacity, result.upper, len(result.probes),
+                     result.converged, result.why, json.dumps(probe_cells), landing.knobs_json(mode.knobs), tpot])
+
+
+def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict):
+    """The tuner's verdict over the run's capacities (`servebench.analysis.tuning`), landed in `tuning`."""
+    from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
+
+    with session(path) as con:
+        found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, run_id)]
+        verdict = tune_verdict(found, default_mode)
+        launches = con.execute("select count(*) from servers where run_id = ?", [run_id]).fetchone()[0]
+        con.execute("insert or replace into tuning (run_id, search_over, slo, configurations, launches, probes, "
+                    "default_mode, best_mode, default_capacity, best_capacity, ratio, ratio_low, ratio_high, pareto, "
+                    "why) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, over, json.dumps(slo), len(found), launches, verdict.probes, verdict.default_mode,
+                     verdict.best_mode, verdict.default_capacity, verdict.best_capacity, verdict.ratio,
+                     verdict.ratio_low, verdict.ratio_high, json.dumps(verdict.pareto), verdict.why])
+    return verdict
 
 
 @task(name="land-cell", cache_policy=NONE)

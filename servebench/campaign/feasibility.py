@@ -50,7 +50,31 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
-    return problems + _network_problems(campaign) + _fault_problems(campaign)
+    return problems + _network_problems(campaign) + _fault_problems(campaign) + _knob_problems(campaign, engine)
+
+
+def _knob_problems(campaign: Campaign, engine) -> list[Problem]:
+    """Knobs the engine does not have or values it does not take; two configurations with one name."""
+    from servebench.campaign.sweep import configurations
+
+    problems: list[Problem] = []
+    known = ", ".join(sorted(engine.knobs)) or "none"
+    settings = [(("knobs", name, index), name, value) for name, values in campaign.knobs.items()
+                for index, value in enumerate(values)]
+    settings += [(("modes", index, "knobs", name), name, value) for index, mode in enumerate(campaign.modes)
+                 for name, value in mode.knobs.items()]
+    for where, name, value in settings:
+        knob = engine.knobs.get(name)
+        if knob is None:
+            problems.append((where[:-1] if where[0] == "knobs" else where,
+                             f"engine {engine.kind!r} has no knob {name!r}; it has: {known}"))
+        elif (problem := knob.problem(value)) is not None:
+            problems.append((where, f"knob {name!r} {problem}"))
+    names = [mode.name for mode in configurations(campaign)]
+    clashes = sorted({name for name in names if names.count(name) > 1})
+    if clashes and campaign.knobs:
+        problems.append((("knobs",), f"modes and knob values give configurations the same name: {', '.join(clashes)}"))
+    return list(dict.fromkeys(problems))
 
 
 def _network_problems(campaign: Campaign) -> list[Problem]:

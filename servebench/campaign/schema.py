@@ -12,8 +12,8 @@ import hashlib
 import json
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt,
+                      StrictStr, Tag, field_validator, model_validator)
 
 from servebench.analysis.regression.settings import DetectionSettings
 from servebench.cpus import parse_cpu_list
@@ -132,6 +132,21 @@ ModelSpec = Annotated[
 ]
 
 
+# An engine knob's value (`max_num_seqs: 8`, `chunked_prefill: false`, `kv_cache_gib: 2`); null is the
+# engine's own default (the knob is not passed). What each name means is the engine's business
+# (`Engine.knobs`, e.g. servebench/engines/vllm/knobs.py); the campaign only carries them.
+KnobValue = StrictBool | StrictInt | StrictFloat | StrictStr | None
+KNOB_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+def _check_knob_names(names: Any) -> None:
+    import re
+
+    for name in names:
+        if not re.match(KNOB_NAME, name):
+            raise ValueError(f"knob name {name!r}: lower case letters, digits and '_' ({KNOB_NAME})")
+
+
 class ModeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     tp: int = Field(1, ge=1)
@@ -143,11 +158,20 @@ class ModeSpec(StrictModel):
                                 "number to compare.")
     args: list[str] = Field(default_factory=list, description="Extra arguments for the server.")
     env: dict[str, str] = Field(default_factory=dict)
+    knobs: dict[str, KnobValue] = Field(default_factory=dict, description=(
+        "Engine knobs of this mode (`max_num_seqs: 8`): names the engine knows (`servebench plan` lists "
+        "them); recorded with every cell and part of its series. The campaign's `knobs:` axes add to these."))
 
     @field_validator("env", mode="before")
     @classmethod
     def _env_strings(cls, value: Any) -> Any:
         return stringify_env(value)
+
+    @field_validator("knobs")
+    @classmethod
+    def _knob_names(cls, value: dict[str, KnobValue]) -> dict[str, KnobValue]:
+        _check_knob_names(value)
+        return value
 
     @property
     def world_size(self) -> int:
@@ -285,15 +309,19 @@ class FaultSpec(StrictModel):
 
 class SearchSpec(StrictModel):
     """Capacity under the campaign's SLO, searched per mode after its load points (issue 18):
-    bracket from `start`, then bisect (servebench/analysis/capacity.py); every probe is a cell."""
+    bracket from `start`, then bisect (servebench/analysis/capacity.py); every probe is a cell.
+    `tune`: the same search for every configuration (mode x knob values), then the best one is
+    named and set against the default (the first mode with each knob axis's first value)."""
 
-    kind: Literal["capacity"] = "capacity"
+    kind: Literal["capacity", "tune"] = "capacity"
     over: Literal["rate", "clients"] = Field("rate", description="Open-loop rate (req/s), or closed-loop clients.")
     start: float = Field(1.0, gt=0, description="The first point probed: a guess. 8 probes reach 5 % when the "
                          "capacity is within about 0.25x-7x of it.")
     precision: float = Field(0.05, gt=0, lt=1, description="Stop when (hi - lo) / hi is at most this.")
     max_probes: int = Field(8, ge=2, le=64)
     max_value: float = Field(1024.0, gt=0, description="Never probe above this.")
+    repeats: int = Field(1, ge=1, le=10, description="Each probe is run this many times (cells r0, r1, ...); "
+                         "it meets the SLO only if every repeat does (a verdict that survives noise).")
 
 
 class Campaign(StrictModel):
@@ -315,6 +343,21 @@ class Campaign(StrictModel):
                                   "METRIC_PCT_ms: 500 (ttft, tpot, itl, e2el; p50, p90, p95, p99): a cell meets the "
                                   "SLO if every one holds and it is valid (cells.slo_met).")
     search: SearchSpec | None = None
+    knobs: dict[str, list[KnobValue]] = Field(default_factory=dict, description=(
+        "Engine knobs as sweep axes: every mode runs once per combination of values (its own server; "
+        "mode names get the values, `tp1-mns8`); null = the engine's default. The first value of each "
+        "axis with the first mode is the campaign's default configuration (`search: tune`)."))
+
+    @field_validator("knobs")
+    @classmethod
+    def _knob_axes(cls, value: dict[str, list[KnobValue]]) -> dict[str, list[KnobValue]]:
+        _check_knob_names(value)
+        for name, values in value.items():
+            if not values:
+                raise ValueError(f"knob {name!r}: give at least one value")
+            if len({json.dumps(v) for v in values}) != len(values):
+                raise ValueError(f"knob {name!r}: values repeat: {values}")
+        return value
 
     @field_validator("slo")
     @classmethod
@@ -327,6 +370,13 @@ class Campaign(StrictModel):
     def _search_needs_slo(self) -> "Campaign":
         if self.search is not None and not self.slo:
             raise ValueError("a capacity search needs the campaign's 'slo' (e.g. slo: {ttft_p99_ms: 500})")
+        if self.search is not None and self.search.kind == "tune":
+            configurations = len(self.modes)
+            for values in self.knobs.values():
+                configurations *= len(values)
+            if configurations < 2:
+                raise ValueError("'search: {kind: tune}' compares configurations: give two modes or a knob "
+                                 "axis with two values (knobs: {max_num_seqs: [null, 8]})")
         return self
 
     @field_validator("model", mode="before")
@@ -346,9 +396,14 @@ class Campaign(StrictModel):
             data.pop("network", None)
         if data["load"]["client"].get("node") is None:  # likewise a campaign without a client node
             data["load"]["client"].pop("node", None)
-        for optional in ("faults", "slo", "search"):  # or without faults, an SLO, a search
+        for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)
+        for mode in data["modes"]:
+            if not mode.get("knobs"):
+                mode.pop("knobs", None)
+        if data.get("search") and data["search"].get("repeats") == 1:
+            data["search"].pop("repeats")
         return data
 
     def spec_hash(self) -> str:

@@ -7,12 +7,14 @@ night and a series can be followed across runs.
 
 from __future__ import annotations
 
+import itertools
+import re
 import zlib
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.campaign.schema import Campaign, LinkSetting, ModeSpec
+from servebench.campaign.schema import Campaign, KnobValue, LinkSetting, ModeSpec
 
 
 class LoadPoint(BaseModel):
@@ -50,11 +52,40 @@ def load_points(campaign: Campaign) -> list[LoadPoint]:
     return closed + opened
 
 
+def configurations(campaign: Campaign) -> list[ModeSpec]:
+    """The modes as served: each of the campaign's modes once per combination of its knob axes'
+    values (in file order, the first value of every axis first), named by the values that are set:
+    `tp1`, `tp1-mns8`, `tp1-mns8-cpoff`. The first is the campaign's default configuration."""
+    names = list(campaign.knobs)
+    served = []
+    for mode in campaign.modes:
+        for values in itertools.product(*(campaign.knobs[name] for name in names)):
+            combination = dict(zip(names, values))
+            if not combination:
+                served.append(mode)
+                continue
+            label = "-".join(knob_label(name, value) for name, value in combination.items() if value is not None)
+            served.append(mode.model_copy(update={"name": f"{mode.name}-{label}" if label else mode.name,
+                                                  "knobs": {**mode.knobs, **combination}}))
+    return served
+
+
+def knob_label(name: str, value: KnobValue) -> str:
+    """max_num_seqs=8 -> 'mns8', chunked_prefill=False -> 'cpoff', kv_cache_gib=0.5 -> 'kcg0p5': the
+    initials of the knob's words and its value, short enough for cell keys (docs/tuning.md)."""
+    initials = "".join(word[0] for word in name.split("_") if word)
+    if isinstance(value, bool):
+        text = "on" if value else "off"
+    else:
+        text = (f"{value:g}" if isinstance(value, float) else str(value)).replace(".", "p")
+    return initials + re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
 def expand(campaign: Campaign) -> list[Cell]:
     """Every cell in run order: grouped by mode, since one server serves all of a mode's cells."""
     cells = []
     links: list[LinkSetting | None] = list(campaign.network.links) if campaign.network else [None]
-    for mode in campaign.modes:
+    for mode in configurations(campaign):
         for link in links:  # the links change between cells; the mode's server keeps running
             for point in load_points(campaign):
                 for repeat in range(campaign.load.repeats):
@@ -69,13 +100,13 @@ def expand(campaign: Campaign) -> list[Cell]:
     return cells
 
 
-def search_cell(campaign: Campaign, mode: ModeSpec, value: float) -> Cell:
+def search_cell(campaign: Campaign, mode: ModeSpec, value: float, repeat: int = 0) -> Cell:
     """A capacity search's probe as a cell: `tp1.cap.rate5.66.r0` (or `tp1.cap.c6.r0`), apart from
     the campaign's own load points, with the seed that point would have."""
     over = campaign.search.over
     point = LoadPoint(kind="closed", clients=int(value)) if over == "clients" else LoadPoint(kind="open", rate=value)
-    return Cell(key=f"{mode.name}.cap.{point.label}.r0", mode=mode, point=point, repeat=0,
-                seed=cell_seed(campaign.load.seed, mode.name, point, 0))
+    return Cell(key=f"{mode.name}.cap.{point.label}.r{repeat}", mode=mode, point=point, repeat=repeat,
+                seed=cell_seed(campaign.load.seed, mode.name, point, repeat))
 
 
 def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None) -> str:

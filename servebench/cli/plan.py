@@ -35,8 +35,10 @@ def describe_plan(plan: Plan, file: Path) -> str:
         f"model    {model_dir}",
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
         f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
-        f"cells    {len(plan.cells)} = {len(campaign.modes)} modes x "
-        f"{len(plan.cells) // len(campaign.modes) // campaign.load.repeats} load points x {campaign.load.repeats} repeats",
+        f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
+        f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
+        + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else ""),
+        "knobs    " + (", ".join(sorted(engine.knobs)) or "none") + " (the engine's; docs/tuning.md)",
         "",
     ]
     by_name = {n.name: n for n in nodes}

@@ -12,6 +12,7 @@ An engine is a folder under `servebench/engines/` and one line in the registry
   order, each on its node, the ones to wait for before the next starts, and the API
   process whose health path says the server is ready;
 - campaign-wide services its modes share (a Ray cluster), started once and stopped last;
+- which engine settings a campaign may sweep (`knobs`: name -> `Knob`), applied by `launch`;
 - what it reports: its Prometheus metric names mapped to servebench's columns, the
   counter of generated tokens, the KV-cache capacity it logs at start-up;
 - what its OpenAI API needs beyond the standard (request extras of the load generator and
@@ -34,6 +35,30 @@ from servebench.providers.base import Node, Provider
 # The columns a metric map may fill (telemetry's server samples and the warehouse's).
 METRIC_COLUMNS = ("kv_usage", "running", "waiting", "preemptions_total", "prompt_tokens_total",
                   "generation_tokens_total")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """An engine setting a campaign may set per mode or sweep (`knobs:`): what it sets on the
+    server, and the values it takes (checked when the campaign is read, not at launch)."""
+
+    sets: str                                   # what it sets, for `servebench plan` and the docs
+    kind: type                                  # int | float | bool | str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` is not one this knob takes (None: the engine's default, always fine)."""
+        if value is None:
+            return None
+        accepted = (int, float) if self.kind is float else (self.kind,)
+        if isinstance(value, bool) != (self.kind is bool) or not isinstance(value, accepted):
+            return f"takes a {self.kind.__name__}, got {value!r}"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be at least {self.minimum:g}, got {value!r}"
+        if self.choices and value not in self.choices:
+            return f"one of {', '.join(self.choices)}; got {value!r}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -101,6 +126,7 @@ class Engine(Protocol):
     request_extras: ClassVar[dict[str, Any]]    # merged into every load request body
     gate_extras: ClassVar[dict[str, Any]]       # merged into every correctness-gate request body
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]]  # `servebench load --export NAME=PATH` layouts
+    knobs: ClassVar[dict[str, Knob]]            # settings a mode may set or a campaign sweep; `launch` applies them
 
     def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
         """What goes into the engine's content-addressed build."""

@@ -9,9 +9,10 @@ from typing import Any, Callable, ClassVar
 
 from servebench.build.recipe import VenvRecipe
 from servebench.campaign.schema import ModeSpec
-from servebench.engines.base import LaunchRequest, ServerLaunch
+from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
 from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
+from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.spec import VllmEngineSpec
@@ -43,6 +44,7 @@ class VllmEngine:
     gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "return_tokens_as_token_ids": True}
     # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {"vllm-bench": to_vllm_result}
+    knobs: ClassVar[dict[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
         distribution = spec.package.split("==")[0].split("[")[0].strip()

@@ -15,6 +15,7 @@ import os
 
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
 from servebench.engines.vllm.placement import mp_node_index, node_bindings
 from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
 from servebench.providers.base import Node
@@ -34,6 +35,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     """The server's processes, with core lists for every node that runs workers."""
     mode, nodes = request.mode, request.nodes
     binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
+    binds = {node: cut_binding(bind, mode.knobs.get("omp_threads")) for node, bind in binds.items()}
     if mode.executor == "mp-multinode":
         return _multinode_launch(request, binds)
     head = server_node(mode.executor, mode.world_size, nodes)
@@ -89,7 +91,7 @@ def _parallel_args(request: LaunchRequest) -> list[str]:
 
 def _common_args(request: LaunchRequest, node: Node, port: int) -> list[str]:
     return ["--served-model-name", request.served_name, "--host", node.address, "--port", str(port),
-            "--dtype", request.dtype, *request.mode.args]
+            "--dtype", request.dtype, *knob_args(request.mode.knobs), *request.mode.args]
 
 
 def _environment(request: LaunchRequest, omp_bind: str, node: Node, extra: dict[str, str]
@@ -108,6 +110,7 @@ def _environment(request: LaunchRequest, omp_bind: str, node: Node, extra: dict[
         **extra,
         **request.spec.env,
         **request.mode.env,
+        **knob_env(request.mode.knobs),  # the value swept wins over the campaign's fixed ones
     }
     # VLLM_TARGET_DEVICE=cpu would disable platform plugins (facts file): never pass it on.
     # Without RAY_ADDRESS, ray.init() silently starts a Ray of its own: only ray modes get one.

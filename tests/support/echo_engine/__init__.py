@@ -18,7 +18,7 @@ from pydantic import Field
 
 from servebench.build.recipe import VenvRecipe
 from servebench.campaign.schema import EngineSpecBase, ModeSpec
-from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.base import Knob, LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, Provider
 
 SERVER = Path(__file__).with_name("server.py")
@@ -45,6 +45,10 @@ class EchoEngine:
                                                                    "continuous_usage_stats": True}}
     gate_extras: ClassVar[dict[str, Any]] = {}
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
+    knobs: ClassVar[dict[str, Knob]] = {
+        "prefill_ms": Knob("--prefill-ms: each request's one-at-a-time prefill (the server's capacity)", float,
+                           minimum=0),
+        "token_delay_ms": Knob("--token-delay-ms: the delay before each streamed token", float, minimum=0)}
 
     def build_recipe(self, spec: EchoEngineSpec) -> VenvRecipe:
         return VenvRecipe(engine=self.kind, engine_package=False)
@@ -67,7 +71,7 @@ class EchoEngine:
         port = request.ports(api_node)
         argv = [request.python, "-c", SERVER.read_text(), "--host", api_node.address, "--port", str(port),
                 "--model-dir", request.model_dir, "--served-name", request.served_name,
-                "--token-delay-ms", f"{request.spec.token_delay_ms:g}", "--prefill-ms", f"{request.spec.prefill_ms:g}"]
+                "--token-delay-ms", f"{_knob(request, 'token_delay_ms'):g}", "--prefill-ms", f"{_knob(request, 'prefill_ms'):g}"]
         env = {**request.spec.env, **request.mode.env}
         processes = []
         if request.mode.executor == "split":
@@ -96,3 +100,9 @@ class EchoEngine:
         return int(token)
 
 
+
+
+def _knob(request: LaunchRequest, name: str) -> float:
+    """A knob of the mode, else the engine block's setting of the same name."""
+    value = request.mode.knobs.get(name)
+    return float(getattr(request.spec, name) if value is None else value)

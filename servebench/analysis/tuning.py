@@ -1,0 +1,78 @@
+"""The tuner's verdict (issue 18): which configuration (mode x knob values) served the most
+under the SLO, and by how much it beats the campaign's default. Pure: capacities in, verdict out.
+
+Each configuration's capacity search leaves a bracket: the SLO held at `capacity` and failed
+at `upper`, so the true capacity lies in [capacity, upper). The ratio best/default is reported
+with the range those brackets allow (`ratio_low`, `ratio_high`), which is what the probes can
+vouch for; with `search.repeats` every verdict in the bracket also held in each repeat.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ConfigurationCapacity(BaseModel):
+    """One configuration's capacity search, as landed in `capacity`."""
+
+    mode: str
+    capacity: float | None          # the highest point that met the SLO (None: none did)
+    upper: float | None             # the lowest point that missed (None: none did)
+    probes: int
+    tpot_p50_ms: float | None = None
+    knobs: dict = Field(default_factory=dict)
+
+
+class TuneVerdict(BaseModel):
+    default_mode: str
+    best_mode: str | None
+    default_capacity: float | None
+    best_capacity: float | None
+    ratio: float | None
+    ratio_low: float | None
+    ratio_high: float | None
+    pareto: list[str]
+    probes: int
+    why: str
+
+
+def tune_verdict(configurations: list[ConfigurationCapacity], default_mode: str) -> TuneVerdict:
+    """The best configuration against the default. Best = highest capacity, ties broken by the
+    lower TPOT p50 at it (then by campaign order)."""
+    by_mode = {c.mode: c for c in configurations}
+    default = by_mode.get(default_mode)
+    served = [c for c in configurations if c.capacity is not None]
+    probes = sum(c.probes for c in configurations)
+    best = min(served, key=lambda c: (-c.capacity, _tpot(c))) if served else None
+    base = dict(default_mode=default_mode, best_mode=best.mode if best else None,
+                default_capacity=default.capacity if default else None,
+                best_capacity=best.capacity if best else None, pareto=pareto_front(configurations), probes=probes)
+    if best is None:
+        return TuneVerdict(**base, ratio=None, ratio_low=None, ratio_high=None,
+                           why="no configuration met the SLO at any probed point")
+    if default is None or default.capacity is None:
+        why = ("the default configuration was not searched" if default is None
+               else "the default configuration met the SLO at no probed point")
+        return TuneVerdict(**base, ratio=None, ratio_low=None, ratio_high=None, why=why)
+    ratio = best.capacity / default.capacity
+    low = best.capacity / default.upper if default.upper else None
+    high = best.upper / default.capacity if best.upper else None
+    why = (f"{best.mode} serves {ratio:.2f}x the default's capacity ({best.capacity:g} vs {default.capacity:g})"
+           if best.mode != default_mode else "the default configuration is the best one found")
+    return TuneVerdict(**base, ratio=ratio, ratio_low=low, ratio_high=high, why=why)
+
+
+def pareto_front(configurations: list[ConfigurationCapacity]) -> list[str]:
+    """Configurations no other beats on both capacity (higher) and TPOT p50 (lower), by capacity."""
+    served = [c for c in configurations if c.capacity is not None]
+    front = [c for c in served if not any(_dominates(o, c) for o in served)]
+    return [c.mode for c in sorted(front, key=lambda c: -c.capacity)]
+
+
+def _dominates(a: ConfigurationCapacity, b: ConfigurationCapacity) -> bool:
+    return (a.capacity >= b.capacity and _tpot(a) <= _tpot(b)
+            and (a.capacity > b.capacity or _tpot(a) < _tpot(b)))
+
+
+def _tpot(c: ConfigurationCapacity) -> float:
+    return c.tpot_p50_ms if c.tpot_p50_ms is not None else float("inf")

@@ -1,0 +1,55 @@
+"""vLLM's knobs: the engine settings a campaign may set per mode or sweep (`knobs:`), and how
+each becomes a server argument or variable. The tuner (docs/tuning.md) searches over these.
+
+`dtype` is not a knob: the correctness gate's reference is computed in the model's dtype
+(`model.dtype`), and answers in another dtype would not pass it.
+"""
+
+from __future__ import annotations
+
+from servebench.campaign.schema import KnobValue
+from servebench.cpus import format_cpu_list, parse_cpu_list
+from servebench.engines.base import Knob
+
+KNOBS: dict[str, Knob] = {
+    "max_num_seqs": Knob("--max-num-seqs: sequences scheduled together (the batch)", int, minimum=1),
+    "max_num_batched_tokens": Knob("--max-num-batched-tokens: tokens per scheduler step", int, minimum=1),
+    "chunked_prefill": Knob("--enable-chunked-prefill / --no-enable-chunked-prefill", bool),
+    "async_scheduling": Knob("--async-scheduling / --no-async-scheduling: schedule the next step while "
+                             "the current one runs", bool),
+    "enforce_eager": Knob("--enforce-eager when true: no compiled graphs", bool),
+    "kv_cache_gib": Knob("VLLM_CPU_KVCACHE_SPACE: KV cache GiB per rank", float, minimum=0.0625),
+    "omp_threads": Knob("threads per worker: each rank's VLLM_CPU_OMP_THREADS_BIND cut to its first N CPUs",
+                        int, minimum=1),
+}
+
+_FLAGS = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens"}
+_SWITCHES = {"chunked_prefill": "enable-chunked-prefill", "async_scheduling": "async-scheduling"}
+
+
+def knob_args(knobs: dict[str, KnobValue]) -> list[str]:
+    """The server arguments of a mode's knobs (unset and null knobs: none, vLLM's default)."""
+    args: list[str] = []
+    for name, value in knobs.items():
+        if value is None:
+            continue
+        if name in _FLAGS:
+            args += [_FLAGS[name], str(value)]
+        elif name in _SWITCHES:
+            args.append(f"--{'' if value else 'no-'}{_SWITCHES[name]}")
+        elif name == "enforce_eager" and value:
+            args.append("--enforce-eager")
+    return args
+
+
+def knob_env(knobs: dict[str, KnobValue]) -> dict[str, str]:
+    """The server variables of a mode's knobs."""
+    value = knobs.get("kv_cache_gib")
+    return {} if value is None else {"VLLM_CPU_KVCACHE_SPACE": f"{value:g}"}
+
+
+def cut_binding(binding: str, threads: KnobValue) -> str:
+    """'0-3|4-7' with omp_threads=2 -> '0-1|4-5': each rank's list cut to its first N CPUs."""
+    if threads is None:
+        return binding
+    return "|".join(format_cpu_list(parse_cpu_list(part)[:int(threads)]) for part in binding.split("|"))

@@ -1,0 +1,139 @@
+"""Issue 18: engine knobs as sweep axes, and the tuner (a capacity search per configuration, the
+best against the default). Pure parts on plain data; the flow with the test-only echo engine,
+whose `prefill_ms` knob sets a server's capacity (1000 / prefill_ms requests per second)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servebench.analysis.tuning import ConfigurationCapacity, pareto_front, tune_verdict
+from servebench.campaign.loading import SpecError, parse_campaign
+from servebench.campaign.sweep import configurations, expand, knob_label
+
+
+def _capacity(mode: str, capacity: float | None, upper: float | None, tpot: float | None = 10.0, probes: int = 6):
+    return ConfigurationCapacity(mode=mode, capacity=capacity, upper=upper, probes=probes, tpot_p50_ms=tpot)
+
+
+def test_the_best_is_set_against_the_default_with_the_range_its_brackets_allow():
+    found = [_capacity("tp1", 4.0, 4.2), _capacity("tp1-mns8", 6.0, 6.3, tpot=12.0), _capacity("tp1-cpoff", 6.0, 6.2, tpot=9.0)]
+    verdict = tune_verdict(found, "tp1")
+    assert verdict.best_mode == "tp1-cpoff"  # the tie on capacity goes to the lower TPOT
+    assert verdict.ratio == pytest.approx(1.5)
+    assert verdict.ratio_low == pytest.approx(6.0 / 4.2) and verdict.ratio_high == pytest.approx(6.2 / 4.0)
+    assert verdict.probes == 18 and verdict.pareto == ["tp1-cpoff"]
+
+
+def test_a_default_that_met_nothing_or_a_winner_that_never_missed_are_said():
+    assert tune_verdict([_capacity("a", None, 1.0), _capacity("b", 2.0, 2.1)], "a").ratio is None
+    assert "no probed point" in tune_verdict([_capacity("a", None, 1.0), _capacity("b", 2.0, 2.1)], "a").why
+    unbounded = tune_verdict([_capacity("a", 1.0, 1.1), _capacity("b", 8.0, None)], "a")
+    assert unbounded.ratio == 8.0 and unbounded.ratio_high is None
+    assert tune_verdict([_capacity("a", None, 1.0)], "a").best_mode is None
+
+
+def test_the_pareto_front_keeps_what_no_other_beats_on_both_axes():
+    found = [_capacity("fast", 2.0, 2.1, tpot=5.0), _capacity("big", 6.0, 6.2, tpot=20.0),
+             _capacity("worse", 1.5, 1.6, tpot=8.0), _capacity("none", None, 1.0)]
+    assert pareto_front(found) == ["big", "fast"]
+
+
+CAMPAIGN = """
+name: knobs
+provider: {kind: local, nodes: [{name: n0, cpus: "0"}]}
+engine: {kind: vllm}
+model: {generate: tiny-llama}
+modes: [{name: tp1}, {name: tp2, tp: 2, oversubscribe: true, knobs: {kv_cache_gib: 2}}]
+knobs:
+  max_num_seqs: [null, 8]
+  chunked_prefill: [true, false]
+load: {clients: [1], requests: 4, client: {cpus: "1"}}
+"""
+
+
+def test_knob_axes_multiply_the_modes_and_name_each_configuration_by_its_values():
+    campaign = parse_campaign(CAMPAIGN, host_cpus={0, 1})
+    names = [mode.name for mode in configurations(campaign)]
+    assert names == ["tp1-cpon", "tp1-cpoff", "tp1-mns8-cpon", "tp1-mns8-cpoff",
+                     "tp2-cpon", "tp2-cpoff", "tp2-mns8-cpon", "tp2-mns8-cpoff"]
+    last = configurations(campaign)[-1]
+    assert last.knobs == {"kv_cache_gib": 2, "max_num_seqs": 8, "chunked_prefill": False}
+    assert [cell.key for cell in expand(campaign)][:2] == ["tp1-cpon.c1.r0", "tp1-cpoff.c1.r0"]
+    assert (knob_label("kv_cache_gib", 0.5), knob_label("omp_threads", 2)) == ("kcg0p5", "ot2")
+
+
+def test_the_knobs_reach_the_server_command_and_environment():
+    from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
+
+    assert knob_args({"max_num_seqs": 8, "chunked_prefill": False, "max_num_batched_tokens": None,
+                      "enforce_eager": True, "async_scheduling": True}) == [
+        "--max-num-seqs", "8", "--no-enable-chunked-prefill", "--enforce-eager", "--async-scheduling"]
+    assert knob_env({"kv_cache_gib": 0.5}) == {"VLLM_CPU_KVCACHE_SPACE": "0.5"} and knob_env({}) == {}
+    assert cut_binding("0-3|4-7", 2) == "0-1|4-5" and cut_binding("0-3", None) == "0-3"
+
+
+@pytest.mark.parametrize("change, field, message", [
+    ("  chunked_prefill: [true, false]\n  bogus: [1]", "knobs.bogus", "has no knob 'bogus'"),
+    ("  chunked_prefill: [true, 3]", "knobs.chunked_prefill[1]", "takes a bool"),
+    ("  chunked_prefill: [true, true]", "knobs", "knob 'chunked_prefill': values repeat"),
+])
+def test_a_knob_the_engine_does_not_take_is_named_with_its_line(change, field, message):
+    with pytest.raises(SpecError) as caught:
+        parse_campaign(CAMPAIGN.replace("  chunked_prefill: [true, false]", change), source="k.yaml", host_cpus={0, 1})
+    text = str(caught.value)
+    assert "k.yaml:" in text and field in text and message in text, text
+
+
+def test_a_tune_search_needs_two_configurations_and_leaves_old_campaigns_hashes_alone():
+    one = CAMPAIGN.replace("knobs:\n  max_num_seqs: [null, 8]\n  chunked_prefill: [true, false]\n", "").replace(
+        "{name: tp1}, {name: tp2, tp: 2, oversubscribe: true, knobs: {kv_cache_gib: 2}}", "{name: tp1}")
+    with pytest.raises(SpecError, match="compares configurations"):
+        parse_campaign(one + "slo: {ttft_p99_ms: 500}\nsearch: {kind: tune}\n", host_cpus={0, 1})
+    normalized = parse_campaign(one, host_cpus={0, 1}).normalized()
+    assert "knobs" not in normalized and "knobs" not in normalized["modes"][0]
+
+
+TUNE = """
+name: tune
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 1}
+model: {path: model}
+modes: [{name: single}]
+knobs: {prefill_ms: [100, 50]}    # the default serves 10 req/s, the other 20
+load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
+slo: {ttft_p99_ms: 400}
+search: {kind: tune, start: 4, precision: 0.1}
+validity: {on_invalid: warn}
+"""
+
+
+@pytest.mark.e2e
+def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real_flow(isolated, tmp_path, monkeypatch):
+    """Two configurations of the echo engine (prefill 100 ms and 50 ms, one at a time): each gets its
+    own server and capacity search; `tuning` names the faster one with a ratio near 2, the cells
+    carry their knobs and the two configurations are two series."""
+    import warehouse
+    from tests.support.campaign_process import run_echo_campaign
+
+    outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, TUNE)
+    con = warehouse.connect(isolated, read_only=True)
+    tuning = dict(zip(["default_mode", "best_mode", "ratio", "ratio_low", "ratio_high", "configurations",
+                       "launches", "probes"], con.execute(
+        "select default_mode, best_mode, ratio, ratio_low, ratio_high, configurations, launches, probes "
+        "from tuning").fetchone()))
+    knobs = dict(con.execute("select mode, any_value(knobs) from cells group by mode").fetchall())
+    series = con.execute("select count(distinct series_id) from cells where not search_probe").fetchone()[0]
+    capacities = dict(con.execute("select mode, capacity from capacity").fetchall())
+    tpot = con.execute("select count(*) from capacity where tpot_p50_ms is not null").fetchone()[0]
+    con.close()
+    assert outcome["status"] == "completed", outcome
+    assert tuning["default_mode"] == "single-pm100" and tuning["best_mode"] == "single-pm50", tuning
+    # 2x in prefill; a 20-request probe absorbs some overload within the 400 ms p99, more at the faster one
+    assert 1.5 <= tuning["ratio"] <= 3.2 and tuning["ratio_low"] <= tuning["ratio"] <= tuning["ratio_high"], tuning
+    assert tuning["configurations"] == tuning["launches"] == 2 and tuning["probes"] <= 16, tuning
+    assert {mode: json.loads(text) for mode, text in knobs.items()} == {
+        "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50}}
+    assert series == 2 and tpot == 2
+    print(f"capacities {capacities}; tuning {tuning}")
