@@ -232,8 +232,10 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
 
 
 def knobs_json(knobs: dict) -> str | None:
-    """A mode's knobs as the warehouse keeps them (sorted keys: one text per setting; NULL: none)."""
-    return json.dumps(knobs, sort_keys=True) if knobs else None
+    """A mode's knobs as the warehouse keeps them (sorted keys: one text per setting; NULL: none).
+    A null knob is the engine's default, as if not given: left out."""
+    set_knobs = {name: value for name, value in knobs.items() if value is not None}
+    return json.dumps(set_knobs, sort_keys=True) if set_knobs else None
 
 
 def capacity_configurations(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:

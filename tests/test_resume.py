@@ -80,3 +80,44 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
     code, out = finish(servebench(tmp_path, "rerun-failed", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
     assert code == 0 and "0 to measure" in out, out
     assert cells_of(tmp_path / "w.duckdb") == resumed
+
+
+SEARCH = """
+name: resume-search
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 1, prefill_ms: 100}   # 10 req/s
+model: {path: model}
+modes: [{name: single}]
+load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
+slo: {ttft_p99_ms: 400}
+search: {start: 2}
+validity: {on_invalid: warn}
+"""
+
+
+def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_probes(tmp_path):
+    """Killed after its load point and two probes: the resume finishes the search, reusing the
+    probes already measured (their result files untouched) and lands the capacity."""
+    campaign = echo_campaign_dir(tmp_path, {"campaign.yaml": SEARCH}) / "campaign.yaml"
+    killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
+    deadline = time.monotonic() + 300
+    while len(list((tmp_path / "runs").glob("*/cells/*.json"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    run_id = next((tmp_path / "runs").iterdir()).name
+    before = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "runs" / run_id / "cells").glob("*.json")}
+    assert len([name for name in before if ".cap." in name]) >= 2, before
+
+    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    assert code == 0, out
+    assert "capacity searches to finish: single" in out, out
+    after = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "runs" / run_id / "cells").glob("*.json")}
+    assert all(after[name] == mtime for name, mtime in before.items()), (before, after)  # nothing measured twice
+    con = warehouse.connect(tmp_path / "w.duckdb", read_only=True)
+    capacity, probes, probe_cells = con.execute("select capacity, probes, probe_cells from capacity").fetchone()
+    landed = {key for (key,) in con.execute("select cell_key from cells where search_probe").fetchall()}
+    status = con.execute("select status from runs").fetchone()[0]
+    con.close()
+    assert status == "completed" and 8 <= capacity <= 14 and probes == len(landed), (status, capacity, probes)
+    assert set(json.loads(probe_cells)) == landed and {name.removesuffix(".json") for name in before} - {"single.rate1.r0"} <= landed

@@ -5,6 +5,7 @@ whose `prefill_ms` knob sets a server's capacity (1000 / prefill_ms requests per
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,28 @@ def test_the_pareto_front_keeps_what_no_other_beats_on_both_axes():
     found = [_capacity("fast", 2.0, 2.1, tpot=5.0), _capacity("big", 6.0, 6.2, tpot=20.0),
              _capacity("worse", 1.5, 1.6, tpot=8.0), _capacity("none", None, 1.0)]
     assert pareto_front(found) == ["big", "fast"]
+
+
+def test_the_best_known_configuration_is_chosen_per_cluster_model_and_slo():
+    from servebench.analysis.best import best_per_cluster
+
+    def row(fp, mode, capacity, slo='{"ttft_p99_ms": 500}', run="r1", at="2026-11-01"):
+        return dict(hardware_fingerprint=fp, model_path="/m/tiny", search_over="rate", slo=slo, mode=mode,
+                    capacity=capacity, run_id=run, started_at=at)
+
+    best = best_per_cluster([row("a", "tp1", 4.0), row("a", "tp1-mns8", 6.0, run="r2"),
+                             row("a", "tp1-mns8", 6.0, run="r3", at="2026-11-02"), row("b", "tp1", 9.0),
+                             row("a", "tp1", 2.0, slo='{"ttft_p99_ms": 100}')])
+    assert [(r["hardware_fingerprint"], r["mode"], r["run_id"], r["candidates"]) for r in best] == [
+        ("a", "tp1", "r1", 1), ("a", "tp1-mns8", "r3", 3), ("b", "tp1", "r1", 1)]
+
+
+def test_the_server_command_is_printed_as_it_can_be_pasted():
+    from servebench.analysis.capacity_report import server_command
+
+    row = {"command": ["python", "-m", "vllm", "--max-num-seqs", "8"], "env": '{"B": "x y", "A": "1"}'}
+    assert server_command(row) == "A=1 B='x y' python -m vllm --max-num-seqs 8"
+    assert server_command({"command": None}) == "-"
 
 
 CAMPAIGN = """
@@ -110,7 +133,8 @@ validity: {on_invalid: warn}
 
 
 @pytest.mark.e2e
-def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real_flow(isolated, tmp_path, monkeypatch):
+def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real_flow(isolated, tmp_path, monkeypatch,
+                                                                                      capsys):
     """Two configurations of the echo engine (prefill 100 ms and 50 ms, one at a time): each gets its
     own server and capacity search; `tuning` names the faster one with a ratio near 2, the cells
     carry their knobs and the two configurations are two series."""
@@ -136,4 +160,58 @@ def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real
     assert {mode: json.loads(text) for mode, text in knobs.items()} == {
         "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50}}
     assert series == 2 and tpot == 2
+    report = Path(outcome["report"]).read_text()
+    assert "Best vs default" in report and "--prefill-ms 50" in report and "no coordinated omission" in report
+    assert (Path(outcome["report"]).parent / "charts" / "capacity_pareto.svg").exists()
+    from servebench.cli import main
+
+    assert main(["best", "--warehouse", str(isolated)]) == 0
+    said = capsys.readouterr().out
+    assert "best   single-pm50" in said and f"capacity {capacities['single-pm50']:.4g} req/s" in said, said
     print(f"capacities {capacities}; tuning {tuning}")
+
+
+def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path):
+    """Fourteen nights of a tuning campaign's capacity (one value a night): ten at ~10 req/s, then
+    four at ~7. The capacities get a series of their own (probes get none), and the fourth low
+    night confirms a regression of metric 'capacity' starting at the first low one."""
+    import random
+
+    import warehouse
+    from servebench import landing
+    from servebench.analysis.regression.history import analyze_run
+    from servebench.analysis.regression.settings import DetectionSettings
+    from servebench.campaign.sweep import search_cell
+    from tests.support.synthetic_runs import NODE
+
+    text = TUNE.replace("kind: echo, token_delay_ms: 1", "kind: vllm").replace("{kind: plain, nodes: [{name: a, cpus: \"0\"}]}",
+                                                                             "{kind: local, nodes: [{name: a, cpus: \"0\"}]}")
+    campaign = parse_campaign(text.replace("model: {path: model}", "model: {generate: tiny-llama}").replace(
+        "knobs: {prefill_ms: [100, 50]}", "knobs: {max_num_seqs: [null, 8]}"), host_cpus={0, 1})
+    mode = configurations(campaign)[0]
+    rng = random.Random(0)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    for night in range(14):
+        run_id = f"n{night:02d}"
+        landing.insert_run(con, run_id=run_id, campaign="tune", spec_hash=campaign.spec_hash(), spec_text=text,
+                           spec_normalized=campaign.normalized(), campaign_file="tune.yaml", run_dir=tmp_path)
+        con.execute("update runs set started_at = started_at + ?::INTERVAL where run_id = ?", [f"{night} days", run_id])
+        landing.land_node(con, run_id, "a", "127.0.0.1", NODE)
+        capacity = (10.0 if night < 10 else 7.0) * rng.uniform(0.97, 1.03)
+        probe = search_cell(campaign, mode, capacity)
+        summary = {"completed": 20, "failed": 0, "output_throughput": 50.0, "tpot_ms": {"p50": 12.0}, "valid": True}
+        for cell, search in ((expand(campaign)[0], False), (probe, True)):
+            landing.land_cell(con, run_id, cell, input_len=4, output_len=4, status="completed", error=None,
+                              started_at=None, ended_at=None, result={"summary": summary}, result_path=None,
+                              search_probe=search)
+        con.execute("insert into capacity (run_id, mode, search_over, slo, capacity, upper, probes, converged, knobs) "
+                    "values (?, ?, 'rate', '{\"ttft_p99_ms\": 400.0}', ?, ?, 6, true, NULL)",
+                    [run_id, mode.name, capacity, capacity * 1.1])
+        analyze_run(con, run_id, DetectionSettings())
+    series = con.execute("select count(distinct series_id), count(*) from capacity").fetchone()
+    probes = con.execute("select count(*) from cells where search_probe and series_id is not null").fetchone()[0]
+    found = con.execute("select run_id, kind, status, first_bad_run from regressions where metric = 'capacity' "
+                        "and kind <> 'noisy' order by run_id").fetchall()
+    con.close()
+    assert series == (1, 14) and probes == 0
+    assert found[-1] == ("n13", "regression", "confirmed", "n10"), found

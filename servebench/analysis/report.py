@@ -18,6 +18,7 @@ import altair as alt
 import duckdb
 import vl_convert as vlc
 
+from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from warehouse import rows
@@ -257,6 +258,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
+        "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
 
@@ -303,7 +305,8 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
     gates = rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
                  [run_id])
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
-                 f"spec {info['spec_hash']}, started {info['started_at']}", charts, cell_table(cells, gates))
+                 f"spec {info['spec_hash']}, started {info['started_at']}", charts,
+                 capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id)) + cell_table(cells, gates))
     path = out_dir / "report.html"
     path.write_text(page)
     return path

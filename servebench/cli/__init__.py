@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(report)
     report.set_defaults(func=cmd_report)
 
+    from servebench.cli.best import add_best_parser
     from servebench.cli.capacity import add_capacity_parser
     from servebench.cli.chaos import add_chaos_parser
     from servebench.cli.load import add_load_parser
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_load_parser(sub)
     add_capacity_parser(sub)
+    add_best_parser(sub)
     add_chaos_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)

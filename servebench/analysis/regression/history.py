@@ -14,7 +14,8 @@ from servebench.analysis.regression.detect import Finding, analyze
 import warehouse
 from servebench import landing
 from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, OPTIONAL_IDENTITY_FIELDS, Night,
-                                                   cell_point, hardware_fingerprint, series_id, series_label)
+                                                   capacity_series_id, cell_point, hardware_fingerprint, series_id,
+                                                   series_label)
 from servebench.analysis.regression.settings import DetectionSettings
 
 
@@ -50,17 +51,28 @@ def assign_series(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     campaign = con.execute("select campaign from runs where run_id = ?", [run_id]).fetchone()[0]
     con.execute("update runs set hardware_fingerprint = ? where run_id = ?", [fingerprint, run_id])
     fields = [f for f in IDENTITY_FIELDS if f != "campaign"] + list(OPTIONAL_IDENTITY_FIELDS)
-    cells = con.execute(f"select cell_id, {', '.join(fields)} from cells where run_id = ?", [run_id]).fetchall()
+    # a capacity search's probes are not series: their rates are the search's, new every night
+    cells = con.execute(f"select cell_id, {', '.join(fields)} from cells where run_id = ? "
+                        "and not coalesce(search_probe, false)", [run_id]).fetchall()
     updates = [[series_id({"campaign": campaign, **dict(zip(fields, row[1:]))}, fingerprint), row[0]]
                for row in cells]
     if updates:
         con.executemany("update cells set series_id = ? where cell_id = ?", updates)
+    capacities = warehouse.rows(con, "select c.mode, c.knobs, c.search_over, c.slo, any_value(x.input_len) input_len, "
+                                     "any_value(x.output_len) output_len from capacity c left join cells x "
+                                     "on x.run_id = c.run_id and x.mode = c.mode where c.run_id = ? group by all",
+                                [run_id])
+    if capacities:
+        con.executemany("update capacity set series_id = ? where run_id = ? and mode = ?",
+                        [[capacity_series_id({"campaign": campaign, **row}, fingerprint), run_id, row["mode"]]
+                         for row in capacities])
     return fingerprint
 
 
 def assign_missing_series(con: duckdb.DuckDBPyConnection) -> None:
     """Runs landed before detection existed (or interrupted before it ran) get their ids."""
-    for (run_id,) in con.execute("select distinct run_id from cells where series_id is null").fetchall():
+    for (run_id,) in con.execute("select distinct run_id from cells where series_id is null "
+                                 "and not coalesce(search_probe, false)").fetchall():
         assign_series(con, run_id)
 
 
@@ -92,6 +104,10 @@ def analyze_run(con: duckdb.DuckDBPyConnection, run_id: str, settings: Detection
         con, "select c.series_id, any_value(c.cell_key) cell_key, r.campaign, c.mode, c.load_kind, c.clients, "
              "c.rate, c.input_len, c.output_len, r.hardware_fingerprint from cells c join runs r using (run_id) "
              "where c.run_id = ? and c.series_id is not null group by all order by cell_key", [run_id])
+    series += warehouse.rows(
+        con, "select c.series_id, c.mode || '.capacity' cell_key, r.campaign, c.mode, 'capacity' load_kind, "
+             "c.search_over, r.hardware_fingerprint from capacity c join runs r using (run_id) "
+             "where c.run_id = ? and c.series_id is not null order by c.mode", [run_id])
     history = nights_of(con, [s["series_id"] for s in series], night_at)
     rows = []
     for identity in series:

@@ -23,7 +23,7 @@ Direction = Literal["higher", "lower"]
 
 
 class Metric(BaseModel):
-    name: str                  # a column of `cells`
+    name: str                  # a column of `cells` (capacity: of `capacity`, a series of its own)
     direction: Direction       # which way is better
     cv_limit: float            # a night whose repeats vary more than this is noisy
     unit: str
@@ -37,6 +37,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric(name="ttft_p99_ms", direction="lower", cv_limit=0.30, unit="ms"),
     Metric(name="tpot_p50_ms", direction="lower", cv_limit=0.15, unit="ms"),
     Metric(name="goodput", direction="higher", cv_limit=0.15, unit="req/s"),
+    # a capacity search's result (rate or clients): one value a night, its bracket's precision apart
+    Metric(name="capacity", direction="higher", cv_limit=0.15, unit="req/s or clients"),
 ]}
 
 IDENTITY_FIELDS = ("campaign", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients",
@@ -88,7 +90,18 @@ def series_id(identity: dict, fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:16]
 
 
+def capacity_series_id(identity: dict, fingerprint: str) -> str:
+    """A capacity's series: the campaign, the configuration (mode and knobs), what was searched
+    (rate or clients) under which SLO and the workload's lengths, on one hardware fingerprint."""
+    key = ["capacity", identity["campaign"], identity["mode"], identity.get("knobs"), identity["search_over"],
+           json.dumps(json.loads(identity["slo"]), sort_keys=True), identity.get("input_len"),
+           identity.get("output_len"), fingerprint]
+    return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:16]
+
+
 def series_label(identity: dict) -> str:
+    if identity["load_kind"] == "capacity":
+        return f"{identity['campaign']}/{identity['mode']} capacity ({identity.get('search_over') or 'rate'})"
     point = LoadPoint(kind=identity["load_kind"], clients=identity.get("clients"), rate=identity.get("rate"))
     network = f" {identity['link']}" if identity.get("link") else ""
     return (f"{identity['campaign']}/{identity['mode']}{network} {point.label} "

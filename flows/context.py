@@ -1,0 +1,72 @@
+"""The state one campaign run threads through its stages (`RunContext`), and the small helpers
+every stage shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servebench.campaign.plan import Plan
+from servebench.campaign.schema import Campaign, GeneratedModelSpec
+from servebench.engines import Engine
+from servebench.providers import Provider
+from servebench.providers.claims import HeldClaims
+from servebench.serving.correctness import GateAnswer
+from tasks.serve import Deployment
+
+REFERENCE_MODE = "reference-tp1"
+
+
+@dataclass
+class RunContext:
+    """The state one campaign run threads through its stages (set once, read everywhere)."""
+
+    plan: Plan
+    engine: Engine
+    provider: Provider                             # one per run: allocates, holds and releases the nodes
+    warehouse: str
+    run_id: str
+    run_dir: Path
+    campaign_dir: Path                             # relative paths in the campaign (a model) are from here
+    deployment: Deployment | None = None           # nodes, build, model, shared services: set once provisioned
+    vocab: int = 0
+    reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
+    reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
+    link: str | None = None                        # the network setting the testbed's links have now
+    claims: HeldClaims | None = None               # what the run has to itself (nodes' CPUs), until release
+    statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
+    invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
+    searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
+
+    @property
+    def campaign(self) -> Campaign:
+        return self.plan.campaign
+
+    @property
+    def planned_cells(self) -> int:
+        """The campaign's cells plus the most probes its capacity searches may take: an upper
+        bound for progress (a search usually stops earlier)."""
+        search = self.campaign.search
+        probes = 0 if search is None else len(self.plan.modes()) * search.max_probes * search.repeats
+        return len(self.plan.cells) + probes
+
+    @property
+    def served_name(self) -> str:
+        return served_name(self.campaign)
+
+
+def served_name(campaign: Campaign) -> str:
+    if isinstance(campaign.model, GeneratedModelSpec):
+        return campaign.model.generate
+    return Path(campaign.model.path).name
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+def log_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

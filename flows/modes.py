@@ -1,0 +1,276 @@
+"""A mode's part of a campaign: start its server, gate it, run its cells one by one (landing each
+before the next starts), restart the server after a fault, stop it whatever happens. A failed
+cell is recorded with its cause and the campaign goes on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from flows.context import REFERENCE_MODE, RunContext, first_line, log_text
+from flows.search import search_mode_capacity
+from servebench import landing
+from servebench.analysis.capacity import judge, observed_from_summary
+from servebench.campaign.schema import ModeSpec
+from servebench.campaign.sweep import Cell
+from servebench.load.runner import load_result
+from servebench.progress import reporter
+from servebench.serving.correctness import GateResult, blocks_cells
+from servebench.serving.faults import FaultTimer
+from servebench.serving.server import Server, exit_codes, is_healthy
+from tasks.faults import land_faults, start_cell_faults
+from tasks.land import land_cell, land_server, session
+from tasks.load import cell_load_config, requests_csv_path, run_cell_load
+from tasks.network import set_links
+from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
+from tasks.telemetry import Telemetry, stop_telemetry
+
+
+def reference_answers(ctx: RunContext) -> None:
+    """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once.
+
+    If it cannot, no mode is compared with anything: each is marked `unchecked`, never
+    silently judged against another distributed mode."""
+    mode = ctx.engine.reference_mode(REFERENCE_MODE)
+    reporter().stage("correctness reference: starting a TP=1 server")
+    try:
+        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
+            ctx.deployment, mode)
+    except Exception as exc:
+        ctx.reference_problem = f"the TP=1 reference server did not start: {first_line(exc)}"
+        land_server(ctx.warehouse, ctx.run_id, mode=REFERENCE_MODE, pid=None, port=None, command=[], env={},
+                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
+                    error=str(exc))
+        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
+        return
+    gate = None
+    try:
+        gate, ctx.reference = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, None, None)
+    except Exception as exc:
+        ctx.reference_problem = f"the TP=1 reference server did not answer the gate prompts: {first_line(exc)}"
+        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
+    finally:
+        stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
+    """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
+
+    The first single-worker mode's answers become the campaign's reference."""
+    reporter().stage(f"mode {mode.name}: starting the server")
+    try:
+        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+            ctx.deployment, mode)
+    except Exception as exc:
+        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
+                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
+                    error=str(exc))
+        if ctx.reference is None and ctx.reference_problem is None and ctx.engine.is_reference(mode):
+            ctx.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
+        for cell in cells:
+            land_failed_cell(ctx, cell, f"server did not start: {exc}")
+        return
+    gate = None
+    try:
+        reporter().stage(f"mode {mode.name}: correctness gate")
+        gate, answer = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, ctx.reference,
+                                         ctx.reference_problem)
+        if gate.status == "reference":
+            ctx.reference = answer
+        land_mode_server(ctx, server, "ready", gate)
+        reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
+        for index, cell in enumerate(cells):
+            reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), ctx.planned_cells)
+            if index and (problem := server_problem(server)) is not None:  # a fault took the server down
+                server, telemetry = restart_server(ctx, mode, server, telemetry, gate, problem)
+            if blocks_cells(gate, ctx.campaign.correctness.accept):
+                land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
+                                 correctness=gate.status)
+            elif (problem := apply_link(ctx, cell)) is not None:
+                land_failed_cell(ctx, cell, problem, correctness=gate.status)
+            else:
+                run_one_cell(ctx, cell, server, gate.status)
+        searched = ctx.campaign.search is not None and (ctx.searches is None or mode.name in ctx.searches)
+        if searched and not blocks_cells(gate, ctx.campaign.correctness.accept):
+            server, telemetry = search_mode_capacity(ctx, mode, server, telemetry, gate)
+    except Exception as exc:
+        for cell in cells:
+            if cell.key not in ctx.statuses:
+                land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
+    finally:
+        stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                   gate: GateResult | None, problem: str) -> tuple[Server, Telemetry]:
+    """The mode's server is no longer healthy (the cell before failed with that cause): stop what
+    is left of it, start it again for the mode's next cells (its gate stands: the same build and
+    settings). If it does not start, that raises and the mode's remaining cells fail with it."""
+    reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
+    stop_server_and_telemetry(ctx, server, telemetry, gate)
+    restarted, telemetry = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
+        ctx.deployment, mode)
+    land_mode_server(ctx, restarted, "ready", gate)
+    return restarted, telemetry
+
+
+def apply_link(ctx: RunContext, cell: Cell) -> str | None:
+    """Give the testbed's links the cell's network setting (when it changes); why not, or None."""
+    if cell.link is None or cell.link.label == ctx.link:
+        return None
+    reporter().stage(f"network: links set to {cell.link.label}")
+    try:
+        set_links(ctx.campaign.network.testbed, cell.link, [node.name for node in ctx.deployment.nodes])
+    except Exception as exc:
+        ctx.link = None
+        return f"the network setting {cell.link.label} could not be applied: {first_line(exc)}"
+    ctx.link = cell.link.label
+    return None
+
+
+def blocked_reason(gate: GateResult, accept: str) -> str:
+    if gate.status == "close":
+        return f"correctness gate close but the campaign demands equal tokens (correctness.accept: {accept}): " \
+               f"{gate.detail}"
+    return f"correctness gate failed: {gate.detail}"
+
+
+def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Telemetry, gate: GateResult | None) -> None:
+    """Plain calls, not task runs: this must also work while a Ctrl-C unwinds. A stop that fails
+    (its host unreachable, its allocation gone) is reported and the rest still happens: the
+    server's row and samples land, and the campaign goes on to the next mode."""
+    for what, stop in (("telemetry", lambda: stop_telemetry.fn(ctx.provider, telemetry)),
+                       ("server", lambda: stop_mode_server.fn(ctx.provider, server))):
+        try:
+            stop()
+        except Exception as exc:
+            reporter().stage(f"mode {server.mode}: stopping its {what} failed: {first_line(exc)}")
+    land_mode_server(ctx, server, "ready", gate)
+    with session(ctx.warehouse) as con:
+        landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
+
+
+def server_problem(server: Server) -> str | None:
+    """Why the mode's server cannot serve (a process ended, its node or allocation is gone), or None."""
+    try:
+        if is_healthy(server):
+            return None
+        return (f"server of mode {server.mode} is no longer healthy (exit codes: {exit_codes(server)}); "
+                f"see {server.log_path}")
+    except Exception as exc:  # the provider could not even ask: that is the cause
+        return f"{type(exc).__name__}: {exc}"
+
+
+def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
+                 search_probe: bool = False) -> dict | None:
+    """Measure one cell and land it; return its load summary (None: nothing was measured)."""
+    problem = server_problem(server)
+    if problem is not None:
+        land_failed_cell(ctx, cell, problem, search_probe=search_probe)
+        return None
+    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.plan.client,
+                              ctx.engine)
+    output = ctx.run_dir / "cells" / f"{cell.key}.json"
+    started = landing.now()
+    timers = start_faults(ctx, cell, server)
+    try:
+        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
+            config, str(output), ctx.deployment.client, mark=f"{ctx.provider.run_id}.load")
+    except Exception as exc:
+        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness,
+                         search_probe=search_probe)
+        return None
+    injected = finish_faults(ctx, cell, timers)
+    summary = result["summary"]
+    status = "completed" if summary["completed"] > 0 else "failed"
+    error = None if status == "completed" else f"every request failed: {summary['errors']}"
+    if (problem := server_problem(server)) is not None:
+        # a process of the server ended (or its node went away) during the cell: what it measured
+        # lands, but the cell failed, with the cause
+        status, error = "failed", f"{problem} (during the cell: {summary['completed']} requests answered, " \
+                                  f"{summary['failed']} failed){injected}"
+    elif status == "failed":
+        error += injected
+    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
+        ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
+        requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
+        slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status))
+    ctx.statuses[cell.key] = status
+    if status == "completed" and not summary.get("valid", True):
+        ctx.invalid[cell.key] = list(summary["invalid_reasons"])
+    throughput = summary.get("output_throughput") or 0.0
+    busy = (summary.get("client") or {}).get("core_fraction")
+    verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
+    reporter().cell_finished(cell.key, status, f"{summary['completed']} ok, {summary['failed']} failed, "
+                             f"{throughput:.1f} tok/s, gate {correctness}"
+                             + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
+    return summary
+
+
+def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) -> bool:
+    """Land a cell measured but not landed before the run was cut (its complete JSON in the run
+    directory; the load generator writes it last and atomically). Whether it did."""
+    output = ctx.run_dir / "cells" / f"{cell.key}.json"
+    if cell.key in ctx.statuses or not output.exists():
+        return False
+    result = load_result(output)
+    summary = result["summary"]
+    status = "completed" if summary["completed"] > 0 else "failed"
+    with session(ctx.warehouse) as con:
+        landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+                          output_len=ctx.campaign.load.output_len, status=status, error=None, started_at=None,
+                          ended_at=landing.now(), result=result, result_path=str(output),
+                          requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
+                          slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status))
+    ctx.statuses[cell.key] = status
+    return True
+
+
+def slo_verdict(slo: dict[str, float], cell: Cell, summary: dict, status: str) -> bool | None:
+    """Whether the cell met the campaign's SLO (valid, every limit held); None without an SLO."""
+    if not slo:
+        return None
+    point = cell.point.rate if cell.point.kind == "open" else cell.point.clients
+    return judge(point, observed_from_summary(summary, slo), slo,
+                 valid=status == "completed" and bool(summary.get("valid", True))).met
+
+
+def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
+    """The campaign's faults for this cell, each on its node (default: the API server's)."""
+    return start_cell_faults(ctx.campaign.faults, cell.key, server.api.node, ctx.deployment.sampled_nodes,
+                             ctx.provider)
+
+
+def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> str:
+    """Land what the cell's faults did; return it as a clause for the cell's error ('' if none)."""
+    if not timers:
+        return ""
+    injected = [timer.finish() for timer in timers]
+    land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
+    for fault in injected:
+        reporter().stage(fault.describe())
+    return "; injected: " + "; ".join(fault.describe() for fault in injected)
+
+
+def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
+                     correctness: str | None = None, search_probe: bool = False) -> None:
+    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status="failed", error=error, started_at=started,
+        ended_at=landing.now(), result=None, result_path=None, correctness=correctness, search_probe=search_probe,
+        slo_met=False if ctx.campaign.slo else None)
+    ctx.statuses[cell.key] = "failed"
+    reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
+
+
+def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
+    api = server.api
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, pid=api.process.pid, port=server.port,
+                   command=api.launch.argv, env=api.launch.env, log_path=str(server.log_path),
+                   started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
+                   status=status, error=None, correctness=gate.status if gate else None,
+                   correctness_detail=gate.detail if gate else None,
+                   correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
+                   kv_capacity_tokens=ctx.engine.kv_capacity_tokens(log_text(server.log_path)))

@@ -1,0 +1,92 @@
+"""A mode's capacity search inside a campaign (`search:`), and the tuner's verdict over every
+configuration (`search: tune`): the searching itself is `servebench.analysis.capacity`, the
+verdict `servebench.analysis.tuning`; here they are composed with the cells and the warehouse."""
+
+from __future__ import annotations
+
+import warehouse
+from flows import modes  # modes calls this module's search in turn: its names are looked up at call time
+from flows.context import RunContext
+from servebench.analysis.capacity import Probe as CapacityProbe
+from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
+from servebench.campaign.schema import ModeSpec
+from servebench.campaign.sweep import Cell, configurations, search_cell
+from servebench.progress import reporter
+from servebench.serving.correctness import GateResult
+from servebench.serving.server import Server
+from tasks.land import land_capacity, land_tuning, session
+from tasks.telemetry import Telemetry
+
+
+def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                         gate: GateResult) -> tuple[Server, Telemetry]:
+    """The mode's capacity under the campaign's SLO (servebench/analysis/capacity.py): every probe
+    a cell (`<mode>.cap.<point>.r0`), landed like the others; the result in `capacity`. A server
+    found unhealthy between probes is restarted; the probe it failed counts as a miss."""
+    spec, slo = ctx.campaign.search, ctx.campaign.slo
+    current = {"server": server, "telemetry": telemetry}
+    probe_cells: list[str] = []
+
+    def probe_once(value: float, repeat: int) -> CapacityProbe:
+        cell = search_cell(ctx.campaign, mode, value, repeat)
+        modes.land_result_file(ctx, cell, search_probe=True)  # measured, not landed, before a resume
+        if cell.key in ctx.statuses:  # measured by the run's earlier attempt (a resume): its verdict stands
+            probe_cells.append(cell.key)
+            return landed_probe(ctx, cell, value)
+        if (problem := modes.server_problem(current["server"])) is not None:
+            current["server"], current["telemetry"] = modes.restart_server(ctx, mode, current["server"],
+                                                                     current["telemetry"], gate, problem)
+        reporter().cell_started(cell.key, mode.name, len(ctx.statuses), ctx.planned_cells)
+        probe_cells.append(cell.key)
+        summary = modes.run_one_cell(ctx, cell, current["server"], gate.status, search_probe=True)
+        if summary is None:  # failed without a measurement
+            return judge(value, {key: None for key in slo}, slo, valid=False)
+        return judge(value, observed_from_summary(summary, slo), slo,
+                     valid=ctx.statuses[cell.key] == "completed" and bool(summary.get("valid", True)))
+
+    def probe(value: float) -> CapacityProbe:
+        """The point meets the SLO only if every repeat does (the first miss ends the repeats)."""
+        verdict = probe_once(value, 0)
+        for repeat in range(1, spec.repeats):
+            if not verdict.met:
+                break
+            verdict = probe_once(value, repeat)
+        return verdict
+
+    reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
+    result = search_capacity(probe, SearchSettings(start=spec.start, precision=spec.precision,
+                                                   max_probes=spec.max_probes, max_value=spec.max_value,
+                                                   integer=spec.over == "clients"))
+    land_capacity(ctx.warehouse, ctx.run_id, mode, spec.over, slo, result, probe_cells)
+    unit = "clients" if spec.over == "clients" else "req/s"
+    reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
+                     f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
+    return current["server"], current["telemetry"]
+
+
+def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
+    """A probe cell already in the warehouse, as the search's verdict: what it measured and
+    whether it met the SLO, as landed (nothing is measured twice)."""
+    slo = ctx.campaign.slo
+    with session(ctx.warehouse) as con:
+        row = warehouse.rows(con, f"select slo_met, status, valid, {', '.join(slo)} from cells where run_id = ? "
+                                  "and cell_key = ?", [ctx.run_id, cell.key])[0]
+    valid = row["status"] == "completed" and bool(row["valid"])
+    verdict = judge(value, {key: row[key] for key in slo}, slo, valid=valid)
+    return verdict.model_copy(update={"met": bool(row["slo_met"])})
+
+
+def judge_tuning(ctx: RunContext) -> None:
+    """`search: tune`: the best configuration against the default, from every capacity the run
+    landed (also those of an earlier attempt, after a resume), into `tuning`."""
+    spec = ctx.campaign.search
+    default = configurations(ctx.campaign)[0].name
+    verdict = land_tuning(ctx.warehouse, ctx.run_id, default, spec.over, ctx.campaign.slo)
+    bounds = (f" (the probes' brackets allow {_times(verdict.ratio_low)} to {_times(verdict.ratio_high)})"
+              if verdict.ratio is not None else "")
+    reporter().stage(f"tuning: best {verdict.best_mode} at {verdict.best_capacity}, default {default} at "
+                     f"{verdict.default_capacity}: {verdict.why}{bounds}; {verdict.probes} probes")
+
+
+def _times(ratio: float | None) -> str:
+    return "unbounded" if ratio is None else f"{ratio:.2f}x"
