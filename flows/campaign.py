@@ -24,7 +24,7 @@ from prefect.exceptions import TerminationSignal
 import warehouse
 from flows.context import RunContext, first_line
 from flows.modes import land_result_file, reference_answers, run_mode
-from flows.search import judge_tuning
+from flows.search import judge_tuning, optuna_first_mode, tune_with_optuna
 from servebench import landing
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
@@ -134,10 +134,15 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
             modes += [(mode, []) for mode in configurations(campaign)  # a resumed run's unfinished searches
                       if ctx.searches is not None and mode.name in ctx.searches and mode.name not in measured]
             modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # reference answers first
-            if not ctx.engine.is_reference(modes[0][0]):
+            optuna = campaign.search is not None and campaign.search.strategy == "optuna"
+            first = optuna_first_mode(ctx) if optuna else modes[0][0]
+            if first is None or not ctx.engine.is_reference(first):
                 reference_answers(ctx)
-            for mode, mode_cells in modes:
-                run_mode(ctx, mode, mode_cells)
+            if optuna:  # a few configurations, chosen one after the other
+                tune_with_optuna(ctx, cells)
+            else:
+                for mode, mode_cells in modes:
+                    run_mode(ctx, mode, mode_cells)
         if campaign.search is not None and campaign.search.kind == "tune":
             judge_tuning(ctx)
         outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)

@@ -46,8 +46,11 @@ class RunContext:
     def planned_cells(self) -> int:
         """The campaign's cells plus the most probes its capacity searches may take: an upper
         bound for progress (a search usually stops earlier)."""
-        search = self.campaign.search
-        probes = 0 if search is None else len(self.plan.modes()) * search.max_probes * search.repeats
+        search, configurations = self.campaign.search, len(self.plan.modes())
+        if search is not None and search.trials is not None:  # optuna: only `trials` configurations
+            per_configuration = len(self.plan.cells) // configurations
+            return min(search.trials, configurations) * (per_configuration + search.max_probes * search.repeats)
+        probes = 0 if search is None else configurations * search.max_probes * search.repeats
         return len(self.plan.cells) + probes
 
     @property

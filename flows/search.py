@@ -10,10 +10,11 @@ from flows.context import RunContext
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
 from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import Cell, configurations, search_cell
+from servebench.campaign.sweep import Cell, configuration_space, configurations, search_cell
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
+from servebench.analysis.tuning import propose_configuration
 from tasks.land import land_capacity, land_tuning, session
 from tasks.telemetry import Telemetry
 
@@ -90,3 +91,49 @@ def judge_tuning(ctx: RunContext) -> None:
 
 def _times(ratio: float | None) -> str:
     return "unbounded" if ratio is None else f"{ratio:.2f}x"
+
+
+def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:
+    """`search: {kind: tune, strategy: optuna, trials: N}`: launch N configurations, the default
+    first, each next one proposed by Optuna from the capacities found so far
+    (`servebench.analysis.tuning.propose_configuration`); every trial is a whole mode (its cells,
+    then its capacity search), landed like any other. A resumed run finishes the configuration the
+    killed one had started, then goes on proposing from every capacity landed."""
+    spec = ctx.campaign.search
+    space = configuration_space(ctx.campaign)
+    points = [point for point, _ in space]
+    by_key = {_point_key(point): mode for point, mode in space}
+    capacities = _landed_capacities(ctx)
+    tried = [(point, capacities[mode.name] or 0.0) for point, mode in space if mode.name in capacities]
+    started = [mode for point, mode in space if mode.name not in capacities and any(
+        cell.key in ctx.statuses for cell in ctx.plan.cells if cell.mode.name == mode.name)]
+    while len(tried) < spec.trials:
+        if started:
+            mode = started.pop(0)
+        else:
+            point = propose_configuration(points, tried, spec.seed)
+            if point is None:
+                break
+            mode = by_key[_point_key(point)]
+        reporter().stage(f"tuning: trial {len(tried) + 1} of {spec.trials}: {mode.name}")
+        modes.run_mode(ctx, mode, [cell for cell in cells if cell.mode.name == mode.name])
+        capacity = _landed_capacities(ctx).get(mode.name)
+        tried.append((next(point for point, m in space if m.name == mode.name), capacity or 0.0))
+
+
+def optuna_first_mode(ctx: RunContext) -> ModeSpec | None:
+    """The configuration an optuna tuning launches first: the default, unless a resumed run had
+    already searched it (then the next is not known before it is proposed)."""
+    default = configurations(ctx.campaign)[0]
+    return None if default.name in _landed_capacities(ctx) else default
+
+
+def _landed_capacities(ctx: RunContext) -> dict[str, float | None]:
+    with session(ctx.warehouse) as con:
+        return dict(con.execute("select mode, capacity from capacity where run_id = ?", [ctx.run_id]).fetchall())
+
+
+def _point_key(point: dict) -> str:
+    import json
+
+    return json.dumps(point, sort_keys=True)

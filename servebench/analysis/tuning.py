@@ -76,3 +76,54 @@ def _dominates(a: ConfigurationCapacity, b: ConfigurationCapacity) -> bool:
 
 def _tpot(c: ConfigurationCapacity) -> float:
     return c.tpot_p50_ms if c.tpot_p50_ms is not None else float("inf")
+
+
+def propose_configuration(space: list[dict], tried: list[tuple[dict, float]], seed: int) -> dict | None:
+    """The next point of the tuning space to launch (`search: {strategy: optuna}`): Optuna's TPE
+    sampler, given every capacity found so far, maximizing it. Nothing is remembered between
+    calls: the study is rebuilt from `tried` (so a resumed run continues where the killed one
+    stopped), and the sampler's seed is `seed` plus the trials so far (the same capacities, the
+    same choice). A point already tried is told its value and asked again; when the sampler keeps
+    proposing known points, the first untried point in `space` order is taken. None: all tried.
+
+    space: every point, {"mode": name, knob: value, ...}, the default first; tried: (point,
+    capacity) pairs, a capacity of 0 for a configuration that met the SLO nowhere."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    known = {_key(point): value for point, value in tried}
+    untried = [point for point in space if _key(point) not in known]
+    if not untried:
+        return None
+    if not tried:
+        return space[0]  # the default configuration is always measured, first
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    names = list(space[0])
+    distributions = {name: CategoricalDistribution(_choices(space, name)) for name in names}
+    sampler = optuna.samplers.TPESampler(seed=seed + len(tried), n_startup_trials=min(4, len(space)))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for point, value in tried:
+        study.add_trial(create_trial(params=point, distributions=distributions, value=value))
+    valid = {_key(point) for point in space}
+    for _ in range(16):
+        trial = study.ask(distributions)
+        key = _key(trial.params)
+        if key not in known and key in valid:
+            return dict(trial.params)
+        study.tell(trial, known.get(key, 0.0))  # known: its capacity; outside the space: nothing served
+    return untried[0]
+
+
+def _choices(space: list[dict], name: str) -> tuple:
+    choices: list = []
+    for point in space:
+        if point[name] not in choices:
+            choices.append(point[name])
+    return tuple(choices)
+
+
+def _key(point: dict) -> str:
+    import json
+
+    return json.dumps(point, sort_keys=True)

@@ -145,6 +145,8 @@ def _check_knob_names(names: Any) -> None:
     for name in names:
         if not re.match(KNOB_NAME, name):
             raise ValueError(f"knob name {name!r}: lower case letters, digits and '_' ({KNOB_NAME})")
+        if name == "mode":
+            raise ValueError("'mode' is not a knob name: the tuning space's mode axis has it")
 
 
 class ModeSpec(StrictModel):
@@ -322,6 +324,19 @@ class SearchSpec(StrictModel):
     max_value: float = Field(1024.0, gt=0, description="Never probe above this.")
     repeats: int = Field(1, ge=1, le=10, description="Each probe is run this many times (cells r0, r1, ...); "
                          "it meets the SLO only if every repeat does (a verdict that survives noise).")
+    strategy: Literal["grid", "optuna"] = Field("grid", description=(
+        "tune: 'grid' searches every configuration; 'optuna' only `trials` of them, the default first, "
+        "each next one chosen by Optuna's TPE sampler from the capacities found so far (large spaces)."))
+    trials: int | None = Field(None, ge=2, le=1000, description="optuna: configurations launched, the default's included.")
+    seed: int = Field(0, description="optuna: the sampler's seed (the same seed and capacities, the same choices).")
+
+    @model_validator(mode="after")
+    def _strategy(self) -> "SearchSpec":
+        if self.strategy == "optuna" and (self.kind != "tune" or self.trials is None):
+            raise ValueError("strategy 'optuna' is for kind 'tune' and needs 'trials' (configurations to launch)")
+        if self.strategy == "grid" and self.trials is not None:
+            raise ValueError("'trials' is for strategy 'optuna' (a grid launches every configuration)")
+        return self
 
 
 class Campaign(StrictModel):
@@ -402,8 +417,10 @@ class Campaign(StrictModel):
         for mode in data["modes"]:
             if not mode.get("knobs"):
                 mode.pop("knobs", None)
-        if data.get("search") and data["search"].get("repeats") == 1:
-            data["search"].pop("repeats")
+        search = data.get("search") or {}
+        for name, default in (("repeats", 1), ("strategy", "grid"), ("trials", None), ("seed", 0)):
+            if name in search and search[name] == default:  # a search as it was before these existed
+                search.pop(name)
         return data
 
     def spec_hash(self) -> str:

@@ -56,18 +56,21 @@ def configurations(campaign: Campaign) -> list[ModeSpec]:
     """The modes as served: each of the campaign's modes once per combination of its knob axes'
     values (in file order, the first value of every axis first), named by the values that are set:
     `tp1`, `tp1-mns8`, `tp1-mns8-cpoff`. The first is the campaign's default configuration."""
+    return [mode for _, mode in configuration_space(campaign)]
+
+
+def configuration_space(campaign: Campaign) -> list[tuple[dict[str, KnobValue], ModeSpec]]:
+    """Every configuration with the point it is in the tuning space: {"mode": name, knob: value...}."""
     names = list(campaign.knobs)
-    served = []
+    space = []
     for mode in campaign.modes:
         for values in itertools.product(*(campaign.knobs[name] for name in names)):
             combination = dict(zip(names, values))
-            if not combination:
-                served.append(mode)
-                continue
             label = "-".join(knob_label(name, value) for name, value in combination.items() if value is not None)
-            served.append(mode.model_copy(update={"name": f"{mode.name}-{label}" if label else mode.name,
-                                                  "knobs": {**mode.knobs, **combination}}))
-    return served
+            served = mode if not combination else mode.model_copy(update={
+                "name": f"{mode.name}-{label}" if label else mode.name, "knobs": {**mode.knobs, **combination}})
+            space.append(({"mode": mode.name, **combination}, served))
+    return space
 
 
 def knob_label(name: str, value: KnobValue) -> str:
