@@ -121,6 +121,7 @@ def test_the_knobs_reach_the_server_command_and_environment():
         "--max-num-seqs", "8", "--no-enable-chunked-prefill", "--enforce-eager", "--async-scheduling"]
     assert knob_env({"kv_cache_gib": 0.5}) == {"VLLM_CPU_KVCACHE_SPACE": "0.5"} and knob_env({}) == {}
     assert cut_binding("0-3|4-7", 2) == "0-1|4-5" and cut_binding("0-3", None) == "0-3"
+    assert cut_binding("0-3|4-7", 2, "nobind") == "nobind" and cut_binding("0-3", None, "explicit") == "0-3"
 
 
 @pytest.mark.parametrize("change, field, message", [

@@ -21,6 +21,9 @@ KNOBS: dict[str, Knob] = {
     "kv_cache_gib": Knob("VLLM_CPU_KVCACHE_SPACE: KV cache GiB per rank", float, minimum=0.0625),
     "omp_threads": Knob("threads per worker: each rank's VLLM_CPU_OMP_THREADS_BIND cut to its first N CPUs",
                         int, minimum=1),
+    "omp_bind": Knob("VLLM_CPU_OMP_THREADS_BIND: 'explicit' (servebench's core list per rank, the default), "
+                     "'auto' (vLLM's own, per NUMA node) or 'nobind' (threads unpinned, within the node's CPUs)",
+                     str, choices=("explicit", "auto", "nobind")),
 }
 
 _FLAGS = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens"}
@@ -48,8 +51,11 @@ def knob_env(knobs: dict[str, KnobValue]) -> dict[str, str]:
     return {} if value is None else {"VLLM_CPU_KVCACHE_SPACE": f"{value:g}"}
 
 
-def cut_binding(binding: str, threads: KnobValue) -> str:
-    """'0-3|4-7' with omp_threads=2 -> '0-1|4-5': each rank's list cut to its first N CPUs."""
+def cut_binding(binding: str, threads: KnobValue, bind: KnobValue = None) -> str:
+    """'0-3|4-7' with omp_threads=2 -> '0-1|4-5': each rank's list cut to its first N CPUs;
+    omp_bind 'auto' or 'nobind' replaces the lists (vLLM's own binding, or none)."""
+    if bind in ("auto", "nobind"):
+        return str(bind)
     if threads is None:
         return binding
     return "|".join(format_cpu_list(parse_cpu_list(part)[:int(threads)]) for part in binding.split("|"))

@@ -35,7 +35,8 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     """The server's processes, with core lists for every node that runs workers."""
     mode, nodes = request.mode, request.nodes
     binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
-    binds = {node: cut_binding(bind, mode.knobs.get("omp_threads")) for node, bind in binds.items()}
+    binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
+             for node, bind in binds.items()}
     if mode.executor == "mp-multinode":
         return _multinode_launch(request, binds)
     head = server_node(mode.executor, mode.world_size, nodes)
