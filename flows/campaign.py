@@ -24,7 +24,7 @@ from prefect.exceptions import TerminationSignal
 import warehouse
 from flows.context import RunContext, first_line
 from flows.modes import land_result_file, reference_answers, run_mode
-from flows.search import judge_tuning, optuna_first_mode, tune_with_optuna
+from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
@@ -94,7 +94,9 @@ def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only:
         with session(wh) as con:
             searched = {mode for (mode,) in con.execute("select mode from capacity where run_id = ?",
                                                         [run_id]).fetchall()}
-        ctx.searches = {mode.name for mode in configurations(campaign)} - searched
+        done = searched | finished_modes(wh, run_id)  # a server that failed or was stopped: not again
+        ctx.searches = set() if failed_only else {mode.name for mode in configurations(campaign)} - done
+    ctx.rerun_failed = failed_only
     todo = cells_to_run(plan.cells, ctx.statuses, failed_only)
     for cell in todo:
         ctx.statuses.pop(cell.key, None)
@@ -134,7 +136,7 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
             modes += [(mode, []) for mode in configurations(campaign)  # a resumed run's unfinished searches
                       if ctx.searches is not None and mode.name in ctx.searches and mode.name not in measured]
             modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # reference answers first
-            optuna = campaign.search is not None and campaign.search.strategy == "optuna"
+            optuna = campaign.search is not None and campaign.search.strategy == "optuna" and not ctx.rerun_failed
             first = optuna_first_mode(ctx) if optuna else modes[0][0]
             if first is None or not ctx.engine.is_reference(first):
                 reference_answers(ctx)
@@ -144,6 +146,7 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
                 for mode, mode_cells in modes:
                     run_mode(ctx, mode, mode_cells)
         if campaign.search is not None and campaign.search.kind == "tune":
+            remeasure_default(ctx)
             judge_tuning(ctx)
         outcome["status"] = run_status(ctx.statuses, ctx.invalid, campaign.validity.on_invalid)
     except BaseException as exc:

@@ -37,6 +37,7 @@ class RunContext:
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
+    rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
 
     @property
     def campaign(self) -> Campaign:

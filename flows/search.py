@@ -11,10 +11,11 @@ from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
 from servebench.campaign.schema import ModeSpec
 from servebench.campaign.sweep import Cell, configuration_space, configurations, search_cell
+from servebench.analysis.capacity_report import times
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
-from servebench.analysis.tuning import propose_configuration
+from servebench.analysis.tuning import AGAIN, propose_configuration
 from tasks.land import land_capacity, land_tuning, session
 from tasks.telemetry import Telemetry
 
@@ -70,11 +71,26 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     whether it met the SLO, as landed (nothing is measured twice)."""
     slo = ctx.campaign.slo
     with session(ctx.warehouse) as con:
-        row = warehouse.rows(con, f"select slo_met, status, valid, {', '.join(slo)} from cells where run_id = ? "
-                                  "and cell_key = ?", [ctx.run_id, cell.key])[0]
+        row = warehouse.rows(con, "select * from cells where run_id = ? and cell_key = ?", [ctx.run_id, cell.key])[0]
     valid = row["status"] == "completed" and bool(row["valid"])
-    verdict = judge(value, {key: row[key] for key in slo}, slo, valid=valid)
+    verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=valid)  # cells keep p50 and p99 only
     return verdict.model_copy(update={"met": bool(row["slo_met"])})
+
+
+def remeasure_default(ctx: RunContext) -> None:
+    """`search: tune`: the default configuration once more, after all the others, as
+    `<default>-again` (its own server and capacity search): what order alone changes
+    (`servebench.analysis.tuning.tune_verdict`). Skipped when already measured (a resume) or when
+    the default itself has no capacity (its server failed, or it met the SLO nowhere)."""
+    default = configurations(ctx.campaign)[0]
+    again = default.model_copy(update={"name": default.name + AGAIN})
+    landed = _landed_capacities(ctx)
+    if landed.get(default.name) is None or again.name in landed:
+        return
+    if ctx.searches is not None:
+        ctx.searches.add(again.name)
+    reporter().stage(f"tuning: the default {default.name} measured again, after the others")
+    modes.run_mode(ctx, again, [])
 
 
 def judge_tuning(ctx: RunContext) -> None:
@@ -83,14 +99,11 @@ def judge_tuning(ctx: RunContext) -> None:
     spec = ctx.campaign.search
     default = configurations(ctx.campaign)[0].name
     verdict = land_tuning(ctx.warehouse, ctx.run_id, default, spec.over, ctx.campaign.slo)
-    bounds = (f" (the probes' brackets allow {_times(verdict.ratio_low)} to {_times(verdict.ratio_high)})"
-              if verdict.ratio is not None else "")
+    bounds = (f" (the probes' brackets allow {times(verdict.ratio_low, 'unknown')} to "
+              f"{times(verdict.ratio_high)})" if verdict.ratio is not None else "")
     reporter().stage(f"tuning: best {verdict.best_mode} at {verdict.best_capacity}, default {default} at "
-                     f"{verdict.default_capacity}: {verdict.why}{bounds}; {verdict.probes} probes")
-
-
-def _times(ratio: float | None) -> str:
-    return "unbounded" if ratio is None else f"{ratio:.2f}x"
+                     f"{verdict.default_first} first, {verdict.default_again} again: {verdict.why}{bounds}; "
+                     f"{verdict.probes} probes")
 
 
 def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:
@@ -129,8 +142,22 @@ def optuna_first_mode(ctx: RunContext) -> ModeSpec | None:
 
 
 def _landed_capacities(ctx: RunContext) -> dict[str, float | None]:
+    """Each configuration done: its capacity (None: met the SLO nowhere), and None too for one
+    whose server failed to start or was stopped without a search (a blocking gate): a resume does
+    not launch those again."""
+    return {**dict.fromkeys(finished_modes(ctx.warehouse, ctx.run_id)), **dict(_capacity_rows(ctx))}
+
+
+def _capacity_rows(ctx: RunContext) -> list[tuple[str, float | None]]:
     with session(ctx.warehouse) as con:
-        return dict(con.execute("select mode, capacity from capacity where run_id = ?", [ctx.run_id]).fetchall())
+        return con.execute("select mode, capacity from capacity where run_id = ?", [ctx.run_id]).fetchall()
+
+
+def finished_modes(warehouse_path: str, run_id: str) -> set[str]:
+    """Modes whose server failed to start or was stopped (their part of the run is over)."""
+    with session(warehouse_path) as con:
+        return {mode for (mode,) in con.execute("select mode from servers where run_id = ? and "
+                                                "(stopped_at is not null or status = 'failed')", [run_id]).fetchall()}
 
 
 def _point_key(point: dict) -> str:

@@ -234,7 +234,8 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
 def knobs_json(knobs: dict) -> str | None:
     """A mode's knobs as the warehouse keeps them (sorted keys: one text per setting; NULL: none).
     A null knob is the engine's default, as if not given: left out."""
-    set_knobs = {name: value for name, value in knobs.items() if value is not None}
+    set_knobs = {name: int(value) if isinstance(value, float) and value.is_integer() else value
+                 for name, value in knobs.items() if value is not None}  # 2.0 and 2: one setting
     return json.dumps(set_knobs, sort_keys=True) if set_knobs else None
 
 

@@ -85,18 +85,20 @@ def land_capacity(path: str, run_id: str, mode, over: str, slo: dict, result, pr
 
 def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict):
     """The tuner's verdict over the run's capacities (`servebench.analysis.tuning`), landed in `tuning`."""
-    from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
+    from servebench.analysis.tuning import AGAIN, ConfigurationCapacity, tune_verdict
 
     with session(path) as con:
         found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, run_id)]
         verdict = tune_verdict(found, default_mode)
-        launches = con.execute("select count(*) from servers where run_id = ?", [run_id]).fetchone()[0]
+        launches = con.execute("select count(*) from servers s join capacity c using (run_id, mode) "
+                               "where s.run_id = ? and s.status = 'ready'", [run_id]).fetchone()[0]
         con.execute("insert or replace into tuning (run_id, search_over, slo, configurations, launches, probes, "
                     "default_mode, best_mode, default_capacity, best_capacity, ratio, ratio_low, ratio_high, pareto, "
-                    "why) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [run_id, over, json.dumps(slo), len(found), launches, verdict.probes, verdict.default_mode,
+                    "why, default_first, default_again, drift) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, over, json.dumps(slo), len([c for c in found if c.mode != default_mode + AGAIN]), launches, verdict.probes, verdict.default_mode,
                      verdict.best_mode, verdict.default_capacity, verdict.best_capacity, verdict.ratio,
-                     verdict.ratio_low, verdict.ratio_high, json.dumps(verdict.pareto), verdict.why])
+                     verdict.ratio_low, verdict.ratio_high, json.dumps(verdict.pareto), verdict.why,
+                     verdict.default_first, verdict.default_again, verdict.drift])
     return verdict
 
 

@@ -27,6 +27,15 @@ def test_the_best_is_set_against_the_default_with_the_range_its_brackets_allow()
     assert verdict.probes == 18 and verdict.pareto == ["tp1-cpoff"]
 
 
+def test_the_default_measured_again_is_the_baseline_when_higher_and_its_drift_is_said():
+    found = [_capacity("tp1", 4.0, 4.2), _capacity("tp1-mns8", 6.0, 6.3), _capacity("tp1-again", 5.0, 6.1)]
+    verdict = tune_verdict(found, "tp1")
+    assert (verdict.default_capacity, verdict.default_first, verdict.default_again) == (5.0, 4.0, 5.0)
+    assert verdict.ratio == pytest.approx(1.2) and verdict.drift == pytest.approx(0.25)
+    assert verdict.best_mode == "tp1-mns8" and "tp1-again" not in verdict.pareto
+    assert "within what the probes' brackets cannot tell apart" in verdict.why and "+25%" in verdict.why
+
+
 def test_a_default_that_met_nothing_or_a_winner_that_never_missed_are_said():
     assert tune_verdict([_capacity("a", None, 1.0), _capacity("b", 2.0, 2.1)], "a").ratio is None
     assert "no probed point" in tune_verdict([_capacity("a", None, 1.0), _capacity("b", 2.0, 2.1)], "a").why
@@ -110,16 +119,16 @@ def test_knob_axes_multiply_the_modes_and_name_each_configuration_by_its_values(
     last = configurations(campaign)[-1]
     assert last.knobs == {"kv_cache_gib": 2, "max_num_seqs": 8, "chunked_prefill": False}
     assert [cell.key for cell in expand(campaign)][:2] == ["tp1-cpon.c1.r0", "tp1-cpoff.c1.r0"]
-    assert (knob_label("kv_cache_gib", 0.5), knob_label("omp_threads", 2)) == ("kcg0p5", "ot2")
+    assert (knob_label("spill_ratio", 0.5), knob_label("omp_threads", 2)) == ("sr0p5", "ot2")
 
 
 def test_the_knobs_reach_the_server_command_and_environment():
     from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
 
     assert knob_args({"max_num_seqs": 8, "chunked_prefill": False, "max_num_batched_tokens": None,
-                      "enforce_eager": True, "async_scheduling": True}) == [
-        "--max-num-seqs", "8", "--no-enable-chunked-prefill", "--enforce-eager", "--async-scheduling"]
-    assert knob_env({"kv_cache_gib": 0.5}) == {"VLLM_CPU_KVCACHE_SPACE": "0.5"} and knob_env({}) == {}
+                      "enforce_eager": True}) == [
+        "--max-num-seqs", "8", "--no-enable-chunked-prefill", "--enforce-eager"]
+    assert knob_env({"kv_cache_gib": 2}) == {"VLLM_CPU_KVCACHE_SPACE": "2"} and knob_env({}) == {}
     assert cut_binding("0-3|4-7", 2) == "0-1|4-5" and cut_binding("0-3", None) == "0-3"
     assert cut_binding("0-3|4-7", 2, "nobind") == "nobind" and cut_binding("0-3", None, "explicit") == "0-3"
 
@@ -128,6 +137,7 @@ def test_the_knobs_reach_the_server_command_and_environment():
     ("  chunked_prefill: [true, false]\n  bogus: [1]", "knobs.bogus", "has no knob 'bogus'"),
     ("  chunked_prefill: [true, 3]", "knobs.chunked_prefill[1]", "takes a bool"),
     ("  chunked_prefill: [true, true]", "knobs", "knob 'chunked_prefill': values repeat"),
+    ("  chunked_prefill: [true, false]\n  kv_cache_gib: [1, 2]", "modes[1].knobs.kv_cache_gib", "give it in one place"),
 ])
 def test_a_knob_the_engine_does_not_take_is_named_with_its_line(change, field, message):
     with pytest.raises(SpecError) as caught:
@@ -185,10 +195,10 @@ def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real
     assert tuning["default_mode"] == "single-pm100" and tuning["best_mode"] == "single-pm50", tuning
     # 2x in prefill; a 20-request probe absorbs some overload within the 400 ms p99, more at the faster one
     assert 1.5 <= tuning["ratio"] <= 3.2 and tuning["ratio_low"] <= tuning["ratio"] <= tuning["ratio_high"], tuning
-    assert tuning["configurations"] == tuning["launches"] == 2 and tuning["probes"] <= 16, tuning
+    assert tuning["configurations"] == 2 and tuning["launches"] == 3 and tuning["probes"] <= 24, tuning  # + default again
     assert {mode: json.loads(text) for mode, text in knobs.items()} == {
-        "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50}}
-    assert series == 2 and tpot == 2
+        "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50}, "single-pm100-again": {"prefill_ms": 100}}
+    assert series == 3 and tpot == 3
     report = Path(outcome["report"]).read_text()
     assert "Best vs default" in report and "--prefill-ms 50" in report and "no coordinated omission" in report
     assert (Path(outcome["report"]).parent / "charts" / "capacity_pareto.svg").exists()
@@ -266,5 +276,5 @@ def test_an_optuna_tuning_launches_only_its_trials_the_default_first(isolated, t
     modes = {mode for (mode,) in con.execute("select distinct mode from cells").fetchall()}
     con.close()
     assert outcome["status"] == "completed", outcome
-    assert len(servers) == 2 and servers[0] == "single-pm100" and set(servers) == modes, servers
-    assert tuning == ("single-pm100", 2, 2), tuning
+    assert len(servers) == 3 and servers[0] == "single-pm100" and servers[-1] == "single-pm100-again", servers
+    assert set(servers) == modes and tuning == ("single-pm100", 2, 3), tuning

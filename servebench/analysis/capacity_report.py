@@ -44,7 +44,7 @@ def pareto_chart(found: list[dict], tuning: dict | None, width: int, height: int
                  "knobs:N"])
     front = base.transform_filter("datum.on_front").mark_line(strokeDash=[4, 3], color="#d62728")
     labels = base.mark_text(dx=8, dy=-8, fontSize=10, align="left").encode(text="mode:N")
-    subtitle = "one point per configuration (mode x knob values); dashed: the Pareto front"
+    subtitle = "one point per configuration (mode x knob values)" + ("; dashed: the Pareto front" if tuning else "")
     return (dots + front + labels).properties(
         title=alt.TitleParams("Capacity vs TPOT per configuration", subtitle=subtitle), width=width, height=height)
 
@@ -72,11 +72,12 @@ def best_versus_default(found: list[dict], tuning: dict) -> str:
     """The tuner's verdict and the two configurations' exact server commands."""
     by_mode = {r["mode"]: r for r in found}
     ratio = "-" if tuning["ratio"] is None else (
-        f"{tuning['ratio']:.2f}x (the probes' brackets allow {_times(tuning['ratio_low'])} to "
-        f"{_times(tuning['ratio_high'])})")
+        f"{tuning['ratio']:.2f}x (the probes' brackets allow {times(tuning['ratio_low'], 'unknown')} to "
+        f"{times(tuning['ratio_high'])})")
     lines = [f"<h3>Best vs default</h3><p>{html.escape(tuning['why'] or '')}. Ratio {ratio}; "
              f"{tuning['configurations']} configurations, {tuning['launches']} server launches, "
-             f"{tuning['probes']} probes.</p><table class=\"cells\"><tr><th></th><th>configuration</th>"
+             f"{tuning['probes']} probes. The default measured first: {_num(tuning.get('default_first'))}, "
+             f"again after the others: {_num(tuning.get('default_again'))}.</p><table class=\"cells\"><tr><th></th><th>configuration</th>"
              "<th>capacity</th><th>server command</th></tr>"]
     for label, mode in (("default", tuning["default_mode"]), ("best", tuning["best_mode"])):
         r = by_mode.get(mode or "", {})
@@ -106,7 +107,8 @@ def _front(tuning: dict | None) -> list[str]:
 def _role(mode: str, tuning: dict | None) -> str:
     if not tuning:
         return "other"
-    default, best = mode == tuning["default_mode"], mode == tuning["best_mode"]
+    default = mode in (tuning["default_mode"], tuning["default_mode"] + "-again")
+    best = mode == tuning["best_mode"]
     return "default and best" if default and best else "default" if default else "best" if best else "other"
 
 
@@ -114,5 +116,6 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _times(ratio: float | None) -> str:
-    return "unbounded" if ratio is None else f"{ratio:.2f}x"
+def times(ratio: float | None, unknown: str = "unbounded") -> str:
+    """1.54 -> '1.54x'; None: a bound the probes did not give."""
+    return unknown if ratio is None else f"{ratio:.2f}x"

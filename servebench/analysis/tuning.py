@@ -23,10 +23,16 @@ class ConfigurationCapacity(BaseModel):
     knobs: dict = Field(default_factory=dict)
 
 
+AGAIN = "-again"  # the default configuration measured once more, after all the others
+
+
 class TuneVerdict(BaseModel):
     default_mode: str
     best_mode: str | None
-    default_capacity: float | None
+    default_capacity: float | None          # the default's higher measurement (first or again)
+    default_first: float | None = None      # measured first ...
+    default_again: float | None = None      # ... and again after every other configuration
+    drift: float | None = None              # again / first - 1: what order alone changed
     best_capacity: float | None
     ratio: float | None
     ratio_low: float | None
@@ -38,27 +44,46 @@ class TuneVerdict(BaseModel):
 
 def tune_verdict(configurations: list[ConfigurationCapacity], default_mode: str) -> TuneVerdict:
     """The best configuration against the default. Best = highest capacity, ties broken by the
-    lower TPOT p50 at it (then by campaign order)."""
+    lower TPOT p50 at it (then by campaign order).
+
+    The default is measured first and again last (`<default>-again`): the first server of a
+    campaign may pay what later ones find ready (compiled graphs cached on disk, warm page
+    cache), and a machine may drift. The ratio is taken against the default's *higher*
+    measurement, so neither helps the winner; `drift` says how far the two were apart."""
     by_mode = {c.mode: c for c in configurations}
-    default = by_mode.get(default_mode)
-    served = [c for c in configurations if c.capacity is not None]
+    first, again = by_mode.get(default_mode), by_mode.get(default_mode + AGAIN)
+    measured = [c for c in (first, again) if c is not None and c.capacity is not None]
+    default = max(measured, key=lambda c: c.capacity) if measured else first
+    candidates = [c for c in configurations if c.mode != default_mode + AGAIN]
+    served = [c for c in candidates if c.capacity is not None]
     probes = sum(c.probes for c in configurations)
     best = min(served, key=lambda c: (-c.capacity, _tpot(c))) if served else None
+    drift = (again.capacity / first.capacity - 1 if first and again and first.capacity and again.capacity is not None
+             else None)
     base = dict(default_mode=default_mode, best_mode=best.mode if best else None,
                 default_capacity=default.capacity if default else None,
-                best_capacity=best.capacity if best else None, pareto=pareto_front(configurations), probes=probes)
+                default_first=first.capacity if first else None, default_again=again.capacity if again else None,
+                drift=drift, best_capacity=best.capacity if best else None, pareto=pareto_front(candidates),
+                probes=probes)
     if best is None:
         return TuneVerdict(**base, ratio=None, ratio_low=None, ratio_high=None,
                            why="no configuration met the SLO at any probed point")
     if default is None or default.capacity is None:
-        why = ("the default configuration was not searched" if default is None
+        why = ("the default configuration was not searched (its server did not start?)" if default is None
                else "the default configuration met the SLO at no probed point")
         return TuneVerdict(**base, ratio=None, ratio_low=None, ratio_high=None, why=why)
     ratio = best.capacity / default.capacity
     low = best.capacity / default.upper if default.upper else None
     high = best.upper / default.capacity if best.upper else None
-    why = (f"{best.mode} serves {ratio:.2f}x the default's capacity ({best.capacity:g} vs {default.capacity:g})"
-           if best.mode != default_mode else "the default configuration is the best one found")
+    if best.mode == default_mode:
+        why = "the default configuration is the best one found"
+    elif low is not None and low <= 1:
+        why = (f"{best.mode} measured {ratio:.2f}x the default's capacity ({best.capacity:g} vs "
+               f"{default.capacity:g}), within what the probes' brackets cannot tell apart")
+    else:
+        why = f"{best.mode} serves {ratio:.2f}x the default's capacity ({best.capacity:g} vs {default.capacity:g})"
+    if drift is not None and abs(drift) > 0.05:
+        why += f"; the default measured again last moved {drift:+.0%} (order or drift: weigh small ratios with it)"
     return TuneVerdict(**base, ratio=ratio, ratio_low=low, ratio_high=high, why=why)
 
 

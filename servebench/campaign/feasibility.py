@@ -58,18 +58,23 @@ def _knob_problems(campaign: Campaign, engine) -> list[Problem]:
     from servebench.campaign.sweep import configurations
 
     problems: list[Problem] = []
-    known = ", ".join(sorted(engine.knobs)) or "none"
+    engine_knobs = getattr(engine, "knobs", {})
+    known = ", ".join(sorted(engine_knobs)) or "none"
     settings = [(("knobs", name, index), name, value) for name, values in campaign.knobs.items()
                 for index, value in enumerate(values)]
     settings += [(("modes", index, "knobs", name), name, value) for index, mode in enumerate(campaign.modes)
                  for name, value in mode.knobs.items()]
     for where, name, value in settings:
-        knob = engine.knobs.get(name)
+        knob = engine_knobs.get(name)
         if knob is None:
             problems.append((where[:-1] if where[0] == "knobs" else where,
                              f"engine {engine.kind!r} has no knob {name!r}; it has: {known}"))
         elif (problem := knob.problem(value)) is not None:
             problems.append((where, f"knob {name!r} {problem}"))
+    for index, mode in enumerate(campaign.modes):
+        for name in sorted(set(mode.knobs) & set(campaign.knobs)):
+            problems.append((("modes", index, "knobs", name), f"knob {name!r} is set here and swept by the "
+                             "campaign's knobs axis: give it in one place"))
     names = [mode.name for mode in configurations(campaign)]
     clashes = sorted({name for name in names if names.count(name) > 1})
     if clashes and campaign.knobs:

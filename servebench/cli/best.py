@@ -41,7 +41,8 @@ def cmd_best(args: argparse.Namespace) -> int:
         return EXIT_OK
     for r in best:
         unit = "clients" if r["search_over"] == "clients" else "req/s"
-        print(f"cluster {r['hardware_fingerprint'] or 'unknown'}  model {r['model_path']}  SLO {r['slo']}")
+        print(f"cluster {r['hardware_fingerprint'] or 'unknown'}  model {r['model_path']}  SLO {r['slo']}  "
+              f"in{r.get('input_len')}/out{r.get('output_len')}")
         print(f"  best   {r['mode']}  knobs {r['knobs'] or '{}'}  capacity {r['capacity']:.4g} {unit}"
               + (f" (missed at {r['upper']:.4g})" if r["upper"] is not None else "")
               + (f", TPOT p50 {r['tpot_p50_ms']:.1f} ms" if r["tpot_p50_ms"] is not None else ""))

@@ -38,7 +38,8 @@ def describe_plan(plan: Plan, file: Path) -> str:
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
         + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else ""),
-        "knobs    " + (", ".join(sorted(engine.knobs)) or "none") + " (the engine's; docs/tuning.md)",
+        "knobs    " + (", ".join(sorted(getattr(engine, "knobs", {}))) or "none") + " (the engine's; docs/tuning.md)",
+        *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
         "",
     ]
     by_name = {n.name: n for n in nodes}
@@ -62,3 +63,14 @@ def describe_plan(plan: Plan, file: Path) -> str:
 
 def _port(node: Node) -> str:
     return "PORT"
+
+
+def search_line(campaign, configurations: int) -> str:
+    """What the campaign's search will launch and probe at most (docs/capacity.md, docs/tuning.md)."""
+    search = campaign.search
+    per_search = search.max_probes * search.repeats
+    if search.kind == "capacity":
+        return f"capacity over {search.over} in each of {configurations} modes: at most {per_search} probes each"
+    launched = min(search.trials, configurations) if search.strategy == "optuna" else configurations
+    return (f"tune ({search.strategy}) over {search.over}: {launched} of {configurations} configurations, then the "
+            f"default again: {launched + 1} server launches, at most {(launched + 1) * per_search} probes")

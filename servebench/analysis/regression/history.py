@@ -72,7 +72,8 @@ def assign_series(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
 def assign_missing_series(con: duckdb.DuckDBPyConnection) -> None:
     """Runs landed before detection existed (or interrupted before it ran) get their ids."""
     for (run_id,) in con.execute("select distinct run_id from cells where series_id is null "
-                                 "and not coalesce(search_probe, false)").fetchall():
+                                 "and not coalesce(search_probe, false) "
+                                 "union select run_id from capacity where series_id is null").fetchall():
         assign_series(con, run_id)
 
 

@@ -2,7 +2,8 @@
 each becomes a server argument or variable. The tuner (docs/tuning.md) searches over these.
 
 `dtype` is not a knob: the correctness gate's reference is computed in the model's dtype
-(`model.dtype`), and answers in another dtype would not pass it.
+(`model.dtype`), and answers in another dtype would not pass it. `--async-scheduling` is not one
+either: vLLM's CPU platform turns it off whatever is asked (`CpuPlatform.check_and_update_config`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ KNOBS: dict[str, Knob] = {
     "max_num_seqs": Knob("--max-num-seqs: sequences scheduled together (the batch)", int, minimum=1),
     "max_num_batched_tokens": Knob("--max-num-batched-tokens: tokens per scheduler step", int, minimum=1),
     "chunked_prefill": Knob("--enable-chunked-prefill / --no-enable-chunked-prefill", bool),
-    "async_scheduling": Knob("--async-scheduling / --no-async-scheduling: schedule the next step while "
-                             "the current one runs", bool),
     "enforce_eager": Knob("--enforce-eager when true: no compiled graphs", bool),
-    "kv_cache_gib": Knob("VLLM_CPU_KVCACHE_SPACE: KV cache GiB per rank", float, minimum=0.0625),
-    "omp_threads": Knob("threads per worker: each rank's VLLM_CPU_OMP_THREADS_BIND cut to its first N CPUs",
+    "kv_cache_gib": Knob("VLLM_CPU_KVCACHE_SPACE: KV cache GiB per rank (vLLM reads a whole number)", int, minimum=1),
+    "omp_threads": Knob("threads per worker: each rank's VLLM_CPU_OMP_THREADS_BIND cut to its first N CPUs "
+                        "(with omp_bind 'explicit'; 'auto' and 'nobind' leave the thread count to vLLM)",
                         int, minimum=1),
     "omp_bind": Knob("VLLM_CPU_OMP_THREADS_BIND: 'explicit' (servebench's core list per rank, the default), "
                      "'auto' (vLLM's own, per NUMA node) or 'nobind' (threads unpinned, within the node's CPUs)",
@@ -27,7 +27,7 @@ KNOBS: dict[str, Knob] = {
 }
 
 _FLAGS = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens"}
-_SWITCHES = {"chunked_prefill": "enable-chunked-prefill", "async_scheduling": "async-scheduling"}
+_SWITCHES = {"chunked_prefill": "enable-chunked-prefill"}
 
 
 def knob_args(knobs: dict[str, KnobValue]) -> list[str]:
@@ -48,7 +48,7 @@ def knob_args(knobs: dict[str, KnobValue]) -> list[str]:
 def knob_env(knobs: dict[str, KnobValue]) -> dict[str, str]:
     """The server variables of a mode's knobs."""
     value = knobs.get("kv_cache_gib")
-    return {} if value is None else {"VLLM_CPU_KVCACHE_SPACE": f"{value:g}"}
+    return {} if value is None else {"VLLM_CPU_KVCACHE_SPACE": str(int(value))}
 
 
 def cut_binding(binding: str, threads: KnobValue, bind: KnobValue = None) -> str:
