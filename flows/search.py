@@ -15,7 +15,7 @@ from servebench.analysis.capacity_report import times
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
-from servebench.analysis.tuning import AGAIN, propose_configuration
+from servebench.analysis.tuning import AGAIN, point_key, propose_configuration
 from tasks.land import land_capacity, land_tuning, session
 from tasks.telemetry import Telemetry
 
@@ -115,7 +115,7 @@ def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:
     spec = ctx.campaign.search
     space = configuration_space(ctx.campaign)
     points = [point for point, _ in space]
-    by_key = {_point_key(point): mode for point, mode in space}
+    by_key = {point_key(point): mode for point, mode in space}
     capacities = _landed_capacities(ctx)
     tried = [(point, capacities[mode.name] or 0.0) for point, mode in space if mode.name in capacities]
     started = [mode for point, mode in space if mode.name not in capacities and any(
@@ -127,7 +127,7 @@ def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:
             point = propose_configuration(points, tried, spec.seed)
             if point is None:
                 break
-            mode = by_key[_point_key(point)]
+            mode = by_key[point_key(point)]
         reporter().stage(f"tuning: trial {len(tried) + 1} of {spec.trials}: {mode.name}")
         modes.run_mode(ctx, mode, [cell for cell in cells if cell.mode.name == mode.name])
         capacity = _landed_capacities(ctx).get(mode.name)
@@ -158,9 +158,3 @@ def finished_modes(warehouse_path: str, run_id: str) -> set[str]:
     with session(warehouse_path) as con:
         return {mode for (mode,) in con.execute("select mode from servers where run_id = ? and "
                                                 "(stopped_at is not null or status = 'failed')", [run_id]).fetchall()}
-
-
-def _point_key(point: dict) -> str:
-    import json
-
-    return json.dumps(point, sort_keys=True)

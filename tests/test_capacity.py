@@ -9,6 +9,7 @@ import math
 import pytest
 
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, parse_slo, search_capacity
+from tests.support.campaign_process import CAPACITY_CAMPAIGN
 
 SLO = {"ttft_p99_ms": 200.0}
 SHAPES = {  # p99 TTFT (ms) at rate r for a server of capacity c, and the rate where it reaches 200 ms
@@ -74,17 +75,7 @@ def test_a_queueing_server_of_known_capacity_is_found_within_five_percent_in_eig
     print(f"capacity {result.capacity:g} req/s (true {true:.3f}) in {len(result.probes)} probes: " + "; ".join(said))
 
 
-CAMPAIGN = """
-name: capacity
-provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
-engine: {kind: echo, token_delay_ms: 1, prefill_ms: 100}   # one engine, 100 ms a request: 10 req/s
-model: {path: model}
-modes: [{name: single}]
-load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
-slo: {ttft_p99_ms: 400}
-search: {start: 2}
-validity: {on_invalid: warn}
-"""
+CAMPAIGN = CAPACITY_CAMPAIGN
 
 
 @pytest.mark.e2e

@@ -20,7 +20,7 @@ import pytest
 
 import warehouse
 from servebench.providers import node_tools, run_tag
-from tests.support.campaign_process import cells_of, echo_campaign_dir, finish, servebench
+from tests.support.campaign_process import CAPACITY_CAMPAIGN, cells_of, echo_campaign_dir, finish, servebench
 
 pytestmark = pytest.mark.e2e
 
@@ -82,17 +82,7 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
     assert cells_of(tmp_path / "w.duckdb") == resumed
 
 
-SEARCH = """
-name: resume-search
-provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
-engine: {kind: echo, token_delay_ms: 1, prefill_ms: 100}   # 10 req/s
-model: {path: model}
-modes: [{name: single}]
-load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
-slo: {ttft_p99_ms: 400}
-search: {start: 2}
-validity: {on_invalid: warn}
-"""
+SEARCH = CAPACITY_CAMPAIGN  # killed mid-search here
 
 
 def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_probes(tmp_path):

@@ -117,8 +117,8 @@ def propose_configuration(space: list[dict], tried: list[tuple[dict, float]], se
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import create_trial
 
-    known = {_key(point): value for point, value in tried}
-    untried = [point for point in space if _key(point) not in known]
+    known = {point_key(point): value for point, value in tried}
+    untried = [point for point in space if point_key(point) not in known]
     if not untried:
         return None
     if not tried:
@@ -130,10 +130,10 @@ def propose_configuration(space: list[dict], tried: list[tuple[dict, float]], se
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for point, value in tried:
         study.add_trial(create_trial(params=point, distributions=distributions, value=value))
-    valid = {_key(point) for point in space}
+    valid = {point_key(point) for point in space}
     for _ in range(16):
         trial = study.ask(distributions)
-        key = _key(trial.params)
+        key = point_key(trial.params)
         if key not in known and key in valid:
             return dict(trial.params)
         study.tell(trial, known.get(key, 0.0))  # known: its capacity; outside the space: nothing served
@@ -148,7 +148,8 @@ def _choices(space: list[dict], name: str) -> tuple:
     return tuple(choices)
 
 
-def _key(point: dict) -> str:
+def point_key(point: dict) -> str:
+    """A point of the tuning space as one text (for lookups across proposals and configurations)."""
     import json
 
     return json.dumps(point, sort_keys=True)

@@ -65,3 +65,18 @@ def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaig
     echo_campaign_dir(tmp_path, {"campaign.yaml": campaign_text})
     with prefect_test_harness(server_startup_timeout=120):
         return campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(warehouse_path))
+
+
+# One echo engine of 100 ms a request, one at a time (10 req/s), searched for its capacity under a
+# 400 ms p99 TTFT: tests/test_capacity.py runs it through the flow, tests/test_resume.py kills it.
+CAPACITY_CAMPAIGN = """
+name: capacity
+provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}
+engine: {kind: echo, token_delay_ms: 1, prefill_ms: 100}   # one engine, 100 ms a request: 10 req/s
+model: {path: model}
+modes: [{name: single}]
+load: {rates: [1], requests: 20, arrival: constant, input_len: 4, output_len: 4, client: {cpus: "1"}}
+slo: {ttft_p99_ms: 400}
+search: {start: 2}
+validity: {on_invalid: warn}
+"""
