@@ -4,6 +4,8 @@ cell is recorded with its cause and the campaign goes on."""
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime
 from pathlib import Path
 
@@ -172,6 +174,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                               ctx.engine)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
+    log_from = log_size(server.log_path)
     timers = start_faults(ctx, cell, server)
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
@@ -182,7 +185,8 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         return None
     injected = finish_faults(ctx, cell, timers)
     summary = result["summary"]
-    status = "completed" if summary["completed"] > 0 else "failed"
+    overloaded = ctx.campaign.validity.errors_are_measurements and summary["failed"] > 0
+    status = "completed" if summary["completed"] > 0 or overloaded else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
     if (problem := server_problem(server)) is not None:
         # a process of the server ended (or its node went away) during the cell: what it measured
@@ -196,7 +200,8 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
         ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
         requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
-        slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status))
+        slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status),
+        kv_failures=count_in_log(server.log_path, log_from, ctx.engine.kv_failure_pattern))
     ctx.statuses[cell.key] = status
     if status == "completed" and not summary.get("valid", True):
         ctx.invalid[cell.key] = list(summary["invalid_reasons"])
@@ -207,6 +212,27 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                              f"{throughput:.1f} tok/s, gate {correctness}"
                              + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
     return summary
+
+
+def log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def count_in_log(path: Path | None, start: int, pattern: str | None) -> int | None:
+    """Lines matching the engine's pattern written to the server log since byte `start` (the
+    cell's KV failures); None when the engine has no such line."""
+    if pattern is None or path is None:
+        return None
+    try:
+        with open(path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    return len(re.findall(pattern, text))
 
 
 def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) -> bool:

@@ -96,7 +96,8 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     insert_row(con, "builds", dict(
         build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
         python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,
-        pip_freeze=build.pip_freeze, build_seconds=build.build_seconds, created_at=build.created_at),
+        pip_freeze=build.pip_freeze, build_seconds=build.build_seconds, created_at=build.created_at,
+        inputs=json.dumps(build.inputs, sort_keys=True), tool_version=build.tool_version),
         conflict="on conflict (build_key) do nothing")
 
 
@@ -135,7 +136,8 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
               status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
               result: dict | None, result_path: str | None, correctness: str | None = None,
-              requests_csv: Path | None = None, slo_met: bool | None = None, search_probe: bool = False) -> str:
+              requests_csv: Path | None = None, slo_met: bool | None = None, search_probe: bool = False,
+              kv_failures: int | None = None) -> str:
     """Replace the cell's rows with this measurement; return its warehouse cell_id.
 
     Request rows come from `requests_csv` (the load generator writes one), else from the
@@ -156,7 +158,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
-        slo_met=slo_met, search_probe=search_probe,
+        slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
         knobs=knobs_json(cell.mode.knobs))
     with tempfile.TemporaryDirectory() as scratch:
@@ -204,10 +206,11 @@ SAMPLE_TABLES = {  # table -> (its columns after run_id and mode, the JSONL colu
                      "'cpu_pct_per_core': 'JSON', 'mem_used_bytes': 'BIGINT', 'mem_available_bytes': 'BIGINT', "
                      "'engine_rss_bytes': 'BIGINT', 'engine_processes': 'INTEGER', 'net': 'JSON'}"),
     "server_samples": ("t_mono, t_wall, kv_usage, running, waiting, preemptions_total, prompt_tokens_total, "
-                       "generation_tokens_total",
+                       "generation_tokens_total, kv_tokens, decode_steps_total",
                        "{'t_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'kv_usage': 'DOUBLE', 'running': 'DOUBLE', "
                        "'waiting': 'DOUBLE', 'preemptions_total': 'DOUBLE', 'prompt_tokens_total': 'DOUBLE', "
-                       "'generation_tokens_total': 'DOUBLE'}"),
+                       "'generation_tokens_total': 'DOUBLE', 'kv_tokens': 'DOUBLE', "
+                       "'decode_steps_total': 'DOUBLE'}"),
 }
 
 

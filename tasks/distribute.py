@@ -13,6 +13,7 @@ from prefect.cache_policies import NONE
 from servebench.build.distribute import (TreePlacement, check_load_generator_runs, node_tools_tree, place_on_nodes,
                                          project_dir)
 from servebench.build.load_tree import load_generator_tree
+from servebench.build.model import model_tree
 from servebench.build.venv import EngineBuild
 from servebench.paths import cache_dir
 from servebench.progress import reporter
@@ -32,7 +33,7 @@ def place_artifacts(provider: Provider, servers: list[Node], client: Node | None
     """What was done on each node, and where the node tools and the load generator are."""
     tools = node_tools_tree(cache_dir(), project_dir())
     engine = Path(build.venv_path)
-    trees = {node.name: {"engine": engine, "model": Path(model_dir), "tools": tools} for node in servers}
+    trees = {node.name: {"engine": engine, "model": model_tree(Path(model_dir)), "tools": tools} for node in servers}
     load_tree = None
     if client is not None:
         load_tree = load_generator_tree(cache_dir(), project_dir())

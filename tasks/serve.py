@@ -74,7 +74,7 @@ def correctness_gate(engine: Engine, server: Server, served_name: str, vocab: in
                      reference_problem: str | None) -> tuple[GateResult, GateAnswer]:
     """The server's greedy answers, judged against the reference (or becoming it); with no
     reference to be had (`reference_problem`), unchecked."""
-    answer = ask(server.url, served_name, vocab, engine.gate_extras, engine.token_id)
+    answer = ask(server.url, served_name, vocab, engine.gate_extras, engine.gate_choice)
     if reference_problem is not None:
         return unchecked(reference_problem), answer
     if reference is None:

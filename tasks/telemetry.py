@@ -58,6 +58,8 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     path = out / f"{server.mode}.server.jsonl"
     metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
+    if d.engine.state_sampler:
+        metrics += ["--state", d.engine.state_sampler]
     argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
             "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
     mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper"}  # a resume finds it if we are killed

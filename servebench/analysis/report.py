@@ -21,6 +21,7 @@ import vl_convert as vlc
 from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
+from servebench.analysis.saturation import run_saturation
 from warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
@@ -76,7 +77,7 @@ def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
 
 
 def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
-                   saturation: list[dict], fmt: str = ".2f") -> alt.Chart | None:
+                   saturation: list[dict], fmt: str = ".2f", knees: list[dict] = ()) -> alt.Chart | None:
     closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
     if not closed:
         return None
@@ -98,6 +99,19 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
         subtitle += "; dashed: theoretical KV saturation = capacity / (input + output tokens)"
         if any(s["saturation_clients"] > max_clients * 1.5 for s in marks):
             subtitle += " (drawn at the edge when beyond the chart)"
+    measured = [k for k in knees if k.get("measured_knee") is not None]
+    if measured:
+        means: dict[tuple, list[float]] = {}
+        for r in closed:
+            means.setdefault((r["mode"], r["clients"]), []).append(r[field])
+        points = [{**k, field: sum(v) / len(v)} for k in measured
+                  if (v := means.get((k["mode"], k["measured_knee"])))]
+        knee = alt.Chart(_data(points)).mark_point(shape="diamond", size=220, filled=True, color="#2ca02c").encode(
+            x=alt.X("measured_knee:Q"), y=alt.Y(f"{field}:Q"),
+            tooltip=["mode:N", alt.Tooltip("measured_knee:Q", title="measured knee (clients)"),
+                     alt.Tooltip("theoretical_clients:Q", title="theoretical saturation", format=".2f")])
+        line = line + knee
+        subtitle += "; green diamond: the measured knee (most clients without KV misses)"
     return _titled(line, title, subtitle)
 
 
@@ -242,17 +256,19 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                            "where run_id = ? group by mode", [run_id])
     samples = rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
                         "where run_id = ? order by t_mono", [run_id])
+    knees = [k.model_dump() for k in run_saturation(con, run_id)]
     charts = {
         "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT p50"),
         "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT p50"),
         "normalized_throughput": versus_clients(kv, "normalized_throughput", "Normalized throughput vs clients",
                                                 "throughput / best cell of the mode", "1.0 = the mode's best cell",
-                                                saturation),
+                                                saturation, knees=knees),
         "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage (0-1)",
-                                   "the engine's KV-cache usage, peak during the cell", saturation),
+                                   "the engine's KV-cache usage, peak during the cell", saturation, knees=knees),
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
-                                     "preemptions per request (capped at 1)",
-                                     "requests whose KV cache was evicted and recomputed", saturation),
+                                     "KV misses per decode attempt",
+                                     "decode batches that found no room in the KV cache (llama.cpp) or sequences "
+                                     "preempted (vLLM), per decode attempt", saturation, knees=knees),
         "node_timelines": node_timelines(samples, cells, rows(
             con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])),
         "modes_side_by_side": modes_side_by_side(cells),

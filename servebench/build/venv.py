@@ -48,6 +48,8 @@ class EngineBuild(BaseModel):
     pip_freeze: str
     build_seconds: float | None  # None: reused from the cache
     created_at: datetime
+    inputs: dict = {}            # everything the key covers (CMake flags, CPU flags, ...)
+    tool_version: str | None = None  # the built tool's own account (llama.cpp: version, commit, compiler)
 
     @property
     def python(self) -> str:
@@ -87,6 +89,10 @@ def build_inputs(recipe: VenvRecipe) -> dict:
     }
     if not recipe.engine_package:
         inputs["engine_package"] = False
+    # only when set, so the keys of recipes without them (vLLM's) stay what they were
+    for name in ("pip_options", "build_env", "host_cpu_flags"):
+        if value := getattr(recipe, name):
+            inputs[name] = value
     return inputs
 
 
@@ -100,10 +106,10 @@ def ensure_build(recipe: VenvRecipe, cache: Path, log: Callable[[str], None] = p
     artifact = ArtifactCache(cache / "engines")
     found = artifact.get(key)
     if found is not None:
-        return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+        return _reused(recipe, found)
     with artifact.building(key, log) as (venv, found):
         if found is not None:
-            return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+            return _reused(recipe, found)
         started = time.monotonic()
         build = _build(recipe, key, venv, artifact.log_path(key), log)
         build = build.model_copy(update={"build_seconds": round(time.monotonic() - started, 1)})
@@ -111,12 +117,32 @@ def ensure_build(recipe: VenvRecipe, cache: Path, log: Callable[[str], None] = p
     return build
 
 
+def _reused(recipe: VenvRecipe, record: str) -> EngineBuild:
+    """A cached build (one recorded before `inputs` and `tool_version` existed gets them now)."""
+    build = EngineBuild.model_validate_json(record).model_copy(update={"build_seconds": None})
+    if not build.inputs:
+        build = build.model_copy(update={"inputs": build_inputs(recipe)})
+    if build.tool_version is None and recipe.version_command:
+        build = build.model_copy(update={"tool_version": tool_version(Path(build.venv_path), recipe.version_command)})
+    return build
+
+
+def tool_version(venv: Path, command: list[str]) -> str | None:
+    """The output of the recipe's version command (its first word relative to the venv)."""
+    try:
+        done = subprocess.run([str(venv / command[0]), *command[1:]], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = " ".join((done.stdout + done.stderr).split())
+    return text or None
+
+
 def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callable[[str], None]) -> EngineBuild:
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     steps = [("create venv", [sys.executable, "-m", "venv", str(venv)])]
     if recipe.packages:
-        steps.append(("install engine packages", [*pip, "install", *recipe.packages]))
+        steps.append(("install engine packages", [*pip, "install", *recipe.pip_options, *recipe.packages]))
     if recipe.remove:
         steps.append(("remove broken companions", [*pip, "uninstall", "-y", *recipe.remove]))
     with open(log_path, "w") as out, tempfile.TemporaryDirectory() as scratch:
@@ -133,7 +159,7 @@ def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callab
         started = time.monotonic()
         for title, argv in steps:
             log(f"engine build {key}: {title}")
-            returncode = run_step(argv, out, log, title, started)
+            returncode = run_step(argv, out, log, title, started, env=recipe.build_env)
             if returncode != 0:
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
     freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True).stdout if recipe.packages else ""
@@ -142,6 +168,7 @@ def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callab
         key=key, engine=recipe.engine, engine_version=_version(python, recipe.version_distribution),
         packages=inputs["packages"], python_version=inputs["python"], platform=inputs["platform"],
         venv_path=str(venv), pip_freeze=freeze, build_seconds=None, created_at=datetime.now(timezone.utc),
+        inputs=inputs, tool_version=tool_version(venv, recipe.version_command) if recipe.version_command else None,
     )
 
 
@@ -183,14 +210,14 @@ class PipDigest:
 
 
 def run_step(argv: list[str], out: IO[str], log: Callable[[str], None], title: str, started: float,
-             heartbeat: float = HEARTBEAT_SECONDS) -> int:
+             heartbeat: float = HEARTBEAT_SECONDS, env: dict[str, str] | None = None) -> int:
     """Run one build command: its output goes to `out` line by line as it comes (tail -f works),
     condensed lines and heartbeats go to `log`, all from this thread. Return the exit code."""
-    out.write(f"$ {' '.join(argv)}\n")
+    out.write("".join(f"{name}={value} " for name, value in (env or {}).items()) + f"$ {' '.join(argv)}\n")
     out.flush()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                text=True, errors="replace",
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # pip's lines as they happen
+                               env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})  # lines as they happen
     try:
         _relay(process, out, log, title, started, heartbeat)
         return process.wait()

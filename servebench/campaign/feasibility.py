@@ -23,7 +23,8 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
     if fmt not in engine.model_formats:
         problems.append((("model", "path"), f"engine {engine.kind!r} serves models as {', '.join(engine.model_formats)}"
                          f"; this model is {fmt}"))
-    shape, shape_problem = model_shape(campaign.model, base_dir) if fmt == "hf" else (None, None)
+    generated = isinstance(campaign.model, GeneratedModelSpec)
+    shape, shape_problem = model_shape(campaign.model, base_dir) if fmt == "hf" or generated else (None, None)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
     client = client_placement(campaign, host_cpus)
@@ -147,7 +148,7 @@ def _client_node_problems(campaign: Campaign, client: ClientPlacement) -> list[P
 def model_format(model: ModelSpec, base_dir: Path | None) -> str:
     """'hf' (a Hugging Face directory, or the generated model) or 'gguf' (a .gguf file)."""
     if isinstance(model, GeneratedModelSpec):
-        return "hf"
+        return model.format
     return "gguf" if model.path.lower().endswith(".gguf") else "hf"
 
 

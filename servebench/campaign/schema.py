@@ -88,6 +88,9 @@ class GeneratedModelSpec(StrictModel):
     """A tiny random-weight Llama with a locally trained tokenizer (nothing downloaded)."""
 
     generate: Literal["tiny-llama"]
+    format: Literal["hf", "gguf"] = Field("hf", description="hf: a Hugging Face directory (vLLM); gguf: one "
+                                          "float32 GGUF file with a SentencePiece byte-fallback vocabulary "
+                                          "(llama.cpp).")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = 0
     layers: int = Field(4, ge=1)
@@ -216,6 +219,10 @@ class ValiditySpec(StrictModel):
                                                                         "share of the scheduled rate is invalid.")
     max_client_cpu: float = Field(0.8, gt=0, le=1, description="The generator busier than this share of one core "
                                                                 "is invalid (it may be the bottleneck).")
+    errors_are_measurements: bool = Field(
+        False, description="A cell whose every request failed while the server stayed up lands as completed with "
+                           "zero throughput (and 'no request completed' among its invalid reasons), not as a failed "
+                           "cell: for studies that drive a server past its limit (campaigns/kv-saturation.yaml).")
 
 
 class LoadSpec(StrictModel):
@@ -414,6 +421,10 @@ class Campaign(StrictModel):
         for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)
+        if data["model"].get("format") == "hf":  # a generated model as it was before GGUF existed
+            data["model"].pop("format")
+        if not data["validity"].get("errors_are_measurements"):
+            data["validity"].pop("errors_are_measurements", None)
         for mode in data["modes"]:
             if not mode.get("knobs"):
                 mode.pop("knobs", None)

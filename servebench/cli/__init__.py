@@ -105,11 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.chaos import add_chaos_parser
     from servebench.cli.load import add_load_parser
     from servebench.cli.regressions import add_regression_parsers
+    from servebench.cli.saturation import add_saturation_parser
     from servebench.cli.testbed import add_testbed_parser
 
     add_load_parser(sub)
     add_capacity_parser(sub)
     add_best_parser(sub)
+    add_saturation_parser(sub)
     add_chaos_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from servebench.build.model import model_cache_key
+from servebench.build.model import generated_model_path
 from servebench.build.venv import build_key
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
@@ -21,7 +21,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
     key = build_key(engine.build_recipe(campaign.engine))
     build_dir = str(cache_dir() / "engines" / key)
     if isinstance(campaign.model, GeneratedModelSpec):
-        model_dir = str(cache_dir() / "models" / model_cache_key(campaign.model))
+        model_dir = str(generated_model_path(campaign.model, cache_dir()))
         served = campaign.model.generate
     else:
         model_dir = str((file.parent / campaign.model.path).resolve())

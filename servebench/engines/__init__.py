@@ -4,6 +4,7 @@ here and one `register_engine` line below; the first registered is the default k
 from __future__ import annotations
 
 from servebench.engines.base import Engine, LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.llamacpp import LlamaCppEngine
 from servebench.engines.vllm import VllmEngine
 
 _ENGINES: dict[str, type] = {}
@@ -16,6 +17,7 @@ def register_engine(engine_class: type) -> type:
 
 
 register_engine(VllmEngine)
+register_engine(LlamaCppEngine)
 
 
 def engine_kinds() -> list[str]:

@@ -14,7 +14,8 @@ An engine is a folder under `servebench/engines/` and one line in the registry
 - campaign-wide services its modes share (a Ray cluster), started once and stopped last;
 - which engine settings a campaign may sweep (`knobs`: name -> `Knob`), applied by `launch`;
 - what it reports: its Prometheus metric names mapped to servebench's columns, the
-  counter of generated tokens, the KV-cache capacity it logs at start-up;
+  counter of generated tokens, the KV-cache capacity it logs at start-up, more server state
+  sampled with the metrics (`state_sampler`), and the log line of a KV-cache failure;
 - what its OpenAI API needs beyond the standard (request extras of the load generator and
   of the gate, and how it returns token ids).
 
@@ -31,10 +32,11 @@ from typing import Any, Callable, ClassVar, Protocol
 from servebench.build.recipe import BuildRecipe
 from servebench.campaign.schema import EngineSpecBase, ModeSpec
 from servebench.providers.base import Node, Provider
+from servebench.serving.correctness import GateChoice
 
 # The columns a metric map may fill (telemetry's server samples and the warehouse's).
-METRIC_COLUMNS = ("kv_usage", "running", "waiting", "preemptions_total", "prompt_tokens_total",
-                  "generation_tokens_total")
+METRIC_COLUMNS = ("kv_usage", "kv_tokens", "running", "waiting", "preemptions_total", "prompt_tokens_total",
+                  "generation_tokens_total", "decode_steps_total")
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Engine(Protocol):
     model_formats: ClassVar[tuple[str, ...]]   # 'hf' (a Hugging Face directory), 'gguf' (a file)
     metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
     generation_tokens_metric: ClassVar[str | None]
+    state_sampler: ClassVar[str | None]         # 'module:function' (url) -> {column: value}, sampled with the metrics
+    kv_failure_pattern: ClassVar[str | None]    # a log line's regex: a batch that found no room in the KV cache
     request_extras: ClassVar[dict[str, Any]]    # merged into every load request body
     gate_extras: ClassVar[dict[str, Any]]       # merged into every correctness-gate request body
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]]  # `servebench load --export NAME=PATH` layouts
@@ -153,6 +157,6 @@ class Engine(Protocol):
     def kv_capacity_tokens(self, log_text: str) -> int | None:
         """The KV-cache capacity in tokens the API process logged at start-up, if it did."""
 
-    def token_id(self, token: str) -> int:
-        """A token id from a gate answer's `logprobs.tokens` entry."""
+    def gate_choice(self, choice: dict) -> GateChoice:
+        """A gate answer's generated token ids, their logprobs and each position's top candidate ids."""
 

@@ -1,7 +1,7 @@
 """Server-sent events of an OpenAI-compatible stream -> token timings in a RequestRecord.
 
-A token-carrying event is one whose running `usage.completion_tokens` rises (vLLM with
-`continuous_usage_stats`). Servers without running usage fall back to counting events
+A token-carrying event is one whose running token count rises: `usage.completion_tokens` (vLLM
+with `continuous_usage_stats`) or `timings.predicted_n` (llama.cpp with `timings_per_token`). Servers without running usage fall back to counting events
 with non-empty text (`token_source = "chunks"`, flagged in the record): a weaker
 measure, since one event may carry several tokens or none.
 """
@@ -88,6 +88,8 @@ class SseStream:
         usage = chunk.get("usage") or {}
         choices = chunk.get("choices")
         count = usage.get("completion_tokens")
+        if count is None:  # llama.cpp: its usage comes in the last chunk only, its timings in every one
+            count = (chunk.get("timings") or {}).get("predicted_n")
         if usage.get("prompt_tokens") is not None:
             record.input_tokens = usage["prompt_tokens"]
         if choices and count is not None:  # running usage: the server says how many tokens so far

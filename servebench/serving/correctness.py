@@ -75,11 +75,22 @@ def gate_prompts(vocab_size: int) -> list[list[int]]:
     return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(GATE_PROMPT_LEN)] for _ in range(GATE_PROMPTS)]
 
 
-def ask(base_url: str, model: str, vocab_size: int, extras: dict, token_id: Callable[[str], int],
+GateChoice = tuple[list[int], list[float], list[list[int]]]  # token ids, their logprobs, top candidate ids
+
+
+def legacy_logprobs(choice: dict, token_id: Callable[[str], int]) -> GateChoice:
+    """An OpenAI legacy-completions choice's logprobs (`tokens`, `token_logprobs`, `top_logprobs`),
+    whose token strings `token_id` turns into ids (vLLM: 'token_id:N')."""
+    logprobs = choice["logprobs"]
+    return ([token_id(t) for t in logprobs["tokens"]], [float(lp) for lp in logprobs["token_logprobs"]],
+            [[token_id(t) for t in (candidates or {})] for candidates in logprobs["top_logprobs"]])
+
+
+def ask(base_url: str, model: str, vocab_size: int, extras: dict, read_choice: Callable[[dict], GateChoice],
         timeout_s: float = 120.0) -> GateAnswer:
     """The server's greedy answers to the gate prompts (OpenAI completions with logprobs; the
-    engine's `extras` make it answer exactly GATE_OUTPUT_LEN tokens as token ids, which
-    `token_id` reads)."""
+    engine's `extras` make it answer exactly GATE_OUTPUT_LEN tokens, and its `read_choice` reads
+    the token ids, logprobs and top candidates from each answer)."""
     tokens, logprobs, top = [], [], []
     for prompt in gate_prompts(vocab_size):
         body = {"model": model, "prompt": prompt, "max_tokens": GATE_OUTPUT_LEN, "temperature": 0.0,
@@ -88,9 +99,10 @@ def ask(base_url: str, model: str, vocab_size: int, extras: dict, token_id: Call
                                          headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             choice = json.loads(response.read())["choices"][0]
-        tokens.append([token_id(t) for t in choice["logprobs"]["tokens"]])
-        logprobs.append([float(lp) for lp in choice["logprobs"]["token_logprobs"]])
-        top.append([[token_id(t) for t in (candidates or {})] for candidates in choice["logprobs"]["top_logprobs"]])
+        ids, lps, candidates = read_choice(choice)
+        tokens.append(ids)
+        logprobs.append(lps)
+        top.append(candidates)
     return GateAnswer(tokens=tokens, logprobs=logprobs, top=top)
 
 

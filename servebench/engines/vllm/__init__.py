@@ -17,6 +17,7 @@ from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node, Provider
+from servebench.serving.correctness import GateChoice, legacy_logprobs
 
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]
@@ -36,8 +37,11 @@ class VllmEngine:
         "vllm:num_preemptions_total": "preemptions_total",
         "vllm:prompt_tokens_total": "prompt_tokens_total",
         "vllm:generation_tokens_total": "generation_tokens_total",
+        "vllm:iteration_tokens_total_count": "decode_steps_total",  # engine steps
     }
     generation_tokens_metric: ClassVar[str | None] = "vllm:generation_tokens_total"
+    state_sampler: ClassVar[str | None] = None
+    kv_failure_pattern: ClassVar[str | None] = None  # a KV cache that is full preempts: vllm:num_preemptions
     # exactly max_tokens tokens, and the running token count in every streamed chunk
     request_extras: ClassVar[dict[str, Any]] = {
         "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
@@ -85,8 +89,13 @@ class VllmEngine:
         match = KV_CAPACITY.search(log_text)
         return int(match.group(1).replace(",", "")) if match else None
 
-    def token_id(self, token: str) -> int:
-        """'token_id:123' (return_tokens_as_token_ids) -> 123."""
-        if not token.startswith(TOKEN_ID_PREFIX):
-            raise ValueError(f"expected '{TOKEN_ID_PREFIX}N' tokens (return_tokens_as_token_ids), got {token!r}")
-        return int(token.removeprefix(TOKEN_ID_PREFIX))
+    def gate_choice(self, choice: dict) -> GateChoice:
+        """Legacy-completions logprobs whose tokens are 'token_id:N' (return_tokens_as_token_ids)."""
+        return legacy_logprobs(choice, token_id)
+
+
+def token_id(token: str) -> int:
+    """'token_id:123' (return_tokens_as_token_ids) -> 123."""
+    if not token.startswith(TOKEN_ID_PREFIX):
+        raise ValueError(f"expected '{TOKEN_ID_PREFIX}N' tokens (return_tokens_as_token_ids), got {token!r}")
+    return int(token.removeprefix(TOKEN_ID_PREFIX))

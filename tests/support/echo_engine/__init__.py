@@ -20,6 +20,7 @@ from servebench.build.recipe import VenvRecipe
 from servebench.campaign.schema import EngineSpecBase, ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, Provider
+from servebench.serving.correctness import GateChoice, legacy_logprobs
 
 SERVER = Path(__file__).with_name("server.py")
 CAPACITY = re.compile(r"capacity (\d+) tokens")
@@ -41,6 +42,8 @@ class EchoEngine:
                                          "echo_prompt_tokens_total": "prompt_tokens_total",
                                          "echo_generation_tokens_total": "generation_tokens_total"}
     generation_tokens_metric: ClassVar[str | None] = "echo_generation_tokens_total"
+    state_sampler: ClassVar[str | None] = None
+    kv_failure_pattern: ClassVar[str | None] = None
     request_extras: ClassVar[dict[str, Any]] = {"stream_options": {"include_usage": True,
                                                                    "continuous_usage_stats": True}}
     gate_extras: ClassVar[dict[str, Any]] = {}
@@ -96,8 +99,8 @@ class EchoEngine:
         match = CAPACITY.search(log_text)
         return int(match.group(1)) if match else None
 
-    def token_id(self, token: str) -> int:
-        return int(token)
+    def gate_choice(self, choice: dict) -> GateChoice:
+        return legacy_logprobs(choice, int)
 
 
 

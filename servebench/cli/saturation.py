@@ -1,0 +1,50 @@
+"""`servebench saturation`: a run's KV-cache saturation per mode (seed 002), the measured knee
+against the theoretical point (`servebench.analysis.saturation`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import warehouse
+from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
+
+
+def add_saturation_parser(sub) -> None:
+    p = sub.add_parser("saturation", help="KV-cache saturation of a run's closed-loop cells: the measured knee "
+                       "(most clients without KV misses) against capacity / tokens per sequence")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--run", help="run id (default: the latest run)")
+    which.add_argument("--campaign", help="the latest run of this campaign")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    warehouse_arg(p)
+    p.set_defaults(func=cmd_saturation)
+
+
+def cmd_saturation(args: argparse.Namespace) -> int:
+    from servebench.analysis.report import latest_run_id
+
+    con = warehouse.connect(warehouse_path(args), read_only=True)
+    try:
+        run_id = args.run or latest_run_id(con, args.campaign)
+        found = run_saturation(con, run_id) if run_id else []
+    finally:
+        con.close()
+    if not found:
+        print(f"servebench: no completed closed-loop cells in run {run_id}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps([{**s.model_dump(), "knee_gap": s.knee_gap} for s in found], indent=1))
+        return EXIT_OK
+    print(f"run {run_id}: knee = the most clients with cache-miss probability <= {MISS_THRESHOLD:g}")
+    for s in found:
+        theory = f"{s.theoretical_clients:.2f}" if s.theoretical_clients is not None else "?"
+        knee = "not reached" if s.first_miss_clients is None else str(s.measured_knee)
+        gap = f" ({s.knee_gap:+.2f} clients)" if s.knee_gap is not None else ""
+        past = (f"; best throughput past it {s.peak_normalized_throughput_past_knee:.0%} of the peak"
+                if s.peak_normalized_throughput_past_knee is not None else "")
+        print(f"  {s.mode}: KV capacity {s.kv_capacity_tokens} tokens / {s.tokens_per_sequence} per sequence = "
+              f"{theory} clients; measured knee {knee}{gap}{past}")
+    return EXIT_OK

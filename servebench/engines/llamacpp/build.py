@@ -1,0 +1,51 @@
+"""How llama.cpp's tools are built: an ordinary pip install of the llama-cpp-python sdist, compiled
+by CMake through scikit-build-core, with the tools (llama-server, ggml-rpc-server) installed into
+the venv's bin (../shared/docs/vllm-cpu-facts.md, "llama.cpp").
+
+Every CMake flag is in the recipe's `build_env`, so it is part of the build key: a changed flag
+builds anew, the same flags reuse the cache. A native build also keys on this host's CPU flags.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servebench.build.recipe import VenvRecipe
+from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
+
+# Tools are off when llama.cpp is a subproject (it is, in llama-cpp-python); LLAVA_BUILD=OFF avoids a
+# configure clash; the prebuilt web UI would be a download; RPATH makes the tools find libllama/libggml.
+BASE_CMAKE_ARGS = ["-DGGML_RPC=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+                   "-DLLAMA_TOOLS_INSTALL=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+                   "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib"]
+# pip's wheel cache ignores CMAKE_ARGS, so it must not be used; the data dir puts bin/ in the venv's bin.
+PIP_OPTIONS = ["--no-binary", "llama-cpp-python", "--no-cache-dir",
+               "--config-settings=wheel.install-dir=${SKBUILD_DATA_DIR}"]
+TOOLS = ("llama-server", "ggml-rpc-server")
+
+
+def cmake_args(spec: LlamaCppEngineSpec) -> list[str]:
+    args = [*BASE_CMAKE_ARGS, f"-DGGML_NATIVE={'ON' if spec.cpu == 'native' else 'OFF'}"]
+    if spec.blas:
+        args += ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
+    return args + list(spec.cmake_args)
+
+
+def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """This CPU's feature flags (x86 'flags', aarch64 'Features'), sorted."""
+    for line in cpuinfo.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return sorted(set(value.split()))
+    return []
+
+
+def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe:
+    distribution = spec.package.split("==")[0].strip()
+    return VenvRecipe(
+        engine=kind, packages=[spec.package], pip_options=list(PIP_OPTIONS),
+        build_env={"CMAKE_ARGS": " ".join(cmake_args(spec))},
+        host_cpu_flags=host_cpu_flags() if spec.cpu == "native" else [],
+        version_distribution=distribution, engine_package=False,
+        version_command=["bin/llama-server", "--version"],  # 'version: ... commit 0c1e570 built with GNU 12.2.0'
+    )

@@ -1,0 +1,62 @@
+"""A llama.cpp mode's processes.
+
+- executor `local`: one `llama-server` on the first node, every layer on its CPU;
+- executor `rpc` with `pp: N`: N `ggml-rpc-server` workers, one on each of the first N nodes
+  (round robin when there are fewer), each started and accepting before the next process, then
+  `llama-server --rpc w1,w2,... -ngl 999` on the first node: the layers are split evenly over the
+  workers (`--tensor-split 1,1,...`), the head keeps the embeddings and sampling (seed 001's layout).
+
+A worker serves one client at a time and can die silently: every mode has workers of its own
+(never shared between servers), and the serving stage watches their PIDs like the server's, so a
+dead worker fails the cell with its cause and the next cell gets a restarted mode.
+Every process gets an explicit thread count (the node's CPUs, or the `threads` knob): llama.cpp's
+own default counts the host's physical cores, not the node's share of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.llamacpp.knobs import knob_args
+from servebench.providers.base import Node
+
+ALL_LAYERS = "999"
+BASE_ENV = {"GGML_NO_BACKTRACE": "1",   # else ggml may attach gdb to print a backtrace on an abort
+            "LLAMA_ARG_ENDPOINT_METRICS": "1"}
+
+
+def tool(request: LaunchRequest, name: str) -> str:
+    return str(Path(request.build_dir) / "bin" / name)
+
+
+def threads(request: LaunchRequest, node: Node) -> str:
+    return str(request.mode.knobs.get("threads") or max(1, len(node.cpus)))
+
+
+def launch_mode(request: LaunchRequest) -> ServerLaunch:
+    mode, nodes = request.mode, request.nodes
+    head = nodes[0]
+    env = {**BASE_ENV, **request.spec.env, **mode.env}
+    processes: list[ProcessLaunch] = []
+    rpc_args: list[str] = []
+    if mode.executor == "rpc":
+        endpoints = []
+        for index in range(mode.pp):
+            node = nodes[index % len(nodes)]
+            port = request.ports(node)
+            endpoints.append(f"{node.address}:{port}")
+            processes.append(ProcessLaunch(
+                node=node.name, env=env, ready_port=port, label=f"rpc{index}.{node.name}",
+                argv=[tool(request, "ggml-rpc-server"), "-H", node.address, "-p", str(port),
+                      "-t", threads(request, node)]))
+        rpc_args = ["--rpc", ",".join(endpoints), "-ngl", ALL_LAYERS, "--tensor-split", ",".join(["1"] * mode.pp)]
+    else:
+        rpc_args = ["-ngl", "0"]
+    port = request.ports(head)
+    argv = [tool(request, "llama-server"), "-m", request.model_dir, "-a", request.served_name,
+            "--host", head.address, "--port", str(port), "-t", threads(request, head),
+            "-tb", threads(request, head), "--metrics", "--slots", "--no-webui", "-fit", "off",
+            *rpc_args, *knob_args(mode.knobs), *mode.args]
+    processes.append(ProcessLaunch(node=head.name, argv=argv, env=env, api=True))
+    return ServerLaunch(processes=processes, port=port)

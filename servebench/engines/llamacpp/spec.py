@@ -1,0 +1,43 @@
+"""The campaign's `engine:` block for llama.cpp: which llama-cpp-python sdist to compile and the
+CMake flags that go into the build (and so into its cache key)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from servebench.campaign.schema import EngineSpecBase
+
+DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
+
+
+class LlamaCppEngineSpec(EngineSpecBase):
+    kind: Literal["llamacpp"] = "llamacpp"
+    package: str = Field(DEFAULT_LLAMACPP_PACKAGE,
+                         description="Pinned llama-cpp-python sdist; its vendored llama.cpp is what is built.")
+    cpu: Literal["portable", "native"] = Field(
+        "portable", description="portable: GGML_NATIVE=OFF (runs on any x86-64/aarch64 of the kind); native: "
+                                "-march=native for this host's CPU (its flags join the build key).")
+    blas: bool = Field(False, description="GGML_BLAS with OpenBLAS (needs libopenblas-dev on the build host).")
+    cmake_args: list[str] = Field(default_factory=list,
+                                  description="More CMake defines, e.g. ['-DGGML_AVX512=OFF'].")
+
+    @field_validator("package")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if "==" not in value:
+            raise ValueError(f"the engine package must be pinned with '==' (got {value!r})")
+        return value
+
+    @field_validator("cmake_args")
+    @classmethod
+    def _defines(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if not arg.startswith("-D") or "=" not in arg or " " in arg:
+                raise ValueError(f"cmake_args takes CMake defines like '-DNAME=VALUE' (got {arg!r})")
+        return value
+
+    def describe(self) -> str:
+        extras = [f"cpu={self.cpu}"] + (["blas"] if self.blas else []) + self.cmake_args
+        return f"{self.package} ({', '.join(extras)})"

@@ -1,0 +1,65 @@
+"""Issue 16, seed 002: the shipped campaigns/kv-saturation.yaml through the real flow: llama.cpp
+built from the llama-cpp-python sdist (once: later tests and runs reuse it by key), the tiny GGUF
+served over two RPC workers with a unified KV pool, closed-loop clients 1-10 at two KV capacities.
+
+Asserted: the measured knee of each capacity lies within one client of the theoretical saturation
+point (capacity / (prompt + output tokens)), so doubling the capacity moves the knee with it; no
+KV miss below the knee and misses past it; throughput past the knee far below the peak; the KV
+capacity, the peak KV usage and the build's CMake flags and commit recorded; the report's charts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import warehouse
+from servebench.analysis.saturation import run_saturation
+
+CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "kv-saturation.yaml"
+pytestmark = pytest.mark.e2e
+
+
+def test_the_knee_follows_the_kv_capacity(isolated, tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    data = yaml.safe_load(CAMPAIGN.read_text())
+    data["load"]["requests"] = 30   # half the shipped cells' requests
+    campaign = tmp_path / "kv-saturation.yaml"
+    campaign.write_text(yaml.safe_dump(data, sort_keys=False))
+    with prefect_test_harness(server_startup_timeout=120):
+        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
+    assert outcome["status"] == "completed", outcome
+
+    con = warehouse.connect(isolated, read_only=True)
+    knees = {s.mode: s for s in run_saturation(con, outcome["run_id"])}
+    kv = {(r["mode"], r["clients"]): r for r in warehouse.rows(con, "select * from cell_kv")}
+    servers = dict(con.execute("select mode, correctness from servers").fetchall())
+    build = warehouse.rows(con, "select engine, inputs, tool_version from builds")[0]
+    con.close()
+    print({mode: (s.theoretical_clients, s.measured_knee, s.peak_normalized_throughput_past_knee)
+           for mode, s in knees.items()})
+
+    assert set(knees) == {"rpc2-cs512", "rpc2-cs1024"}
+    for mode, capacity in (("rpc2-cs512", 512), ("rpc2-cs1024", 1024)):
+        saturation = knees[mode]
+        assert saturation.kv_capacity_tokens == capacity and saturation.theoretical_clients == capacity / 128
+        assert saturation.measured_knee is not None and abs(saturation.knee_gap) <= 1, saturation
+        below = [kv[(mode, c)] for c in range(1, saturation.measured_knee + 1)]
+        assert all(r["kv_misses"] == 0 for r in below), below
+        assert all(kv[(mode, c)]["kv_misses"] > 0 for c in range(saturation.first_miss_clients, 11))
+        assert saturation.peak_normalized_throughput_past_knee < 0.75, saturation
+        assert 0.3 < max(r["kv_usage_peak"] or 0 for r in below) <= 1.0, below
+    assert knees["rpc2-cs1024"].measured_knee > knees["rpc2-cs512"].measured_knee  # the capacity moved it
+    assert set(servers.values()) == {"reference", "passed"}, servers   # RPC answers = single process
+    assert build["engine"] == "llamacpp" and "-DGGML_RPC=ON" in json.loads(build["inputs"])["build_env"]["CMAKE_ARGS"]
+    assert "commit" in build["tool_version"] and "built with" in build["tool_version"], build
+
+    report = (Path(outcome["report"])).read_text()
+    for chart in ("Cache-miss probability vs clients", "KV-cache usage vs clients", "Normalized throughput"):
+        assert chart in report, chart

@@ -1,0 +1,149 @@
+"""The llama.cpp engine without starting anything: its launch plans, knobs, build key, metric
+map, the tiny GGUF, and how its answers are read (gate, stream, /slots, KV failures)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servebench.build.venv import build_key
+from servebench.campaign.schema import GeneratedModelSpec, ModeSpec
+from servebench.engines import LaunchRequest, get_engine
+from servebench.engines.base import METRIC_COLUMNS
+from servebench.engines.llamacpp.knobs import knob_args
+from servebench.engines.llamacpp.slots import kv_tokens
+from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
+from servebench.load.records import RequestRecord
+from servebench.load.sse import SseStream
+from servebench.providers import Node
+
+NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2])]
+ENGINE = get_engine("llamacpp")
+
+
+def request(mode: ModeSpec, nodes=NODES) -> LaunchRequest:
+    ports = iter(range(9000, 9100))
+    return LaunchRequest(python="/b/bin/python", build_dir="/b", spec=LlamaCppEngineSpec(), mode=mode,
+                         model_dir="/m/tiny.gguf", served_name="tiny", dtype="auto", nodes=nodes,
+                         ports=lambda node: next(ports))
+
+
+def value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_local_mode_is_one_llama_server_with_the_nodes_threads_and_metrics():
+    (api,) = ENGINE.launch(request(ModeSpec(name="one", executor="local"))).processes
+    assert api.api and api.node == "n0" and api.argv[0] == "/b/bin/llama-server"
+    assert (value(api.argv, "-m"), value(api.argv, "--host"), value(api.argv, "-t")) == ("/m/tiny.gguf", "127.0.1.1", "2")
+    assert "--metrics" in api.argv and value(api.argv, "-ngl") == "0" and "--rpc" not in api.argv
+
+
+def test_rpc_mode_starts_a_worker_per_node_and_waits_for_each_before_the_server():
+    launch = ENGINE.launch(request(ModeSpec(name="rpc2", pp=2, executor="rpc")))
+    first, second, api = launch.processes
+    assert [p.node for p in launch.processes] == ["n0", "n1", "n0"] and api.api
+    assert first.argv[0] == "/b/bin/ggml-rpc-server" and first.ready_port == int(value(first.argv, "-p"))
+    assert value(second.argv, "-H") == "127.0.1.2" and value(second.argv, "-t") == "1"  # n1 has one CPU
+    assert value(api.argv, "--rpc") == f"127.0.1.1:{first.ready_port},127.0.1.2:{second.ready_port}"
+    assert value(api.argv, "-ngl") == "999" and value(api.argv, "--tensor-split") == "1,1"
+    assert first.label != second.label  # each worker has a log of its own
+
+
+def test_knobs_become_llama_server_flags_and_null_leaves_the_default():
+    assert knob_args({"parallel": 8, "ctx_size": 1024, "kv_unified": True, "batch_size": None}) == \
+        ["-np", "8", "-c", "1024", "-kvu"]
+    assert knob_args({"kv_unified": False, "flash_attn": "off"}) == ["-fa", "off", "-no-kvu"]
+    (api,) = ENGINE.launch(request(ModeSpec(name="t", executor="local", knobs={"threads": 1}))).processes
+    assert value(api.argv, "-t") == "1" and value(api.argv, "-tb") == "1"
+    assert ENGINE.knobs["kv_unified"].problem(1) and ENGINE.knobs["flash_attn"].problem("maybe")
+
+
+@pytest.mark.parametrize("mode, problem", [
+    (ModeSpec(name="tp", tp=2, executor="rpc"), "no tp"),
+    (ModeSpec(name="local-pp", pp=2, executor="local"), "executor 'rpc'"),
+    (ModeSpec(name="crowded", pp=3, executor="rpc"), "oversubscribe"),
+])
+def test_modes_llama_cpp_cannot_serve_are_refused_with_the_reason(mode, problem):
+    assert problem in ENGINE.mode_problem(mode, [[0], [1]], ["a", "b"])
+
+
+def test_three_workers_on_two_nodes_may_share_cores_when_asked():
+    assert ENGINE.mode_problem(ModeSpec(name="x", pp=3, executor="rpc", oversubscribe=True), [[0], [1]], ["a", "b"]) \
+        is None
+
+
+def test_every_cmake_flag_is_in_the_build_key_and_the_vllm_key_is_unchanged():
+    base = build_key(ENGINE.build_recipe(LlamaCppEngineSpec()))
+    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec())) == base
+    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec(blas=True))) != base
+    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec(cmake_args=["-DGGML_AVX512=OFF"]))) != base
+    native = ENGINE.build_recipe(LlamaCppEngineSpec(cpu="native"))
+    assert "-DGGML_NATIVE=ON" in native.build_env["CMAKE_ARGS"] and native.host_cpu_flags
+    vllm = get_engine("vllm")
+    assert "pip_options" not in json.dumps(vllm.build_recipe(vllm.spec_model()).model_dump(exclude_defaults=True))
+    with pytest.raises(ValueError, match="-DNAME=VALUE"):
+        LlamaCppEngineSpec(cmake_args=["GGML_AVX512=OFF"])
+
+
+def test_the_metric_map_fills_known_columns():
+    assert set(ENGINE.metrics.values()) <= set(METRIC_COLUMNS)
+    assert ENGINE.generation_tokens_metric in ENGINE.metrics
+
+
+def test_kv_capacity_is_the_context_libllama_logs():
+    log = "llama_context: n_seq_max     = 12\nllama_context: n_ctx         = 1024\nllama_context: n_ctx_seq = 1024\n"
+    assert ENGINE.kv_capacity_tokens(log) == 1024 and ENGINE.kv_capacity_tokens("nothing") is None
+    server = "I srv    load_model: initializing, n_slots = {}, n_ctx_slot = 256, kv_unified = '{}'"
+    assert ENGINE.kv_capacity_tokens(server.format(12, "true")) == 256     # one pool
+    assert ENGINE.kv_capacity_tokens(server.format(4, "false")) == 1024    # a pool per slot
+
+
+def test_gate_answers_are_read_from_logprobs_content():
+    choice = {"logprobs": {"content": [
+        {"id": 7, "token": "a", "logprob": -0.5, "top_logprobs": [{"id": 7, "logprob": -0.5}, {"id": 9, "logprob": -1}]},
+        {"id": 4, "token": "b", "logprob": -0.1, "top_logprobs": [{"id": 4, "logprob": -0.1}]}]}}
+    assert ENGINE.gate_choice(choice) == ([7, 4], [-0.5, -0.1], [[7, 9], [4]])
+
+
+def test_slots_in_use_are_the_processing_ones():
+    slots = [{"id": 0, "is_processing": True, "n_prompt_tokens": 40},
+             {"id": 1, "is_processing": False, "n_prompt_tokens": 100},   # idle: saved and cleared on next task
+             {"id": 2, "is_processing": True, "n_prompt_tokens": 33}, {"id": 3, "is_processing": False}]
+    assert kv_tokens(slots) == {"kv_tokens": 73.0}
+
+
+def test_a_llama_cpp_stream_is_timed_by_its_running_predicted_count():
+    """One chunk a token, timings.predicted_n running; a token ending inside a UTF-8 character
+    arrives with the next (predicted_n jumps by 2); usage only in the last chunk."""
+    record = RequestRecord(index=0, warmup=False, scheduled_s=0.0)
+    stream = SseStream(record)
+    chunks = [({"choices": [{"text": "a"}], "timings": {"predicted_n": 1}}, 1.0),
+              ({"choices": [{"text": "bc"}], "timings": {"predicted_n": 3}}, 2.0),
+              ({"choices": [{"text": "", "finish_reason": "length"}], "timings": {"predicted_n": 3},
+                "usage": {"completion_tokens": 3, "prompt_tokens": 5}}, 2.5)]
+    for chunk, at in chunks:
+        assert stream.feed(b"data: " + json.dumps(chunk).encode() + b"\n\n", at) is None
+    stream.feed(b"data: [DONE]\n\n", 3.0)
+    assert stream.close() == (None, None)
+    assert (record.output_tokens, record.input_tokens, record.token_source) == (3, 5, "usage")
+    assert record.chunk_tokens == [1, 2] and record.first_token_s == 1.0 and record.last_token_s == 2.0
+
+
+def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path):
+    from gguf import GGUFReader
+
+    from servebench.build.model import ensure_model, vocab_size
+
+    spec = GeneratedModelSpec(generate="tiny-llama", format="gguf", layers=2, hidden=64, heads=2, kv_heads=1,
+                              intermediate=96, vocab_size=400, max_position=512)
+    path = ensure_model(spec, "", tmp_path)
+    assert path.suffix == ".gguf" and ensure_model(spec, "", tmp_path) == path  # cached
+    reader = GGUFReader(str(path))
+    field = lambda name: reader.fields[name].contents()  # noqa: E731
+    assert (field("llama.block_count"), field("llama.embedding_length"), field("llama.context_length")) == (2, 64, 512)
+    assert vocab_size(path) == 400 and field("tokenizer.ggml.tokens")[3] == "<0x00>"
+    assert reader.get_tensor(0).name == "token_embd.weight"
+    other = ensure_model(spec.model_copy(update={"seed": 1}), "", tmp_path)
+    assert other != path
