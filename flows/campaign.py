@@ -22,7 +22,7 @@ from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
 import warehouse
-from flows.context import RunContext, first_line
+from flows.context import EngineRun, RunContext, first_line, reference_mode_name
 from flows.modes import land_result_file, reference_answers, run_mode
 from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
@@ -115,7 +115,10 @@ def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only:
 
 def new_context(plan: Plan, wh: str, run_id: str, run_dir: Path, campaign_dir: Path) -> RunContext:
     campaign = plan.campaign
-    return RunContext(plan=plan, engine=get_engine(campaign.engine.kind),
+    engines = {kind: EngineRun(engine=get_engine(kind), spec=spec,
+                               reference_name=reference_mode_name(kind, primary=index == 0))
+               for index, (kind, spec) in enumerate(campaign.engine_specs().items())}
+    return RunContext(plan=plan, engines=engines,
                       provider=get_provider(campaign, plan.client.reserved_on_nodes, run_id=run_id), warehouse=wh,
                       run_id=run_id, run_dir=run_dir, campaign_dir=campaign_dir)
 
@@ -130,16 +133,20 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
     try:
         if cells or ctx.searches:
             ctx.claims = hold_claims(ctx)
-            ctx.deployment = deploy(ctx)
+            deploy(ctx)
             modes = group_by_mode(cells)
             measured = {mode.name for mode, _ in modes}
             modes += [(mode, []) for mode in configurations(campaign)  # a resumed run's unfinished searches
                       if ctx.searches is not None and mode.name in ctx.searches and mode.name not in measured]
-            modes.sort(key=lambda mode_cells: not ctx.engine.is_reference(mode_cells[0]))  # reference answers first
+            # each engine's reference answers first
+            modes.sort(key=lambda mode_cells: not ctx.engine_run(mode_cells[0]).engine.is_reference(mode_cells[0]))
             optuna = campaign.search is not None and campaign.search.strategy == "optuna" and not ctx.rerun_failed
-            first = optuna_first_mode(ctx) if optuna else modes[0][0]
-            if first is None or not ctx.engine.is_reference(first):
-                reference_answers(ctx)
+            for run in ctx.engines.values():
+                served = [mode for mode, _ in modes if ctx.engine_run(mode) is run]
+                if optuna and run is ctx.primary:
+                    served = [optuna_first_mode(ctx)]
+                if served and (served[0] is None or not run.engine.is_reference(served[0])):
+                    reference_answers(ctx, run)
             if optuna:  # a few configurations, chosen one after the other
                 tune_with_optuna(ctx, cells)
             else:
@@ -171,45 +178,57 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
     return outcome
 
 
-def deploy(ctx: RunContext) -> Deployment:
-    """Provision the nodes, build the engine, prepare the model, start the shared services."""
+def deploy(ctx: RunContext) -> None:
+    """Provision the nodes; for each engine the campaign's modes use: build it, prepare the model in
+    its format, place both on the nodes, start its shared services."""
     campaign, wh = ctx.campaign, ctx.warehouse
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
     nodes, inventories, offsets = provision(ctx.provider)
     servers, client = split_client_node(nodes, [n.name for n in campaign.provider.node_specs()], ctx.plan.client.node)
     land_nodes(wh, ctx.run_id, nodes, inventories, offsets, client_node=client.name if client else None)
     land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider))
-    reporter().stage("building the engine")
-    build = build_engine(ctx.engine.build_recipe(campaign.engine))
-    land_build(wh, ctx.run_id, build)
-    reporter().stage("preparing the model")
-    model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir))
-    land_run_update(wh, ctx.run_id, model_path=model_dir)
-    ctx.vocab = vocab_size(Path(model_dir))
-    reporter().stage("placing the engine build and the model on every node"
-                     + (f", the load generator on {client.name}" if client else ""))
-    placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
-    land_placements(wh, ctx.run_id, [p.model_dump() for p in placed.placements])
+    used = {campaign.engine_kind(mode) for mode in campaign.modes}
+    placements = []
+    for kind, run in ctx.engines.items():
+        if kind not in used:
+            continue
+        named = "" if run is ctx.primary else f" {kind}"
+        reporter().stage(f"building the engine{named}")
+        build = build_engine(run.engine.build_recipe(run.spec))
+        land_build(wh, ctx.run_id, build)
+        reporter().stage(f"preparing the model{named and ' for' + named}")
+        model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.model_formats[0])
+        if run is ctx.primary:
+            land_run_update(wh, ctx.run_id, model_path=model_dir)
+        run.vocab = vocab_size(Path(model_dir))
+        reporter().stage(f"placing the engine build{named} and the model on every node"
+                         + (f", the load generator on {client.name}" if client else ""))
+        placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
+        placements += [p.model_dump() for p in placed.placements]
+        load_client = None if client is None else ClientNode(
+            provider=ctx.provider, node=client, python=build.python, tree=placed.load_tree,
+            clock_offset_s=offsets.get(client.name))
+        run.deployment = Deployment(campaign=campaign, engine=run.engine, spec=run.spec, provider=ctx.provider,
+                                    nodes=servers, build=build, model_dir=model_dir, served_name=ctx.served_name,
+                                    run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir, clock_offsets=offsets,
+                                    client=load_client)
+        reporter().stage(f"starting the services the{named} modes share, if any")
+        modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
+        shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
+        run.deployment = replace(run.deployment, shared=shared)
+    land_placements(wh, ctx.run_id, placements)
     reporter().cells_planned(len(ctx.plan.cells))
     if ctx.planned_cells > len(ctx.plan.cells):
         reporter().stage(f"and at most {ctx.planned_cells - len(ctx.plan.cells)} capacity probes (cells too)")
-    load_client = None if client is None else ClientNode(
-        provider=ctx.provider, node=client, python=build.python, tree=placed.load_tree,
-        clock_offset_s=offsets.get(client.name))
-    ctx.deployment = Deployment(campaign=campaign, engine=ctx.engine, provider=ctx.provider, nodes=servers, build=build,
-                                model_dir=model_dir, served_name=ctx.served_name, run_dir=str(ctx.run_dir),
-                                tools_dir=placed.tools_dir, clock_offsets=offsets, client=load_client)
-    reporter().stage("starting the services the modes share, if any")
-    shared = start_shared_services(ctx.engine, campaign, servers, build, ctx.provider, str(ctx.run_dir))
-    return replace(ctx.deployment, shared=shared)
 
 
 def release(ctx: RunContext) -> None:
     """Stop the shared services, then let the provider stop what is left and give the nodes back;
     links the campaign changed are plain again; the run's claims go last."""
     try:
-        if ctx.deployment is not None and ctx.deployment.shared is not None:
-            stop_shared_services.fn(ctx.engine, ctx.deployment.shared, ctx.provider)
+        for run in ctx.engines.values():
+            if run.deployment is not None and run.deployment.shared is not None:
+                stop_shared_services.fn(run.engine, run.deployment.shared, ctx.provider)
     finally:
         try:
             ctx.provider.release()

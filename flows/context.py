@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servebench.campaign.plan import Plan
-from servebench.campaign.schema import Campaign, GeneratedModelSpec
+from servebench.campaign.schema import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
 from servebench.engines import Engine
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims
@@ -17,27 +17,73 @@ from tasks.serve import Deployment
 REFERENCE_MODE = "reference-tp1"
 
 
+def reference_mode_name(kind: str, primary: bool) -> str:
+    """The reference server's mode name: `reference-tp1` for the campaign's engine (as ever), and
+    `reference-KIND` for each further engine of a side-by-side campaign."""
+    return REFERENCE_MODE if primary else f"reference-{kind}"
+
+
+@dataclass
+class EngineRun:
+    """One engine of the campaign: what its modes are started from (its build, model and shared
+    services on the nodes) and the single-worker answers its other modes are judged against."""
+
+    engine: Engine
+    spec: EngineSpecBase
+    reference_name: str                            # the reference server's mode name, when one is started
+    deployment: Deployment | None = None           # set once provisioned
+    vocab: int = 0
+    reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
+    reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
+
+
 @dataclass
 class RunContext:
     """The state one campaign run threads through its stages (set once, read everywhere)."""
 
     plan: Plan
-    engine: Engine
+    engines: dict[str, EngineRun]                  # by kind, the campaign's `engine:` first
     provider: Provider                             # one per run: allocates, holds and releases the nodes
     warehouse: str
     run_id: str
     run_dir: Path
     campaign_dir: Path                             # relative paths in the campaign (a model) are from here
-    deployment: Deployment | None = None           # nodes, build, model, shared services: set once provisioned
-    vocab: int = 0
-    reference: GateAnswer | None = None            # the TP=1 answers every other mode is judged against
-    reference_problem: str | None = None           # why there is no reference: every mode is then unchecked
     link: str | None = None                        # the network setting the testbed's links have now
     claims: HeldClaims | None = None               # what the run has to itself (nodes' CPUs), until release
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
     rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
+
+    def engine_run(self, mode: ModeSpec) -> EngineRun:
+        """The engine serving `mode`."""
+        return self.engines[self.campaign.engine_kind(mode)]
+
+    def engine_serving(self, server_mode: str) -> EngineRun:
+        """The engine of a server, by its mode name (a campaign's configuration or a reference's)."""
+        for run in self.engines.values():
+            if server_mode == run.reference_name:
+                return run
+        from servebench.campaign.sweep import configurations
+
+        for mode in configurations(self.campaign):
+            if mode.name == server_mode or server_mode.startswith(mode.name + "-"):  # `<default>-again` too
+                return self.engine_run(mode)
+        return self.primary
+
+    @property
+    def primary(self) -> EngineRun:
+        return next(iter(self.engines.values()))
+
+    @property
+    def engine(self) -> Engine:
+        """The campaign's `engine:` (the one every mode has unless it names another)."""
+        return self.primary.engine
+
+    @property
+    def deployment(self) -> Deployment | None:
+        """A deployment's nodes and client node (the same for every engine): the first engine's that has one."""
+        return next((run.deployment for run in self.engines.values() if run.deployment is not None), None)
 
     @property
     def campaign(self) -> Campaign:

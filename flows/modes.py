@@ -9,7 +9,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from flows.context import REFERENCE_MODE, RunContext, first_line, log_text
+from flows.context import EngineRun, RunContext, first_line, log_text
 from flows.search import search_mode_capacity
 from servebench import landing
 from servebench.analysis.capacity import judge, observed_from_summary
@@ -28,29 +28,31 @@ from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
 from tasks.telemetry import Telemetry, stop_telemetry
 
 
-def reference_answers(ctx: RunContext) -> None:
-    """No single-worker mode in the campaign: a TP=1 server answers the gate prompts once.
+def reference_answers(ctx: RunContext, run: EngineRun) -> None:
+    """No single-worker mode of this engine in the campaign: a TP=1 server of it answers the gate
+    prompts once.
 
-    If it cannot, no mode is compared with anything: each is marked `unchecked`, never
-    silently judged against another distributed mode."""
-    mode = ctx.engine.reference_mode(REFERENCE_MODE)
-    reporter().stage("correctness reference: starting a TP=1 server")
+    If it cannot, none of the engine's modes is compared with anything: each is marked `unchecked`,
+    never silently judged against another distributed mode (nor against another engine)."""
+    mode = run.engine.reference_mode(run.reference_name)
+    who = "" if run is ctx.primary else f" of {run.engine.kind}"
+    reporter().stage(f"correctness reference: starting a TP=1 server{who}")
     try:
-        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {REFERENCE_MODE}")(
-            ctx.deployment, mode)
+        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+            run.deployment, mode)
     except Exception as exc:
-        ctx.reference_problem = f"the TP=1 reference server did not start: {first_line(exc)}"
-        land_server(ctx.warehouse, ctx.run_id, mode=REFERENCE_MODE, pid=None, port=None, command=[], env={},
+        run.reference_problem = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
+        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
                     log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
                     error=str(exc))
-        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
+        reporter().stage(run.reference_problem + f"; every mode{who} runs unchecked")
         return
     gate = None
     try:
-        gate, ctx.reference = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, None, None)
+        gate, run.reference = correctness_gate(run.engine, server, ctx.served_name, run.vocab, None, None)
     except Exception as exc:
-        ctx.reference_problem = f"the TP=1 reference server did not answer the gate prompts: {first_line(exc)}"
-        reporter().stage(ctx.reference_problem + "; every mode runs unchecked")
+        run.reference_problem = f"the TP=1 reference server{who} did not answer the gate prompts: {first_line(exc)}"
+        reporter().stage(run.reference_problem + f"; every mode{who} runs unchecked")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
 
@@ -58,27 +60,28 @@ def reference_answers(ctx: RunContext) -> None:
 def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
-    The first single-worker mode's answers become the campaign's reference."""
+    The first single-worker mode of each engine gives that engine's reference answers."""
+    run = ctx.engine_run(mode)
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            ctx.deployment, mode)
+            run.deployment, mode)
     except Exception as exc:
         land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
                     log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
                     error=str(exc))
-        if ctx.reference is None and ctx.reference_problem is None and ctx.engine.is_reference(mode):
-            ctx.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
+        if run.reference is None and run.reference_problem is None and run.engine.is_reference(mode):
+            run.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
             land_failed_cell(ctx, cell, f"server did not start: {exc}")
         return
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(ctx.engine, server, ctx.served_name, ctx.vocab, ctx.reference,
-                                         ctx.reference_problem)
+        gate, answer = correctness_gate(run.engine, server, ctx.served_name, run.vocab, run.reference,
+                                         run.reference_problem)
         if gate.status == "reference":
-            ctx.reference = answer
+            run.reference = answer
         land_mode_server(ctx, server, "ready", gate)
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for index, cell in enumerate(cells):
@@ -111,7 +114,7 @@ def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: T
     reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
     stop_server_and_telemetry(ctx, server, telemetry, gate)
     restarted, telemetry = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
-        ctx.deployment, mode)
+        ctx.engine_run(mode).deployment, mode)
     land_mode_server(ctx, restarted, "ready", gate)
     return restarted, telemetry
 
@@ -170,8 +173,9 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     if problem is not None:
         land_failed_cell(ctx, cell, problem, search_probe=search_probe)
         return None
-    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, ctx.vocab, ctx.plan.client,
-                              ctx.engine)
+    run = ctx.engine_run(cell.mode)
+    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
+                              run.engine)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     log_from = log_size(server.log_path)
@@ -201,7 +205,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
         requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
         slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status),
-        kv_failures=count_in_log(server.log_path, log_from, ctx.engine.kv_failure_pattern))
+        kv_failures=count_in_log(server.log_path, log_from, run.engine.kv_failure_pattern))
     ctx.statuses[cell.key] = status
     if status == "completed" and not summary.get("valid", True):
         ctx.invalid[cell.key] = list(summary["invalid_reasons"])
@@ -293,10 +297,11 @@ def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime 
 
 def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
     api = server.api
-    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, pid=api.process.pid, port=server.port,
+    engine = ctx.engine_serving(server.mode).engine
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, engine=engine.kind, pid=api.process.pid, port=server.port,
                    command=api.launch.argv, env=api.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
                    status=status, error=None, correctness=gate.status if gate else None,
                    correctness_detail=gate.detail if gate else None,
                    correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
-                   kv_capacity_tokens=ctx.engine.kv_capacity_tokens(log_text(server.log_path)))
+                   kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))

@@ -124,9 +124,10 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
-                kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None) -> None:
+                kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
+                engine: str | None = None) -> None:
     insert_row(con, "servers", dict(
-        run_id=run_id, mode=mode, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
+        run_id=run_id, mode=mode, engine=engine, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
         correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
         correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),

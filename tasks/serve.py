@@ -10,7 +10,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import Campaign, ModeSpec
+from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
 from servebench.engines import Engine, LaunchRequest
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
@@ -22,10 +22,11 @@ from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
 
 @dataclass(frozen=True)
 class Deployment:
-    """What every mode's server is started from (set once per run)."""
+    """What every mode of one engine is started from (set once per run and engine)."""
 
     campaign: Campaign
     engine: Engine
+    spec: EngineSpecBase                           # the engine's block of the campaign
     provider: Provider
     nodes: list[Node]
     build: EngineBuild
@@ -49,14 +50,14 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     its health path; on failure both are already stopped."""
     d = deployment
     launch = d.engine.launch(LaunchRequest(
-        python=d.build.python, build_dir=d.build.venv_path, spec=d.campaign.engine, mode=mode, model_dir=d.model_dir,
+        python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
         served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=d.nodes, ports=d.provider.free_port,
         shared=d.shared))
     server = start_server(d.provider, d.nodes, launch, mode.name, Path(d.run_dir) / "servers",
-                          d.campaign.engine.ready_timeout_s)
+                          d.spec.ready_timeout_s)
     telemetry = start_telemetry.fn(d, server)
     try:
-        wait_ready(server, d.campaign.engine.ready_timeout_s)
+        wait_ready(server, d.spec.ready_timeout_s)
     except BaseException:
         stop_telemetry.fn(d.provider, telemetry)
         stop_server(d.provider, server)

@@ -9,16 +9,17 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import Campaign
+from servebench.campaign.schema import EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
 
 
 @task(name="start-shared-services", cache_policy=NONE)
-def start_shared_services(engine: Engine, campaign: Campaign, nodes: list[Node], build: EngineBuild,
-                          provider: Provider, run_dir: str) -> SharedServices | None:
-    return engine.start_shared(campaign.modes, campaign.engine, nodes, build.venv_path, provider, Path(run_dir))
+def start_shared_services(engine: Engine, spec: EngineSpecBase, modes: list[ModeSpec], nodes: list[Node],
+                          build: EngineBuild, provider: Provider, run_dir: str) -> SharedServices | None:
+    """`modes`: the campaign's modes this engine serves."""
+    return engine.start_shared(modes, spec, nodes, build.venv_path, provider, Path(run_dir))
 
 
 @task(name="stop-shared-services", cache_policy=NONE)

@@ -136,14 +136,54 @@ def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path)
 
     from servebench.build.model import ensure_model, vocab_size
 
-    spec = GeneratedModelSpec(generate="tiny-llama", format="gguf", layers=2, hidden=64, heads=2, kv_heads=1,
+    spec = GeneratedModelSpec(generate="tiny-llama", layers=2, hidden=64, heads=2, kv_heads=1,
                               intermediate=96, vocab_size=400, max_position=512)
-    path = ensure_model(spec, "", tmp_path)
-    assert path.suffix == ".gguf" and ensure_model(spec, "", tmp_path) == path  # cached
+    path = ensure_model(spec, "", tmp_path, fmt="gguf")
+    assert path.suffix == ".gguf" and ensure_model(spec, "", tmp_path, fmt="gguf") == path  # cached
     reader = GGUFReader(str(path))
     field = lambda name: reader.fields[name].contents()  # noqa: E731
     assert (field("llama.block_count"), field("llama.embedding_length"), field("llama.context_length")) == (2, 64, 512)
     assert vocab_size(path) == 400 and field("tokenizer.ggml.tokens")[3] == "<0x00>"
     assert reader.get_tensor(0).name == "token_embd.weight"
-    other = ensure_model(spec.model_copy(update={"seed": 1}), "", tmp_path)
+    other = ensure_model(spec.model_copy(update={"seed": 1}), "", tmp_path, fmt="gguf")
     assert other != path
+
+
+def test_the_knee_is_the_last_client_count_before_kv_misses():
+    from servebench.analysis.saturation import measured_knee, saturation_by_mode
+
+    assert measured_knee({1: 0.0, 2: 0.0, 3: 0.004, 4: 0.2, 5: 0.0}) == (3, 4)   # a miss-free point past it counts not
+    assert measured_knee({1: 0.0, 2: 0.0}) == (None, None)                     # never saturated
+    assert measured_knee({1: 0.5}) == (None, 1)                                # saturated from the start
+    cells = [{"mode": "m", "clients": c, "cache_miss_probability": 0.3 if c > 4 else 0.0, "kv_capacity_tokens": 512,
+              "normalized_throughput": 1.0 if c <= 4 else 0.1} for c in range(1, 7)]
+    (found,) = saturation_by_mode(cells, 32, 96)
+    assert (found.theoretical_clients, found.measured_knee, found.first_miss_clients, found.knee_gap) == (4.0, 4, 5, 0.0)
+    assert found.mean_normalized_throughput_past_knee == pytest.approx(0.1)
+
+
+def test_cell_kv_reads_either_engines_kv_signals_the_same_way(tmp_path):
+    """One cell measured by each kind of engine: vLLM's usage gauge and preemptions, llama.cpp's tokens
+    in flight over its logged capacity and its KV-full log lines; misses per decode attempt for both."""
+    import warehouse
+
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    for mode, capacity in (("gauge", None), ("tokens", 1000)):
+        con.execute("insert into servers (run_id, mode, command, status, kv_capacity_tokens) values "
+                    "('r', ?, [], 'ready', ?)", [mode, capacity])
+        con.execute("""insert into cells (run_id, cell_id, cell_key, mode, tp, pp, executor, load_kind, clients,
+                       "repeat", input_len, output_len, seed, status, completed, t0_monotonic, t_end_monotonic,
+                       kv_failures) values ('r', ?, ?, ?, 1, 1, 'x', 'closed', 4, 0, 8, 8, 0, 'completed', 10,
+                       100, 110, ?)""", [f"r/{mode}", f"{mode}.c4.r0", mode, None if capacity is None else 30])
+    samples = [("gauge", 101, 0.5, None, 2, 100), ("gauge", 109, 0.8, None, 7, 190),       # 5 preemptions, 90 steps
+               ("tokens", 101, None, 400, None, 10), ("tokens", 109, None, 900, None, 100)]  # 30 failures, 90 steps
+    for mode, t, usage, tokens, preempted, steps in samples:
+        con.execute("insert into server_samples (run_id, mode, t_mono, t_wall, kv_usage, kv_tokens, "
+                    "preemptions_total, decode_steps_total) values ('r', ?, ?, ?, ?, ?, ?, ?)",
+                    [mode, t, t, usage, tokens, preempted, steps])
+    kv = {r["mode"]: r for r in warehouse.rows(con, "select * from cell_kv")}
+    con.close()
+    assert kv["gauge"]["kv_usage_peak"] == 0.8 and kv["tokens"]["kv_usage_peak"] == 0.9
+    assert (kv["gauge"]["kv_misses"], kv["tokens"]["kv_misses"]) == (5, 30)
+    assert kv["gauge"]["cache_miss_probability"] == pytest.approx(5 / 90)
+    assert kv["tokens"]["cache_miss_probability"] == pytest.approx(30 / 120)   # attempts: 90 decoded + 30 failed

@@ -19,6 +19,7 @@ import duckdb
 import vl_convert as vlc
 
 from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
+from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import run_saturation
@@ -267,14 +268,15 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                                    "the engine's KV-cache usage, peak during the cell", saturation, knees=knees),
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
                                      "KV misses per decode attempt",
-                                     "decode batches that found no room in the KV cache (llama.cpp) or sequences "
-                                     "preempted (vLLM), per decode attempt", saturation, knees=knees),
+                                     "KV misses (batches that found no room in the KV cache, or sequences "
+                                     "preempted) per decode attempt", saturation, knees=knees),
         "node_timelines": node_timelines(samples, cells, rows(
             con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
         "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
+        "engines_side_by_side": engines_chart(engine_cells(con, run_id)),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
 
@@ -322,7 +324,8 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
                  [run_id])
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
                  f"spec {info['spec_hash']}, started {info['started_at']}", charts,
-                 capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id)) + cell_table(cells, gates))
+                 capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
+                 + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates))
     path = out_dir / "report.html"
     path.write_text(page)
     return path

@@ -30,6 +30,7 @@ class Saturation(BaseModel):
     first_miss_clients: int | None       # the first client count past the knee
     clients_measured: list[int]
     peak_normalized_throughput_past_knee: float | None  # the best throughput past the knee, 1.0 = the mode's best
+    mean_normalized_throughput_past_knee: float | None
 
     @property
     def knee_gap(self) -> float | None:
@@ -69,7 +70,8 @@ def saturation_by_mode(cells: list[dict], input_len: int, output_len: int) -> li
             mode=mode, kv_capacity_tokens=capacity, tokens_per_sequence=per_sequence,
             theoretical_clients=capacity / per_sequence if capacity else None, measured_knee=knee,
             first_miss_clients=first_miss, clients_measured=sorted({r["clients"] for r in rows}),
-            peak_normalized_throughput_past_knee=max(past) if past else None))
+            peak_normalized_throughput_past_knee=max(past) if past else None,
+            mean_normalized_throughput_past_knee=mean(past) if past else None))
     return result
 
 

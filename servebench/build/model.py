@@ -23,19 +23,18 @@ class ModelError(Exception):
     pass
 
 
-def model_cache_key(spec: GeneratedModelSpec) -> str:
+def model_cache_key(spec: GeneratedModelSpec, fmt: str = "hf") -> str:
     # The generator's source is part of the key: a change to it must not reuse old weights.
-    if spec.format == "gguf":
+    if fmt == "gguf":
         code = hashlib.sha256(Path(tiny_gguf.__file__).read_bytes()).hexdigest()
         return f"tiny-gguf-{sha256_json({'spec': spec.model_dump(mode='json'), 'code': code})[:16]}"
-    data = spec.model_dump(mode="json", exclude={"format"})  # the key it had before GGUF existed
-    return f"tiny-llama-{sha256_json({'spec': data, 'code': source_digest()})[:16]}"
+    return f"tiny-llama-{sha256_json({'spec': spec.model_dump(mode='json'), 'code': source_digest()})[:16]}"
 
 
-def generated_model_path(spec: GeneratedModelSpec, cache: Path) -> Path:
-    """Where the generated model lives in the cache: a directory, or a .gguf file."""
-    directory = cache / "models" / model_cache_key(spec)
-    return directory / GGUF_NAME if spec.format == "gguf" else directory
+def generated_model_path(spec: GeneratedModelSpec, cache: Path, fmt: str = "hf") -> Path:
+    """Where the generated model lives in the cache: a directory (hf), or a .gguf file in one."""
+    directory = cache / "models" / model_cache_key(spec, fmt)
+    return directory / GGUF_NAME if fmt == "gguf" else directory
 
 
 def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
@@ -43,7 +42,8 @@ def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
     return base_dir / path if not path.is_absolute() and base_dir is not None else path
 
 
-def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Path | None = None) -> Path:
+def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Path | None = None,
+                 fmt: str = "hf") -> Path:
     """Return the model directory (or GGUF file), generating it first if needed."""
     if isinstance(spec, LocalModelSpec):
         path = _local_path(spec, base_dir)
@@ -54,14 +54,14 @@ def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Pat
         if not (path / "config.json").exists():
             raise ModelError(f"model.path {path} has no config.json")
         return path
-    if spec.format == "gguf":
+    if fmt == "gguf":
         return _ensure_gguf(spec, cache)
-    out = generated_model_path(spec, cache)
+    out = generated_model_path(spec, cache, "hf")
     if (out / "servebench-model.json").exists():
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    config = spec.model_dump(mode="json", exclude={"generate", "dtype", "format"})
+    config = spec.model_dump(mode="json", exclude={"generate", "dtype"})
     result = subprocess.run(
         [engine_python, "-m", "servebench_engine.tiny_llama", "--out", str(tmp), "--config", json.dumps(config)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
@@ -75,7 +75,7 @@ def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Pat
 
 def _ensure_gguf(spec: GeneratedModelSpec, cache: Path) -> Path:
     """The file in a directory of its own: nodes get a model as a directory tree (placed by digest)."""
-    out = generated_model_path(spec, cache)
+    out = generated_model_path(spec, cache, "gguf")
     if out.is_file():
         return out
     tmp = out.parent.with_name(out.parent.name + ".tmp")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
 from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModelSpec
@@ -14,17 +15,22 @@ from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModelSpec
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
 
 
-def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | None,
+def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provider, base_dir: Path | None,
                       host_cpus: set[int]) -> list[Problem]:
-    """`engine`: the campaign's Engine; `provider`: its provider's class (spec checks only)."""
-    problems: list[Problem] = []
+    """`engine_of`: an engine kind -> its Engine; `provider`: the provider's class (spec checks only)."""
+    problems = _engine_problems(campaign)
+    if problems:
+        return problems
     names = [mode.name for mode in campaign.modes]
+    engines = {kind: engine_of(kind) for kind in campaign.engine_specs()}
     fmt = model_format(campaign.model, base_dir)
-    if fmt not in engine.model_formats:
-        problems.append((("model", "path"), f"engine {engine.kind!r} serves models as {', '.join(engine.model_formats)}"
-                         f"; this model is {fmt}"))
-    generated = isinstance(campaign.model, GeneratedModelSpec)
-    shape, shape_problem = model_shape(campaign.model, base_dir) if fmt == "hf" or generated else (None, None)
+    for index, mode in enumerate(campaign.modes):
+        engine = engines[campaign.engine_kind(mode)]
+        if fmt is not None and fmt not in engine.model_formats:
+            where = ("model", "path") if mode.engine is None else ("modes", index, "engine")
+            problems.append((where, f"engine {engine.kind!r} serves models as {', '.join(engine.model_formats)}; "
+                             f"this model is {fmt}"))
+    shape, shape_problem = model_shape(campaign.model, base_dir) if fmt in ("hf", None) else (None, None)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
     client = client_placement(campaign, host_cpus)
@@ -34,6 +40,7 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
     here = campaign.provider.nodes_on_this_host and client.node is None
     nodes = [server_cpus(node.cpus, client) if here else node.cpus for node in node_specs]
     for index, mode in enumerate(campaign.modes):
+        engine = engines[campaign.engine_kind(mode)]
         where = ("modes", index)
         size_field = where + ("tp" if mode.tp > 1 else "pp",)
         if mode.name in names[:index]:
@@ -51,19 +58,38 @@ def check_feasibility(campaign: Campaign, engine, provider, base_dir: Path | Non
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
-    return problems + _network_problems(campaign) + _fault_problems(campaign) + _knob_problems(campaign, engine)
+    knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
+    return problems + _network_problems(campaign) + _fault_problems(campaign) + list(dict.fromkeys(knob_problems))
 
 
-def _knob_problems(campaign: Campaign, engine) -> list[Problem]:
-    """Knobs the engine does not have or values it does not take; two configurations with one name."""
+def _engine_problems(campaign: Campaign) -> list[Problem]:
+    """An engine kind given twice, or a mode naming an engine the campaign does not list."""
+    kinds = [campaign.engine.kind]
+    problems: list[Problem] = []
+    for index, spec in enumerate(campaign.engines):
+        if spec.kind in kinds:
+            problems.append((("engines", index, "kind"), f"engine {spec.kind!r} is given already: each kind once "
+                             f"(the campaign's engine is {campaign.engine.kind!r})"))
+        kinds.append(spec.kind)
+    for index, mode in enumerate(campaign.modes):
+        if mode.engine is not None and mode.engine not in kinds:
+            problems.append((("modes", index, "engine"), f"engine {mode.engine!r} is not among the campaign's "
+                             f"engines ({', '.join(kinds)}): add it under `engines:`"))
+    return problems
+
+
+def _knob_problems(campaign: Campaign, engine, kind: str) -> list[Problem]:
+    """Knobs the engine (of kind `kind`) does not have or values it does not take, on its modes and
+    on the campaign's axes (which every mode gets); two configurations with one name."""
     from servebench.campaign.sweep import configurations
 
     problems: list[Problem] = []
     engine_knobs = getattr(engine, "knobs", {})
     known = ", ".join(sorted(engine_knobs)) or "none"
+    served = [(index, mode) for index, mode in enumerate(campaign.modes) if campaign.engine_kind(mode) == kind]
     settings = [(("knobs", name, index), name, value) for name, values in campaign.knobs.items()
-                for index, value in enumerate(values)]
-    settings += [(("modes", index, "knobs", name), name, value) for index, mode in enumerate(campaign.modes)
+                for index, value in enumerate(values)] if served else []
+    settings += [(("modes", index, "knobs", name), name, value) for index, mode in served
                  for name, value in mode.knobs.items()]
     for where, name, value in settings:
         knob = engine_knobs.get(name)
@@ -145,10 +171,11 @@ def _client_node_problems(campaign: Campaign, client: ClientPlacement) -> list[P
     return []
 
 
-def model_format(model: ModelSpec, base_dir: Path | None) -> str:
-    """'hf' (a Hugging Face directory, or the generated model) or 'gguf' (a .gguf file)."""
+def model_format(model: ModelSpec, base_dir: Path | None) -> str | None:
+    """'hf' (a Hugging Face directory) or 'gguf' (a .gguf file); None for the generated model,
+    which is written in the format each engine serves."""
     if isinstance(model, GeneratedModelSpec):
-        return model.format
+        return None
     return "gguf" if model.path.lower().endswith(".gguf") else "hf"
 
 

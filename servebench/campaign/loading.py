@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from servebench.campaign.feasibility import check_feasibility
-from servebench.campaign.schema import Campaign
+from servebench.campaign.schema import Campaign, EngineSpecBase
 from servebench.engines import default_engine_kind, engine_kinds, get_engine
 from servebench.providers import get_provider_class, provider_kinds
 
@@ -63,18 +63,17 @@ def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = 
     lines, data = _load_yaml_with_lines(text, source)
     if not isinstance(data, dict):
         raise SpecError([SpecProblem(file=source, line=1, field="", message="a campaign is a YAML mapping")])
-    engine_kind, provider_kind = _kinds(data, lines, source)
-    engine = get_engine(engine_kind)
-    _fill_default_executors(data, engine.executors[0])
+    engine_kind, provider_kind, more = _kinds(data, lines, source)
+    _fill_default_executors(data, engine_kind)
     try:
-        campaign = campaign_model(engine_kind, provider_kind).model_validate(data)
+        campaign = campaign_model(engine_kind, provider_kind, more).model_validate(data)
     except ValidationError as exc:
         raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
     provider = get_provider_class(provider_kind)
     host = provider.host_cpus() if host_cpus is None else host_cpus
     problems = [
         SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
-        for path, message in check_feasibility(campaign, engine, provider, base_dir, host)
+        for path, message in check_feasibility(campaign, get_engine, provider, base_dir, host)
     ]
     if problems:
         raise SpecError(problems)
@@ -82,22 +81,36 @@ def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = 
 
 
 @functools.cache
-def campaign_model(engine_kind: str, provider_kind: str) -> type[Campaign]:
-    """`Campaign` with the `engine` and `provider` fields of these kinds' own models."""
+def campaign_model(engine_kind: str, provider_kind: str, more_engines: tuple[str, ...] = ()) -> type[Campaign]:
+    """`Campaign` with the `engine`, `engines` and `provider` fields of these kinds' own models."""
     engine_spec = get_engine(engine_kind).spec_model
+    more = [get_engine(kind).spec_model for kind in more_engines]
+    item = more[0] if len(more) == 1 else Annotated[Union[tuple(more)], Field(discriminator="kind")] if more \
+        else EngineSpecBase
     return create_model("Campaign", __base__=Campaign,
                         engine=(engine_spec, Field(default_factory=engine_spec)),
+                        engines=(list[item], Field(default_factory=list)),
                         provider=(get_provider_class(provider_kind).spec_model, ...))
 
 
-def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str]:
-    """The engine and provider kinds the file names (engine: the first registered when left out)."""
+def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str, tuple[str, ...]]:
+    """The engine and provider kinds the file names (engine: the first registered when left out), and
+    the kinds of its further `engines:`."""
     problems = []
     engine = data.get("engine") if isinstance(data.get("engine"), dict) else {}
     engine_kind = engine.get("kind", default_engine_kind())
     if engine_kind not in engine_kinds():
         problems.append(SpecProblem(file=source, line=_line_for(("engine", "kind"), lines), field="engine.kind",
                                     message=f"unknown engine {engine_kind!r}; known: {', '.join(engine_kinds())}"))
+    more: list[str] = []
+    for index, block in enumerate(data.get("engines") or [] if isinstance(data.get("engines"), list) else []):
+        kind = block.get("kind") if isinstance(block, dict) else None
+        if kind not in engine_kinds():
+            problems.append(SpecProblem(file=source, line=_line_for(("engines", index), lines),
+                                        field=f"engines.{index}.kind", message=f"give an engine kind, one of "
+                                        f"{', '.join(engine_kinds())} (got {kind!r})"))
+        elif kind not in more:
+            more.append(kind)
     provider = data.get("provider") if isinstance(data.get("provider"), dict) else {}
     provider_kind = provider.get("kind", "local")
     if provider_kind not in provider_kinds():
@@ -106,14 +119,16 @@ def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str]:
                                             f"{', '.join(provider_kinds())}"))
     if problems:
         raise SpecError(problems)
-    return str(engine_kind), str(provider_kind)
+    return str(engine_kind), str(provider_kind), tuple(more)
 
 
-def _fill_default_executors(data: dict, default: str) -> None:
-    """A mode without `executor` gets the engine's first: normalized specs (and hashes) say it."""
+def _fill_default_executors(data: dict, engine_kind: str) -> None:
+    """A mode without `executor` gets its engine's first: normalized specs (and hashes) say it."""
     for mode in data.get("modes") or []:
         if isinstance(mode, dict):
-            mode.setdefault("executor", default)
+            kind = mode.get("engine") or engine_kind
+            if kind in engine_kinds():
+                mode.setdefault("executor", get_engine(kind).executors[0])
 
 
 def _load_yaml_with_lines(text: str, source: str) -> tuple[dict[tuple, int], Any]:

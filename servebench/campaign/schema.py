@@ -85,12 +85,10 @@ DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) com
 
 
 class GeneratedModelSpec(StrictModel):
-    """A tiny random-weight Llama with a locally trained tokenizer (nothing downloaded)."""
+    """A tiny random-weight Llama (nothing downloaded), written in the format each engine serves: a
+    Hugging Face directory with a locally trained tokenizer (vLLM), a GGUF file (llama.cpp)."""
 
     generate: Literal["tiny-llama"]
-    format: Literal["hf", "gguf"] = Field("hf", description="hf: a Hugging Face directory (vLLM); gguf: one "
-                                          "float32 GGUF file with a SentencePiece byte-fallback vocabulary "
-                                          "(llama.cpp).")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = 0
     layers: int = Field(4, ge=1)
@@ -154,6 +152,9 @@ def _check_knob_names(names: Any) -> None:
 
 class ModeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    engine: str | None = Field(None, description="The engine kind serving this mode: one of the campaign's "
+                               "`engines:` (side by side with the campaign's `engine:`); the campaign's engine "
+                               "when left out.")
     tp: int = Field(1, ge=1)
     pp: int = Field(1, ge=1)
     executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
@@ -352,6 +353,9 @@ class Campaign(StrictModel):
     description: str = ""
     provider: ProviderSpecBase
     engine: EngineSpecBase
+    engines: list[EngineSpecBase] = Field(default_factory=list, description=(
+        "More engines, side by side with `engine:` on the same nodes, model shape and load: a mode names "
+        "one with `engine: KIND` (campaigns/side-by-side.yaml)."))
     model: ModelSpec
     modes: list[ModeSpec] = Field(min_length=1)
     load: LoadSpec
@@ -388,6 +392,13 @@ class Campaign(StrictModel):
 
         return parse_slo(value)
 
+    def engine_specs(self) -> dict[str, EngineSpecBase]:
+        """Every engine block by kind, the campaign's `engine:` first."""
+        return {self.engine.kind: self.engine, **{spec.kind: spec for spec in self.engines}}
+
+    def engine_kind(self, mode: ModeSpec) -> str:
+        return mode.engine or self.engine.kind
+
     @model_validator(mode="after")
     def _search_needs_slo(self) -> "Campaign":
         if self.search is not None and not self.slo:
@@ -421,13 +432,15 @@ class Campaign(StrictModel):
         for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)
-        if data["model"].get("format") == "hf":  # a generated model as it was before GGUF existed
-            data["model"].pop("format")
+        if not data.get("engines"):  # a campaign of one engine, as before there could be more
+            data.pop("engines", None)
         if not data["validity"].get("errors_are_measurements"):
             data["validity"].pop("errors_are_measurements", None)
         for mode in data["modes"]:
             if not mode.get("knobs"):
                 mode.pop("knobs", None)
+            if mode.get("engine") is None:
+                mode.pop("engine", None)
         search = data.get("search") or {}
         for name, default in (("repeats", 1), ("strategy", "grid"), ("trials", None), ("seed", 0)):
             if name in search and search[name] == default:  # a search as it was before these existed

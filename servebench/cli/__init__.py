@@ -135,11 +135,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     from servebench.paths import cache_dir
 
     campaign = load_campaign(args.file)
-    recipe = get_engine(campaign.engine.kind).build_recipe(campaign.engine)
-    build = ensure_build(recipe, cache_dir(), log=lambda text: print(text, file=sys.stderr))
-    state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
-    print(f"{build.key} ({campaign.engine.describe()} -> {build.engine_version}, {state})")
-    print(build.python)
+    for kind, spec in campaign.engine_specs().items():
+        build = ensure_build(get_engine(kind).build_recipe(spec), cache_dir(),
+                             log=lambda text: print(text, file=sys.stderr))
+        state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
+        print(f"{build.key} ({spec.describe()} -> {build.engine_version}, {state})")
+        print(build.python)
     return EXIT_OK
 
 

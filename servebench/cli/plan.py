@@ -17,38 +17,39 @@ from servebench.providers import Node, get_provider
 
 def describe_plan(plan: Plan, file: Path) -> str:
     campaign = plan.campaign
-    engine = get_engine(campaign.engine.kind)
-    key = build_key(engine.build_recipe(campaign.engine))
-    build_dir = str(cache_dir() / "engines" / key)
-    if isinstance(campaign.model, GeneratedModelSpec):
-        model_dir = str(generated_model_path(campaign.model, cache_dir()))
-        served = campaign.model.generate
-    else:
-        model_dir = str((file.parent / campaign.model.path).resolve())
-        served = Path(campaign.model.path).name
+    specs = campaign.engine_specs()
+    engines = {kind: get_engine(kind) for kind in specs}
+    keys = {kind: build_key(engines[kind].build_recipe(spec)) for kind, spec in specs.items()}
+    models = {kind: model_path(campaign, file, engines[kind].model_formats[0]) for kind in specs}
+    served = campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec) else Path(campaign.model.path).name
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
     nodes, _ = split_client_node(provider.nodes(), [n.name for n in campaign.provider.node_specs()],
                                  plan.client.node)
     lines = [
         f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
-        f"engine   {campaign.engine.describe()}  build key {key}",
-        f"model    {model_dir}",
+        *(f"engine   {spec.describe()}  build key {keys[kind]}" for kind, spec in specs.items()),
+        *(f"model    {path}" for path in dict.fromkeys(models.values())),
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
         f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
         + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else ""),
-        "knobs    " + (", ".join(sorted(getattr(engine, "knobs", {}))) or "none") + " (the engine's; docs/tuning.md)",
+        *(f"knobs    {kind}: " + (", ".join(sorted(getattr(engine, "knobs", {}))) or "none")
+          + " (the engine's; docs/tuning.md)" for kind, engine in engines.items()),
         *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
         "",
     ]
     by_name = {n.name: n for n in nodes}
     for mode, cells in plan.modes():
-        launch = engine.launch(LaunchRequest(
-            python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=campaign.engine, mode=mode,
-            model_dir=model_dir, served_name=served, dtype=campaign.model.dtype, nodes=nodes, ports=_port,
+        kind = campaign.engine_kind(mode)
+        build_dir = str(cache_dir() / "engines" / keys[kind])
+        launch = engines[kind].launch(LaunchRequest(
+            python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=specs[kind], mode=mode,
+            model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=nodes, ports=_port,
             planning=True))
-        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}) on {launch.api.node}:")
+        engine_note = f" engine={kind}" if len(specs) > 1 else ""
+        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "
+                     f"on {launch.api.node}:")
         for process in launch.processes:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
             where = "" if process.api else f"and on {process.node}: "
@@ -59,6 +60,13 @@ def describe_plan(plan: Plan, file: Path) -> str:
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def model_path(campaign, file: Path, fmt: str) -> str:
+    """Where an engine serving models as `fmt` finds the campaign's model."""
+    if isinstance(campaign.model, GeneratedModelSpec):
+        return str(generated_model_path(campaign.model, cache_dir(), fmt))
+    return str((file.parent / campaign.model.path).resolve())
 
 
 def _port(node: Node) -> str:

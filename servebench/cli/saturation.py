@@ -43,7 +43,8 @@ def cmd_saturation(args: argparse.Namespace) -> int:
         theory = f"{s.theoretical_clients:.2f}" if s.theoretical_clients is not None else "?"
         knee = "not reached" if s.first_miss_clients is None else str(s.measured_knee)
         gap = f" ({s.knee_gap:+.2f} clients)" if s.knee_gap is not None else ""
-        past = (f"; best throughput past it {s.peak_normalized_throughput_past_knee:.0%} of the peak"
+        past = (f"; throughput past it {s.mean_normalized_throughput_past_knee:.0%} of the peak on average, "
+                f"{s.peak_normalized_throughput_past_knee:.0%} at best"
                 if s.peak_normalized_throughput_past_knee is not None else "")
         print(f"  {s.mode}: KV capacity {s.kv_capacity_tokens} tokens / {s.tokens_per_sequence} per sequence = "
               f"{theory} clients; measured knee {knee}{gap}{past}")

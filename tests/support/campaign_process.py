@@ -80,3 +80,19 @@ slo: {ttft_p99_ms: 400}
 search: {start: 2}
 validity: {on_invalid: warn}
 """
+
+
+def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, change) -> dict:
+    """A shipped campaign file, lightened by `change(data)` (the parsed YAML, edited in place), run
+    through the real flow in this process under a Prefect test harness; its outcome."""
+    import yaml
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.campaign import campaign_run
+
+    data = yaml.safe_load(source.read_text())
+    change(data)
+    campaign = tmp_path / source.name
+    campaign.write_text(yaml.safe_dump(data, sort_keys=False))
+    with prefect_test_harness(server_startup_timeout=120):
+        return campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))

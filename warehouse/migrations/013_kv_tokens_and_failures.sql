@@ -47,3 +47,6 @@ FROM per_cell;
 -- flags, CPU flags) and the built tool's version line (llama.cpp: its commit and compiler).
 ALTER TABLE builds ADD COLUMN inputs JSON;
 ALTER TABLE builds ADD COLUMN tool_version VARCHAR;
+
+-- Side by side (a campaign's `engines:`): which engine served each mode (NULL before: the run's one engine).
+ALTER TABLE servers ADD COLUMN engine VARCHAR;

@@ -18,6 +18,9 @@ KNOBS: dict[str, Knob] = {
     "chunked_prefill": Knob("--enable-chunked-prefill / --no-enable-chunked-prefill", bool),
     "enforce_eager": Knob("--enforce-eager when true: no compiled graphs", bool),
     "kv_cache_gib": Knob("VLLM_CPU_KVCACHE_SPACE: KV cache GiB per rank (vLLM reads a whole number)", int, minimum=1),
+    "kv_cache_blocks": Knob("--num-gpu-blocks-override: the KV cache as a number of blocks (128 tokens each on "
+                            "CPU), whatever the GiB: a capacity in tokens for saturation studies (with "
+                            "--max-model-len at most the capacity)", int, minimum=1),
     "omp_threads": Knob("threads per worker: each rank's VLLM_CPU_OMP_THREADS_BIND cut to its first N CPUs "
                         "(with omp_bind 'explicit'; 'auto' and 'nobind' leave the thread count to vLLM)",
                         int, minimum=1),
@@ -26,7 +29,8 @@ KNOBS: dict[str, Knob] = {
                      str, choices=("explicit", "auto", "nobind")),
 }
 
-_FLAGS = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens"}
+_FLAGS = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+          "kv_cache_blocks": "--num-gpu-blocks-override"}
 _SWITCHES = {"chunked_prefill": "enable-chunked-prefill"}
 
 
