@@ -26,6 +26,7 @@ from flows.context import EngineRun, RunContext, first_line, reference_mode_name
 from flows.modes import land_result_file, reference_answers, run_mode
 from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
+from servebench.build.cache import hold_in_use
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.placement import split_client_node
@@ -195,6 +196,7 @@ def deploy(ctx: RunContext) -> None:
         named = "" if run is ctx.primary else f" {kind}"
         reporter().stage(f"building the engine{named}")
         build = build_engine(run.engine.build_recipe(run.spec))
+        run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
         land_build(wh, ctx.run_id, build)
         reporter().stage(f"preparing the model{named and ' for' + named}")
         model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.model_formats[0])
@@ -224,7 +226,7 @@ def deploy(ctx: RunContext) -> None:
 
 def release(ctx: RunContext) -> None:
     """Stop the shared services, then let the provider stop what is left and give the nodes back;
-    links the campaign changed are plain again; the run's claims go last."""
+    links the campaign changed are plain again; the run's claims and its hold on the builds go last."""
     try:
         for run in ctx.engines.values():
             if run.deployment is not None and run.deployment.shared is not None:
@@ -239,6 +241,10 @@ def release(ctx: RunContext) -> None:
             finally:
                 if ctx.claims is not None:
                     ctx.claims.release()
+                for run in ctx.engines.values():  # nothing runs from the builds now: `builds gc` may remove them
+                    if run.build_hold is not None:
+                        run.build_hold.close()
+                        run.build_hold = None
 
 
 def hold_claims(ctx: RunContext) -> HeldClaims:

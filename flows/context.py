@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
@@ -35,6 +36,7 @@ class EngineRun:
     vocab: int = 0
     reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
     reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
+    build_hold: IO | None = None                   # the build's use lock, held until release (`builds gc` waits)
 
 
 @dataclass

@@ -2,16 +2,21 @@
 
 An artifact is usable only once its marker file (the build record, JSON) is written, so an
 interrupted build is redone; a lock file per key makes a second campaign that needs the
-same artifact wait for the first instead of building it twice.
+same artifact wait for the first instead of building it twice. `servebench builds list|gc`
+shows and removes artifacts (never one whose lock is held).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
+
+from pydantic import BaseModel
 
 MARKER = "servebench-build.json"
 
@@ -57,3 +62,90 @@ class ArtifactCache:
         with open(self.root / f"{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
+
+
+class CacheEntry(BaseModel):
+    """One artifact of the cache, as `servebench builds list` shows it."""
+
+    key: str
+    engine: str | None          # from the build record (None: incomplete)
+    version: str | None
+    complete: bool
+    size_bytes: int
+    created_at: datetime | None
+    modified_at: datetime       # the directory's mtime: when it was last built or touched
+    path: str
+
+
+def list_entries(root: Path) -> list[CacheEntry]:
+    """Every artifact directory under `root`, newest first."""
+    if not root.is_dir():
+        return []
+    entries = []
+    for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+        record = _record(directory / MARKER)
+        entries.append(CacheEntry(
+            key=directory.name, engine=record.get("engine"), version=record.get("engine_version"),
+            complete=bool(record), size_bytes=_size(directory), created_at=record.get("created_at"),
+            modified_at=datetime.fromtimestamp(directory.stat().st_mtime, timezone.utc), path=str(directory)))
+    return sorted(entries, key=lambda e: e.modified_at, reverse=True)
+
+
+def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] = (), older_than_days: float | None = None,
+                  incomplete: bool = False, keep_per_engine: int | None = None) -> list[CacheEntry]:
+    """What `servebench builds gc` removes: the keys named, builds older than N days, incomplete ones, or all
+    but the newest N of each engine; nothing unless asked (pure)."""
+    chosen: dict[str, CacheEntry] = {}
+    for entry in entries:
+        if entry.key in keys or (incomplete and not entry.complete):
+            chosen[entry.key] = entry
+        if older_than_days is not None and (now - entry.modified_at).total_seconds() > older_than_days * 86400:
+            chosen[entry.key] = entry
+    if keep_per_engine is not None:
+        seen: dict[str | None, int] = {}
+        for entry in entries:  # newest first
+            seen[entry.engine] = seen.get(entry.engine, 0) + 1
+            if entry.complete and seen[entry.engine] > keep_per_engine:
+                chosen[entry.key] = entry
+    return [entry for entry in entries if entry.key in chosen]
+
+
+def hold_in_use(root: Path, key: str) -> IO:
+    """A shared lock on the artifact's `.use` file, held (the file left open) while a run uses the
+    build: `remove_entry` leaves it alone. Closing the file releases it."""
+    use = open(root / f"{key}.use", "a")
+    fcntl.flock(use, fcntl.LOCK_SH)
+    return use
+
+
+def remove_entry(root: Path, key: str) -> bool:
+    """Remove an artifact and its log, digest and locks; False (nothing removed) while a build holds
+    its lock or a run uses it."""
+    with open(root / f"{key}.lock", "a") as lock, open(root / f"{key}.use", "a") as use:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        shutil.rmtree(root / key, ignore_errors=True)
+        for suffix in (".build.log", ".tree-sha256", ".lock", ".use"):
+            (root / f"{key}{suffix}").unlink(missing_ok=True)
+    return True
+
+
+def _record(marker: Path) -> dict:
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _size(directory: Path) -> int:
+    total = 0
+    for path in directory.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+        except OSError:
+            pass
+    return total

@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     from servebench.cli.best import add_best_parser
+    from servebench.cli.builds import add_builds_parser
     from servebench.cli.capacity import add_capacity_parser
     from servebench.cli.chaos import add_chaos_parser
     from servebench.cli.load import add_load_parser
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_capacity_parser(sub)
     add_best_parser(sub)
     add_saturation_parser(sub)
+    add_builds_parser(sub)
     add_chaos_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)
