@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 CAMPAIGN = """
 name: llamacpp-rpc-testbed
 {provider}engine: {{kind: llamacpp}}
-model: {{generate: tiny-llama, format: gguf, layers: 4, hidden: 128, heads: 4, kv_heads: 2, intermediate: 256,
+model: {{generate: tiny-llama, layers: 4, hidden: 128, heads: 4, kv_heads: 2, intermediate: 256,
          vocab_size: 1024}}
 modes:
   - {{name: rpc2, pp: 2, executor: rpc, knobs: {{parallel: 4, ctx_size: 2048}}}}
