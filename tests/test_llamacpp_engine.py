@@ -4,6 +4,7 @@ map, the tiny GGUF, and how its answers are read (gate, stream, /slots, KV failu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,24 @@ def test_cell_kv_reads_either_engines_kv_signals_the_same_way(tmp_path):
     assert (kv["gauge"]["kv_misses"], kv["tokens"]["kv_misses"]) == (5, 30)
     assert kv["gauge"]["cache_miss_probability"] == pytest.approx(5 / 90)
     assert kv["tokens"]["cache_miss_probability"] == pytest.approx(30 / 120)   # attempts: 90 decoded + 30 failed
+
+
+def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypatch):
+    import servebench.build.venv as venv
+
+    llamacpp, vllm = ENGINE.build_recipe(LlamaCppEngineSpec()), get_engine("vllm").build_recipe(
+        get_engine("vllm").spec_model())
+    before = (build_key(llamacpp), build_key(vllm))
+    monkeypatch.setattr(venv, "source_digest", lambda *args: "changed")
+    assert build_key(llamacpp) == before[0] and build_key(vllm) != before[1]
+
+
+def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environment(tmp_path):
+    from servebench.campaign.loading import load_campaign
+    from servebench.cli.builds import dry_run_text
+
+    text = dry_run_text(load_campaign(Path(__file__).parent.parent / "campaigns" / "kv-saturation.yaml"), tmp_path)
+    key = build_key(ENGINE.build_recipe(LlamaCppEngineSpec()))
+    assert f"build key {key}  not cached: a build runs" in text
+    assert "CMAKE_ARGS='-DGGML_RPC=ON" in text and "install --no-binary llama-cpp-python --no-cache-dir" in text
+    assert str(tmp_path / "engines" / key / "bin" / "python") in text

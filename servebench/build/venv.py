@@ -87,8 +87,9 @@ def build_inputs(recipe: VenvRecipe) -> dict:
         "post_install": [list(args) for args in recipe.post_install],
         "engine_source": source_digest(),
     }
-    if not recipe.engine_package:
+    if not recipe.engine_package:  # servebench's engine-side package is not in it: its source is not an input
         inputs["engine_package"] = False
+        del inputs["engine_source"]
     # only when set, so the keys of recipes without them (vLLM's) stay what they were
     for name in ("pip_options", "build_env", "host_cpu_flags"):
         if value := getattr(recipe, name):
@@ -137,7 +138,10 @@ def tool_version(venv: Path, command: list[str]) -> str | None:
     return text or None
 
 
-def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callable[[str], None]) -> EngineBuild:
+def build_steps(recipe: VenvRecipe, venv: Path, engine_source: Path) -> list[tuple[str, list[str]]]:
+    """The build's commands in order (title, argv), each run with `recipe.build_env` on top of the
+    environment; `servebench build --dry-run` prints them. `engine_source`: where the copy of the
+    engine-side package is (pip builds in the source tree: a copy keeps build output out of the checkout)."""
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     steps = [("create venv", [sys.executable, "-m", "venv", str(venv)])]
@@ -145,17 +149,23 @@ def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callab
         steps.append(("install engine packages", [*pip, "install", *recipe.pip_options, *recipe.packages]))
     if recipe.remove:
         steps.append(("remove broken companions", [*pip, "uninstall", "-y", *recipe.remove]))
+    if recipe.engine_package:
+        steps.append(("install servebench-engine",
+                      [*pip, "install", "--no-deps", "--no-build-isolation", str(engine_source)]))
+    return steps + [(f"post-install: {' '.join(args[:3])}", [python, *args]) for args in recipe.post_install]
+
+
+def _build(recipe: VenvRecipe, key: str, venv: Path, log_path: Path, log: Callable[[str], None]) -> EngineBuild:
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     with open(log_path, "w") as out, tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "engine"
         if recipe.engine_package:
-            # pip builds in the source tree; a copy keeps build output out of the checkout
-            source = Path(scratch) / "engine"
             for path in engine_source_files():
                 target = source / path.relative_to(ENGINE_SOURCE_DIR)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
-            steps.append(("install servebench-engine",
-                          [*pip, "install", "--no-deps", "--no-build-isolation", str(source)]))
-        steps += [(f"post-install: {' '.join(args[:3])}", [python, *args]) for args in recipe.post_install]
+        steps = build_steps(recipe, venv, source)
         started = time.monotonic()
         for title, argv in steps:
             log(f"engine build {key}: {title}")

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", help="build (or find) the engine venv of a campaign and print it")
     build.add_argument("file")
+    build.add_argument("--dry-run", action="store_true",
+                       help="print each engine's build key, whether it is cached, and the exact commands and "
+                            "environment a build runs; build nothing")
     build.set_defaults(func=cmd_build)
 
     run = sub.add_parser("run", help="run a campaign end to end")
@@ -133,10 +136,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from servebench.build.venv import ensure_build
+    from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
 
     campaign = load_campaign(args.file)
+    if args.dry_run:
+        print(dry_run_text(campaign, cache_dir()))
+        return EXIT_OK
     for kind, spec in campaign.engine_specs().items():
         build = ensure_build(get_engine(kind).build_recipe(spec), cache_dir(),
                              log=lambda text: print(text, file=sys.stderr))

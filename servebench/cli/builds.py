@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
-from servebench.build.cache import list_entries, remove_entry, select_for_gc
+from servebench.build.cache import MARKER, list_entries, remove_entry, select_for_gc
 from servebench.cli.common import EXIT_FAILED, EXIT_OK
 from servebench.paths import cache_dir
 
@@ -67,3 +69,24 @@ def cmd_builds_gc(args: argparse.Namespace) -> int:
     if not args.dry_run:
         print(f"{len(chosen) - len(busy)} build(s) removed, {freed / 2**20:.0f} MiB freed")
     return EXIT_FAILED if busy else EXIT_OK
+
+
+def dry_run_text(campaign, cache: Path) -> str:
+    """`servebench build --dry-run`: per engine of the campaign, its key, whether the cache has it,
+    and the commands a build runs (with the environment they get on top of this one)."""
+    from servebench.build.venv import build_inputs, build_key, build_steps
+    from servebench.engines import get_engine
+
+    lines = []
+    for kind, spec in campaign.engine_specs().items():
+        recipe = get_engine(kind).build_recipe(spec)
+        key = build_key(recipe)
+        venv = cache / "engines" / key
+        cached = (venv / MARKER).exists()
+        lines.append(f"engine {kind}: {spec.describe()}  build key {key}  "
+                     + ("cached: nothing to build" if cached else "not cached: a build runs"))
+        lines.append(f"  key inputs: {json.dumps(build_inputs(recipe), sort_keys=True)}")
+        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in recipe.build_env.items())
+        for title, argv in build_steps(recipe, venv, Path("<a copy of engine/>")):
+            lines.append(f"  # {title}\n  {env + ' ' if env else ''}{shlex.join(argv)}")
+    return "\n".join(lines)
