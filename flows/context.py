@@ -78,11 +78,6 @@ class RunContext:
         return next(iter(self.engines.values()))
 
     @property
-    def engine(self) -> Engine:
-        """The campaign's `engine:` (the one every mode has unless it names another)."""
-        return self.primary.engine
-
-    @property
     def deployment(self) -> Deployment | None:
         """A deployment's nodes and client node (the same for every engine): the first engine's that has one."""
         return next((run.deployment for run in self.engines.values() if run.deployment is not None), None)

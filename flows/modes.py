@@ -182,7 +182,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     timers = start_faults(ctx, cell, server)
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
-            config, str(output), ctx.deployment.client, mark=f"{ctx.provider.run_id}.load")
+            config, str(output), run.deployment.client, mark=f"{ctx.provider.run_id}.load")
     except Exception as exc:
         land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness,
                          search_probe=search_probe)

@@ -16,7 +16,6 @@ import duckdb
 
 from warehouse import rows
 
-WIDTH, HEIGHT = 380, 240
 LATENCIES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"))
 
 
@@ -31,7 +30,7 @@ def engine_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     return found if len({c["engine"] for c in found}) > 1 else []
 
 
-def engines_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
+def engines_chart(cells: list[dict], width: int, height: int) -> alt.TopLevelMixin | None:
     if not cells:
         return None
     points = [{**c, "load": c["rate"] if c["rate"] is not None else c["clients"],
@@ -47,7 +46,7 @@ def engines_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
                      alt.Tooltip("output_throughput:Q", format=".1f"), alt.Tooltip(f"{field}:Q", format=".1f")])
         labels = base.mark_text(dx=8, dy=-6, fontSize=10).encode(
             x=f"{field}:Q", y="output_throughput:Q", text=alt.Text("load:Q", format="~g"), color="series:N")
-        panels.append((line + labels).properties(width=WIDTH, height=HEIGHT))
+        panels.append((line + labels).properties(width=width, height=height))
     return alt.hconcat(*panels).properties(title=alt.TitleParams(
         "Engines side by side", subtitle="the same nodes, model shape and load; each point one request rate "
                                          "(labelled; or client count), one line per engine and mode"))

@@ -276,7 +276,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
         "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
-        "engines_side_by_side": engines_chart(engine_cells(con, run_id)),
+        "engines_side_by_side": engines_chart(engine_cells(con, run_id), WIDTH, HEIGHT),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
 

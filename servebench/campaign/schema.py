@@ -457,6 +457,13 @@ def sha256_json(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def pinned_requirement(value: str) -> str:
+    """An engine block's pip requirement, pinned with '==' (a build key must say exactly what went in)."""
+    if "==" not in value:
+        raise ValueError(f"the engine package must be pinned with '==' (got {value!r})")
+    return value
+
+
 def stringify_env(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}

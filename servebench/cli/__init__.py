@@ -24,7 +24,8 @@ from rich.text import Text
 
 import warehouse
 from servebench.campaign.loading import SpecError, load_campaign
-from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.cli.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
+                                   warehouse_path)
 from servebench.plugins import load_plugins
 
 WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
@@ -96,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.set_defaults(func=cmd_query)
 
     report = sub.add_parser("report", help="render the HTML report of a run")
-    which = report.add_mutually_exclusive_group()
-    which.add_argument("--run", help="run id (default: the latest run)")
-    which.add_argument("--campaign", help="the latest run of this campaign")
+    run_choice_args(report)
     report.add_argument("--out", help="directory for report.html (default: the run directory)")
     warehouse_arg(report)
     report.set_defaults(func=cmd_report)
@@ -370,11 +369,11 @@ def markdown_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from servebench.analysis.report import latest_run_id, run_report
+    from servebench.analysis.report import run_report
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
-        run_id = args.run or latest_run_id(con, args.campaign)
+        run_id = chosen_run_id(con, args)
         if run_id is None:
             print("servebench: no run found in the warehouse", file=sys.stderr)
             return EXIT_FAILED

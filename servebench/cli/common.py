@@ -17,3 +17,17 @@ def warehouse_arg(parser: argparse.ArgumentParser) -> None:
 
 def warehouse_path(args: argparse.Namespace) -> Path:
     return Path(args.warehouse) if args.warehouse else warehouse.default_path()
+
+
+def run_choice_args(parser: argparse.ArgumentParser) -> None:
+    """--run ID or --campaign NAME (its latest run); neither: the latest run."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run", help="run id (default: the latest run)")
+    which.add_argument("--campaign", help="the latest run of this campaign")
+
+
+def chosen_run_id(con, args: argparse.Namespace) -> str | None:
+    """The run `run_choice_args` asked for, or None if the warehouse has none."""
+    from servebench.analysis.report import latest_run_id
+
+    return args.run or latest_run_id(con, args.campaign)

@@ -9,26 +9,23 @@ import sys
 
 import warehouse
 from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
-from servebench.cli.common import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.cli.common import (EXIT_FAILED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
+                                   warehouse_path)
 
 
 def add_saturation_parser(sub) -> None:
     p = sub.add_parser("saturation", help="KV-cache saturation of a run's closed-loop cells: the measured knee "
                        "(most clients without KV misses) against capacity / tokens per sequence")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--run", help="run id (default: the latest run)")
-    which.add_argument("--campaign", help="the latest run of this campaign")
+    run_choice_args(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     warehouse_arg(p)
     p.set_defaults(func=cmd_saturation)
 
 
 def cmd_saturation(args: argparse.Namespace) -> int:
-    from servebench.analysis.report import latest_run_id
-
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
-        run_id = args.run or latest_run_id(con, args.campaign)
+        run_id = chosen_run_id(con, args)
         found = run_saturation(con, run_id) if run_id else []
     finally:
         con.close()

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from servebench.campaign.schema import EngineSpecBase
+from servebench.campaign.schema import EngineSpecBase, pinned_requirement
 
 DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
 
@@ -26,9 +26,7 @@ class LlamaCppEngineSpec(EngineSpecBase):
     @field_validator("package")
     @classmethod
     def _pinned(cls, value: str) -> str:
-        if "==" not in value:
-            raise ValueError(f"the engine package must be pinned with '==' (got {value!r})")
-        return value
+        return pinned_requirement(value)
 
     @field_validator("cmake_args")
     @classmethod

