@@ -20,9 +20,18 @@ from servebench import landing
 
 @contextlib.contextmanager
 def session(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = warehouse.connect(path)
+    """One connection for one landing. DuckDB catches a Ctrl-C that arrives during a query and
+    raises its own InterruptException (the transaction is rolled back): that is the user's
+    interrupt, raised as one, so the run ends `interrupted` and the cell is landed again from its
+    result file, not counted as a failed cell."""
+    try:
+        con = warehouse.connect(path)
+    except duckdb.InterruptException as exc:
+        raise KeyboardInterrupt(f"interrupted while opening the warehouse: {exc}") from exc
     try:
         yield con
+    except duckdb.InterruptException as exc:
+        raise KeyboardInterrupt(f"interrupted during a warehouse write: {exc}") from exc
     finally:
         con.close()
 

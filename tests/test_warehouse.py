@@ -87,3 +87,18 @@ def test_a_failed_migration_releases_the_file(db, tmp_path, monkeypatch):
                            capture_output=True, text=True)
     assert other.returncode == 0, other.stderr
     assert caught.value is not None
+
+
+def test_a_ctrl_c_during_a_landing_is_the_users_interrupt(db):
+    """DuckDB turns SIGINT during a query into its own InterruptException; a landing raises it as
+    KeyboardInterrupt so the run ends `interrupted` instead of counting the cell as failed."""
+    import threading
+
+    from tasks.land import session
+
+    with pytest.raises(KeyboardInterrupt, match="during a warehouse write"):
+        with session(str(db)) as con:
+            threading.Timer(0.3, con.interrupt).start()
+            con.execute("select count(*) from range(1000000000000) a where a.range % 7 = 3").fetchall()
+    with session(str(db)) as con:  # the file is usable afterwards
+        assert con.execute("select 1").fetchone() == (1,)
