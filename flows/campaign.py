@@ -32,7 +32,7 @@ from servebench.campaign.loading import load_campaign
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, group_by_mode, make_plan
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
-from servebench.campaign.schema import Campaign
+from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
 from servebench.campaign.sweep import Cell, configurations
 from servebench.engines import get_engine
 from servebench.paths import runs_dir
@@ -140,13 +140,13 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
             modes += [(mode, []) for mode in configurations(campaign)  # a resumed run's unfinished searches
                       if ctx.searches is not None and mode.name in ctx.searches and mode.name not in measured]
             # each engine's reference answers first
-            modes.sort(key=lambda mode_cells: not ctx.engine_run(mode_cells[0]).engine.is_reference(mode_cells[0]))
+            modes.sort(key=lambda mode_cells: not ctx.gives_reference(mode_cells[0]))
             optuna = campaign.search is not None and campaign.search.strategy == "optuna" and not ctx.rerun_failed
             for run in ctx.engines.values():
                 served = [mode for mode, _ in modes if ctx.engine_run(mode) is run]
                 if optuna and run is ctx.primary:
                     served = [optuna_first_mode(ctx)]
-                if served and (served[0] is None or not run.engine.is_reference(served[0])):
+                if served and (served[0] is None or not ctx.gives_reference(served[0])):
                     reference_answers(ctx, run)
             if optuna:  # a few configurations, chosen one after the other
                 tune_with_optuna(ctx, cells)
@@ -218,10 +218,38 @@ def deploy(ctx: RunContext) -> None:
         modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
         shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
         run.deployment = replace(run.deployment, shared=shared)
+        placements += deploy_build_variants(ctx, run, modes, servers, inventories)
     land_placements(wh, ctx.run_id, placements)
     reporter().cells_planned(len(ctx.plan.cells))
     if ctx.planned_cells > len(ctx.plan.cells):
         reporter().stage(f"and at most {ctx.planned_cells - len(ctx.plan.cells)} capacity probes (cells too)")
+
+
+def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec], servers: list,
+                          inventories: dict) -> list[dict]:
+    """Modes whose `build:` differs from their engine's block (another target CPU): each distinct
+    build is made (or found by key), recorded and placed like the engine's; the rest of the
+    deployment (model, nodes, shared services) is the engine's."""
+    placements: list[dict] = []
+    for spec in variant_specs(ctx.campaign, modes, run.spec):
+        reporter().stage(f"building the engine {spec.describe()}")
+        build = build_engine(run.engine.build_recipe(spec))
+        run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
+        land_build(ctx.warehouse, ctx.run_id, build)
+        placed = place_artifacts(ctx.provider, servers, None, inventories, build, run.deployment.model_dir)
+        placements += [p.model_dump() for p in placed.placements]
+        run.variants[build.key] = replace(run.deployment, spec=spec, build=build)
+    return placements
+
+
+def variant_specs(campaign: Campaign, modes: list[ModeSpec], base: EngineSpecBase) -> list[EngineSpecBase]:
+    """The distinct engine blocks of the modes that change their build, in mode order."""
+    specs: list[EngineSpecBase] = []
+    for mode in modes:
+        spec = campaign.engine_spec_for(mode)
+        if spec != base and spec not in specs:
+            specs.append(spec)
+    return specs
 
 
 def release(ctx: RunContext) -> None:
@@ -245,6 +273,8 @@ def release(ctx: RunContext) -> None:
                     if run.build_hold is not None:
                         run.build_hold.close()
                         run.build_hold = None
+                    while run.variant_holds:
+                        run.variant_holds.pop().close()
 
 
 def hold_claims(ctx: RunContext) -> HeldClaims:

@@ -37,6 +37,15 @@ class EngineRun:
     reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
     reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
     build_hold: IO | None = None                   # the build's use lock, held until release (`builds gc` waits)
+    variants: dict[str, Deployment] = field(default_factory=dict)  # by build key: modes built differently (`build:`)
+    variant_holds: list[IO] = field(default_factory=list)
+
+    def deployment_for(self, mode: ModeSpec) -> Deployment | None:
+        """What `mode` is started from: the engine's deployment, or the one of its own build."""
+        if self.deployment is None or not mode.build:
+            return self.deployment
+        spec = self.deployment.campaign.engine_spec_for(mode)
+        return next((d for d in self.variants.values() if d.spec == spec), self.deployment)
 
 
 @dataclass
@@ -60,6 +69,11 @@ class RunContext:
     def engine_run(self, mode: ModeSpec) -> EngineRun:
         """The engine serving `mode`."""
         return self.engines[self.campaign.engine_kind(mode)]
+
+    def gives_reference(self, mode: ModeSpec) -> bool:
+        """Whether the mode's answers can be its engine's reference: a single-worker mode of the
+        engine's own build (a mode built for another target is judged against it, not the reference)."""
+        return self.engine_run(mode).engine.is_reference(mode) and not mode.build
 
     def engine_serving(self, server_mode: str) -> EngineRun:
         """The engine of a server, by its mode name (a campaign's configuration or a reference's)."""

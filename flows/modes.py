@@ -19,7 +19,7 @@ from servebench.load.runner import load_result
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult, blocks_cells
 from servebench.serving.faults import FaultTimer
-from servebench.serving.server import Server, exit_codes, is_healthy
+from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
 from tasks.faults import land_faults, start_cell_faults
 from tasks.land import land_cell, land_server, session
 from tasks.load import cell_load_config, requests_csv_path, run_cell_load
@@ -65,12 +65,13 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            run.deployment, mode)
+            run.deployment_for(mode), mode)
     except Exception as exc:
-        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
+        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, engine=run.engine.kind,
+                    build_key=run.deployment_for(mode).build.key, pid=None, port=None, command=[], env={},
                     log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
                     error=str(exc))
-        if run.reference is None and run.reference_problem is None and run.engine.is_reference(mode):
+        if run.reference is None and run.reference_problem is None and ctx.gives_reference(mode):
             run.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
             land_failed_cell(ctx, cell, f"server did not start: {exc}")
@@ -114,7 +115,7 @@ def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: T
     reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
     stop_server_and_telemetry(ctx, server, telemetry, gate)
     restarted, telemetry = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
-        ctx.engine_run(mode).deployment, mode)
+        ctx.engine_run(mode).deployment_for(mode), mode)
     land_mode_server(ctx, restarted, "ready", gate)
     return restarted, telemetry
 
@@ -297,11 +298,22 @@ def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime 
 
 def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
     api = server.api
-    engine = ctx.engine_serving(server.mode).engine
-    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, engine=engine.kind, pid=api.process.pid, port=server.port,
-                   command=api.launch.argv, env=api.launch.env, log_path=str(server.log_path),
+    run = ctx.engine_serving(server.mode)
+    engine = run.engine
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, engine=engine.kind,
+                   build_key=server_build_key(ctx, run, server.mode), pid=api.process.pid, port=server.port,
+                   command=node_argv(api.node, api.launch.argv), env=api.launch.env, log_path=str(server.log_path),
                    started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
                    status=status, error=None, correctness=gate.status if gate else None,
                    correctness_detail=gate.detail if gate else None,
                    correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
                    kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))
+
+
+def server_build_key(ctx: RunContext, run: EngineRun, server_mode: str) -> str | None:
+    """The build a server ran: its mode's own (`build:`), else its engine's."""
+    from servebench.campaign.sweep import configurations
+
+    mode = next((m for m in configurations(ctx.campaign) if m.name == server_mode), None)
+    deployment = run.deployment_for(mode) if mode is not None else run.deployment
+    return deployment.build.key if deployment is not None else None

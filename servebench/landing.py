@@ -93,7 +93,13 @@ def note_resume(con: duckdb.DuckDBPyConnection, run_id: str, note: dict) -> None
 
 def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     """A build is recorded once, when it was made; reusing it changes nothing."""
+    inputs = build.inputs
+    compiler = inputs.get("compiler") or {}
     insert_row(con, "builds", dict(
+        target=inputs.get("target"), arch=inputs.get("arch") or build.platform.partition("-")[2] or None,
+        compiler=" ".join(compiler[k] for k in ("command", "id", "version") if compiler.get(k)) or None,
+        compiler_flags=inputs.get("compiler_flags"), source_digest=inputs.get("source_sha256"),
+        artifact_sha256=inputs.get("artifact_sha256"),
         build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
         python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,
         pip_freeze=build.pip_freeze, build_seconds=build.build_seconds, created_at=build.created_at,
@@ -125,9 +131,9 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
                 kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
-                engine: str | None = None) -> None:
+                engine: str | None = None, build_key: str | None = None) -> None:
     insert_row(con, "servers", dict(
-        run_id=run_id, mode=mode, engine=engine, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
+        run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
         correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
         correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),

@@ -6,11 +6,12 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.build.recipe import BuildRecipe
-from servebench.build.venv import EngineBuild, ensure_build
+from servebench.build.builders import ensure
+from servebench.build.venv import EngineBuild
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 
 
 @task(name="build-engine", cache_policy=NONE)
 def build_engine(recipe: BuildRecipe) -> EngineBuild:
-    return ensure_build(recipe, cache_dir(), log=reporter().note)
+    return ensure(recipe, cache_dir(), log=reporter().note)

@@ -10,7 +10,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.distribute import (TreePlacement, check_load_generator_runs, node_tools_tree, place_on_nodes,
+from servebench.build.distribute import (TreePlacement, arch_problem, check_load_generator_runs, node_tools_tree, place_on_nodes,
                                          project_dir)
 from servebench.build.load_tree import load_generator_tree
 from servebench.build.model import model_tree
@@ -34,12 +34,17 @@ def place_artifacts(provider: Provider, servers: list[Node], client: Node | None
     tools = node_tools_tree(cache_dir(), project_dir())
     engine = Path(build.venv_path)
     trees = {node.name: {"engine": engine, "model": model_tree(Path(model_dir)), "tools": tools} for node in servers}
+    if any(not arch_problem(node, inventories.get(node.name, {}), build.platform) for node in servers):
+        for node in servers:  # a campaign of mixed architectures: each build only where it can run
+            if arch_problem(node, inventories.get(node.name, {}), build.platform):
+                del trees[node.name]["engine"]
     load_tree = None
     if client is not None:
         load_tree = load_generator_tree(cache_dir(), project_dir())
         trees[client.name] = {"engine": engine, "tools": tools, "load-generator": load_tree}
     nodes = servers + ([client] if client is not None else [])
-    placements = place_on_nodes(provider, nodes, inventories, trees, build.python, build.platform,
+    python = build.python if build.python_version else None  # a cmake build is binaries only
+    placements = place_on_nodes(provider, nodes, inventories, trees, python, build.platform,
                                 log=reporter().note)
     if client is not None:
         check_load_generator_runs(provider, client, build.python, load_tree)

@@ -14,6 +14,8 @@ from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
 from servebench.engines import Engine, LaunchRequest
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
+from servebench.paths import cache_dir
+from servebench.serving.preflight import check_build_fits
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
 from tasks.load import ClientNode
@@ -49,11 +51,13 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     """Start the mode's server with its telemetry (which covers model load too), and wait for
     its health path; on failure both are already stopped."""
     d = deployment
+    nodes = mode_nodes(d.nodes, mode)
+    check_build_fits(d.build.inputs, nodes, d.provider, cache_dir())
     launch = d.engine.launch(LaunchRequest(
         python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
-        served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=d.nodes, ports=d.provider.free_port,
+        served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider.free_port,
         shared=d.shared))
-    server = start_server(d.provider, d.nodes, launch, mode.name, Path(d.run_dir) / "servers",
+    server = start_server(d.provider, nodes, launch, mode.name, Path(d.run_dir) / "servers",
                           d.spec.ready_timeout_s)
     telemetry = start_telemetry.fn(d, server)
     try:
@@ -63,6 +67,14 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
         stop_server(d.provider, server)
         raise
     return server, telemetry
+
+
+def mode_nodes(nodes: list[Node], mode: ModeSpec) -> list[Node]:
+    """The nodes a mode runs on: those it names, in its order (checked by feasibility), else all."""
+    if not mode.nodes:
+        return list(nodes)
+    by_name = {node.name: node for node in nodes}
+    return [by_name[name] for name in mode.nodes]
 
 
 @task(name="stop-server", cache_policy=NONE)

@@ -57,6 +57,11 @@ class ArtifactCache:
         """Mark the artifact usable (call inside `building`)."""
         (self.path(key) / MARKER).write_text(record)
 
+    def invalidate(self, key: str) -> None:
+        """Make the artifact unusable (its files no longer match the record): the next build redoes it."""
+        with self._locked(key):
+            (self.path(key) / MARKER).unlink(missing_ok=True)
+
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         with open(self.root / f"{key}.lock", "w") as lock:

@@ -115,11 +115,13 @@ def check_python_runs(provider: Provider, node: Node, python: str, build_platfor
 
 
 def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict],
-                   trees: dict[str, dict[str, Path]], python: str, build_platform: str,
+                   trees: dict[str, dict[str, Path]], python: str | None, build_platform: str,
                    log: Callable[[str], None] = print) -> list[TreePlacement]:
     """Each node's trees (`trees[node name]`, what -> path) on it, arch refused first, the python
-    checked last; what was done where."""
-    problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes) if p]
+    checked last (a build without one, binaries only, is not); what was done where. Only nodes
+    that get the engine tree are held to its architecture."""
+    problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes
+                            if "engine" in trees[n.name]) if p]
     if problems:
         raise NodeRefused("; ".join(problems))
     for path in {path for node_trees in trees.values() for path in node_trees.values()}:
@@ -133,7 +135,8 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
             if placement.how == "copied":
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
             done.append(placement)
-        check_python_runs(provider, node, python, build_platform)
+        if python is not None and "engine" in trees[node.name]:
+            check_python_runs(provider, node, python, build_platform)
         return done
 
     with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node

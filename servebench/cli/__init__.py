@@ -134,7 +134,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from servebench.build.venv import ensure_build
+    from servebench.build.builders import ensure
     from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
@@ -143,12 +143,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(campaign, cache_dir()))
         return EXIT_OK
-    for kind, spec in campaign.engine_specs().items():
-        build = ensure_build(get_engine(kind).build_recipe(spec), cache_dir(),
-                             log=lambda text: print(text, file=sys.stderr))
+    for kind, spec in campaign.build_specs():
+        build = ensure(get_engine(kind).build_recipe(spec), cache_dir(), log=lambda text: print(text, file=sys.stderr))
         state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
         print(f"{build.key} ({spec.describe()} -> {build.engine_version}, {state})")
-        print(build.python)
+        print(build.python if build.python_version else build.venv_path)  # a cmake build: its binaries' directory
     return EXIT_OK
 
 

@@ -74,19 +74,20 @@ def cmd_builds_gc(args: argparse.Namespace) -> int:
 def dry_run_text(campaign, cache: Path) -> str:
     """`servebench build --dry-run`: per engine of the campaign, its key, whether the cache has it,
     and the commands a build runs (with the environment they get on top of this one)."""
-    from servebench.build.venv import build_inputs, build_key, build_steps
+    from servebench.build.builders import inputs_and_key, steps
     from servebench.engines import get_engine
 
     lines = []
-    for kind, spec in campaign.engine_specs().items():
+    for kind, spec in campaign.build_specs():
         recipe = get_engine(kind).build_recipe(spec)
-        key = build_key(recipe)
+        inputs, key = inputs_and_key(recipe, cache)
         venv = cache / "engines" / key
         cached = (venv / MARKER).exists()
         lines.append(f"engine {kind}: {spec.describe()}  build key {key}  "
                      + ("cached: nothing to build" if cached else "not cached: a build runs"))
-        lines.append(f"  key inputs: {json.dumps(build_inputs(recipe), sort_keys=True)}")
-        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in recipe.build_env.items())
-        for title, argv in build_steps(recipe, venv, Path("<a copy of engine/>")):
+        lines.append(f"  key inputs: {json.dumps(inputs, sort_keys=True)}")
+        build_env, commands = steps(recipe, cache, key, inputs)
+        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in build_env.items())
+        for title, argv in commands:
             lines.append(f"  # {title}\n  {env + ' ' if env else ''}{shlex.join(argv)}")
     return "\n".join(lines)

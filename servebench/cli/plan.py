@@ -6,20 +6,23 @@ import shlex
 from pathlib import Path
 
 from servebench.build.model import generated_model_path
-from servebench.build.venv import build_key
+from servebench.build.builders import inputs_and_key
+from servebench.paths import cache_dir
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import GeneratedModelSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
+from servebench.serving.server import node_argv
+from tasks.serve import mode_nodes
 
 
 def describe_plan(plan: Plan, file: Path) -> str:
     campaign = plan.campaign
     specs = campaign.engine_specs()
     engines = {kind: get_engine(kind) for kind in specs}
-    keys = {kind: build_key(engines[kind].build_recipe(spec)) for kind, spec in specs.items()}
+    keys = {kind: inputs_and_key(engines[kind].build_recipe(spec), cache_dir())[1] for kind, spec in specs.items()}
     models = {kind: model_path(campaign, file, engines[kind].model_formats[0]) for kind in specs}
     served = campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec) else Path(campaign.model.path).name
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
@@ -42,18 +45,23 @@ def describe_plan(plan: Plan, file: Path) -> str:
     by_name = {n.name: n for n in nodes}
     for mode, cells in plan.modes():
         kind = campaign.engine_kind(mode)
-        build_dir = str(cache_dir() / "engines" / keys[kind])
+        spec, key = specs[kind], keys[kind]
+        if mode.build:
+            spec = campaign.engine_spec_for(mode)
+            key = inputs_and_key(engines[kind].build_recipe(spec), cache_dir())[1]
+        build_dir = str(cache_dir() / "engines" / key)
         launch = engines[kind].launch(LaunchRequest(
-            python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=specs[kind], mode=mode,
-            model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=nodes, ports=_port,
-            planning=True))
-        engine_note = f" engine={kind}" if len(specs) > 1 else ""
+            python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
+            model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=mode_nodes(nodes, mode),
+            ports=_port, planning=True))
+        engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
+            (f" build {spec.describe()} key {key}" if mode.build else "")
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "
                      f"on {launch.api.node}:")
         for process in launch.processes:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
             where = "" if process.api else f"and on {process.node}: "
-            command = provider.command(by_name[process.node], process.argv)
+            command = provider.command(by_name[process.node], node_argv(by_name[process.node], process.argv))
             lines.append(f"  {where}{env} \\\n    {shlex.join(command)}")
         for cell in cells:
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")

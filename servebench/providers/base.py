@@ -24,6 +24,7 @@ class Node(BaseModel):
     name: str
     address: str                 # where the node's servers listen and its processes meet
     cpus: list[int]              # the CPUs servebench may use there
+    emulate: str | None = None   # a target profile of another architecture the node is (qemu-user runs its servers)
 
 
 class NodeProcess(Protocol):

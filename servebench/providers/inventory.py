@@ -86,3 +86,15 @@ def _mem_total() -> int | None:
 
 if __name__ == "__main__":
     print(json.dumps(collect()))
+
+
+def emulated(facts: dict, target_name: str) -> dict:
+    """An emulated node's facts: the target's architecture and CPU, and the features qemu-user's CPU
+    model gives a process there (measured by the probe, servebench/build/cpu_features.py)."""
+    from servebench.build.cpu_features import emulated_features
+    from servebench.build.targets import profile
+    from servebench.paths import cache_dir
+
+    target = profile(target_name)
+    return {**facts, "arch": target.arch, "isa_flags": sorted(emulated_features(target, cache_dir())),
+            "cpu_model": f"{target.description} (emulated: qemu-{target.arch} -cpu {target.emulator_cpu})"}

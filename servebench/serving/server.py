@@ -10,6 +10,7 @@ with the tail of its log, which is kept in the run directory.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 import urllib.error
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from servebench.build.targets import emulator_argv, profile
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, NodeProcess, Provider
 
@@ -86,7 +88,7 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
             node = by_name[process_launch.node]
             suffix = f".{process_launch.label}" if process_launch.label else ""
             log_path = log_dir / f"{mode}{suffix}.log"
-            process = provider.start(node, process_launch.argv, process_launch.env, log_path,
+            process = provider.start(node, node_argv(node, process_launch.argv), process_launch.env, log_path,
                                      unset=process_launch.unset_env)
             server.processes.append(RunningProcess(process_launch, node, process, log_path))
             if process_launch.ready_port is not None and not process_launch.api:
@@ -95,6 +97,14 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
         stop_server(provider, server)
         raise
     return server
+
+
+def node_argv(node: Node, argv: list[str]) -> list[str]:
+    """The command as the node runs it: under qemu-user with the node's CPU model when the node is
+    an emulated one (its `emulate:` profile), else as is."""
+    if node.emulate is None:
+        return argv
+    return [*emulator_argv(profile(node.emulate)), *argv]
 
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
@@ -121,7 +131,20 @@ def is_healthy(server: Server) -> bool:
 
 def exit_codes(server: Server) -> str:
     """'api 0, node1 -9': how the server's processes ended (for a cell's error)."""
-    return ", ".join(f"{r.launch.label or 'api'} {r.process.exit_code()}" for r in server.processes)
+    return ", ".join(f"{r.launch.label or 'api'} {describe_exit(r.process.exit_code())}" for r in server.processes)
+
+
+def describe_exit(code: int | None) -> str:
+    """An exit code, with the cause when it is a signal that says something: SIGILL is a build for
+    CPU features this node lacks (qemu-user re-raises a guest's SIGILL on itself)."""
+    if code is None:
+        return "None"
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else None
+    if number == signal.SIGILL:
+        return f"{code} (SIGILL: an instruction this node's CPU lacks: the build's target does not fit it)"
+    if number is not None and code < 0:
+        return f"{code} ({signal.Signals(number).name})" if number in signal.Signals._value2member_map_ else str(code)
+    return str(code)
 
 
 def stop_server(provider: Provider, server: Server) -> Server:
@@ -165,7 +188,8 @@ def _raise_if_exited(server: Server) -> None:
         if not running.process.alive():
             running.process.fetch_log()
             what = "server" if running.launch.api else f"process {running.launch.label or running.node.name}"
-            raise ServerFailed(f"{what} of mode {server.mode} exited with code {running.process.exit_code()} "
+            raise ServerFailed(f"{what} of mode {server.mode} exited with code "
+                               f"{describe_exit(running.process.exit_code())} "
                                f"before it was ready; log {running.log_path}:\n{log_tail(running.log_path)}")
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from servebench.build.recipe import VenvRecipe
+from servebench.build.recipe import BuildRecipe
 from servebench.campaign.schema import ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
 from servebench.engines.llamacpp.build import build_recipe
@@ -49,7 +49,7 @@ class LlamaCppEngine:
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
     knobs: ClassVar[dict[str, Knob]] = KNOBS
 
-    def build_recipe(self, spec: LlamaCppEngineSpec) -> VenvRecipe:
+    def build_recipe(self, spec: LlamaCppEngineSpec) -> BuildRecipe:
         return build_recipe(spec, self.kind)
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:

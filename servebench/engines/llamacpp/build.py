@@ -1,6 +1,8 @@
 """How llama.cpp's tools are built: an ordinary pip install of the llama-cpp-python sdist, compiled
 by CMake through scikit-build-core, with the tools (llama-server, ggml-rpc-server) installed into
-the venv's bin (../shared/docs/vllm-cpu-facts.md, "llama.cpp").
+the venv's bin (../shared/docs/vllm-cpu-facts.md, "llama.cpp"). With a `target:` CPU profile, the
+same sdist's vendored llama.cpp is compiled by CMake directly for that CPU (by the aarch64 cross
+compiler for an ARM target): static binaries, no venv.
 
 Every CMake flag is in the recipe's `build_env`, so it is part of the build key: a changed flag
 builds anew, the same flags reuse the cache. A native build also keys on this host's CPU flags.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servebench.build.recipe import VenvRecipe
+from servebench.build.recipe import CMakeRecipe, VenvRecipe
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 
 # Tools are off when llama.cpp is a subproject (it is, in llama-cpp-python); LLAVA_BUILD=OFF avoids a
@@ -40,7 +42,17 @@ def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     return []
 
 
-def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe:
+# a static build of the two tools: no tests, examples, web UI download or TLS library to link
+TARGET_CMAKE_ARGS = ["-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                     "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF"]
+
+
+def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe | CMakeRecipe:
+    if spec.target is not None:
+        blas = ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"] if spec.blas else []
+        return CMakeRecipe(engine=kind, source=spec.package, source_subdir="vendor/llama.cpp", target=spec.target,
+                           cmake_args=[*TARGET_CMAKE_ARGS, *blas, *spec.cmake_args], build_targets=list(TOOLS),
+                           version_command=["bin/llama-server", "--version"])
     distribution = spec.package.split("==")[0].strip()
     return VenvRecipe(
         engine=kind, packages=[spec.package], pip_options=list(PIP_OPTIONS),

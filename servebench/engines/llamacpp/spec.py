@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from servebench.build.targets import profile
 from servebench.campaign.schema import EngineSpecBase, pinned_requirement
 
 DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
@@ -22,11 +23,22 @@ class LlamaCppEngineSpec(EngineSpecBase):
     blas: bool = Field(False, description="GGML_BLAS with OpenBLAS (needs libopenblas-dev on the build host).")
     cmake_args: list[str] = Field(default_factory=list,
                                   description="More CMake defines, e.g. ['-DGGML_AVX512=OFF'].")
+    target: str | None = Field(None, description=(
+        "Build for a named target CPU instead (servebench/build/targets.py): graviton2, graviton3, graviton4, "
+        "ampere-altra, armv8-a (cross-compiled for aarch64), x86-64-v3, x86-64-v4, native. The binaries are "
+        "compiled by CMake from the same sdist (no Python); `cpu:` is then unused."))
 
     @field_validator("package")
     @classmethod
     def _pinned(cls, value: str) -> str:
         return pinned_requirement(value)
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str | None) -> str | None:
+        if value is not None:
+            profile(value)  # a TargetError (ValueError) names the profiles
+        return value
 
     @field_validator("cmake_args")
     @classmethod
@@ -37,5 +49,6 @@ class LlamaCppEngineSpec(EngineSpecBase):
         return value
 
     def describe(self) -> str:
-        extras = [f"cpu={self.cpu}"] + (["blas"] if self.blas else []) + self.cmake_args
+        extras = ([f"target={self.target}"] if self.target else [f"cpu={self.cpu}"]) + (["blas"] if self.blas else []) \
+            + self.cmake_args
         return f"{self.package} ({', '.join(extras)})"

@@ -27,7 +27,7 @@ class LocalProvider(ThisHostProcesses):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
         super().__init__(run_id)
         self._nodes = [Node(name=n.name, address=node_address(index),
-                            cpus=[c for c in n.cpus if c not in reserved_cpus])
+                            cpus=[c for c in n.cpus if c not in reserved_cpus], emulate=n.emulate)
                        for index, n in enumerate(spec.nodes)]
 
     @classmethod
@@ -52,7 +52,8 @@ class LocalProvider(ThisHostProcesses):
         return self.nodes()
 
     def inventory(self, node: Node) -> dict:
-        return inventory.collect(cpus=node.cpus)
+        facts = inventory.collect(cpus=node.cpus)
+        return inventory.emulated(facts, node.emulate) if node.emulate else facts
 
     def command(self, node: Node, argv: list[str]) -> list[str]:
         """taskset keeps every thread of the process (and its children) on the node's CPUs."""

@@ -69,6 +69,9 @@ class SshProvider:
         not checked against this host: the nodes are other machines (`inventory` tells theirs)."""
         problems: list[tuple[tuple, str]] = []
         for index, host in enumerate(spec.hosts):
+            if host.emulate is not None:
+                problems.append((("provider", "hosts", index, "emulate"), "emulated nodes are local provider "
+                                 "nodes (qemu-user on this host); an SSH host runs its own CPU"))
             earlier = spec.hosts[:index]
             if any(other.name == host.name for other in earlier):
                 problems.append((("provider", "hosts", index, "name"), f"host name {host.name!r} is used "

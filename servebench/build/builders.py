@@ -1,0 +1,41 @@
+"""One entry to the build stage whatever the recipe's kind: its key, the inputs the key covers,
+the commands a build would run, and the build itself (reused from the cache when the key matches)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from servebench.build import cmake, venv
+from servebench.build.recipe import BuildRecipe, CMakeRecipe
+from servebench.build.venv import EngineBuild
+
+
+def ensure(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
+    if isinstance(recipe, CMakeRecipe):
+        return cmake.ensure_cmake_build(recipe, cache, log)
+    return venv.ensure_build(recipe, cache, log)
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = _to_stderr) -> tuple[dict, str]:
+    """What the build key covers, and the key (a cmake recipe's source is fetched to hash it)."""
+    if isinstance(recipe, CMakeRecipe):
+        inputs = cmake.cmake_inputs(recipe, cmake.fetch_source(recipe.source, cache, log))
+        return inputs, cmake.cmake_key(recipe, inputs)
+    return venv.build_inputs(recipe), venv.build_key(recipe)
+
+
+def steps(recipe: BuildRecipe, cache: Path, key: str, inputs: dict) -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
+    """(environment on top of this one, [(title, argv)]) a build of the recipe runs."""
+    artifact = cache / "engines" / key
+    if isinstance(recipe, CMakeRecipe):
+        sdist = cmake.fetch_source(recipe.source, cache)
+        return {}, [("unpack", ["tar", "xzf", str(sdist), "-C", "<scratch>"]),
+                    *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / sdist.name.removesuffix(".tar.gz"),
+                                       Path("<scratch>/build"), artifact, cmake.build_jobs())]
+    return dict(recipe.build_env), venv.build_steps(recipe, artifact, Path("<a copy of engine/>"))

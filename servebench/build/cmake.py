@@ -1,0 +1,220 @@
+"""The `cmake` recipe's builder: a CMake project from a pinned sdist, compiled for a target CPU.
+
+The sdist is fetched once with `pip download` into `<cache>/sources/` and keyed by its sha256
+(the source digest). The compiler is the host's for a target of this architecture, Debian's
+`<arch>-linux-gnu-gcc` cross compiler for another; its id and version come from the compiler
+itself. The artifact is `<key>/bin/<tool>` (static libraries, so a binary needs only libc and
+libstdc++: the cross sysroot's under emulation, the node's own on a real ARM host), with a
+sha256 of every file in the record so a copy can be verified before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from servebench.build.cache import ArtifactCache
+from servebench.build.recipe import CMakeRecipe
+from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
+from servebench.build.venv import BuildError, EngineBuild, run_step
+from servebench.campaign.schema import sha256_json
+
+# what every build of the recipe gets: Release, static, no tests/examples, no network at configure
+BASE_CMAKE_ARGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF"]
+
+
+def compiler_names(target: TargetProfile) -> tuple[str, str]:
+    """(C, C++) compiler commands for the target: Debian's cross compilers for another architecture."""
+    if is_cross(target):
+        return f"{target.arch}-linux-gnu-gcc", f"{target.arch}-linux-gnu-g++"
+    return "gcc", "g++"
+
+
+def compiler_identity(command: str) -> dict[str, str]:
+    """{'command', 'id', 'version'} as the compiler reports them ('GNU', '12.2.0')."""
+    path = shutil.which(command)
+    if path is None:
+        raise BuildError(f"compiler {command} not found: apt-get install {_package_for(command)} (Debian package)")
+    version = subprocess.run([path, "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    banner = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines()
+    compiler_id = "GNU" if banner and ("gcc" in banner[0].lower() or "g++" in banner[0].lower()) else \
+        (banner[0].split()[0] if banner else "unknown")
+    return {"command": command, "id": compiler_id, "version": version}
+
+
+def _package_for(command: str) -> str:
+    if "-linux-gnu-" in command:
+        arch = command.split("-linux-gnu-")[0]
+        return f"g++-{arch.replace('_', '-')}-linux-gnu"
+    return "g++"
+
+
+def fetch_source(requirement: str, cache: Path, log: Callable[[str], None] = print) -> Path:
+    """The sdist of a pinned requirement, downloaded once into `<cache>/sources/<name>-<version>/`."""
+    name, _, version = requirement.partition("==")
+    folder = cache / "sources" / f"{name.strip()}-{version.strip()}"
+    found = sorted(folder.glob("*.tar.gz")) if folder.exists() else []
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    log(f"downloading the sdist {requirement}")
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                           "--disable-pip-version-check", "-d", str(folder), requirement],
+                          capture_output=True, text=True)
+    found = sorted(folder.glob("*.tar.gz"))
+    if done.returncode != 0 or not found:
+        raise BuildError(f"could not download the sdist {requirement}: {(done.stderr or done.stdout)[-400:]}")
+    return found[0]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cmake_inputs(recipe: CMakeRecipe, sdist: Path) -> dict:
+    """Everything that goes into the binaries; its hash is the build key."""
+    target = profile(recipe.target)
+    c_compiler, cxx_compiler = compiler_names(target)
+    return {
+        "engine": recipe.engine,
+        "recipe": "cmake",
+        "source": recipe.source,
+        "source_sha256": file_sha256(sdist),
+        "source_subdir": recipe.source_subdir,
+        "target": target.name,
+        "arch": target.arch,
+        "compiler_flags": list(target.compiler_flags),
+        "features": list(target.features),
+        "compiler": compiler_identity(cxx_compiler) | {"c": compiler_identity(c_compiler)["version"]},
+        "options": [*BASE_CMAKE_ARGS, *target.cmake_args, *recipe.cmake_args],
+        "build_targets": list(recipe.build_targets),
+        "build_host": f"{sys.platform}-{platform.machine()}",
+    }
+
+
+def cmake_key(recipe: CMakeRecipe, inputs: dict) -> str:
+    return f"{recipe.engine}-{recipe.target}-{sha256_json(inputs)[:16]}"
+
+
+def cmake_steps(recipe: CMakeRecipe, inputs: dict, source: Path, build: Path, artifact: Path,
+                jobs: int) -> list[tuple[str, list[str]]]:
+    """The build's commands in order (title, argv); `servebench build --dry-run` prints them."""
+    target = profile(recipe.target)
+    c_compiler, cxx_compiler = compiler_names(target)
+    project = source / recipe.source_subdir if recipe.source_subdir else source
+    configure = ["cmake", "-S", str(project), "-B", str(build), "-G", "Ninja",
+                 f"-DCMAKE_C_COMPILER={c_compiler}", f"-DCMAKE_CXX_COMPILER={cxx_compiler}", *inputs["options"]]
+    if is_cross(target):
+        configure += ["-DCMAKE_SYSTEM_NAME=Linux", f"-DCMAKE_SYSTEM_PROCESSOR={target.arch}"]
+    return [
+        ("configure", configure),
+        ("compile", ["cmake", "--build", str(build), "-j", str(jobs), "--target", *recipe.build_targets]),
+        ("install binaries", ["install", "-D", "-t", str(artifact / "bin"),
+                              *(str(build / "bin" / name) for name in recipe.build_targets)]),
+    ]
+
+
+def build_jobs() -> int:
+    """Parallel compile jobs: this process's CPUs (a 2-core machine builds with 2)."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
+    """Return the recipe's binaries, building them first if no valid artifact is cached."""
+    sdist = fetch_source(recipe.source, cache, log)
+    inputs = cmake_inputs(recipe, sdist)
+    key = cmake_key(recipe, inputs)
+    artifacts = ArtifactCache(cache / "engines")
+    found = artifacts.get(key)
+    if found is not None:
+        build = EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+        if not (changed := verify_artifact(build)):
+            return build
+        log(f"engine build {key}: {', '.join(changed)} not as built (sha256): building again")
+        artifacts.invalidate(key)
+    with artifacts.building(key, log) as (artifact, found):
+        if found is not None:
+            return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+        started = time.monotonic()
+        _compile(recipe, inputs, sdist, artifact, artifacts.log_path(key), key, log, cache)
+        build = _record(recipe, inputs, key, artifact, round(time.monotonic() - started, 1))
+        artifacts.complete(key, build.model_dump_json(indent=2))
+    return build
+
+
+def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
+    """ccache (when installed; ggml uses it by itself) in servebench's cache, with paths taken
+    relative to the scratch directory: a second target's build of the same source reuses every
+    object the target's flags do not touch (libllama, the server; only ggml-cpu gets -march).
+    It only speeds the build up: the output, and so the key, are the same without it."""
+    if shutil.which("ccache") is None:
+        return {}
+    return {"CCACHE_DIR": str(cache / "ccache"), "CCACHE_BASEDIR": scratch, "CCACHE_NOHASHDIR": "1",
+            "CCACHE_MAXSIZE": "5G"}
+
+
+def _compile(recipe: CMakeRecipe, inputs: dict, sdist: Path, artifact: Path, log_path: Path, key: str,
+             log: Callable[[str], None], cache: Path) -> None:
+    with open(log_path, "w") as out, tempfile.TemporaryDirectory(prefix="servebench-cmake-") as scratch:
+        log(f"engine build {key}: unpacking {sdist.name}")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(scratch, filter="data")
+        roots = [path for path in Path(scratch).iterdir() if path.is_dir()]
+        if len(roots) != 1:
+            raise BuildError(f"{sdist.name} does not hold one top directory")
+        started = time.monotonic()
+        for title, argv in cmake_steps(recipe, inputs, roots[0], Path(scratch) / "build", artifact, build_jobs()):
+            log(f"engine build {key}: {title}")
+            returncode = run_step(argv, out, log, title, started, env=compiler_cache_env(cache, scratch))
+            if returncode != 0:
+                raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
+
+
+def _record(recipe: CMakeRecipe, inputs: dict, key: str, artifact: Path, seconds: float) -> EngineBuild:
+    target = profile(recipe.target)
+    files = {str(path.relative_to(artifact)): file_sha256(path)
+             for path in sorted(artifact.rglob("*")) if path.is_file()}
+    version = None
+    if recipe.version_command:
+        runner = emulator_argv(profile_for_version(target)) if is_cross(target) else []
+        version = run_version(runner + [str(artifact / recipe.version_command[0]), *recipe.version_command[1:]])
+    return EngineBuild(
+        key=key, engine=recipe.engine, engine_version=recipe.source.partition("==")[2], packages=[recipe.source],
+        python_version="", platform=f"linux-{target.arch}", venv_path=str(artifact), pip_freeze="",
+        build_seconds=seconds, created_at=datetime.now(timezone.utc),
+        inputs=inputs | {"artifact_sha256": sha256_json(files), "files": files}, tool_version=version)
+
+
+def profile_for_version(target: TargetProfile) -> TargetProfile:
+    """`--version` only prints: run it on the emulator's most capable CPU, whatever the target."""
+    return target.model_copy(update={"emulator_cpu": "max"})
+
+
+def run_version(argv: list[str]) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return " ".join((done.stdout + done.stderr).split()) or None
+
+
+def verify_artifact(build: EngineBuild) -> list[str]:
+    """Files of the artifact whose sha256 is not the recorded one (or that are gone)."""
+    files = build.inputs.get("files") or {}
+    root = Path(build.venv_path)
+    return [name for name, digest in files.items()
+            if not (root / name).is_file() or file_sha256(root / name) != digest]
