@@ -37,17 +37,17 @@ def test_builds_are_listed_newest_first_with_their_state_and_size(tmp_path):
 def test_gc_removes_only_what_is_asked():
     now = datetime.now(timezone.utc)
 
-    def entry(key, engine, days, complete=True):
+    def entry(key, engine, days, complete=True, target=None):
         from servebench.build.cache import CacheEntry
         stamp = datetime.fromtimestamp(now.timestamp() - days * 86400, timezone.utc)
         return CacheEntry(key=key, engine=engine, version="1", complete=complete, size_bytes=1, created_at=None,
-                          modified_at=stamp, path=key)
+                          modified_at=stamp, path=key, target=target)
 
-    entries = [entry("v3", "vllm", 0), entry("l2", "llamacpp", 1), entry("v2", "vllm", 5),
-               entry("x", None, 6, complete=False), entry("v1", "vllm", 40)]
+    entries = [entry("v3", "vllm", 0), entry("g2", "llamacpp", 0.5, target="graviton2"), entry("l2", "llamacpp", 1),
+               entry("v2", "vllm", 5), entry("x", None, 6, complete=False), entry("v1", "vllm", 40)]
     keys = lambda chosen: [e.key for e in chosen]  # noqa: E731
     assert select_for_gc(entries, now) == []
-    assert keys(select_for_gc(entries, now, keep_per_engine=1)) == ["v2", "v1"]
+    assert keys(select_for_gc(entries, now, keep_per_engine=1)) == ["v2", "v1"]  # each engine *and target* keeps one
     assert keys(select_for_gc(entries, now, older_than_days=10)) == ["v1"]
     assert keys(select_for_gc(entries, now, incomplete=True, keys=["l2"])) == ["l2", "x"]
 

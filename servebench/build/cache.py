@@ -80,6 +80,13 @@ class CacheEntry(BaseModel):
     created_at: datetime | None
     modified_at: datetime       # the directory's mtime: when it was last built or touched
     path: str
+    target: str | None = None   # the target CPU of a cmake build (graviton2, ...); None: the host's
+
+    @property
+    def lineage(self) -> tuple[str | None, str | None]:
+        """What `gc --keep N` counts builds within: an engine for one target (a Graviton2 build never
+        pushes out the x86 one)."""
+        return self.engine, self.target
 
 
 def list_entries(root: Path) -> list[CacheEntry]:
@@ -92,6 +99,7 @@ def list_entries(root: Path) -> list[CacheEntry]:
         entries.append(CacheEntry(
             key=directory.name, engine=record.get("engine"), version=record.get("engine_version"),
             complete=bool(record), size_bytes=_size(directory), created_at=record.get("created_at"),
+            target=(record.get("inputs") or {}).get("target"),
             modified_at=datetime.fromtimestamp(directory.stat().st_mtime, timezone.utc), path=str(directory)))
     return sorted(entries, key=lambda e: e.modified_at, reverse=True)
 
@@ -99,7 +107,7 @@ def list_entries(root: Path) -> list[CacheEntry]:
 def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] = (), older_than_days: float | None = None,
                   incomplete: bool = False, keep_per_engine: int | None = None) -> list[CacheEntry]:
     """What `servebench builds gc` removes: the keys named, builds older than N days, incomplete ones, or all
-    but the newest N of each engine; nothing unless asked (pure)."""
+    but the newest N of each engine and target; nothing unless asked (pure)."""
     chosen: dict[str, CacheEntry] = {}
     for entry in entries:
         if entry.key in keys or (incomplete and not entry.complete):
@@ -107,10 +115,10 @@ def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] =
         if older_than_days is not None and (now - entry.modified_at).total_seconds() > older_than_days * 86400:
             chosen[entry.key] = entry
     if keep_per_engine is not None:
-        seen: dict[str | None, int] = {}
+        seen: dict[tuple, int] = {}
         for entry in entries:  # newest first
-            seen[entry.engine] = seen.get(entry.engine, 0) + 1
-            if entry.complete and seen[entry.engine] > keep_per_engine:
+            seen[entry.lineage] = seen.get(entry.lineage, 0) + 1
+            if entry.complete and seen[entry.lineage] > keep_per_engine:
                 chosen[entry.key] = entry
     return [entry for entry in entries if entry.key in chosen]
 

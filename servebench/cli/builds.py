@@ -25,7 +25,7 @@ def add_builds_parser(sub) -> None:
     gc.add_argument("--key", action="append", default=[], help="a build key to remove (repeat)")
     gc.add_argument("--older-than-days", type=float, help="builds not built or touched for this many days")
     gc.add_argument("--incomplete", action="store_true", help="builds that never finished")
-    gc.add_argument("--keep", type=int, metavar="N", help="all but the newest N complete builds of each engine")
+    gc.add_argument("--keep", type=int, metavar="N", help="all but the newest N complete builds of each engine and target CPU")
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.set_defaults(func=cmd_builds_gc)
 
