@@ -27,6 +27,7 @@ from flows.modes import land_result_file, reference_answers, run_mode
 from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
 from servebench.build.cache import hold_in_use
+from servebench.build.prerequisites import require
 from servebench.build.model import vocab_size
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.placement import split_client_node
@@ -195,6 +196,7 @@ def deploy(ctx: RunContext) -> None:
             continue
         named = "" if run is ctx.primary else f" {kind}"
         reporter().stage(f"building the engine{named}")
+        require(run.engine.build_prerequisites(run.spec), f"engine {kind}: {run.spec.describe()}")
         build = build_engine(run.engine.build_recipe(run.spec))
         run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
         land_build(wh, ctx.run_id, build)
@@ -233,6 +235,7 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
     placements: list[dict] = []
     for spec in variant_specs(ctx.campaign, modes, run.spec):
         reporter().stage(f"building the engine {spec.describe()}")
+        require(run.engine.build_prerequisites(spec), f"engine {run.engine.kind}: {spec.describe()}")
         build = build_engine(run.engine.build_recipe(spec))
         run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
         land_build(ctx.warehouse, ctx.run_id, build)

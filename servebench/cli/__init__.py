@@ -135,14 +135,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from servebench.build.builders import ensure
+    from servebench.build.prerequisites import PrerequisiteError, require
     from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
 
     campaign = load_campaign(args.file)
     if args.dry_run:
-        print(dry_run_text(campaign, cache_dir()))
-        return EXIT_OK
+        text, all_met = dry_run_text(campaign, cache_dir())
+        print(text)
+        return EXIT_OK if all_met else EXIT_FAILED
+    try:
+        for kind, spec in campaign.build_specs():
+            require(get_engine(kind).build_prerequisites(spec), f"engine {kind}: {spec.describe()}")
+    except PrerequisiteError as exc:
+        print(f"servebench build: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     for kind, spec in campaign.build_specs():
         build = ensure(get_engine(kind).build_recipe(spec), cache_dir(), log=lambda text: print(text, file=sys.stderr))
         state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"

@@ -71,23 +71,36 @@ def cmd_builds_gc(args: argparse.Namespace) -> int:
     return EXIT_FAILED if busy else EXIT_OK
 
 
-def dry_run_text(campaign, cache: Path) -> str:
-    """`servebench build --dry-run`: per engine of the campaign, its key, whether the cache has it,
-    and the commands a build runs (with the environment they get on top of this one)."""
+def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
+    """`servebench build --dry-run`: per build of the campaign, its prerequisites on this host, its key,
+    whether the cache has it, and the commands a build runs (with the environment they get on top of
+    this one). Whether every prerequisite is met (else the command exits non-zero)."""
     from servebench.build.builders import inputs_and_key, steps
+    from servebench.build.prerequisites import describe, unmet
     from servebench.engines import get_engine
 
-    lines = []
+    lines, all_met = [], True
     for kind, spec in campaign.build_specs():
-        recipe = get_engine(kind).build_recipe(spec)
+        engine = get_engine(kind)
+        prerequisites = engine.build_prerequisites(spec)
+        missing = unmet(prerequisites)
+        all_met = all_met and not missing
+        if missing:
+            lines.append(f"engine {kind}: {spec.describe()}  cannot be built here: {len(missing)} of "
+                         f"{len(prerequisites)} prerequisite(s) not met")
+            lines.append(describe(prerequisites))
+            continue
+        recipe = engine.build_recipe(spec)
         inputs, key = inputs_and_key(recipe, cache)
         venv = cache / "engines" / key
         cached = (venv / MARKER).exists()
         lines.append(f"engine {kind}: {spec.describe()}  build key {key}  "
                      + ("cached: nothing to build" if cached else "not cached: a build runs"))
+        if prerequisites:
+            lines.append(describe(prerequisites))
         lines.append(f"  key inputs: {json.dumps(inputs, sort_keys=True)}")
         build_env, commands = steps(recipe, cache, key, inputs)
         env = " ".join(f"{name}={shlex.quote(value)}" for name, value in build_env.items())
         for title, argv in commands:
             lines.append(f"  # {title}\n  {env + ' ' if env else ''}{shlex.join(argv)}")
-    return "\n".join(lines)
+    return "\n".join(lines), all_met

@@ -22,7 +22,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
     campaign = plan.campaign
     specs = campaign.engine_specs()
     engines = {kind: get_engine(kind) for kind in specs}
-    keys = {kind: inputs_and_key(engines[kind].build_recipe(spec), cache_dir())[1] for kind, spec in specs.items()}
+    keys = {kind: build_key_or_why(engines[kind], spec) for kind, spec in specs.items()}
     models = {kind: model_path(campaign, file, engines[kind].model_formats[0]) for kind in specs}
     served = campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec) else Path(campaign.model.path).name
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
@@ -48,7 +48,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
         spec, key = specs[kind], keys[kind]
         if mode.build:
             spec = campaign.engine_spec_for(mode)
-            key = inputs_and_key(engines[kind].build_recipe(spec), cache_dir())[1]
+            key = build_key_or_why(engines[kind], spec)
         build_dir = str(cache_dir() / "engines" / key)
         launch = engines[kind].launch(LaunchRequest(
             python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
@@ -68,6 +68,14 @@ def describe_plan(plan: Plan, file: Path) -> str:
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def build_key_or_why(engine, spec) -> str:
+    """The build's key, or why it has none yet (a build this host cannot make: see `build --dry-run`)."""
+    try:
+        return inputs_and_key(engine.build_recipe(spec), cache_dir())[1]
+    except Exception:  # BuildError, a missing compiler: the plan is still shown
+        return "<no key: see servebench build --dry-run>"
 
 
 def model_path(campaign, file: Path, fmt: str) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
+from servebench.build.prerequisites import Prerequisite
 from servebench.build.recipe import BuildRecipe
 from servebench.campaign.schema import EngineSpecBase, ModeSpec
 from servebench.providers.base import Node, Provider
@@ -134,6 +135,10 @@ class Engine(Protocol):
 
     def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
         """What goes into the engine's content-addressed build."""
+
+    def build_prerequisites(self, spec: EngineSpecBase) -> list[Prerequisite]:
+        """What the build host must have before this build starts (servebench/build/prerequisites.py);
+        checked by `servebench build [--dry-run]` and the run before building, every one named."""
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         """Why the nodes (their CPUs for servers, in order) cannot hold this mode, or None."""

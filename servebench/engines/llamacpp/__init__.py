@@ -11,7 +11,8 @@ from typing import Any, Callable, ClassVar
 from servebench.build.recipe import BuildRecipe
 from servebench.campaign.schema import ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
-from servebench.engines.llamacpp.build import build_recipe
+from servebench.build.prerequisites import Prerequisite
+from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
@@ -51,6 +52,9 @@ class LlamaCppEngine:
 
     def build_recipe(self, spec: LlamaCppEngineSpec) -> BuildRecipe:
         return build_recipe(spec, self.kind)
+
+    def build_prerequisites(self, spec: LlamaCppEngineSpec) -> list[Prerequisite]:
+        return build_prerequisites(spec)
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         if mode.tp > 1:

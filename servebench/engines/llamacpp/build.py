@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servebench.build.cmake import compiler_names
+from servebench.build.prerequisites import Prerequisite, tool
 from servebench.build.recipe import CMakeRecipe, VenvRecipe
+from servebench.build.targets import is_cross, profile
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 
 # Tools are off when llama.cpp is a subproject (it is, in llama-cpp-python); LLAVA_BUILD=OFF avoids a
@@ -61,3 +64,19 @@ def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe | CMakeRecip
         version_distribution=distribution, engine_package=False,
         version_command=["bin/llama-server", "--version"],  # 'version: ... commit 0c1e570 built with GNU 12.2.0'
     )
+
+
+def build_prerequisites(spec: LlamaCppEngineSpec) -> list[Prerequisite]:
+    """A host build needs a C++ compiler (pip brings CMake); a target build also CMake and ninja, and
+    for another architecture Debian's cross compiler (README command 2 installs it)."""
+    checks = [tool("C++ compiler", "g++", "apt-get install g++")]
+    if spec.target is None:
+        return checks
+    target = profile(spec.target)
+    checks += [tool("cmake", "cmake", "apt-get install cmake", ["cmake", "--version"], "3.14"),
+               tool("ninja", "ninja", "apt-get install ninja-build")]
+    if is_cross(target):
+        _, cxx_compiler = compiler_names(target)
+        checks.append(tool(f"{target.arch} cross compiler", cxx_compiler,
+                           f"apt-get install g++-{target.arch.replace('_', '-')}-linux-gnu"))
+    return checks

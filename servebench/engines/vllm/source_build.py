@@ -1,0 +1,74 @@
+"""vLLM from source for this CPU: what the build host must have before an hour-long build starts.
+
+Measured on this machine kind (issue 17): vLLM 0.32.0's CMake refuses gcc < 12.3 on x86 (Debian
+12 has 12.2: the shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers, cmake
+and ninja, and fetches oneDNN (x86 and aarch64) and the Arm Compute Library (aarch64) from GitHub
+at configure time, which these machines cannot reach: both must be staged locally. All 72 CPU
+C++ files compile in about 35 minutes at -j1; a wheel on 2 cores is an hour or more.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from servebench.build.prerequisites import (Prerequisite, file_present, free_disk, memory_for_jobs, source_tree,
+                                            tool)
+from servebench.engines.vllm.spec import VllmSourceSpec
+
+PATCH_DIR = Path(__file__).parent / "patches"
+GIB_PER_JOB = 2.5        # vLLM's CPU kernels (oneDNN, the AVX-512/AMX files) at -O2: the largest units
+DISK_GIB = 20.0          # sdist, oneDNN build, torch, the wheel and pip's temporary copies
+
+
+def patch_path(name: str) -> Path:
+    """A shipped patch by name, or a path."""
+    shipped = PATCH_DIR / f"{name}.patch"
+    return shipped if shipped.exists() else Path(name)
+
+
+def compiler_floor(source: VllmSourceSpec, arch: str) -> str:
+    """The g++ version vLLM's CMake accepts: 12.3 on x86, 12.2 with the shipped patch."""
+    if arch in ("x86_64", "amd64"):
+        return "12.2" if "gcc-12.2-x86" in source.patches else "12.3"
+    return "12"
+
+
+def torch_resolvable(requirement: str) -> Prerequisite:
+    """pip (with this host's index configuration) finds the pinned CPU torch, without installing."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+                           "--quiet", "--disable-pip-version-check", requirement], capture_output=True, text=True,
+                          timeout=300)
+    return Prerequisite(name="torch pin", met=done.returncode == 0,
+                        found=f"pip finds {requirement}" if done.returncode == 0
+                        else (done.stderr.strip().splitlines() or ["not found"])[-1][:200],
+                        needed=requirement, fix="a PyPI mirror or a local wheel directory with it (pip find-links)")
+
+
+def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None = None) -> list[Prerequisite]:
+    """Every prerequisite of building `source` on this host, met or not."""
+    arch = arch or platform.machine()
+    floor = compiler_floor(source, arch)
+    checks = [
+        tool("C++ compiler", "g++", "apt-get install g++ (Debian 12: 12.2; with the patch gcc-12.2-x86 that is enough)",
+             ["g++", "-dumpfullversion"], floor),
+        file_present("libnuma headers", Path("/usr/include/numa.h"), "apt-get install libnuma-dev"),
+        file_present("Python headers", Path(sysconfig.get_paths()["include"]) / "Python.h",
+                     "the Python development headers (apt-get install python3-dev, or a full pyenv build)"),
+        tool("cmake", "cmake", "apt-get install cmake (or pip install 'cmake>=3.26.1')", ["cmake", "--version"],
+             "3.26.1"),
+        tool("ninja", "ninja", "apt-get install ninja-build"),
+        source_tree("oneDNN source", source.onednn_dir, "CMakeLists.txt",
+                    "stage oneDNN v3.13 (x86) or the pinned commit (aarch64) and give `source.onednn_dir`"),
+    ]
+    if arch == "aarch64":
+        checks.append(source_tree("Arm Compute Library source", source.acl_dir, "SConstruct",
+                                  "stage ComputeLibrary v52.6.0 and give `source.acl_dir`"))
+    checks += [file_present(f"patch {name}", patch_path(name), "a shipped patch name or an existing file")
+               for name in source.patches]
+    checks += [torch_resolvable(source.torch), free_disk("free disk", cache, DISK_GIB),
+               memory_for_jobs(source.jobs, GIB_PER_JOB)]
+    return checks
