@@ -27,8 +27,8 @@ from flows.modes import land_result_file, reference_answers, run_mode
 from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
 from servebench.build.cache import hold_in_use
-from servebench.build.prerequisites import require
 from servebench.build.model import vocab_size
+from servebench.build.prerequisites import require
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, group_by_mode, make_plan

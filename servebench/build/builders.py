@@ -30,7 +30,8 @@ def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] 
     return venv.build_inputs(recipe), venv.build_key(recipe)
 
 
-def steps(recipe: BuildRecipe, cache: Path, key: str, inputs: dict) -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
+def steps(recipe: BuildRecipe, cache: Path, key: str,
+          inputs: dict) -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
     """(environment on top of this one, [(title, argv)]) a build of the recipe runs."""
     artifact = cache / "engines" / key
     if isinstance(recipe, CMakeRecipe):

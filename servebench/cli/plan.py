@@ -5,9 +5,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from servebench.build.model import generated_model_path
 from servebench.build.builders import inputs_and_key
-from servebench.paths import cache_dir
+from servebench.build.model import generated_model_path
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import GeneratedModelSpec
