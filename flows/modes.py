@@ -22,7 +22,7 @@ from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
 from tasks.faults import land_faults, start_cell_faults
 from tasks.land import land_cell, land_server, session
-from tasks.load import cell_load_config, requests_csv_path, run_cell_load
+from tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
 from tasks.network import set_links
 from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
 from tasks.telemetry import Telemetry, stop_telemetry
@@ -270,8 +270,10 @@ def slo_verdict(slo: dict[str, float], cell: Cell, summary: dict, status: str) -
 
 def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
     """The campaign's faults for this cell, each on its node (default: the API server's)."""
+    local_load = ctx.engine_run(cell.mode).deployment_for(cell.mode).client is None
+    output = ctx.run_dir / "cells" / f"{cell.key}.json"
     return start_cell_faults(ctx.campaign.faults, cell.key, server.api.node, ctx.deployment.sampled_nodes,
-                             ctx.provider)
+                             ctx.provider, progress_path(str(output)) if local_load else None)
 
 
 def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> str:

@@ -3,6 +3,8 @@ and landed in the `faults` table (`servebench/serving/faults.py` does the inject
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from servebench.campaign.schema import FaultSpec
 from servebench.providers import Node, Provider
 from servebench.serving.faults import FaultTimer, InjectedFault
@@ -10,10 +12,12 @@ from tasks.land import session
 
 
 def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node, nodes: list[Node],
-                      provider: Provider) -> list[FaultTimer]:
-    """A timer per fault of this cell, started now (the cell's load starts next)."""
+                      provider: Provider, progress: Path | None = None) -> list[FaultTimer]:
+    """A timer per fault of this cell, started now (the cell's load starts next); `progress`: the
+    load generator's progress file, for faults injected after N requests (None: it runs elsewhere)."""
     by_name = {node.name: node for node in nodes}
-    return [FaultTimer(provider, by_name.get(fault.node, default_node) if fault.node else default_node, fault).start()
+    return [FaultTimer(provider, by_name.get(fault.node, default_node) if fault.node else default_node, fault,
+                       progress).start()
             for fault in faults if fault.cell == cell_key]
 
 
@@ -24,5 +28,6 @@ def land_faults(path: str, run_id: str, cell_key: str, mode: str, injected: list
         for fault in injected:
             con.execute("insert into faults (run_id, cell_key, mode, action, node, match, at_s, injected_at, t_mono, "
                         "hit, error) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, cell_key, mode, fault.spec.action, fault.node, fault.spec.match, fault.spec.at_s,
+                        [run_id, cell_key, mode, fault.spec.action, fault.node, fault.spec.match,
+                         fault.fired_s if fault.fired_s is not None else fault.spec.at_s,
                          fault.at, fault.t_mono, json.dumps(fault.hit), fault.error])

@@ -68,6 +68,11 @@ def requests_csv_path(output: str) -> str:
     return str(Path(output).with_suffix(".requests.csv"))
 
 
+def progress_path(output: str) -> Path:
+    """Where a local load generator keeps its live counts (an `after_requests` fault reads them)."""
+    return Path(output).with_suffix(".progress.json")
+
+
 @task(name="load", cache_policy=NONE)
 def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = None, mark: str | None = None) -> dict:
     """Run the load (here, or on the client node); raise with the generator's own words if it
@@ -76,7 +81,7 @@ def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = N
     if client is not None:
         return run_load_on_node(client, config, Path(output))
     argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
-            "--requests-csv", requests_csv_path(output), "--quiet"]
+            "--requests-csv", requests_csv_path(output), "--progress-file", str(progress_path(output)), "--quiet"]
     limit = deadline_s(config)
     env = os.environ | ({MARK_VARIABLE: mark} if mark else {})
     try:

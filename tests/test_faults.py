@@ -1,7 +1,8 @@
 """Issue 19: faults a campaign injects (`faults:`), through the real flow with the test-only echo
 engine and plain provider: a hang (SIGSTOP of the API server) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
-the mode's server is restarted for its next cell, which completes; what the failed cells
+the mode's server is restarted for its next cell, which completes; the crash comes after the
+cell's third request (`after_requests`, read from the load generator's progress file); what the failed cells
 measured lands; the `faults` table says what was hit, the report's node timelines mark each fault;
 nothing is left behind (the leak check)."""
 
@@ -28,7 +29,7 @@ load: {clients: [1, 2], requests: 6, input_len: 8, output_len: 8, timeout_s: 2, 
 validity: {on_invalid: warn}
 faults:
   - {cell: single.c1.r0, at_s: 0.5, action: stop, match: "--model-dir"}
-  - {cell: split.c1.r0, at_s: 0.5, action: kill, node: b, match: "--serve-worker"}
+  - {cell: split.c1.r0, after_requests: 3, action: kill, node: b, match: "--serve-worker"}
   - {cell: split.c2.r0, at_s: 0.5, action: kill, node: b, match: "no such process anywhere"}
 """
 
@@ -54,7 +55,8 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     assert "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
     assert hung[3] >= 1  # requests after the hang timed out: error rows
     crashed = cells["split.c1.r0"]
-    assert "worker.b -9" in crashed[1] and "fault kill on b" in crashed[1], crashed
+    assert "worker.b -9" in crashed[1] and "fault kill on b after 3 requests" in crashed[1], crashed
+    assert crashed[2] >= 3 and crashed[3] >= 1  # killed once 3 had finished: those were answered
     assert cells["single.c2.r0"][0] == cells["split.c2.r0"][0] == "completed"  # restarted, served
     assert all(n == 6 for n in requests.values()) and len(requests) == 4  # every request landed
 

@@ -204,8 +204,10 @@ def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environm
     from servebench.campaign.loading import load_campaign
     from servebench.cli.builds import dry_run_text
 
-    text = dry_run_text(load_campaign(Path(__file__).parent.parent / "campaigns" / "kv-saturation.yaml"), tmp_path)
+    text, prerequisites_met = dry_run_text(load_campaign(Path(__file__).parent.parent / "campaigns" /
+                                                         "kv-saturation.yaml"), tmp_path)
     key = build_key(ENGINE.build_recipe(LlamaCppEngineSpec()))
+    assert prerequisites_met and "[ok     ] C++ compiler: " in text
     assert f"build key {key}  not cached: a build runs" in text
     assert "CMAKE_ARGS='-DGGML_RPC=ON" in text and "install --no-binary llama-cpp-python --no-cache-dir" in text
     assert str(tmp_path / "engines" / key / "bin" / "python") in text

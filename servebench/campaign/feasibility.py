@@ -182,6 +182,11 @@ def _fault_problems(campaign: Campaign) -> list[Problem]:
         if fault.node is not None and fault.node not in nodes:
             problems.append((("faults", index, "node"), f"the provider has no node {fault.node!r}; its nodes: "
                              f"{', '.join(nodes)}"))
+        if fault.after_requests is not None and campaign.load.client.node is not None:
+            problems.append((("faults", index, "after_requests"), "counted from the load generator's progress "
+                             "file on this host: the generator must run here (no load.client.node)"))
+        if fault.after_requests is not None and "at_s" in fault.model_fields_set:
+            problems.append((("faults", index, "after_requests"), "give at_s or after_requests, not both"))
     return problems
 
 

@@ -306,6 +306,9 @@ class FaultSpec(StrictModel):
 
     cell: str = Field(min_length=1, description="The cell's key, as `servebench plan` lists it.")
     at_s: float = Field(1.0, ge=0, le=86400, description="Seconds after the cell's load starts.")
+    after_requests: int | None = Field(None, ge=1, description=(
+        "Instead of at a time: once this many of the cell's requests have finished (answered or failed), "
+        "read from the load generator's progress file; the generator runs on the orchestrator's host."))
     action: Literal["kill", "stop"] = Field(description=(
         "'kill': SIGKILL the matching processes (a crash, an OOM kill); 'stop': SIGSTOP them (a hang: "
         "they hold their sockets and answer nothing)."))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import threading
@@ -58,6 +59,8 @@ def add_load_parser(sub) -> None:
                         f"{', '.join(sorted(result_formats())) or 'none registered'}); repeatable")
     p.add_argument("--requests-csv", help="also write the request rows as CSV (what the warehouse lands)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    p.add_argument("--progress-file", help="keep {sent, done, failed} here while the load runs (20 Hz, atomic): "
+                   "what a campaign's `after_requests` fault waits on")
     p.set_defaults(func=cmd_load)
 
 
@@ -128,10 +131,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         return 2
     live = LiveCounts()
     try:
-        if args.quiet:
-            result = run_load(config, live)
-        else:
-            result = _with_progress(config, live, run_load)
+        with progress_file(args.progress_file, live):
+            if args.quiet:
+                result = run_load(config, live)
+            else:
+                result = _with_progress(config, live, run_load)
     except WorkloadError as exc:
         print(f"servebench load: {exc}", file=sys.stderr)
         return 2
@@ -147,6 +151,38 @@ def cmd_load(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(result["summary"])
     return 0
+
+
+@contextlib.contextmanager
+def progress_file(path: str | None, live, period_s: float = 0.05):
+    """While the load runs, a thread writes the live counts to `path` (write then rename, so a reader
+    never sees half a file); the last counts are written when it ends. Nothing on the send path."""
+    if path is None:
+        yield
+        return
+    target, stop = Path(path), threading.Event()
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:  # best effort: a progress file that cannot be written never stops the load
+        partial = target.with_suffix(".partial")
+        try:
+            partial.write_text(json.dumps({"sent": live.sent, "done": live.done, "failed": live.failed}))
+            partial.replace(target)
+        except OSError:
+            pass
+
+    def keep_writing() -> None:
+        while not stop.wait(period_s):
+            write()
+
+    thread = threading.Thread(target=keep_writing, daemon=True, name="progress-file")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        write()
 
 
 def _with_progress(config: LoadConfig, live, run_load) -> dict:

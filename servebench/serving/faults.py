@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 
 from servebench.campaign.schema import FaultSpec
 from servebench.providers import Node, Provider
@@ -56,11 +57,15 @@ class InjectedFault:
     hit: list[list] = field(default_factory=list)   # [[pid, command], ...]
     error: str | None = None
 
+    fired_s: float | None = None                      # seconds after the cell's start it was injected
+
     def describe(self) -> str:
         if self.error:
             return f"fault {self.spec.action} on {self.node} not injected: {self.error}"
         pids = ", ".join(str(pid) for pid, _ in self.hit) or "no process matched"
-        return f"fault {self.spec.action} on {self.node} at {self.spec.at_s:g} s: {pids}"
+        seconds = f"{self.fired_s if self.fired_s is not None else self.spec.at_s:.1f} s"
+        when = f"after {self.spec.after_requests} requests ({seconds})" if self.spec.after_requests else f"at {seconds}"
+        return f"fault {self.spec.action} on {self.node} {when}: {pids}"
 
 
 def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
@@ -75,13 +80,27 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
     return done
 
 
+def finished_requests(progress: Path) -> int:
+    """Requests the load generator has finished (answered or failed), from its progress file."""
+    try:
+        counts = json.loads(progress.read_text())
+    except (OSError, ValueError):
+        return 0
+    return int(counts.get("done", 0)) + int(counts.get("failed", 0))
+
+
 class FaultTimer:
-    """Injects one fault `at_s` seconds after `start`, from a thread; `finish` cancels it if the
+    """Injects one fault `at_s` seconds after `start` (or once `after_requests` requests of the cell
+    have finished, by the load generator's progress file), from a thread; `finish` cancels it if the
     cell ended first and returns what happened."""
 
-    def __init__(self, provider: Provider, node: Node, fault: FaultSpec):
+    POLL_S = 0.05
+
+    def __init__(self, provider: Provider, node: Node, fault: FaultSpec, progress: Path | None = None):
         self._cancel = threading.Event()
         self._result = InjectedFault(spec=fault, node=node.name)
+        self._progress = progress
+        self._started = time.monotonic()
         self._thread = threading.Thread(target=self._run, args=(provider, node, fault), daemon=True,
                                         name=f"fault-{fault.action}-{node.name}")
 
@@ -90,11 +109,21 @@ class FaultTimer:
         return self
 
     def _run(self, provider: Provider, node: Node, fault: FaultSpec) -> None:
-        if self._cancel.wait(fault.at_s):
+        if fault.after_requests is not None:
+            if self._progress is None:
+                self._result.error = "no progress of the load to wait on (a load generator on a client node)"
+                return
+            while finished_requests(self._progress) < fault.after_requests:
+                if self._cancel.wait(self.POLL_S):
+                    self._result.error = (f"the cell ended before {fault.after_requests} requests had finished "
+                                          f"({finished_requests(self._progress)} had)")
+                    return
+        elif self._cancel.wait(fault.at_s):
             self._result.error = f"the cell ended before {fault.at_s:g} s"
             return
         try:
             self._result = inject(provider, node, fault)
+            self._result.fired_s = round(time.monotonic() - self._started, 3)
         except Exception as exc:
             self._result.error = f"{type(exc).__name__}: {exc}"
 

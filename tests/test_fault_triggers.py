@@ -1,0 +1,61 @@
+"""When a campaign's fault fires: `at_s`, or after N finished requests read from the load
+generator's progress file (written by `servebench load --progress-file`). The provider here only
+records the call: what is tested is the trigger, the real injection is in tests/test_faults.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+from servebench.campaign.schema import FaultSpec
+from servebench.cli.load import progress_file
+from servebench.load.runner import LiveCounts
+from servebench.providers import Node
+from servebench.serving.faults import FaultTimer, finished_requests
+
+NODE = Node(name="a", address="127.0.0.1", cpus=[0])
+
+
+class RecordingProvider:
+    run_id = "r1"
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def run(self, node, argv, timeout=None):
+        self.calls.append(time.monotonic())
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps([[4711, "worker"]]) + "\n", stderr="")
+
+
+def test_the_progress_file_follows_the_live_counts_and_ends_with_the_last(tmp_path):
+    live, path = LiveCounts(), tmp_path / "cell.progress.json"
+    with progress_file(str(path), live, period_s=0.01):
+        live.sent, live.done = 3, 2
+        time.sleep(0.1)
+        assert json.loads(path.read_text()) == {"sent": 3, "done": 2, "failed": 0}
+        live.done, live.failed = 3, 1
+    assert finished_requests(path) == 4 and not path.with_suffix(".partial").exists()
+    assert finished_requests(tmp_path / "absent.json") == 0
+
+
+def test_a_fault_after_n_requests_waits_for_them_and_one_whose_cell_ends_first_says_so(tmp_path):
+    path, provider = tmp_path / "p.json", RecordingProvider()
+    path.write_text(json.dumps({"sent": 2, "done": 1, "failed": 0}))
+    timer = FaultTimer(provider, NODE, FaultSpec(cell="c", after_requests=3, action="kill"), path).start()
+    time.sleep(0.3)
+    assert provider.calls == []                       # 1 of 3 finished: not yet
+    path.write_text(json.dumps({"sent": 4, "done": 2, "failed": 1}))
+    deadline = time.monotonic() + 5
+    while not provider.calls and time.monotonic() < deadline:
+        time.sleep(0.02)
+    done = timer.finish()
+    assert len(provider.calls) == 1 and done.hit == [[4711, "worker"]] and done.fired_s >= 0.3
+    assert done.describe().startswith("fault kill on a after 3 requests (")
+
+    path.write_text(json.dumps({"sent": 1, "done": 1, "failed": 0}))
+    early = FaultTimer(provider, NODE, FaultSpec(cell="c", after_requests=5, action="kill"), path).start()
+    threading.Event().wait(0.1)
+    result = early.finish()
+    assert result.error == "the cell ended before 5 requests had finished (1 had)" and len(provider.calls) == 1
