@@ -69,8 +69,9 @@ def requests_csv_path(output: str) -> str:
 
 
 def progress_path(output: str) -> Path:
-    """Where a local load generator keeps its live counts (an `after_requests` fault reads them)."""
-    return Path(output).with_suffix(".progress.json")
+    """Where a local load generator keeps its live counts (an `after_requests` fault reads them);
+    not `.json`: a cell's `<key>.json` in the run directory is its complete result."""
+    return Path(output).with_suffix(".progress")
 
 
 @task(name="load", cache_policy=NONE)
