@@ -33,7 +33,11 @@ def node_cpu(provider: Provider, node: Node, cache: Path) -> tuple[str, set[str]
 
 
 def check_build_fits(build_inputs: dict, nodes: list[Node], provider: Provider, cache: Path) -> None:
-    """Raise ServerRefused when the build cannot run on one of the nodes (the first such, by name)."""
+    """Raise ServerRefused when the build cannot run on one of the nodes (the first such, by name).
+    A build for this host's kind (no target) on real nodes was checked at placement already (their
+    inventory's architecture): nothing more is asked of the nodes then."""
+    if not build_inputs.get("features") and "arch" not in build_inputs and all(n.emulate is None for n in nodes):
+        return
     for node in nodes:
         arch, features, cpu = node_cpu(provider, node, cache)
         if (refusal := build_refusal(build_inputs, node.name, arch, features, cpu)) is not None:
