@@ -26,7 +26,7 @@ from typing import Callable
 from servebench.build.cache import ArtifactCache
 from servebench.build.recipe import CMakeRecipe
 from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
-from servebench.build.venv import BuildError, EngineBuild, run_step
+from servebench.build.venv import BuildError, EngineBuild, command_text, run_step
 from servebench.campaign.schema import sha256_json
 
 # what every build of the recipe gets: Release, static, no tests/examples, no network at configure
@@ -190,26 +190,14 @@ def _record(recipe: CMakeRecipe, inputs: dict, key: str, artifact: Path, seconds
              for path in sorted(artifact.rglob("*")) if path.is_file()}
     version = None
     if recipe.version_command:
-        runner = emulator_argv(profile_for_version(target)) if is_cross(target) else []
-        version = run_version(runner + [str(artifact / recipe.version_command[0]), *recipe.version_command[1:]])
+        # `--version` only prints: under emulation it runs on qemu's most capable CPU, whatever the target
+        runner = emulator_argv(target.model_copy(update={"emulator_cpu": "max"})) if is_cross(target) else []
+        version = command_text(runner + [str(artifact / recipe.version_command[0]), *recipe.version_command[1:]])
     return EngineBuild(
         key=key, engine=recipe.engine, engine_version=recipe.source.partition("==")[2], packages=[recipe.source],
         python_version="", platform=f"linux-{target.arch}", venv_path=str(artifact), pip_freeze="",
         build_seconds=seconds, created_at=datetime.now(timezone.utc),
         inputs=inputs | {"artifact_sha256": sha256_json(files), "files": files}, tool_version=version)
-
-
-def profile_for_version(target: TargetProfile) -> TargetProfile:
-    """`--version` only prints: run it on the emulator's most capable CPU, whatever the target."""
-    return target.model_copy(update={"emulator_cpu": "max"})
-
-
-def run_version(argv: list[str]) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return " ".join((done.stdout + done.stderr).split()) or None
 
 
 def verify_artifact(build: EngineBuild) -> list[str]:

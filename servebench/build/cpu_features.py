@@ -12,6 +12,7 @@ The preflight then names what a build needs and the node lacks before any server
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import subprocess
 from pathlib import Path
@@ -76,7 +77,13 @@ def probe_binary(cache: Path, arch: str = "aarch64") -> Path:
 
 
 def emulated_features(target: TargetProfile, cache: Path) -> set[str]:
-    """The features qemu-user's CPU model for `target` gives a process (measured by the probe)."""
+    """The features qemu-user's CPU model for `target` gives a process (measured by the probe, once
+    per model and process: the inventory and every mode's preflight ask the same question)."""
+    return set(_emulated_features(target, cache))
+
+
+@functools.lru_cache(maxsize=None)
+def _emulated_features(target: TargetProfile, cache: Path) -> frozenset[str]:
     argv = [*emulator_argv(target), str(probe_binary(cache, target.arch))]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
@@ -86,7 +93,7 @@ def emulated_features(target: TargetProfile, cache: Path) -> set[str]:
     if done.returncode != 0 or len(words) != 2:
         raise FeatureProbeError(f"the feature probe under {' '.join(argv[:3])} failed: "
                                 f"{(done.stderr or done.stdout).strip()[-300:]}")
-    return decode_hwcaps(int(words[0], 16), int(words[1], 16))
+    return frozenset(decode_hwcaps(int(words[0], 16), int(words[1], 16)))
 
 
 def build_refusal(build_inputs: dict, node_name: str, node_arch: str, features: set[str],

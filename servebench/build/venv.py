@@ -130,12 +130,16 @@ def _reused(recipe: VenvRecipe, record: str) -> EngineBuild:
 
 def tool_version(venv: Path, command: list[str]) -> str | None:
     """The output of the recipe's version command (its first word relative to the venv)."""
+    return command_text([str(venv / command[0]), *command[1:]])
+
+
+def command_text(argv: list[str], timeout: float = 120) -> str | None:
+    """What a command prints (stdout and stderr), on one line; None if it cannot run."""
     try:
-        done = subprocess.run([str(venv / command[0]), *command[1:]], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = " ".join((done.stdout + done.stderr).split())
-    return text or None
+    return " ".join((done.stdout + done.stderr).split()) or None
 
 
 def build_steps(recipe: VenvRecipe, venv: Path, engine_source: Path) -> list[tuple[str, list[str]]]:

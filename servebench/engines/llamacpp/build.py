@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servebench.build.cmake import compiler_names
+from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.prerequisites import Prerequisite, tool
 from servebench.build.recipe import CMakeRecipe, VenvRecipe
 from servebench.build.targets import is_cross, profile
@@ -38,11 +39,7 @@ def cmake_args(spec: LlamaCppEngineSpec) -> list[str]:
 
 def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     """This CPU's feature flags (x86 'flags', aarch64 'Features'), sorted."""
-    for line in cpuinfo.read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):
-            return sorted(set(value.split()))
-    return []
+    return sorted(cpuinfo_features(cpuinfo.read_text()))
 
 
 # a static build of the two tools: no tests, examples, web UI download or TLS library to link
