@@ -220,7 +220,8 @@ def deploy(ctx: RunContext) -> None:
         modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
         shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
         run.deployment = replace(run.deployment, shared=shared)
-        placements += deploy_build_variants(ctx, run, modes, servers, inventories)
+        served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
+        placements += deploy_build_variants(ctx, run, served, servers, inventories)  # a commit axis's too
     land_placements(wh, ctx.run_id, placements)
     reporter().cells_planned(len(ctx.plan.cells))
     if ctx.planned_cells > len(ctx.plan.cells):
@@ -229,9 +230,9 @@ def deploy(ctx: RunContext) -> None:
 
 def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec], servers: list,
                           inventories: dict) -> list[dict]:
-    """Modes whose `build:` differs from their engine's block (another target CPU): each distinct
-    build is made (or found by key), recorded and placed like the engine's; the rest of the
-    deployment (model, nodes, shared services) is the engine's."""
+    """Modes whose `build:` differs from their engine's block (another target CPU, a commit of a
+    commit axis): each distinct build is made (or found by key), recorded and placed like the
+    engine's; the rest of the deployment (model, nodes, shared services) is the engine's."""
     placements: list[dict] = []
     for spec in variant_specs(ctx.campaign, modes, run.spec):
         reporter().stage(f"building the engine {spec.describe()}")

@@ -98,7 +98,7 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     insert_row(con, "builds", dict(
         target=inputs.get("target"), arch=inputs.get("arch") or build.platform.partition("-")[2] or None,
         compiler=" ".join(compiler[k] for k in ("command", "id", "version") if compiler.get(k)) or None,
-        compiler_flags=inputs.get("compiler_flags"), source_digest=inputs.get("source_sha256"),
+        compiler_flags=inputs.get("compiler_flags"), source_digest=inputs.get("source_sha256") or inputs.get("source_commit"),
         artifact_sha256=inputs.get("artifact_sha256"),
         build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
         python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,

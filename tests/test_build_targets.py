@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build.cmake import cmake_inputs, cmake_key, cmake_steps, compiler_cache_env
+from servebench.build.cmake import FetchedSource, cmake_inputs, cmake_key, cmake_steps, compiler_cache_env, file_sha256
 from servebench.build.cpu_features import build_refusal, cpuinfo_features, decode_hwcaps, emulated_features
 from servebench.build.recipe import CMakeRecipe
 from servebench.build.targets import PROFILES, emulator_argv, profile
@@ -71,6 +71,11 @@ def test_an_emulated_nodes_processes_run_under_qemu_with_its_cpu_model():
     assert describe_exit(132).startswith("132 (SIGILL") and describe_exit(-9) == "-9 (SIGKILL)"
 
 
+def sdist_source(path: Path) -> FetchedSource:
+    """A stand-in sdist as the builder's fetch step would give it (its sha256 read now)."""
+    return FetchedSource(path, "source_sha256", file_sha256(path), "llama-cpp-python==0.3.36", "0.3.36")
+
+
 @needs_cross
 def test_a_target_build_is_keyed_by_source_compiler_flags_and_options(tmp_path: Path):
     engine = get_engine("llamacpp")
@@ -78,18 +83,19 @@ def test_a_target_build_is_keyed_by_source_compiler_flags_and_options(tmp_path: 
     assert isinstance(recipe, CMakeRecipe) and recipe.source_subdir == "vendor/llama.cpp"
     sdist = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
     sdist.write_bytes(b"a stand-in sdist: only its sha256 is read here")
-    inputs = cmake_inputs(recipe, sdist)
+    inputs = cmake_inputs(recipe, sdist_source(sdist))
     assert inputs["compiler"]["command"] == "aarch64-linux-gnu-g++" and inputs["compiler"]["id"] == "GNU"
     assert inputs["compiler"]["version"].count(".") == 2 and len(inputs["source_sha256"]) == 64
     assert inputs["arch"] == "aarch64" and inputs["compiler_flags"] == ["-march=armv8.2-a+dotprod+fp16+rcpc"]
     key = cmake_key(recipe, inputs)
-    assert key.startswith("llamacpp-graviton2-") and key == cmake_key(recipe, cmake_inputs(recipe, sdist))
+    assert key.startswith("llamacpp-graviton2-")
+    assert key == cmake_key(recipe, cmake_inputs(recipe, sdist_source(sdist)))
     flagged = engine.build_recipe(LlamaCppEngineSpec(target="graviton2", cmake_args=["-DGGML_OPENMP=OFF"]))
-    assert cmake_key(flagged, cmake_inputs(flagged, sdist)) != key                  # a changed flag: another build
+    assert cmake_key(flagged, cmake_inputs(flagged, sdist_source(sdist))) != key    # a changed flag: another build
     other = engine.build_recipe(LlamaCppEngineSpec(target="graviton3"))
-    assert cmake_key(other, cmake_inputs(other, sdist)) != key
+    assert cmake_key(other, cmake_inputs(other, sdist_source(sdist))) != key
     sdist.write_bytes(b"another source")
-    assert cmake_key(recipe, cmake_inputs(recipe, sdist)) != key                    # another source digest
+    assert cmake_key(recipe, cmake_inputs(recipe, sdist_source(sdist))) != key     # another source digest
     steps = dict(cmake_steps(recipe, inputs, Path("/s"), Path("/b"), Path("/a"), 2))
     assert "-DCMAKE_SYSTEM_PROCESSOR=aarch64" in steps["configure"]
     assert "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++" in steps["configure"]

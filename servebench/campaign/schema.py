@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt,
@@ -63,6 +64,46 @@ class ProviderSpecBase(StrictModel):
     def node_specs(self) -> list[NodeSpec]:
         """The nodes as the campaign declares them (name and CPUs)."""
         return []
+
+
+class GitSourceSpec(StrictModel):
+    """An engine built from a git repository: one commit, or several as a sweep axis (every mode runs
+    once per commit, each commit its own build; the first commit's answers are the reference the
+    others are gated against). `servebench bisect` sets `commit` itself (docs/builds.md)."""
+
+    git: str = Field(min_length=1, description="A local repository (used in place, never changed) or a URL "
+                     "git can clone (mirrored once into the cache).")
+    commit: str | None = Field(None, min_length=1, description="A branch, tag or hash; the build keys on "
+                               "its full hash.")
+    commits: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, description=(
+        "Commits as a sweep axis (mode names get `-<commit>`): instead of `commit`."))
+    subdir: str = Field("", description="The CMake project inside the repository ('' for llama.cpp's own).")
+
+    @model_validator(mode="after")
+    def _one_commit_or_an_axis(self) -> "GitSourceSpec":
+        if (self.commit is None) == (not self.commits):
+            raise ValueError("give 'commit' (one build) or 'commits' (a sweep axis), not both and not neither")
+        if len(set(self.commits)) != len(self.commits):
+            raise ValueError(f"commits repeat: {self.commits}")
+        labels = [commit_label(c) for c in self.commits]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"commits {self.commits} give the same mode name suffixes {labels}: "
+                             "write them longer")
+        return self
+
+    @property
+    def axis(self) -> list[str]:
+        return list(self.commits)
+
+    def at(self, commit: str) -> "GitSourceSpec":
+        """The same source at one commit (a point of the axis, or a bisect step)."""
+        return self.model_copy(update={"commit": commit, "commits": []})
+
+
+def commit_label(commit: str) -> str:
+    """A commit as a mode name suffix: a hash's first 8 characters, a ref with '.' and '/' as '_'."""
+    text = commit[:8] if re.fullmatch(r"[0-9a-f]{9,40}", commit) else commit
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
 class EngineSpecBase(StrictModel):
@@ -144,8 +185,6 @@ KNOB_NAME = r"^[a-z][a-z0-9_]*$"
 
 
 def _check_knob_names(names: Any) -> None:
-    import re
-
     for name in names:
         if not re.match(KNOB_NAME, name):
             raise ValueError(f"knob name {name!r}: lower case letters, digits and '_' ({KNOB_NAME})")
@@ -320,8 +359,6 @@ class FaultSpec(StrictModel):
     @field_validator("match")
     @classmethod
     def _regex(cls, value: str) -> str:
-        import re
-
         try:
             re.compile(value)
         except re.error as exc:
@@ -411,15 +448,14 @@ class Campaign(StrictModel):
     def engine_kind(self, mode: ModeSpec) -> str:
         return mode.engine or self.engine.kind
 
-    def build_specs(self) -> list[tuple[str, EngineSpecBase]]:
-        """Every distinct build the campaign needs, as (engine kind, engine block): each engine's
-        block, then the blocks of modes whose `build:` differs, in mode order."""
-        specs = list(self.engine_specs().items())
-        for mode in self.modes:
-            pair = (self.engine_kind(mode), self.engine_spec_for(mode))
-            if pair not in specs:
-                specs.append(pair)
-        return specs
+    def commit_axis(self, mode: ModeSpec) -> list[str]:
+        """The commits the mode is run at (its engine's `source: {commits: [...]}`), or [] (also for a
+        mode whose `build:` is not a valid engine block: feasibility names its problem)."""
+        try:
+            source = getattr(self.engine_spec_for(mode), "source", None)
+        except ValueError:
+            return []
+        return source.axis if isinstance(source, GitSourceSpec) else []
 
     def engine_spec_for(self, mode: ModeSpec) -> EngineSpecBase:
         """The engine block this mode is built from: its engine's, with the mode's `build` fields."""

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.campaign.schema import Campaign, KnobValue, LinkSetting, ModeSpec
+from servebench.campaign.schema import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
 
 
 class LoadPoint(BaseModel):
@@ -69,8 +69,37 @@ def configuration_space(campaign: Campaign) -> list[tuple[dict[str, KnobValue], 
             label = "-".join(knob_label(name, value) for name, value in combination.items() if value is not None)
             served = mode if not combination else mode.model_copy(update={
                 "name": f"{mode.name}-{label}" if label else mode.name, "knobs": {**mode.knobs, **combination}})
-            space.append(({"mode": mode.name, **combination}, served))
+            space += at_each_commit(campaign, {"mode": mode.name, **combination}, served)
     return space
+
+
+def at_each_commit(campaign: Campaign, point: dict[str, KnobValue],
+                   mode: ModeSpec) -> list[tuple[dict[str, KnobValue], ModeSpec]]:
+    """A mode once per commit of its engine's commit axis (`source: {commits: [...]}`), named
+    `<mode>-<commit>`: the first commit is the engine's own build (its answers the reference), every
+    other a build of the mode's own (`build: {source: ...}`)."""
+    commits = campaign.commit_axis(mode)
+    if not commits:
+        return [(point, mode)]
+    source = campaign.engine_spec_for(mode).source  # type: ignore[attr-defined]
+    served = []
+    for index, commit in enumerate(commits):
+        update: dict = {"name": f"{mode.name}-{commit_label(commit)}"}
+        if index > 0:
+            update["build"] = {**mode.build, "source": source.at(commit).model_dump(exclude_defaults=True)}
+        served.append(({**point, "commit": commit}, mode.model_copy(update=update)))
+    return served
+
+
+def build_specs(campaign: Campaign) -> list[tuple[str, EngineSpecBase]]:
+    """Every distinct build the campaign needs, as (engine kind, engine block): each engine's
+    block, then the blocks of configurations whose build differs (`build:`, a commit axis), in order."""
+    specs = list(campaign.engine_specs().items())
+    for mode in configurations(campaign):
+        pair = (campaign.engine_kind(mode), campaign.engine_spec_for(mode))
+        if pair not in specs:
+            specs.append(pair)
+    return specs
 
 
 def knob_label(name: str, value: KnobValue) -> str:

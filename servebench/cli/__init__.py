@@ -1,5 +1,5 @@
 """`servebench`: plan, build, run, resume, rerun-failed, serve, load, query, report, regressions, compare,
-annotate.
+annotate, bisect (and the commands the add_*_parser functions below add).
 
 Prefect is imported only by the commands that run flows, so `plan`, `query` and `load`
 start fast and the load generator's process carries nothing it does not need.
@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     from servebench.cli.best import add_best_parser
+    from servebench.cli.bisect import add_bisect_parser
     from servebench.cli.builds import add_builds_parser
     from servebench.cli.capacity import add_capacity_parser
     from servebench.cli.chaos import add_chaos_parser
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_best_parser(sub)
     add_saturation_parser(sub)
     add_builds_parser(sub)
+    add_bisect_parser(sub)
     add_chaos_parser(sub)
     add_testbed_parser(sub)
     add_regression_parsers(sub)
@@ -136,6 +138,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from servebench.build.builders import ensure
     from servebench.build.prerequisites import PrerequisiteError, require
+    from servebench.campaign.sweep import build_specs
     from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
@@ -146,12 +149,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(text)
         return EXIT_OK if all_met else EXIT_FAILED
     try:
-        for kind, spec in campaign.build_specs():
+        for kind, spec in build_specs(campaign):
             require(get_engine(kind).build_prerequisites(spec), f"engine {kind}: {spec.describe()}")
     except PrerequisiteError as exc:
         print(f"servebench build: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    for kind, spec in campaign.build_specs():
+    for kind, spec in build_specs(campaign):
         build = ensure(get_engine(kind).build_recipe(spec), cache_dir(), log=lambda text: print(text, file=sys.stderr))
         state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
         print(f"{build.key} ({spec.describe()} -> {build.engine_version}, {state})")

@@ -77,10 +77,11 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
     this one). Whether every prerequisite is met (else the command exits non-zero)."""
     from servebench.build.builders import inputs_and_key, steps
     from servebench.build.prerequisites import describe, unmet
+    from servebench.campaign.sweep import build_specs
     from servebench.engines import get_engine
 
     lines, all_met = [], True
-    for kind, spec in campaign.build_specs():
+    for kind, spec in build_specs(campaign):
         engine = get_engine(kind)
         prerequisites = engine.build_prerequisites(spec)
         missing = unmet(prerequisites)

@@ -62,7 +62,7 @@ def _since(text: str) -> datetime:
 
 def cmd_regressions(args: argparse.Namespace) -> int:
     from servebench.analysis.regression.history import findings, recompute
-    from servebench.analysis.regression.summary import COLUMNS, markdown, table_rows
+    from servebench.analysis.regression.summary import COLUMNS, bisect_commands, markdown, table_rows
 
     con = warehouse.connect(warehouse_path(args), read_only=not args.recompute)
     try:
@@ -82,6 +82,8 @@ def cmd_regressions(args: argparse.Namespace) -> int:
         for row in table_rows(rows):
             table.add_row(*row)
         Console(width=220).print(table if rows else "no regression or improvement found")
+        for command in bisect_commands(rows):
+            print(f"find the commit: {command}")
     if args.fail_on_regression and any(r["kind"] == "regression" for r in rows):
         return EXIT_REGRESSION
     return EXIT_OK

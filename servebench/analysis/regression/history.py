@@ -180,7 +180,8 @@ def findings(con: duckdb.DuckDBPyConnection, since: datetime | None = None, camp
     where, params = _where([("night_at >= ?", since), ("campaign = ?", campaign), ("run_id = ?", run_id)])
     if latest_only:
         where += " and run_id in (select arg_max(run_id, night_at) from regressions group by campaign)"
-    return warehouse.rows(con, f"select * from regressions where {where} order by night_at desc", params)
+    return warehouse.rows(con, "select g.*, (select r.campaign_file from runs r where r.run_id = g.run_id) "
+                               f"campaign_file from regressions g where {where} order by night_at desc", params)
 
 
 def _where(conditions: list[tuple[str, object]], base: str = "true") -> tuple[str, list]:

@@ -1,9 +1,15 @@
 """Findings as a reader wants them in the morning: a markdown list (the Prefect artifact) and
-plain table rows (the CLI), alarms first, each with its engine version range."""
+plain table rows (the CLI), alarms first, each with its engine version range, and for a regression
+between two engine commits the `servebench bisect` command that finds the commit."""
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from servebench.analysis.regression.series import METRICS
+
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 ORDER = {("regression", "confirmed"): 0, ("regression", "suspected"): 1, ("improvement", "confirmed"): 2,
          ("improvement", "suspected"): 3, ("noisy", "noisy"): 4}
@@ -36,6 +42,31 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
     return out
 
 
+def bisect_command(row: dict) -> str | None:
+    """The bisect that chases a regression whose last good and first bad nights ran different commits
+    of an engine built from git (engine versions are then commit hashes); None for any other finding.
+    Its threshold is half the change found, so the bisect calls the commit bad that made it."""
+    good, bad = row.get("engine_last_good"), row.get("engine_first_bad")
+    if row.get("kind") != "regression" or not good or not bad or good == bad or row.get("metric") == "capacity":
+        return None
+    if not (COMMIT.fullmatch(good) and COMMIT.fullmatch(bad)):
+        return None
+    campaign = row.get("campaign_file") or f"campaigns/{row['campaign']}.yaml"
+    threshold = max(0.02, round(abs(row.get("change") or 0.0) / 2, 3))
+    return (f"servebench bisect {shlex.quote(campaign)} --good {good} --bad {bad} --mode {shlex.quote(row['mode'])} "
+            f"--metric {row['metric']} --threshold {threshold:g}")
+
+
+def bisect_commands(rows: list[dict]) -> list[str]:
+    """Each distinct bisect command of the findings, alarms first."""
+    commands: list[str] = []
+    for row in sorted(rows, key=sort_key):
+        command = bisect_command(row)
+        if command and command not in commands:
+            commands.append(command)
+    return commands
+
+
 def markdown(rows: list[dict], run_id: str) -> str:
     alarms = [r for r in rows if r["kind"] == "regression"]
     better = [r for r in rows if r["kind"] == "improvement"]
@@ -58,6 +89,8 @@ def markdown(rows: list[dict], run_id: str) -> str:
     if noisy:
         lines += ["", f"{len(noisy)} series were too noisy tonight to test: "
                   + ", ".join(sorted({f"{r['series_label']} {r['metric']}" for r in noisy}))]
+    if chase := bisect_commands(alarms):
+        lines += ["", "## Find the commit", "", *(f"    {command}" for command in chase)]
     lines += ["", "Accept an intended change with `servebench annotate accept RUN --note ...`; "
                   "drop a bad night with `servebench annotate exclude RUN --note ...`."]
     return "\n".join(lines)

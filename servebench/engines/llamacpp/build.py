@@ -2,7 +2,8 @@
 by CMake through scikit-build-core, with the tools (llama-server, ggml-rpc-server) installed into
 the venv's bin (../shared/docs/vllm-cpu-facts.md, "llama.cpp"). With a `target:` CPU profile, the
 same sdist's vendored llama.cpp is compiled by CMake directly for that CPU (by the aarch64 cross
-compiler for an ARM target): static binaries, no venv.
+compiler for an ARM target): static binaries, no venv. With a git `source:`, a commit of a llama.cpp
+repository is compiled the same way (for this CPU unless a target is given).
 
 Every CMake flag is in the recipe's `build_env`, so it is part of the build key: a changed flag
 builds anew, the same flags reuse the cache. A native build also keys on this host's CPU flags.
@@ -15,7 +16,7 @@ from pathlib import Path
 from servebench.build.cmake import compiler_names
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.prerequisites import Prerequisite, tool
-from servebench.build.recipe import CMakeRecipe, VenvRecipe
+from servebench.build.recipe import CMakeRecipe, GitSource, VenvRecipe
 from servebench.build.targets import is_cross, profile
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 
@@ -48,9 +49,14 @@ TARGET_CMAKE_ARGS = ["-DGGML_RPC=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_
 
 
 def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe | CMakeRecipe:
-    if spec.target is not None:
+    if spec.build_target is not None:
         blas = ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"] if spec.blas else []
-        return CMakeRecipe(engine=kind, source=spec.package, source_subdir="vendor/llama.cpp", target=spec.target,
+        if spec.source is not None:  # a commit of a repository (the first of a commit axis for the engine's own)
+            where = {"git": GitSource(repo=spec.source.git, commit=spec.source.commit or spec.source.commits[0]),
+                     "source_subdir": spec.source.subdir}
+        else:
+            where = {"source": spec.package, "source_subdir": "vendor/llama.cpp"}
+        return CMakeRecipe(engine=kind, **where, target=spec.build_target,
                            cmake_args=[*TARGET_CMAKE_ARGS, *blas, *spec.cmake_args], build_targets=list(TOOLS),
                            version_command=["bin/llama-server", "--version"])
     distribution = spec.package.split("==")[0].strip()
@@ -67,9 +73,11 @@ def build_prerequisites(spec: LlamaCppEngineSpec) -> list[Prerequisite]:
     """A host build needs a C++ compiler (pip brings CMake); a target build also CMake and ninja, and
     for another architecture Debian's cross compiler (README command 2 installs it)."""
     checks = [tool("C++ compiler", "g++", "apt-get install g++")]
-    if spec.target is None:
+    if spec.build_target is None:
         return checks
-    target = profile(spec.target)
+    if spec.source is not None:
+        checks.append(tool("git", "git", "apt-get install git"))
+    target = profile(spec.build_target)
     checks += [tool("cmake", "cmake", "apt-get install cmake", ["cmake", "--version"], "3.14"),
                tool("ninja", "ninja", "apt-get install ninja-build")]
     if is_cross(target):

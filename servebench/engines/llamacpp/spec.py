@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from servebench.build.targets import profile
-from servebench.campaign.schema import EngineSpecBase, pinned_requirement
+from servebench.campaign.schema import EngineSpecBase, GitSourceSpec, pinned_requirement
 
 DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
 
@@ -27,6 +27,9 @@ class LlamaCppEngineSpec(EngineSpecBase):
         "Build for a named target CPU instead (servebench/build/targets.py): graviton2, graviton3, graviton4, "
         "ampere-altra, armv8-a (cross-compiled for aarch64), x86-64-v3, x86-64-v4, native. The binaries are "
         "compiled by CMake from the same sdist (no Python); `cpu:` is then unused."))
+    source: GitSourceSpec | None = Field(None, description=(
+        "Build llama.cpp from a git repository instead of the sdist: `{git: /src/llama.cpp, commit: b6500}`, "
+        "or `commits: [A, B]` as a sweep axis; compiled by CMake for `target` (native when left out)."))
 
     @field_validator("package")
     @classmethod
@@ -49,6 +52,19 @@ class LlamaCppEngineSpec(EngineSpecBase):
         return value
 
     def describe(self) -> str:
-        extras = ([f"target={self.target}"] if self.target else [f"cpu={self.cpu}"]) + (["blas"] if self.blas else []) \
-            + self.cmake_args
-        return f"{self.package} ({', '.join(extras)})"
+        extras = ([f"target={self.build_target}"] if self.build_target else [f"cpu={self.cpu}"]) \
+            + (["blas"] if self.blas else []) + self.cmake_args
+        return f"{self.source_label} ({', '.join(extras)})"
+
+    @property
+    def build_target(self) -> str | None:
+        """The target profile of a CMake build (a git source builds for this CPU unless told), or None for
+        the sdist's pip build."""
+        return self.target or ("native" if self.source is not None else None)
+
+    @property
+    def source_label(self) -> str:
+        if self.source is None:
+            return self.package
+        at = self.source.commit or ",".join(self.source.commits)
+        return f"git {self.source.git} @ {at}"

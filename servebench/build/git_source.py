@@ -1,0 +1,92 @@
+"""An engine's source as a git repository and a commit: what a commit axis and `servebench bisect`
+build.
+
+The repository is a local path (used in place, never changed) or a URL git can clone (mirrored once
+into `<cache>/sources/git/`, fetched again only when a commit is not there yet). A revision (branch,
+tag, short or full hash) is resolved to its full commit hash, which is the source digest of the
+build key: a branch that moves builds anew, the same commit reuses the cache wherever it came from.
+The tree is taken with `git archive`, so a build never sees a work tree's uncommitted changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from servebench.build.venv import BuildError
+
+
+class GitError(BuildError):
+    """A repository or revision git cannot give; the message names it."""
+
+
+def _git(args: list[str], cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise GitError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()[-400:]}")
+    return done
+
+
+def is_local(repo: str) -> bool:
+    return "://" not in repo and not repo.startswith("git@")
+
+
+def repository(repo: str, cache: Path) -> Path:
+    """The directory git runs in: the local repository itself, or the cache's mirror of a URL."""
+    if is_local(repo):
+        path = Path(repo).expanduser()
+        if not path.exists():
+            raise GitError(f"git repository {repo}: no such directory")
+        if _git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode != 0:
+            raise GitError(f"git repository {repo}: not a git repository")
+        return path
+    mirror = cache / "sources" / "git" / hashlib.sha256(repo.encode()).hexdigest()[:16]
+    if not mirror.exists():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        _git(["clone", "--mirror", "--quiet", repo, str(mirror)])
+    return mirror
+
+
+def resolve(repo: str, revision: str, cache: Path) -> str:
+    """The full commit hash of a revision; a URL's mirror is fetched once if it does not have it."""
+    where = repository(repo, cache)
+    found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)
+    if found.returncode != 0 and not is_local(repo):
+        _git(["fetch", "--quiet", "origin"], cwd=where)
+        found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)
+    if found.returncode != 0:
+        raise GitError(f"git repository {repo}: no commit {revision!r}")
+    return found.stdout.strip()
+
+
+def commits_between(repo: str, good: str, bad: str, cache: Path) -> list[str]:
+    """[good, ..., bad]: the first-parent path from a good commit to a bad one, oldest first (what a
+    bisect searches; merged branches count as their merge commit)."""
+    where = repository(repo, cache)
+    good_sha, bad_sha = resolve(repo, good, cache), resolve(repo, bad, cache)
+    if good_sha == bad_sha:
+        raise GitError(f"--good and --bad are the same commit ({good_sha[:12]})")
+    if _git(["merge-base", "--is-ancestor", good_sha, bad_sha], cwd=where, check=False).returncode != 0:
+        raise GitError(f"{good} ({good_sha[:12]}) is not an ancestor of {bad} ({bad_sha[:12]}) in {repo}")
+    path = _git(["rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{good_sha}..{bad_sha}"],
+                cwd=where).stdout.split()
+    return [good_sha, *path]
+
+
+def subject(repo: str, commit: str, cache: Path) -> str:
+    """The commit's first line, for humans."""
+    return _git(["log", "-1", "--format=%s", commit], cwd=repository(repo, cache)).stdout.strip()
+
+
+def archive(repo: str, commit: str, cache: Path) -> Path:
+    """The commit's tree as a tar in `<cache>/sources/git-trees/`, its top directory `src/` (every
+    commit unpacks to the same paths, so ccache reuses whatever a commit did not change)."""
+    target = cache / "sources" / "git-trees" / f"{commit}.tar"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".tar.partial")
+    _git(["archive", "--format=tar", "--prefix=src/", "-o", str(partial), commit], cwd=repository(repo, cache))
+    partial.rename(target)
+    return target
