@@ -98,6 +98,7 @@ def test_a_git_build_keys_on_the_commit_not_on_the_repositorys_place(tmp_path: P
     cache = tmp_path / "cache"
     inputs = cmake_inputs(recipe, fetch(recipe, cache))
     assert inputs["source_commit"] == hashes[2] and inputs["source"] == "git"
+    assert inputs["host_cpu_flags"] and inputs["compiler_flags"] == ["-march=native"]  # this CPU's build
     moved = recipe.model_copy(update={"git": recipe.git.model_copy(update={"repo": str(clone)})})
     assert cmake_key(moved, cmake_inputs(moved, fetch(moved, cache))) == cmake_key(recipe, inputs)
     older = recipe.model_copy(update={"git": recipe.git.model_copy(update={"commit": hashes[1]})})

@@ -27,6 +27,7 @@ from typing import Callable, NamedTuple
 
 from servebench.build import git_source
 from servebench.build.cache import ArtifactCache
+from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import CMakeRecipe
 from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
 from servebench.build.venv import BuildError, EngineBuild, command_text, run_step
@@ -127,6 +128,9 @@ def cmake_inputs(recipe: CMakeRecipe, fetched: FetchedSource) -> dict:
         "options": [*BASE_CMAKE_ARGS, *target.cmake_args, *recipe.cmake_args],
         "build_targets": list(recipe.build_targets),
         "build_host": f"{sys.platform}-{platform.machine()}",
+        # -march=native means this CPU: a cache shared by hosts of another CPU must not find the build
+        **({"host_cpu_flags": sorted(cpuinfo_features(Path("/proc/cpuinfo").read_text()))}
+           if target.name == "native" else {}),
     }
 
 
