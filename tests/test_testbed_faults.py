@@ -1,5 +1,6 @@
-"""Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign, a
-worker SIGKILLed on its host, a host cut off (its sshd killed) mid-cell.
+"""Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign (the
+campaign's own `cancel-allocation` fault), a worker SIGKILLed on its host, a host cut off (its sshd
+killed) mid-cell.
 
 The engine is the test-only `echo` engine (tests/support/echo_engine: a standard-library
 server in a bare venv, started in seconds), so the test is about what a provider and the flow
@@ -37,23 +38,9 @@ modes:
   - {{name: split, pp: 2, executor: split}}
 load: {{clients: [1, 2], requests: 12, input_len: 8, output_len: 8, client: {{cpus: "1"}}}}
 validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this test is about the fault
+faults:
+  - {{cell: single.c2.r0, at_s: 1, action: cancel-allocation}}   # the second cell: the first stays completed
 """
-
-
-def cancel_when(cells_dir: Path, count: int, layout, done: dict) -> None:
-    """scancel the testbed's job a second after `count` cells have written their results (bounded wait)."""
-    from servebench.testbed import slurm_client_env
-
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(list(cells_dir.glob("*/cells/*.json"))) < count:
-        time.sleep(0.1)
-    time.sleep(1.0)  # into the next cell: the one measured before stays completed
-    env = slurm_client_env(layout)
-    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
-    done["jobs"] = jobs
-    for job in jobs:
-        subprocess.run(["scancel", job], env=env, check=True)
-    done["at"] = time.monotonic()
 
 
 def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured_ones(isolated, tmp_path,
@@ -69,31 +56,30 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
     with own_testbed("flt", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(partition=layout.partition, slurm_conf=layout.slurm_conf, model=model))
-        done: dict = {}
-        watcher = threading.Thread(target=cancel_when, args=(tmp_path / "runs", 1, layout, done), daemon=True)
-        watcher.start()
         with prefect_test_harness(server_startup_timeout=120):
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         ended = time.monotonic()
-        watcher.join(timeout=10)
         squeue = subprocess.run(["squeue", "-h"], env=slurm_client_env(layout), capture_output=True, text=True)
         assert squeue.stdout.strip() == "", squeue.stdout  # no job of the run left in Slurm
         leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
         assert leftovers == {}, f"processes of the run left: {leftovers}"
 
-    assert len(done.get("jobs", [])) == 1, done
-    assert ended - done["at"] < 120, "the run did not end soon after its allocation was cancelled"
     assert outcome["status"] == "partial", outcome
     con = warehouse.connect(isolated, read_only=True)
     cells = dict(con.execute("select cell_key, status from cells").fetchall())
     errors = dict(con.execute("select cell_key, error from cells where status = 'failed'").fetchall())
     allocation = json.loads(con.execute("select allocation from runs").fetchone()[0])
+    faults = con.execute("select cell_key, action, hit, error, t_mono from faults").fetchall()
     con.close()
+    assert len(faults) == 1 and faults[0][:2] == ("single.c2.r0", "cancel-allocation") and faults[0][3] is None
+    (job, command), = json.loads(faults[0][2])
+    assert command == f"scancel {job}" and str(job) == str(allocation["job_id"]), faults
+    assert ended - faults[0][4] < 120, "the run did not end soon after its allocation was cancelled"
     assert set(cells) == {"single.c1.r0", "single.c2.r0", "split.c1.r0", "split.c2.r0"}
     assert cells["single.c1.r0"] == "completed"
     assert errors and all("allocation cancelled" in error for error in errors.values()), errors
     assert set(cells) - set(errors) == {c for c, s in cells.items() if s == "completed"}
-    assert str(allocation["job_id"]) == done["jobs"][0] and allocation["node_list"]
+    assert allocation["node_list"]
 
 
 SSH_CAMPAIGN = """

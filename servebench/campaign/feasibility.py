@@ -169,8 +169,10 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
 
 
 def _fault_problems(campaign: Campaign) -> list[Problem]:
-    """A fault for a cell the campaign does not have, or on a node it does not have."""
+    """A fault for a cell the campaign does not have, or on a node it does not have, or an allocation
+    to cancel from a provider that holds none."""
     from servebench.campaign.sweep import expand
+    from servebench.providers import get_provider_class
 
     keys = {cell.key for cell in expand(campaign)}
     nodes = [node.name for node in campaign.provider.node_specs()]
@@ -187,6 +189,10 @@ def _fault_problems(campaign: Campaign) -> list[Problem]:
                              "file on this host: the generator must run here (no load.client.node)"))
         if fault.after_requests is not None and "at_s" in fault.model_fields_set:
             problems.append((("faults", index, "after_requests"), "give at_s or after_requests, not both"))
+        if fault.action == "cancel-allocation" and not hasattr(get_provider_class(campaign.provider.kind),
+                                                               "cancel_allocation"):
+            problems.append((("faults", index, "action"), f"provider {campaign.provider.kind!r} holds no allocation "
+                             "to cancel (a Slurm job can be: provider kind slurm)"))
     return problems
 
 

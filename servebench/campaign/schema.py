@@ -348,9 +348,10 @@ class FaultSpec(StrictModel):
     after_requests: int | None = Field(None, ge=1, description=(
         "Instead of at a time: once this many of the cell's requests have finished (answered or failed), "
         "read from the load generator's progress file; the generator runs on the orchestrator's host."))
-    action: Literal["kill", "stop"] = Field(description=(
+    action: Literal["kill", "stop", "cancel-allocation"] = Field(description=(
         "'kill': SIGKILL the matching processes (a crash, an OOM kill); 'stop': SIGSTOP them (a hang: "
-        "they hold their sockets and answer nothing)."))
+        "they hold their sockets and answer nothing); 'cancel-allocation': cancel the run's allocation "
+        "(a Slurm job: scancel, as an operator or a preemption would; `node` and `match` unused)."))
     node: str | None = Field(None, description="The node it acts on (default: the node of the mode's API server).")
     match: str = Field(".", description="kill/stop: a regular expression over the command lines of this run's "
                        "processes on the node (only processes carrying the run's mark are candidates): a "

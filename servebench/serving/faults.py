@@ -69,8 +69,13 @@ class InjectedFault:
 
 
 def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
-    """Send the fault's signal now, on the node, to this run's processes matching its regex."""
+    """Send the fault's signal now, on the node, to this run's processes matching its regex; or
+    cancel the run's allocation through its provider (`cancel_allocation`: Slurm's), whose `hit`
+    is [[job id, what was done]]."""
     done = InjectedFault(spec=fault, node=node.name, at=datetime.now(timezone.utc), t_mono=time.monotonic())
+    if fault.action == "cancel-allocation":
+        done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
+        return done
     result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
                                  str(int(SIGNALS[fault.action]))], timeout=60)
     if result.returncode != 0:

@@ -326,6 +326,15 @@ class SlurmProvider:
         """Local srun clients of this run's processes still running."""
         return [p.client_pid for p in self._started if p.client_process.poll() is None]
 
+    def cancel_allocation(self) -> list[list]:
+        """A campaign fault (`action: cancel-allocation`): scancel the run's job now, as an operator or
+        a preemption would. The cells it takes fail with "allocation cancelled"; the run ends."""
+        if self.allocation is None:
+            raise SlurmError("the run holds no Slurm allocation to cancel")
+        job = self.allocation.job_id
+        self.client.scancel(job)
+        return [[job, f"scancel {job}"]]
+
     def reclaim(self, record: dict) -> list[str]:
         """Cancel the killed orchestrator's allocation (found by the run's job name) and wait until
         Slurm no longer lists it: its steps, and every process of the run, end with it."""
