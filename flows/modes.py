@@ -176,7 +176,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         return None
     run = ctx.engine_run(cell.mode)
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
-                              run.engine)
+                              run.engine, server.launch.health_path)
     output = ctx.run_dir / "cells" / f"{cell.key}.json"
     started = landing.now()
     log_from = log_size(server.log_path)
@@ -193,10 +193,12 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     overloaded = ctx.campaign.validity.errors_are_measurements and summary["failed"] > 0
     status = "completed" if summary["completed"] > 0 or overloaded else "failed"
     error = None if status == "completed" else f"every request failed: {summary['errors']}"
-    if (problem := server_problem(server)) is not None:
-        # a process of the server ended (or its node went away) during the cell: what it measured
-        # lands, but the cell failed, with the cause
-        status, error = "failed", f"{problem} (during the cell: {summary['completed']} requests answered, " \
+    hung = (summary.get("hung") or {}).get("reason")
+    if (problem := server_problem(server)) is not None or hung:
+        # a process of the server ended, it hung, or its node went away during the cell: what it
+        # measured lands, but the cell failed, with the cause
+        cause = "; ".join(filter(None, [hung, problem]))
+        status, error = "failed", f"{cause} (during the cell: {summary['completed']} requests answered, " \
                                   f"{summary['failed']} failed){injected}"
     elif status == "failed":
         error += injected

@@ -49,9 +49,9 @@ class ClientNode:
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
-                     client: ClientPlacement, engine: Engine) -> LoadConfig:
+                     client: ClientPlacement, engine: Engine, health_path: str | None = None) -> LoadConfig:
     """The cell's load with the engine's request extensions, run on the generator's own CPUs and
-    judged by the campaign's validity limits."""
+    judged by the campaign's validity limits; the server's health path probed to catch a hang."""
     load, validity = campaign.load, campaign.validity
     return LoadConfig(
         base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
@@ -61,6 +61,8 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
         min_achieved_fraction=validity.min_achieved_fraction, max_client_cpu=validity.max_client_cpu,
         cpus=format_cpu_list(client.cpus) if client.cpus else None, nice=load.client.nice,
         request_extras=dict(engine.request_extras), token_counter=engine.generation_tokens_metric,
+        health_url=base_url.rstrip("/") + health_path if health_path and load.hang_after_s else None,
+        hang_after_s=load.hang_after_s if health_path else None,
     )
 
 

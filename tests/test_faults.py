@@ -1,5 +1,6 @@
 """Issue 19: faults a campaign injects (`faults:`), through the real flow with the test-only echo
-engine and plain provider: a hang (SIGSTOP of the API server) and a crash (SIGKILL of the split
+engine and plain provider: a hang (SIGSTOP of the API server, caught by the load generator's
+health probe within `hang_after_s`, long before the requests' timeout) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
 the mode's server is restarted for its next cell, which completes; the crash comes after the
 cell's third request (`after_requests`, read from the load generator's progress file); what the failed cells
@@ -25,7 +26,8 @@ model: {path: model}
 modes:
   - {name: single}
   - {name: split, pp: 2, executor: split}
-load: {clients: [1, 2], requests: 6, input_len: 8, output_len: 8, timeout_s: 2, client: {cpus: "1"}}
+load: {clients: [1, 2], requests: 6, input_len: 8, output_len: 8, timeout_s: 20, hang_after_s: 1,
+       client: {cpus: "1"}}
 validity: {on_invalid: warn}
 faults:
   - {cell: single.c1.r0, at_s: 0.5, action: stop, match: "--model-dir"}
@@ -45,6 +47,11 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     faults = con.execute("select cell_key, action, node, hit, error from faults order by cell_key").fetchall()
     requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
                                 "group by cell_key").fetchall())
+    hung_rows = [kind for (kind,) in con.execute(
+        "select error_kind from requests join cells using (cell_id) where cell_key = 'single.c1.r0' "
+        "and error_kind is not null").fetchall()]
+    hung_seconds = con.execute("select epoch(ended_at - started_at) from cells where cell_key = 'single.c1.r0'"
+                               ).fetchone()[0]
     from servebench.analysis.report import build_charts
     timelines = json.dumps(build_charts(con, outcome["run_id"])["node_timelines"].to_dict())
     con.close()
@@ -52,13 +59,15 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
 
     assert {key for key, (status, *_) in cells.items() if status == "failed"} == {"single.c1.r0", "split.c1.r0"}
     hung = cells["single.c1.r0"]
-    assert "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
-    assert hung[3] >= 1  # requests after the hang timed out: error rows
+    assert "the server hung" in hung[1] and "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
+    assert hung[3] >= 1 and hung_rows and set(hung_rows) == {"hung"}  # the request in flight: an error row 'hung'
+    assert hung_seconds < 10, hung_seconds  # caught by the health probe in seconds, not after the 20 s timeout
     crashed = cells["split.c1.r0"]
     assert "worker.b -9" in crashed[1] and "fault kill on b after 3 requests" in crashed[1], crashed
     assert crashed[2] >= 3 and crashed[3] >= 1  # killed once 3 had finished: those were answered
     assert cells["single.c2.r0"][0] == cells["split.c2.r0"][0] == "completed"  # restarted, served
-    assert all(n == 6 for n in requests.values()) and len(requests) == 4  # every request landed
+    assert len(requests) == 4 and requests["single.c1.r0"] < 6  # the hung cell's load stopped: the rest never sent
+    assert all(n == 6 for key, n in requests.items() if key != "single.c1.r0")  # every other request landed
 
     by_cell = {key: (action, node, json.loads(hit), error) for key, action, node, hit, error in faults}
     assert by_cell["single.c1.r0"][:2] == ("stop", "a") and len(by_cell["single.c1.r0"][2]) == 1

@@ -71,6 +71,22 @@ def test_faults_become_error_rows(behaviour, kind):
     assert elapsed < 5  # never hangs past its timeout
 
 
+def test_a_hung_server_is_caught_by_its_health_path_long_before_the_timeout():
+    with FakeServer("hang") as server:
+        started = time.monotonic()
+        result = run_load(config(server.url, clients=2, requests=6, timeout_s=30.0,
+                                 health_url=server.url + "/health", hang_after_s=1.0))
+        elapsed = time.monotonic() - started
+    summary = result["summary"]
+    assert elapsed < 5, elapsed                                              # not the 30 s timeout
+    assert [r["error_kind"] for r in result["requests"]] == ["hung", "hung"]  # the two in flight; 4 never sent
+    assert summary["hung"]["in_flight"] == 2 and summary["hung"]["sent"] == 2 and not summary["valid"]
+    assert "the server hung" in summary["invalid_reasons"][-1] and "4 never sent" in summary["hung"]["reason"]
+    with FakeServer() as server:                                             # a server that answers: no verdict
+        result = run_load(config(server.url, health_url=server.url + "/health", hang_after_s=1.0))
+    assert result["summary"]["completed"] == 6 and "hung" not in result["summary"]
+
+
 def test_connection_refused_is_an_error_row():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

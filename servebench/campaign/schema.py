@@ -286,6 +286,10 @@ class LoadSpec(StrictModel):
     repeats: int = Field(1, ge=1)
     seed: int = 0
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
+    hang_after_s: float | None = Field(30.0, gt=0, description=(
+        "A server whose health path does not answer for this long during a cell is hung: the cell's load stops "
+        "then (not after every request's timeout), requests in flight are error rows 'hung', the cell fails "
+        "saying so, the server is restarted for the next. null: no probe during cells."))
     client: ClientSpec = Field(default_factory=ClientSpec)
 
     @model_validator(mode="after")
@@ -495,6 +499,8 @@ class Campaign(StrictModel):
             data.pop("network", None)
         if data["load"]["client"].get("node") is None:  # likewise a campaign without a client node
             data["load"]["client"].pop("node", None)
+        if data["load"].get("hang_after_s") == 30.0:  # and one with the default hang limit
+            data["load"].pop("hang_after_s")
         for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)

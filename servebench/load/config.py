@@ -51,6 +51,11 @@ class LoadConfig(BaseModel):
     # what the engine needs (a campaign passes its engine's; `servebench load --engine KIND` too)
     token_counter: str | None = Field(None, description="Server counter of generated tokens on /metrics, "
                                                         "checked against the client's count; None: no check.")
+    health_url: str | None = Field(None, description="The server's health path, probed during the load to catch a "
+                                   "hung server (with hang_after_s).")
+    hang_after_s: float | None = Field(None, gt=0, description="The server is hung when its health path has not "
+                                       "answered for this long: the load stops, requests in flight are error rows "
+                                       "'hung', the summary says when.")
     request_extras: dict[str, Any] = Field(default_factory=dict,
                                            description="Merged into every request body (the engine's extensions: "
                                                        "exact output length, usage in every chunk).")
@@ -92,7 +97,7 @@ FLAGS: dict[str, str] = {
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
-    "--request-extras": "request_extras",
+    "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import uvloop
 
 from servebench.load.config import LoadConfig
+from servebench.load.health import hung_since
 from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import summarize
 from servebench.load.pinning import CpuMeter, place_self
@@ -90,8 +91,11 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     async def one(record: RequestRecord, payload: bytes) -> None:
         live.sent += 1
         await stream_request(pool, payload, record, config.timeout_s)
+        finished.add(record.index)
         live.done += 1
         live.failed += record.error_kind is not None
+
+    finished: set[int] = set()
 
     gc.collect()
     gc.freeze()  # no collector pauses inside the measurement
@@ -100,16 +104,17 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     meter.start()
     t0 = time.monotonic()
     try:
-        if offsets is not None:
-            await _open_loop(config, offsets, t0, make, one)
-        else:
-            await _closed_loop(config, t0, make, one)
+        sending = _open_loop(config, offsets, t0, make, one) if offsets is not None else \
+            _closed_loop(config, t0, make, one)
+        hung = await _unless_hung(sending, config)
     finally:
         gc.enable()
         gc.unfreeze()
         pool.close()
+    if hung is not None:
+        _mark_hung(records, finished, hung, t0, config)
     client = meter.usage(notes)
-    tokens_after = _server_tokens(config)
+    tokens_after = _server_tokens(config) if hung is None else None  # a hung server answers no /metrics
     records.sort(key=lambda r: r.index)
     for record in records:
         record.shift(t0)
@@ -118,6 +123,10 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
     _add_counter_check(summary, server_tokens)
+    if hung is not None:
+        summary["hung"] = _hung_summary(hung, t0, config, records, finished)
+        summary["valid"] = False
+        summary["invalid_reasons"].append(summary["hung"]["reason"])
     return {
         "version": RESULT_VERSION,
         "config": config.model_dump(mode="json"),
@@ -125,6 +134,49 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         "summary": summary,
         "requests": [r.to_dict() for r in records],
     }
+
+
+async def _unless_hung(sending, config: LoadConfig) -> tuple[float, float] | None:
+    """Run the sending coroutine; with a health URL and a hang limit, stop it once the server's
+    health path has not answered for that long. None, or (when it last answered, when it was
+    stopped) as monotonic times."""
+    if not (config.health_url and config.hang_after_s):
+        await sending
+        return None
+    load = asyncio.ensure_future(sending)
+    watch = asyncio.ensure_future(hung_since(config.health_url, config.hang_after_s))
+    await asyncio.wait({load, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if load.done():
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        load.result()  # the load's own exception, if it raised
+        return None
+    load.cancel()
+    await asyncio.gather(load, return_exceptions=True)
+    return watch.result(), time.monotonic()
+
+
+def _mark_hung(records: list[RequestRecord], finished: set[int], hung: tuple[float, float], t0: float,
+               config: LoadConfig) -> None:
+    """Requests in flight when the load stopped: error rows of kind 'hung', whatever they had received."""
+    for record in records:
+        if record.index not in finished:
+            record.error_kind = "hung"
+            record.error = (f"the server hung ({config.health_url} unanswered for {config.hang_after_s:g} s): "
+                            f"the load stopped at {hung[1] - t0:.1f} s")
+
+
+def _hung_summary(hung: tuple[float, float], t0: float, config: LoadConfig, records: list[RequestRecord],
+                  finished: set[int]) -> dict:
+    last_answer, stopped = hung
+    in_flight = len(records) - len(finished)
+    planned = config.requests
+    unsent = f", {planned - len(records)} never sent" if planned is not None else ""
+    return {"last_answer_s": round(last_answer - t0, 3), "stopped_s": round(stopped - t0, 3),
+            "in_flight": in_flight, "sent": len(records),
+            "reason": f"the server hung: {config.health_url} unanswered since {max(last_answer - t0, 0.0):.1f} s "
+                      f"(limit {config.hang_after_s:g} s); the load stopped at {stopped - t0:.1f} s with "
+                      f"{in_flight} requests in flight{unsent}"}
 
 
 async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, one) -> None:

@@ -61,11 +61,17 @@ class FakeServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
+
+    async def _health(self, request: web.Request) -> web.Response:
+        if self.behaviour == "hang":  # a hung server answers nothing, its health path included
+            await asyncio.sleep(3600)
+        return web.json_response({"status": "ok"})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()

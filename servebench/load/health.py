@@ -1,0 +1,49 @@
+"""A hung server caught during the load, not after its requests' timeouts: the server's health path
+probed a few times a second on a connection of its own. A server that has not answered it for
+`hang_after_s` (SIGSTOPped, deadlocked, its host gone) is hung; the generator then stops the load
+(`servebench/load/runner.py`). One small GET at most every second is all it adds to the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import urlsplit
+
+
+def probe_timing(hang_after_s: float) -> tuple[float, float]:
+    """(seconds between probes, seconds a probe may take): at least four probes fit in the hang
+    limit, and never more than one a second."""
+    return min(1.0, hang_after_s / 4), min(2.0, hang_after_s / 2)
+
+
+async def answers(url: str, timeout_s: float) -> bool:
+    """Whether GET url answers 200 within timeout_s (a new connection, closed after)."""
+    parts = urlsplit(url)
+    writer = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
+            writer.write(f"GET {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
+                         .encode())
+            await writer.drain()
+            status = await reader.readline()
+        return status.split(b" ")[1:2] == [b"200"]
+    except (OSError, TimeoutError, IndexError):
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def hung_since(url: str, hang_after_s: float) -> float:
+    """Return (a monotonic time: when it last answered, or when the watch began) once the health
+    path has not answered for hang_after_s; never returns while the server answers."""
+    interval_s, timeout_s = probe_timing(hang_after_s)
+    last_answer = time.monotonic()
+    while True:
+        if await answers(url, timeout_s):
+            last_answer = time.monotonic()
+        elif time.monotonic() - last_answer >= hang_after_s:
+            return last_answer
+        await asyncio.sleep(interval_s)
