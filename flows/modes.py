@@ -185,10 +185,10 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
             config, str(output), run.deployment.client, mark=f"{ctx.provider.run_id}.load")
     except Exception as exc:
-        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers), started, correctness,
+        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers)[0], started, correctness,
                          search_probe=search_probe)
         return None
-    injected = finish_faults(ctx, cell, timers)
+    injected, faulted = finish_faults(ctx, cell, timers)
     summary = result["summary"]
     overloaded = ctx.campaign.validity.errors_are_measurements and summary["failed"] > 0
     status = "completed" if summary["completed"] > 0 or overloaded else "failed"
@@ -202,6 +202,8 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                                   f"{summary['failed']} failed){injected}"
     elif status == "failed":
         error += injected
+    elif faulted:  # the server survived it, but these numbers measure the fault: never a night's result
+        status, error = "failed", f"a fault was injected into the cell (what it measured lands with it){injected}"
     land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
         ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
         output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=started,
@@ -278,15 +280,16 @@ def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer
                              ctx.provider, progress_path(str(output)) if local_load else None)
 
 
-def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> str:
-    """Land what the cell's faults did; return it as a clause for the cell's error ('' if none)."""
+def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> tuple[str, bool]:
+    """Land what the cell's faults did; return it as a clause for the cell's error ('' if none), and
+    whether any of them hit something."""
     if not timers:
-        return ""
+        return "", False
     injected = [timer.finish() for timer in timers]
     land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
     for fault in injected:
         reporter().stage(fault.describe())
-    return "; injected: " + "; ".join(fault.describe() for fault in injected)
+    return "; injected: " + "; ".join(fault.describe() for fault in injected), any(f.hit for f in injected)
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,

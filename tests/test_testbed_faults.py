@@ -1,6 +1,7 @@
 """Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign (the
-campaign's own `cancel-allocation` fault), a worker SIGKILLed on its host, a host cut off (its sshd
-killed) mid-cell.
+campaign's own `cancel-allocation` fault), a host cut off the network for seconds and a worker
+SIGKILLed on its host (the campaign's `cut-host` and `kill` faults), a host cut off for good (its
+sshd killed) mid-cell.
 
 The engine is the test-only `echo` engine (tests/support/echo_engine: a standard-library
 server in a bare venv, started in seconds), so the test is about what a provider and the flow
@@ -122,46 +123,48 @@ def one_second_into_the_cell_after(runs: Path, after_cell: str) -> None:
     time.sleep(1.0)
 
 
-def kill_worker_during_split_c2(runs: Path, layout, done: dict) -> None:
-    """SIGKILL the split mode's worker on h2 by PID, one second into split.c2.r0."""
-    from servebench.testbed import enter_argv
-
-    one_second_into_the_cell_after(runs, "split.c1.r0")
-    h2 = layout.hosts[1]
-    for line in marked_processes_on(layout, h2).splitlines():
-        pid = line.split(" ", 1)[0]
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:  # a short-lived process of the run (a status probe) already gone
-            continue
-        if b"\0--serve-worker\0" in command:  # the worker, not its wrapper
-            subprocess.run([*enter_argv(layout, h2), "kill", "-9", pid], check=True)
-            done.setdefault("killed", []).append(int(pid))
+FAULTS = """faults:
+  - {{cell: split.c1.r0, at_s: 1, action: cut-host, node: h2, testbed: {testbed}, duration_s: 3}}
+  - {{cell: split.c2.r0, at_s: 1, action: kill, node: h2, match: "--serve-worker"}}
+"""
 
 
-def test_a_worker_killed_on_its_host_fails_that_cell_with_the_cause_and_the_campaign_goes_on(isolated, tmp_path,
-                                                                                               monkeypatch):
+def test_campaign_faults_on_testbed_hosts_cut_a_host_off_and_kill_a_worker(isolated, tmp_path, monkeypatch):
+    """The campaign's own faults on real hosts, through the ssh provider and the testbed: h2 cut off
+    the network for 3 s during split.c1.r0 (the requests in flight stall, the host comes back), then
+    the split mode's worker on h2 SIGKILLed during split.c2.r0. Both cells fail naming their fault,
+    everything they measured lands, the mode on h1 serves, nothing of the run is left on any host."""
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
     model = echo_model(tmp_path / "model")
     with own_testbed("kil", 2) as layout:
-        outcome, done = run_with_fault(layout, tmp_path, isolated, SSH_CAMPAIGN.format(
-            provider=ssh_provider_yaml(layout), model=model), kill_worker_during_split_c2)
+        text = SSH_CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model) + FAULTS.format(
+            testbed=layout.name)
+        outcome, _ = run_with_fault(layout, tmp_path, isolated, text, lambda *args: None)
         leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
         assert leftovers == {}, f"processes of the run left: {leftovers}"
+        ports = subprocess.run(["ip", "-n", layout.switch_netns, "-j", "link", "show", "h2"], capture_output=True,
+                               text=True, check=True).stdout
+        assert json.loads(ports)[0]["operstate"] == "UP"                      # never left cut off
 
-    assert len(done.get("killed", [])) == 1, done
     assert outcome["status"] == "partial", outcome
     con = warehouse.connect(isolated, read_only=True)
     cells = {key: (status, error, completed) for key, status, error, completed in con.execute(
         "select cell_key, status, error, completed from cells").fetchall()}
-    requests = con.execute("select count(*) from requests join cells using (cell_id) "
-                           "where cell_key = 'split.c2.r0'").fetchone()[0]
+    requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
+                                "group by cell_key").fetchall())
+    faults = {key: (action, json.loads(hit), error) for key, action, hit, error in con.execute(
+        "select cell_key, action, hit, error from faults").fetchall()}
     con.close()
-    assert {key for key, (status, _, _) in cells.items() if status == "failed"} == {"split.c2.r0"}, cells
-    status, error, completed = cells["split.c2.r0"]
-    assert "server of mode split is no longer healthy" in error and "worker.h2 137" in error, error
-    assert requests == 12  # what the cell measured before and after the kill landed with it
+    assert {key for key, (status, _, _) in cells.items() if status == "failed"} == {"split.c1.r0", "split.c2.r0"}
+    cut = cells["split.c1.r0"][1]
+    assert "fault cut-host on h2 at 1" in cut and "cut off" in cut and "connected again after 3" in cut, cut
+    action, hit, error = faults["split.c1.r0"]
+    assert action == "cut-host" and error is None and [node for node, _ in hit] == ["h2", "h2"], faults
+    killed = cells["split.c2.r0"][1]
+    assert "server of mode split is no longer healthy" in killed and "worker.h2 137" in killed, killed
+    assert faults["split.c2.r0"][0] == "kill" and faults["split.c2.r0"][1], faults  # the worker (and its wrapper)
+    assert requests["split.c1.r0"] == requests["split.c2.r0"] == 12  # what the cells measured landed with them
     assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on
 
 

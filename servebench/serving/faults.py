@@ -62,7 +62,10 @@ class InjectedFault:
     def describe(self) -> str:
         if self.error:
             return f"fault {self.spec.action} on {self.node} not injected: {self.error}"
-        pids = ", ".join(str(pid) for pid, _ in self.hit) or "no process matched"
+        if self.spec.action in ("kill", "stop"):
+            pids = ", ".join(str(pid) for pid, _ in self.hit) or "no process matched"
+        else:
+            pids = "; ".join(str(what) for _, what in self.hit)
         seconds = f"{self.fired_s if self.fired_s is not None else self.spec.at_s:.1f} s"
         when = f"after {self.spec.after_requests} requests ({seconds})" if self.spec.after_requests else f"at {seconds}"
         return f"fault {self.spec.action} on {self.node} {when}: {pids}"
@@ -76,6 +79,10 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
     if fault.action == "cancel-allocation":
         done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
         return done
+    if fault.action == "cut-host":
+        done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch "
+                                f"{connect_testbed_host(fault, node, False)}"]]
+        return done
     result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
                                  str(int(SIGNALS[fault.action]))], timeout=60)
     if result.returncode != 0:
@@ -83,6 +90,14 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
         return done
     done.hit = json.loads(result.stdout.strip().splitlines()[-1])
     return done
+
+
+def connect_testbed_host(fault: FaultSpec, node: Node, connected: bool) -> str:
+    """Cut a testbed host off its network, or connect it again; the port's state as read back."""
+    from servebench.testbed import load
+    from servebench.testbed.links import connect_host
+
+    return connect_host(load(fault.testbed or ""), node.name, connected)
 
 
 def finished_requests(progress: Path) -> int:
@@ -131,6 +146,18 @@ class FaultTimer:
             self._result.fired_s = round(time.monotonic() - self._started, 3)
         except Exception as exc:
             self._result.error = f"{type(exc).__name__}: {exc}"
+        if fault.action == "cut-host" and self._result.hit:
+            self._reconnect(node, fault)
+
+    def _reconnect(self, node: Node, fault: FaultSpec) -> None:
+        """After duration_s, or as soon as the cell ends: a cut host never stays cut off."""
+        self._cancel.wait(fault.duration_s)
+        cut_for = time.monotonic() - self._started - (self._result.fired_s or 0.0)
+        try:
+            state = connect_testbed_host(fault, node, True)
+            self._result.hit.append([node.name, f"connected again after {cut_for:.1f} s ({state})"])
+        except Exception as exc:
+            self._result.error = f"could not connect {node.name} again: {type(exc).__name__}: {exc}"
 
     def finish(self) -> InjectedFault:
         self._cancel.set()

@@ -319,6 +319,18 @@ def set_link(layout: Layout, host: Host | str, delay_ms: float = 0, rate_mbit: f
     return link_state(layout)[target.name]
 
 
+def connect_host(layout: Layout, host: Host | str, connected: bool) -> str:
+    """Cut a host off the testbed's network (its port on the switch down: every frame to and from
+    it stops, as a pulled cable would; its processes keep running), or connect it again. Returns
+    the port's state as the kernel reads it back ('DOWN', or 'UP' once the link is up again)."""
+    require_root()
+    target = host if isinstance(host, Host) else layout.host(host)
+    port = port_names(target)[0]
+    run(["ip", "-n", layout.switch_netns, "link", "set", port, "up" if connected else "down"])
+    shown = json.loads(run(["ip", "-n", layout.switch_netns, "-j", "link", "show", port]).stdout)
+    return str(shown[0].get("operstate")) if shown else "gone"
+
+
 def clear_link(layout: Layout, host: Host | str) -> dict:
     """The plain link again: no delay line, no shaper."""
     return set_link(layout, host, 0, None)
