@@ -83,7 +83,8 @@ def test_git_sources_resolve_list_the_path_and_archive_the_tree(tmp_path: Path):
     with pytest.raises(git_source.GitError, match="not a git repository"):
         git_source.resolve(str(tmp_path), "main", cache)
     (repo / "CMakeLists.txt").write_text("# not committed\n")       # a work tree's changes are never built
-    with tarfile.open(git_source.archive(str(repo), hashes[2], cache)) as tree:
+    (tmp_path / "scratch").mkdir()
+    with tarfile.open(git_source.archive(str(repo), hashes[2], cache, tmp_path / "scratch")) as tree:
         assert tree.extractfile("src/CMakeLists.txt").read() == b"# version 2\n"
 
 

@@ -36,11 +36,16 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
     artifact = cache / "engines" / key
     if isinstance(recipe, CMakeRecipe):
         fetched = cmake.fetch(recipe, cache)
-        root = "src" if recipe.git is not None else fetched.archive.name.removesuffix(".tar.gz")
-        unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>"])]
         if recipe.git is not None:
-            unpack.insert(0, ("archive the commit", ["git", "-C", recipe.git.repo, "archive", "--format=tar",
-                                                     "--prefix=src/", "-o", str(fetched.archive), fetched.digest]))
+            tree = f"<scratch>/tree/{fetched.digest}.tar"
+            root = "src"
+            unpack = [("archive the commit", ["git", "-C", recipe.git.repo, "archive", "--format=tar",
+                                              "--prefix=src/", "-o", tree, fetched.digest]),
+                      ("unpack", ["tar", "xf", tree, "-C", "<scratch>"])]
+        else:
+            assert fetched.archive is not None
+            root = fetched.archive.name.removesuffix(".tar.gz")
+            unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>"])]
         return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / root, Path("<scratch>/build"),
                                                 artifact, cmake.build_jobs())]
     return dict(recipe.build_env), venv.build_steps(recipe, artifact, Path("<a copy of engine/>"))

@@ -84,7 +84,7 @@ def fetch_source(requirement: str, cache: Path, log: Callable[[str], None] = pri
 class FetchedSource(NamedTuple):
     """A recipe's source on disk: the archive a build unpacks, what identifies it, how to name it."""
 
-    archive: Path
+    archive: Path | None   # the sdist; None for a git commit (archived into the build's scratch directory)
     digest_field: str      # the key's field: 'source_sha256' (an sdist) or 'source_commit' (a git commit)
     digest: str
     label: str             # 'llama-cpp-python==0.3.36', 'git+/src/llama.cpp@<hash>'
@@ -94,8 +94,7 @@ class FetchedSource(NamedTuple):
 def fetch(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) -> FetchedSource:
     if recipe.git is not None:
         commit = git_source.resolve(recipe.git.repo, recipe.git.commit, cache)
-        return FetchedSource(git_source.archive(recipe.git.repo, commit, cache), "source_commit", commit,
-                             f"git+{recipe.git.repo}@{commit}", commit[:12])
+        return FetchedSource(None, "source_commit", commit, f"git+{recipe.git.repo}@{commit}", commit[:12])
     assert recipe.source is not None
     sdist = fetch_source(recipe.source, cache, log)
     return FetchedSource(sdist, "source_sha256", file_sha256(sdist), recipe.source, recipe.source.partition("==")[2])
@@ -178,7 +177,7 @@ def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], No
         if found is not None:
             return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
         started = time.monotonic()
-        _compile(recipe, inputs, fetched.archive, artifact, artifacts.log_path(key), key, log, cache)
+        _compile(recipe, inputs, fetched, artifact, artifacts.log_path(key), key, log, cache)
         build = _record(recipe, fetched, inputs, key, artifact, round(time.monotonic() - started, 1))
         artifacts.complete(key, build.model_dump_json(indent=2))
     return build
@@ -195,13 +194,19 @@ def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
             "CCACHE_MAXSIZE": "5G"}
 
 
-def _compile(recipe: CMakeRecipe, inputs: dict, source_archive: Path, artifact: Path, log_path: Path, key: str,
+def _compile(recipe: CMakeRecipe, inputs: dict, fetched: FetchedSource, artifact: Path, log_path: Path, key: str,
              log: Callable[[str], None], cache: Path) -> None:
     with open(log_path, "w") as out, tempfile.TemporaryDirectory(prefix="servebench-cmake-") as scratch:
+        if recipe.git is not None:
+            log(f"engine build {key}: git archive {fetched.digest}")
+            source_archive = git_source.archive(recipe.git.repo, fetched.digest, cache, Path(scratch) / "tree")
+        else:
+            assert fetched.archive is not None
+            source_archive = fetched.archive
         log(f"engine build {key}: unpacking {source_archive.name}")
         with tarfile.open(source_archive) as archive:
             archive.extractall(scratch, filter="data")
-        roots = [path for path in Path(scratch).iterdir() if path.is_dir()]
+        roots = [path for path in Path(scratch).iterdir() if path.is_dir() and path.name != "tree"]
         if len(roots) != 1:
             raise BuildError(f"{source_archive.name} does not hold one top directory")
         started = time.monotonic()

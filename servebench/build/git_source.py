@@ -79,14 +79,11 @@ def subject(repo: str, commit: str, cache: Path) -> str:
     return _git(["log", "-1", "--format=%s", commit], cwd=repository(repo, cache)).stdout.strip()
 
 
-def archive(repo: str, commit: str, cache: Path) -> Path:
-    """The commit's tree as a tar in `<cache>/sources/git-trees/`, its top directory `src/` (every
-    commit unpacks to the same paths, so ccache reuses whatever a commit did not change)."""
-    target = cache / "sources" / "git-trees" / f"{commit}.tar"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".tar.partial")
-    _git(["archive", "--format=tar", "--prefix=src/", "-o", str(partial), commit], cwd=repository(repo, cache))
-    partial.rename(target)
+def archive(repo: str, commit: str, cache: Path, into: Path) -> Path:
+    """The commit's tree as `<into>/<commit>.tar`, its top directory `src/` (every commit unpacks to
+    the same paths, so ccache reuses whatever a commit did not change). Made in the build's scratch
+    directory and gone with it: the commit is the source, git keeps it."""
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / f"{commit}.tar"
+    _git(["archive", "--format=tar", "--prefix=src/", "-o", str(target), commit], cwd=repository(repo, cache))
     return target
