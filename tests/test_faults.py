@@ -2,7 +2,8 @@
 engine and plain provider: a hang (SIGSTOP of the API server, caught by the load generator's
 health probe within `hang_after_s`, long before the requests' timeout) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
-the mode's server is restarted for its next cell, which completes; the crash comes after the
+the mode's server is restarted for its next cell, which serves every request (under a fault of its
+own: /dev/shm filled with 16 MiB, removed when the cell ends, so that cell fails naming it too); the crash comes after the
 cell's third request (`after_requests`, read from the load generator's progress file); what the failed cells
 measured lands; the `faults` table says what was hit, the report's node timelines mark each fault;
 nothing is left behind (the leak check)."""
@@ -33,6 +34,7 @@ faults:
   - {cell: single.c1.r0, at_s: 0.5, action: stop, match: "--model-dir"}
   - {cell: split.c1.r0, after_requests: 3, action: kill, node: b, match: "--serve-worker"}
   - {cell: split.c2.r0, at_s: 0.5, action: kill, node: b, match: "no such process anywhere"}
+  - {cell: single.c2.r0, at_s: 0.2, action: fill-shm, size_mb: 16}
 """
 
 
@@ -57,7 +59,8 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     con.close()
     assert '"rule"' in timelines and "stop on a" in timelines and "kill on b" in timelines  # marked on the report
 
-    assert {key for key, (status, *_) in cells.items() if status == "failed"} == {"single.c1.r0", "split.c1.r0"}
+    assert {key for key, (status, *_) in cells.items() if status == "failed"} == \
+        {"single.c1.r0", "split.c1.r0", "single.c2.r0"}
     hung = cells["single.c1.r0"]
     assert "the server hung" in hung[1] and "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
     assert hung[3] >= 1 and hung_rows and set(hung_rows) == {"hung"}  # the request in flight: an error row 'hung'
@@ -65,7 +68,9 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     crashed = cells["split.c1.r0"]
     assert "worker.b -9" in crashed[1] and "fault kill on b after 3 requests" in crashed[1], crashed
     assert crashed[2] >= 3 and crashed[3] >= 1  # killed once 3 had finished: those were answered
-    assert cells["single.c2.r0"][0] == cells["split.c2.r0"][0] == "completed"  # restarted, served
+    assert cells["split.c2.r0"][0] == "completed"  # restarted, served; a fault that hit nothing costs nothing
+    filled = cells["single.c2.r0"]  # restarted, served every request, but under a fault: failed, naming it
+    assert filled[2] == 6 and "a fault was injected" in filled[1] and "/dev/shm filled with 16 MiB" in filled[1]
     assert len(requests) == 4 and requests["single.c1.r0"] < 6  # the hung cell's load stopped: the rest never sent
     assert all(n == 6 for key, n in requests.items() if key != "single.c1.r0")  # every other request landed
 
@@ -73,6 +78,8 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     assert by_cell["single.c1.r0"][:2] == ("stop", "a") and len(by_cell["single.c1.r0"][2]) == 1
     assert by_cell["split.c1.r0"][:2] == ("kill", "b") and "--serve-worker" in by_cell["split.c1.r0"][2][0][1]
     assert by_cell["split.c2.r0"][2] == [] and by_cell["split.c2.r0"][3] is None  # matched nothing: said so
+    (path, _), (same, removed) = by_cell["single.c2.r0"][2]
+    assert path == same and path.startswith("/dev/shm/servebench-fill.") and removed == "removed when the cell ended"
 
 
 CHAOS_CAMPAIGN = """

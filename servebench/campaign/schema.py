@@ -352,15 +352,19 @@ class FaultSpec(StrictModel):
     after_requests: int | None = Field(None, ge=1, description=(
         "Instead of at a time: once this many of the cell's requests have finished (answered or failed), "
         "read from the load generator's progress file; the generator runs on the orchestrator's host."))
-    action: Literal["kill", "stop", "cancel-allocation", "cut-host"] = Field(description=(
+    action: Literal["kill", "stop", "cancel-allocation", "cut-host", "fill-shm"] = Field(description=(
         "'kill': SIGKILL the matching processes (a crash, an OOM kill); 'stop': SIGSTOP them (a hang: "
         "they hold their sockets and answer nothing); 'cancel-allocation': cancel the run's allocation "
         "(a Slurm job: scancel, as an operator or a preemption would; `node` and `match` unused); "
         "'cut-host': cut the node off the network of the project's testbed (`testbed`) for `duration_s`, "
-        "or until the cell ends."))
+        "or until the cell ends; 'fill-shm': fill the node's /dev/shm with `size_mb` MiB (or what is free) "
+        "until the cell ends."))
     testbed: str | None = Field(None, pattern=r"^[a-z][a-z0-9]{0,9}$", description=(
         "cut-host: the testbed whose switch the node's port is on (docs/testbed.md)."))
     duration_s: float = Field(5.0, gt=0, le=3600, description="cut-host: how long the node stays cut off.")
+    size_mb: int = Field(1024, ge=1, description=(
+        "fill-shm: MiB written into the node's /dev/shm (tmpfs: memory), fewer if it fills up first; removed "
+        "when the cell ends."))
     node: str | None = Field(None, description="The node it acts on (default: the node of the mode's API server).")
     match: str = Field(".", description="kill/stop: a regular expression over the command lines of this run's "
                        "processes on the node (only processes carrying the run's mark are candidates): a "

@@ -11,6 +11,7 @@ server's processes and health after the cell), which name the cause.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -46,6 +47,24 @@ print(json.dumps(hit))
 """
 
 
+# argv: file path, MiB. Fills /dev/shm with a file of that many MiB, or until it is full; prints
+# [[bytes written, path, bytes still free]].
+FILL_SCRIPT = r"""
+import json, os, sys
+path, wanted = sys.argv[1], int(sys.argv[2]) << 20
+block, written = b"\0" * (1 << 20), 0
+with open(path, "wb") as out:
+    try:
+        while written < wanted:
+            written += out.write(block)
+            out.flush()
+    except OSError:
+        pass
+stat = os.statvfs(os.path.dirname(path))
+print(json.dumps([[written, path, stat.f_bavail * stat.f_frsize]]))
+"""
+
+
 @dataclass
 class InjectedFault:
     """One fault as it happened (or why it did not)."""
@@ -78,6 +97,16 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
     done = InjectedFault(spec=fault, node=node.name, at=datetime.now(timezone.utc), t_mono=time.monotonic())
     if fault.action == "cancel-allocation":
         done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
+        return done
+    if fault.action == "fill-shm":
+        path = f"/dev/shm/servebench-fill.{provider.run_id}.{os.getpid()}.{time.monotonic_ns()}"
+        result = provider.run(node, ["python3", "-c", FILL_SCRIPT, path, str(fault.size_mb)], timeout=120)
+        if result.returncode != 0:
+            provider.run(node, ["rm", "-f", path], timeout=60)
+            done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
+            return done
+        written, _, free = json.loads(result.stdout.strip().splitlines()[-1])[0]
+        done.hit = [[path, f"/dev/shm filled with {written >> 20} MiB ({free >> 20} MiB left free)"]]
         return done
     if fault.action == "cut-host":
         done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch "
@@ -148,6 +177,17 @@ class FaultTimer:
             self._result.error = f"{type(exc).__name__}: {exc}"
         if fault.action == "cut-host" and self._result.hit:
             self._reconnect(node, fault)
+        if fault.action == "fill-shm" and self._result.hit:
+            self._cancel.wait()  # until the cell ends
+            self._remove_fill(provider, node)
+
+    def _remove_fill(self, provider: Provider, node: Node) -> None:
+        path = self._result.hit[0][0]
+        removed = provider.run(node, ["rm", "-f", path], timeout=60)
+        if removed.returncode == 0:
+            self._result.hit.append([path, "removed when the cell ended"])
+        else:
+            self._result.error = f"could not remove {path} on {node.name}: {(removed.stderr or '').strip()[-200:]}"
 
     def _reconnect(self, node: Node, fault: FaultSpec) -> None:
         """After duration_s, or as soon as the cell ends: a cut host never stays cut off."""
