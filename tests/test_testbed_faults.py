@@ -1,5 +1,6 @@
-"""Faults on real hosts, through the real flow: the testbed's Slurm job cancelled mid-campaign (the
-campaign's own `cancel-allocation` fault), a host cut off the network for seconds and a worker
+"""Faults on real hosts, through the real flow: in a Slurm allocation, the API server killed by
+`servebench chaos` from another process and then the job cancelled (the campaign's own
+`cancel-allocation` fault), a host cut off the network for seconds and a worker
 SIGKILLed on its host (the campaign's `cut-host` and `kill` faults), a host cut off for good (its
 sshd killed) mid-cell.
 
@@ -13,7 +14,9 @@ measured before stay landed, every later cell fails with "allocation cancelled",
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ import pytest
 
 import servebench.engines
 import warehouse
+from servebench.paths import PROJECT_ROOT
 from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
                                    own_testbed, ssh_provider_yaml)
@@ -40,8 +44,22 @@ modes:
 load: {{clients: [1, 2], requests: 12, input_len: 8, output_len: 8, client: {{cpus: "1"}}}}
 validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this test is about the fault
 faults:
-  - {{cell: single.c2.r0, at_s: 1, action: cancel-allocation}}   # the second cell: the first stays completed
+  - {{cell: single.c2.r0, at_s: 1, action: cancel-allocation}}   # the second cell (the first: servebench chaos)
 """
+
+
+def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> None:
+    """`servebench chaos RUN kill` on the API server once `cell`'s load is under way (its progress
+    file): a step of its own in the campaign's allocation, from another process."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (found := list(runs.glob(f"*/cells/{cell}.progress"))):
+        time.sleep(0.1)
+    if not found:
+        return
+    env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "PYTHONPATH": str(PROJECT_ROOT)}
+    done["chaos"] = subprocess.run(
+        [sys.executable, "-m", "servebench", "chaos", found[0].parent.parent.name, "kill", "--match=--model-dir",
+         "--warehouse", str(warehouse_path)], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured_ones(isolated, tmp_path,
@@ -57,17 +75,25 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
     with own_testbed("flt", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(partition=layout.partition, slurm_conf=layout.slurm_conf, model=model))
+        done: dict = {}
+        chaos = threading.Thread(target=chaos_in_cell, args=(tmp_path / "runs", "single.c1.r0", isolated, done),
+                                 daemon=True)
+        chaos.start()
         with prefect_test_harness(server_startup_timeout=120):
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         ended = time.monotonic()
+        chaos.join(timeout=120)
         squeue = subprocess.run(["squeue", "-h"], env=slurm_client_env(layout), capture_output=True, text=True)
         assert squeue.stdout.strip() == "", squeue.stdout  # no job of the run left in Slurm
         leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
         assert leftovers == {}, f"processes of the run left: {leftovers}"
 
-    assert outcome["status"] == "partial", outcome
+    assert done["chaos"].returncode == 0 and "fault kill on h1" in done["chaos"].stdout, done["chaos"]
+    assert outcome["status"] == "failed", outcome  # no cell completed: chaos took the first, the cancel the rest
     con = warehouse.connect(isolated, read_only=True)
     cells = dict(con.execute("select cell_key, status from cells").fetchall())
+    first = con.execute("select error, (select count(*) from requests r where r.cell_id = c.cell_id) from cells c "
+                        "where cell_key = 'single.c1.r0'").fetchone()
     errors = dict(con.execute("select cell_key, error from cells where status = 'failed'").fetchall())
     allocation = json.loads(con.execute("select allocation from runs").fetchone()[0])
     faults = con.execute("select cell_key, action, hit, error, t_mono from faults").fetchall()
@@ -77,9 +103,9 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
     assert command == f"scancel {job}" and str(job) == str(allocation["job_id"]), faults
     assert ended - faults[0][4] < 120, "the run did not end soon after its allocation was cancelled"
     assert set(cells) == {"single.c1.r0", "single.c2.r0", "split.c1.r0", "split.c2.r0"}
-    assert cells["single.c1.r0"] == "completed"
-    assert errors and all("allocation cancelled" in error for error in errors.values()), errors
-    assert set(cells) - set(errors) == {c for c, s in cells.items() if s == "completed"}
+    assert "server of mode single is no longer healthy" in first[0] and first[1] == 12, first  # measured, landed
+    cancelled = {key: error for key, error in errors.items() if key != "single.c1.r0"}
+    assert len(cancelled) == 3 and all("allocation cancelled" in e for e in cancelled.values()), errors
     assert allocation["node_list"]
 
 

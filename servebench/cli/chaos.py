@@ -3,8 +3,9 @@
 For rehearsing a cluster's faults by hand, and for tests: SIGKILL (`kill`) or SIGSTOP (`stop`) the
 processes of that run (only those carrying its mark) on one of its nodes whose command line
 matches REGEX, as the campaign's own `faults:` would (`servebench/serving/faults.py`). The run
-goes on and its checks find the cause; this prints what was hit. Nodes on this host and ssh
-hosts; in a Slurm allocation, act with Slurm's own tools (`scancel`, `srun --jobid J --overlap`).
+goes on and its checks find the cause; this prints what was hit. Nodes on this host, ssh hosts,
+and a Slurm allocation's nodes (a step beside the campaign's: `srun --overlap --jobid J`; the
+allocation stays the campaign's).
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         return 2
     copy = Path(run["run_dir"]) / "campaign.yaml"
     campaign = parse_campaign(copy.read_text(), source=str(copy), base_dir=Path(run["campaign_file"]).parent)
-    if campaign.provider.kind == "slurm":
-        print("servebench chaos: the run's nodes are a Slurm allocation: use scancel, or srun --jobid JOB --overlap "
-              "kill ...", file=sys.stderr)
-        return 2
     provider = get_provider(campaign, run_id=args.run_id)
+    attach = getattr(provider, "attach", None)  # a scheduler's allocation: joined, never released from here
+    if attach is not None:
+        try:
+            attach(json.loads(run["allocation"] or "{}"))
+        except Exception as exc:
+            print(f"servebench chaos: {exc}", file=sys.stderr)
+            return 2
     nodes = {node.name: node for node in provider.nodes()}
     node = nodes.get(args.node) if args.node else next(iter(nodes.values()))
     if node is None:
@@ -62,7 +66,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         done = inject(provider, node, FaultSpec(cell="(chaos)", at_s=0, action=args.action, node=node.name,
                                                 match=args.match))
     finally:
-        provider.release()  # nothing was started; closes an ssh provider's connections
+        if attach is None:
+            provider.release()  # nothing was started; closes an ssh provider's connections
     print(done.describe())
     print(json.dumps({"node": done.node, "hit": done.hit, "error": done.error}))
     return 0 if done.hit else 1

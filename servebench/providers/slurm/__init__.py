@@ -326,6 +326,18 @@ class SlurmProvider:
         """Local srun clients of this run's processes still running."""
         return [p.client_pid for p in self._started if p.client_process.poll() is None]
 
+    def attach(self, record: dict) -> None:
+        """Act inside a running campaign's allocation (`servebench chaos`), found by the run's record
+        (`allocation_record`): steps run beside the campaign's (--overlap). The allocation stays the
+        campaign's: a process that attached never releases it."""
+        if not record.get("job_id"):
+            raise SlurmError("the run has no Slurm allocation on record (not provisioned yet, or over)")
+        allocation = Allocation(self.client, int(record["job_id"]), self.spec.remote_dir)
+        self._nodes = [Node(**node) for node in record.get("nodes") or []]
+        allocation.node_list, allocation.node_names = record.get("node_list") or "", [n.name for n in self._nodes]
+        allocation.check()  # AllocationEnded (with how it ended) when it is over
+        self.allocation = allocation
+
     def cancel_allocation(self) -> list[list]:
         """A campaign fault (`action: cancel-allocation`): scancel the run's job now, as an operator or
         a preemption would. The cells it takes fail with "allocation cancelled"; the run ends."""
