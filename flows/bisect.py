@@ -45,7 +45,8 @@ def measured_values(wh: str, run_id: str, mode: str, metric: str) -> list[float]
 
 @flow(name="bisect", log_prints=False)
 def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_ms", mode: str | None = None,
-               threshold: float = 0.10, repeats: int = 3, warehouse_path: str | None = None) -> dict:
+               threshold: float = 0.10, repeats: int = 3, warehouse_path: str | None = None,
+               point: str | None = None) -> dict:
     """Find the first commit between good and bad whose metric is worse; return the steps and it."""
     if metric not in BISECT_METRICS:
         raise BisectError(f"metric {metric!r}: one of {', '.join(BISECT_METRICS)}")
@@ -53,7 +54,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
     mode = mode or campaign.modes[0].name
     campaign_dir = Path(campaign_file).resolve().parent
     cache = cache_dir()
-    repo, commits = commits_to_bisect(campaign, campaign_dir, mode, good, bad, cache)
+    repo, commits = commits_to_bisect(campaign, mode, good, bad, cache)
     wh = str(warehouse_path or warehouse.default_path())
     data = yaml.safe_load(Path(campaign_file).read_text())
     bisect_id = f"bisect-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -65,7 +66,8 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
     steps: list[dict] = []
 
     def measure(commit: str) -> tuple[list[float], str, str | None]:
-        text = yaml.safe_dump(step_campaign(data, campaign_dir, mode, commit, repeats), sort_keys=False)
+        text = yaml.safe_dump(step_campaign(data, campaign, campaign_dir, mode, commit, repeats, point),
+                              sort_keys=False)
         path = folder / f"step{len(steps)}-{commit[:12]}.yaml"
         path.write_text(text)
         reporter().stage(f"bisect step {len(steps)}: {commit[:12]} {git_source.subject(repo, commit, cache)}")
@@ -85,7 +87,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
                    subject=git_source.subject(repo, commit, cache), run_id=run_id, build_key=build_key,
                    repeat_values=values, value=step.value if step else statistics.median(values),
                    change=step.change if step else None, separation=step.separation if step else None,
-                   verdict="baseline" if step is None else ("bad" if step.bad else "good"),
+                   verdict="baseline" if step is None else step.verdict,
                    measured_at=datetime.now(timezone.utc))
         with session(wh) as con:
             landing.insert_row(con, "bisect_steps", row)
@@ -99,6 +101,8 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
         values, run_id, key = measure(commit)
         step = judge(commit, baseline, values, direction, threshold)
         land(step, commit, values, run_id, key)
+        if step.undecided:  # landed, then stop: a guess here would send the rest of the search astray
+            raise BisectError(step.undecided)
         reporter().stage(f"bisect: {commit[:12]} is {'bad' if step.bad else 'good'} ({step.change:+.1%} worse; "
                          f"repeats apart by {step.separation:+.1%})")
         return step.bad

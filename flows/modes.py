@@ -184,7 +184,11 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
             config, str(output), run.deployment.client, mark=f"{ctx.provider.run_id}.load")
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: undo the faults (a cut host, a full /dev/shm)
+            for timer in timers:
+                timer.finish()
+            raise
         land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers)[0], started, correctness,
                          search_probe=search_probe)
         return None
@@ -253,9 +257,14 @@ def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) ->
     result = load_result(output)
     summary = result["summary"]
     status = "completed" if summary["completed"] > 0 else "failed"
+    error = None if status == "completed" else f"every request failed: {summary['errors']}"
+    faulted = any(fault.cell == cell.key for fault in ctx.campaign.faults)
+    if (hung := (summary.get("hung") or {}).get("reason")) or faulted:  # as run_one_cell would have judged it
+        status, error = "failed", hung or "a fault was planned for the cell (landed from its result file after " \
+                                          "an interrupt: whether it hit is not known)"
     with session(ctx.warehouse) as con:
         landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
-                          output_len=ctx.campaign.load.output_len, status=status, error=None, started_at=None,
+                          output_len=ctx.campaign.load.output_len, status=status, error=error, started_at=None,
                           ended_at=landing.now(), result=result, result_path=str(output),
                           requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
                           slo_met=slo_verdict(ctx.campaign.slo, cell, summary, status))

@@ -8,8 +8,9 @@ repeats and judged against the noise of both commits' repeats, not only their me
 - bad: every repeat of the midpoint is worse than every repeat of the baseline by more than the
   threshold (relative to the baseline's median): the two sets of repeats are apart;
 - good: its median is not worse than the baseline's by more than the threshold;
-- otherwise the repeats overlap across the threshold and cannot tell: the bisect stops and says
-  so (more repeats or requests per cell, or another threshold), never guesses.
+- otherwise the repeats overlap across the threshold and cannot tell (`undecided`): the bisect
+  lands the step and stops, saying so (more repeats or requests per cell, or another threshold);
+  it never guesses.
 
 So a search over the commits after `good` up to `bad` builds at most 1 + ceil(log2(len)) commits.
 """
@@ -38,6 +39,11 @@ class Step(BaseModel):
     change: float                               # median against the baseline's median; positive = worse
     separation: float                           # the least any repeat is worse than any baseline repeat
     bad: bool
+    undecided: str | None = None                # why the repeats cannot tell (then `bad` is False)
+
+    @property
+    def verdict(self) -> str:
+        return "undecided" if self.undecided else ("bad" if self.bad else "good")
 
 
 def worse_by(baseline: float, value: float, direction: Direction) -> float:
@@ -57,13 +63,13 @@ def judge(commit: str, baseline: list[float], values: list[float], direction: Di
     best_of_step = min(values) if direction == "lower" else max(values)
     worst_of_baseline = max(baseline) if direction == "lower" else min(baseline)
     separation = worse_by(reference, best_of_step, direction) - worse_by(reference, worst_of_baseline, direction)
+    undecided = None
     if separation <= threshold < change:
-        raise BisectError(
-            f"commit {commit[:12]}: its median is {change:.0%} worse than the good commit's, beyond the threshold "
-            f"({threshold:.0%}), but its repeats {_values(values)} and the good commit's {_values(baseline)} "
-            "overlap: give more --repeats or requests per cell (or another --threshold)")
+        undecided = (f"commit {commit[:12]}: its median is {change:.0%} worse than the good commit's, beyond the "
+                     f"threshold ({threshold:.0%}), but its repeats {_values(values)} and the good commit's "
+                     f"{_values(baseline)} overlap: give more --repeats or requests per cell (or another --threshold)")
     return Step(commit=commit, values=values, value=value, change=change, separation=separation,
-                bad=separation > threshold)
+                bad=separation > threshold, undecided=undecided)
 
 
 def _values(values: list[float]) -> str:

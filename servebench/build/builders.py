@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from servebench.build import cmake, venv
+from servebench.build import cmake, git_source, venv
 from servebench.build.recipe import BuildRecipe, CMakeRecipe
 from servebench.build.venv import EngineBuild
 
@@ -39,7 +39,8 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
         if recipe.git is not None:
             tree = f"<scratch>/tree/{fetched.digest}.tar"
             root = "src"
-            unpack = [("archive the commit", ["git", "-C", recipe.git.repo, "archive", "--format=tar",
+            where = str(git_source.repository(recipe.git.repo, cache))  # a URL's mirror in the cache
+            unpack = [("archive the commit", ["git", "-C", where, "archive", "--format=tar",
                                               "--prefix=src/", "-o", tree, fetched.digest]),
                       ("unpack", ["tar", "xf", tree, "-C", "<scratch>"])]
         else:

@@ -36,10 +36,16 @@ def repository(repo: str, cache: Path) -> Path:
     """The directory git runs in: the local repository itself, or the cache's mirror of a URL."""
     if is_local(repo):
         path = Path(repo).expanduser()
+        if not path.is_absolute():
+            raise GitError(f"git repository {repo}: give an absolute path (or a URL)")
         if not path.exists():
             raise GitError(f"git repository {repo}: no such directory")
-        if _git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode != 0:
+        top = _git(["rev-parse", "--show-toplevel"], cwd=path, check=False)
+        if top.returncode != 0:
             raise GitError(f"git repository {repo}: not a git repository")
+        if Path(top.stdout.strip()).resolve() != path.resolve():
+            raise GitError(f"git repository {repo}: a folder inside the repository {top.stdout.strip()}; give "
+                           "the repository itself (and `subdir:` for the CMake project inside it)")
         return path
     mirror = cache / "sources" / "git" / hashlib.sha256(repo.encode()).hexdigest()[:16]
     if not mirror.exists():
@@ -48,12 +54,19 @@ def repository(repo: str, cache: Path) -> Path:
     return mirror
 
 
+_FETCHED: set[str] = set()   # URL mirrors fetched by this process
+
+
 def resolve(repo: str, revision: str, cache: Path) -> str:
-    """The full commit hash of a revision; a URL's mirror is fetched once if it does not have it."""
+    """The full commit hash of a revision. A URL's mirror is fetched once per process before a
+    branch or tag is resolved (tonight's `main` is tonight's, not the first clone's); a full hash it
+    already has needs no fetch."""
     where = repository(repo, cache)
+    full_hash = len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
     found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)
-    if found.returncode != 0 and not is_local(repo):
-        _git(["fetch", "--quiet", "origin"], cwd=where)
+    if not is_local(repo) and repo not in _FETCHED and not (full_hash and found.returncode == 0):
+        _git(["fetch", "--quiet", "--prune", "origin"], cwd=where)
+        _FETCHED.add(repo)
         found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)
     if found.returncode != 0:
         raise GitError(f"git repository {repo}: no commit {revision!r}")
@@ -71,6 +84,10 @@ def commits_between(repo: str, good: str, bad: str, cache: Path) -> list[str]:
         raise GitError(f"{good} ({good_sha[:12]}) is not an ancestor of {bad} ({bad_sha[:12]}) in {repo}")
     path = _git(["rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{good_sha}..{bad_sha}"],
                 cwd=where).stdout.split()
+    first_parent = _git(["rev-parse", f"{path[0]}^1"], cwd=where, check=False).stdout.strip() if path else ""
+    if not path or path[-1] != bad_sha or first_parent != good_sha:
+        raise GitError(f"{good} ({good_sha[:12]}) is not on the first-parent line of {bad} ({bad_sha[:12]}) in "
+                       f"{repo}: it came in through a merge; give that merge commit (or its first parent) as --good")
     return [good_sha, *path]
 
 

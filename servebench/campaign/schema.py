@@ -71,13 +71,20 @@ class GitSourceSpec(StrictModel):
     once per commit, each commit its own build; the first commit's answers are the reference the
     others are gated against). `servebench bisect` sets `commit` itself (docs/builds.md)."""
 
-    git: str = Field(min_length=1, description="A local repository (used in place, never changed) or a URL "
-                     "git can clone (mirrored once into the cache).")
+    git: str = Field(min_length=1, description="A local repository, its absolute path (used in place, never "
+                     "changed), or a URL git can clone (mirrored into the cache, fetched once a run).")
     commit: str | None = Field(None, min_length=1, description="A branch, tag or hash; the build keys on "
                                "its full hash.")
     commits: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, description=(
         "Commits as a sweep axis (mode names get `-<commit>`): instead of `commit`."))
     subdir: str = Field("", description="The CMake project inside the repository ('' for llama.cpp's own).")
+
+    @field_validator("git")
+    @classmethod
+    def _absolute_or_url(cls, value: str) -> str:
+        if "://" not in value and not value.startswith(("git@", "/", "~")):
+            raise ValueError(f"{value!r}: give the repository's absolute path or a URL git can clone")
+        return value
 
     @model_validator(mode="after")
     def _one_commit_or_an_axis(self) -> "GitSourceSpec":

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +28,9 @@ def add_bisect_parser(sub) -> None:
     p.add_argument("--threshold", type=float, default=0.10,
                    help="how much worse a commit must be to be bad (relative, default 0.10): every one of its "
                         "repeats worse than every repeat of the good commit by more than this")
-    p.add_argument("--repeats", type=int, default=3, help="cells per commit, at the campaign's first load point")
+    p.add_argument("--repeats", type=int, default=3, help="cells per commit, at the load point")
+    p.add_argument("--point", help="the load point to measure, as in cell keys (c4, rate8; default: the campaign's "
+                   "first)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     warehouse_arg(p)
     p.set_defaults(func=cmd_bisect)
@@ -41,7 +42,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from servebench import progress
     from servebench.analysis.bisect import BisectError
     from servebench.build.venv import BuildError
-    from servebench.campaign.bisect import commits_to_bisect
+    from servebench.campaign.bisect import bisected_point, commits_to_bisect
     from servebench.campaign.loading import load_campaign
     from servebench.paths import cache_dir
     from servebench.cli.prefect_api import temporary_api
@@ -52,8 +53,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     campaign = load_campaign(args.file)  # a bad campaign, mode or pair of commits fails here, before Prefect starts
     try:
-        commits_to_bisect(campaign, Path(args.file).resolve().parent, args.mode or campaign.modes[0].name,
-                          args.good, args.bad, cache_dir())
+        commits_to_bisect(campaign, args.mode or campaign.modes[0].name, args.good, args.bad, cache_dir())
+        bisected_point(campaign, args.point)
     except (BisectError, BuildError) as exc:
         print(f"servebench bisect: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -64,7 +65,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
             outcome = bisect_run(campaign_file=args.file, good=args.good, bad=args.bad, metric=args.metric,
                                  mode=args.mode, threshold=args.threshold, repeats=args.repeats,
-                                 warehouse_path=str(warehouse_path(args)))
+                                 warehouse_path=str(warehouse_path(args)), point=args.point)
     except (BisectError, BuildError) as exc:
         print(f"servebench bisect: {exc}", file=sys.stderr)
         return EXIT_FAILED

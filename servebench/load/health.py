@@ -1,13 +1,15 @@
 """A hung server caught during the load, not after its requests' timeouts: the server's health path
-probed a few times a second on a connection of its own. A server that has not answered it for
-`hang_after_s` (SIGSTOPped, deadlocked, its host gone) is hung; the generator then stops the load
-(`servebench/load/runner.py`). One small GET at most every second is all it adds to the load.
+probed a few times a second on a connection of its own. A server that has neither answered it nor
+sent a byte on any request for `hang_after_s` (SIGSTOPped, deadlocked, its host gone) is hung; the
+generator then stops the load (`servebench/load/runner.py`). One small GET at most every second is
+all it adds to the load.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 
@@ -36,14 +38,22 @@ async def answers(url: str, timeout_s: float) -> bool:
             writer.close()
 
 
-async def hung_since(url: str, hang_after_s: float) -> float:
-    """Return (a monotonic time: when it last answered, or when the watch began) once the health
-    path has not answered for hang_after_s; never returns while the server answers."""
+async def hung_since(url: str, hang_after_s: float, activity: Callable[[], float]) -> float | None:
+    """Return (a monotonic time: the last sign of life) once the server has shown none for
+    hang_after_s: no answer on its health path and no byte on any request (`activity()`: when the
+    last one came, so a server whose HTTP threads are all busy streaming is alive, not hung).
+    Never returns while it lives; None if the watch itself broke (then nothing is judged)."""
     interval_s, timeout_s = probe_timing(hang_after_s)
-    last_answer = time.monotonic()
-    while True:
-        if await answers(url, timeout_s):
-            last_answer = time.monotonic()
-        elif time.monotonic() - last_answer >= hang_after_s:
-            return last_answer
-        await asyncio.sleep(interval_s)
+    alive = time.monotonic()
+    try:
+        while True:
+            if await answers(url, timeout_s):
+                alive = time.monotonic()
+            alive = max(alive, activity())
+            if time.monotonic() - alive >= hang_after_s:
+                return alive
+            await asyncio.sleep(interval_s)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        return None

@@ -106,7 +106,7 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     try:
         sending = _open_loop(config, offsets, t0, make, one) if offsets is not None else \
             _closed_loop(config, t0, make, one)
-        hung = await _unless_hung(sending, config)
+        hung = await _unless_hung(sending, config, lambda: _last_activity(records))
     finally:
         gc.enable()
         gc.unfreeze()
@@ -136,16 +136,18 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     }
 
 
-async def _unless_hung(sending, config: LoadConfig) -> tuple[float, float] | None:
-    """Run the sending coroutine; with a health URL and a hang limit, stop it once the server's
-    health path has not answered for that long. None, or (when it last answered, when it was
-    stopped) as monotonic times."""
+async def _unless_hung(sending, config: LoadConfig, activity) -> tuple[float, float] | None:
+    """Run the sending coroutine; with a health URL and a hang limit, stop it once the server has
+    shown no sign of life for that long (`health.hung_since`). None, or (its last sign of life, when
+    the load was stopped) as monotonic times."""
     if not (config.health_url and config.hang_after_s):
         await sending
         return None
     load = asyncio.ensure_future(sending)
-    watch = asyncio.ensure_future(hung_since(config.health_url, config.hang_after_s))
+    watch = asyncio.ensure_future(hung_since(config.health_url, config.hang_after_s, activity))
     await asyncio.wait({load, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if not load.done() and watch.result() is None:  # the watch broke: the load runs on, unjudged
+        await load
     if load.done():
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
@@ -154,6 +156,11 @@ async def _unless_hung(sending, config: LoadConfig) -> tuple[float, float] | Non
     load.cancel()
     await asyncio.gather(load, return_exceptions=True)
     return watch.result(), time.monotonic()
+
+
+def _last_activity(records: list[RequestRecord]) -> float:
+    """When the server last sent a token-carrying event on any request (monotonic; 0: never)."""
+    return max((r.chunk_times[-1] for r in records if r.chunk_times), default=0.0)
 
 
 def _mark_hung(records: list[RequestRecord], finished: set[int], hung: tuple[float, float], t0: float,

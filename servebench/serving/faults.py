@@ -100,7 +100,11 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
         return done
     if fault.action == "fill-shm":
         path = f"/dev/shm/servebench-fill.{provider.run_id}.{os.getpid()}.{time.monotonic_ns()}"
-        result = provider.run(node, ["python3", "-c", FILL_SCRIPT, path, str(fault.size_mb)], timeout=120)
+        try:
+            result = provider.run(node, ["python3", "-c", FILL_SCRIPT, path, str(fault.size_mb)], timeout=120)
+        except BaseException:
+            provider.run(node, ["rm", "-f", path], timeout=60)
+            raise
         if result.returncode != 0:
             provider.run(node, ["rm", "-f", path], timeout=60)
             done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
@@ -109,8 +113,12 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
         done.hit = [[path, f"/dev/shm filled with {written >> 20} MiB ({free >> 20} MiB left free)"]]
         return done
     if fault.action == "cut-host":
-        done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch "
-                                f"{connect_testbed_host(fault, node, False)}"]]
+        try:
+            state = connect_testbed_host(fault, node, False)
+        except BaseException:
+            connect_testbed_host(fault, node, True)  # whatever failed after the port went down: up again
+            raise
+        done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch {state}"]]
         return done
     result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
                                  str(int(SIGNALS[fault.action]))], timeout=60)

@@ -53,8 +53,9 @@ def bisect_command(row: dict) -> str | None:
         return None
     campaign = row.get("campaign_file") or f"campaigns/{row['campaign']}.yaml"
     threshold = max(0.02, round(abs(row.get("change") or 0.0) / 2, 3))
-    return (f"servebench bisect {shlex.quote(campaign)} --good {good} --bad {bad} --mode {shlex.quote(row['mode'])} "
-            f"--metric {row['metric']} --threshold {threshold:g}")
+    point = f" --point {row['cell_point'].rsplit('.', 1)[-1]}" if row.get("cell_point") else ""
+    return (f"servebench bisect {shlex.quote(campaign)} --good {good} --bad {bad} --mode {shlex.quote(row['mode'])}"
+            f"{point} --metric {row['metric']} --threshold {threshold:g}")
 
 
 def bisect_commands(rows: list[dict]) -> list[str]:
