@@ -52,7 +52,7 @@ def busy_server(tmp_path):
 def load(url: str, out: Path, *placement: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", url, "--model", "m",
                            *CELL, "--output-json", str(out), "--quiet", *placement],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)  # starved: ~100 s here
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text())["summary"]
 
