@@ -33,14 +33,17 @@ from tasks.land import session
 BISECT_METRICS = [name for name in METRICS if name != "capacity"]
 
 
-def measured_values(wh: str, run_id: str, mode: str, metric: str) -> list[float]:
+def step_results(wh: str, run_id: str, mode: str, metric: str) -> tuple[list[float], str | None]:
+    """A step's run as the bisect reads it: the metric of each completed cell, and its build key."""
     con = warehouse.connect(wh, read_only=True)
     try:
         rows = con.execute(f"select {metric} from cells where run_id = ? and mode = ? and status = 'completed' "
-                           "and " + metric + " is not null order by repeat", [run_id, mode]).fetchall()
+                           f"and {metric} is not null order by repeat", [run_id, mode]).fetchall()
+        key = con.execute("select build_key from servers where run_id = ? and build_key is not null limit 1",
+                          [run_id]).fetchone()
     finally:
         con.close()
-    return [float(value) for (value,) in rows]
+    return [float(value) for (value,) in rows], key[0] if key else None
 
 
 @flow(name="bisect", log_prints=False)
@@ -65,26 +68,33 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
                      f"at most {most_builds(len(commits))} builds")
     steps: list[dict] = []
 
+    subjects: dict[str, str] = {}
+
+    def subject(commit: str) -> str:
+        if commit not in subjects:
+            subjects[commit] = git_source.subject(repo, commit, cache)
+        return subjects[commit]
+
     def measure(commit: str) -> tuple[list[float], str, str | None]:
         text = yaml.safe_dump(step_campaign(data, campaign, campaign_dir, mode, commit, repeats, point),
                               sort_keys=False)
         path = folder / f"step{len(steps)}-{commit[:12]}.yaml"
         path.write_text(text)
-        reporter().stage(f"bisect step {len(steps)}: {commit[:12]} {git_source.subject(repo, commit, cache)}")
+        reporter().stage(f"bisect step {len(steps)}: {commit[:12]} {subject(commit)}")
         try:
             outcome = campaign_run(campaign_file=str(path), warehouse_path=wh)
         except Exception as exc:  # a commit that does not build or serve: say which, keep the steps so far
             raise BisectError(f"commit {commit[:12]} could not be measured: {exc}") from exc
-        values = measured_values(wh, outcome["run_id"], mode, metric)
+        values, build_key = step_results(wh, outcome["run_id"], mode, metric)
         if outcome["status"] != "completed" or len(values) < repeats:
             raise BisectError(f"commit {commit[:12]}: run {outcome['run_id']} ended {outcome['status']} with "
                               f"{len(values)} of {repeats} cells measured (servebench query on it says why)")
-        return values, outcome["run_id"], build_key_of(wh, outcome["run_id"])
+        return values, outcome["run_id"], build_key
 
     def land(step: Step | None, commit: str, values: list[float], run_id: str, build_key: str | None) -> None:
         row = dict(bisect_id=bisect_id, step=len(steps), campaign=campaign.name, mode=mode, metric=metric,
                    direction=direction, good=commits[0], bad=commits[-1], commit_hash=commit,
-                   subject=git_source.subject(repo, commit, cache), run_id=run_id, build_key=build_key,
+                   subject=subject(commit), run_id=run_id, build_key=build_key,
                    repeat_values=values, value=step.value if step else statistics.median(values),
                    change=step.change if step else None, separation=step.separation if step else None,
                    verdict="baseline" if step is None else step.verdict,
@@ -109,17 +119,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
 
     found, _ = search(commits, is_bad)
     return {"bisect_id": bisect_id, "first_bad": commits[found],
-            "subject": git_source.subject(repo, commits[found], cache),
+            "subject": subject(commits[found]),
             "last_good": commits[found - 1], "commits": len(commits), "builds": len(steps),
             "most_builds": most_builds(len(commits)), "steps": steps, "warehouse": wh, "folder": str(folder),
             "bad_measured": any(s["commit_hash"] == commits[found] for s in steps)}
-
-
-def build_key_of(wh: str, run_id: str) -> str | None:
-    con = warehouse.connect(wh, read_only=True)
-    try:
-        found = con.execute("select build_key from servers where run_id = ? and build_key is not null limit 1",
-                            [run_id]).fetchone()
-    finally:
-        con.close()
-    return found[0] if found else None

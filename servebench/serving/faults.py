@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from servebench.campaign.schema import FaultSpec
 from servebench.providers import Node, Provider
@@ -77,6 +78,8 @@ class InjectedFault:
     error: str | None = None
 
     fired_s: float | None = None                      # seconds after the cell's start it was injected
+    undo: Callable[[], list] | None = field(default=None, repr=False)  # ends a fault that lasts: a hit entry
+    lasts_s: float | None = None                      # when to undo it (None: when the cell ends)
 
     def describe(self) -> str:
         if self.error:
@@ -91,42 +94,65 @@ class InjectedFault:
 
 
 def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
-    """Send the fault's signal now, on the node, to this run's processes matching its regex; or
-    cancel the run's allocation through its provider (`cancel_allocation`: Slurm's), whose `hit`
-    is [[job id, what was done]]."""
+    """Inject the fault now, on the node: a signal to this run's processes matching its regex, or one
+    of the actions below. A fault that lasts (a cut host, a full /dev/shm) comes back with its
+    `undo`, which the timer runs after `lasts_s` or when the cell ends, whichever is first."""
     done = InjectedFault(spec=fault, node=node.name, at=datetime.now(timezone.utc), t_mono=time.monotonic())
-    if fault.action == "cancel-allocation":
-        done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
-        return done
-    if fault.action == "fill-shm":
-        path = f"/dev/shm/servebench-fill.{provider.run_id}.{os.getpid()}.{time.monotonic_ns()}"
-        try:
-            result = provider.run(node, ["python3", "-c", FILL_SCRIPT, path, str(fault.size_mb)], timeout=120)
-        except BaseException:
-            provider.run(node, ["rm", "-f", path], timeout=60)
-            raise
-        if result.returncode != 0:
-            provider.run(node, ["rm", "-f", path], timeout=60)
-            done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
-            return done
-        written, _, free = json.loads(result.stdout.strip().splitlines()[-1])[0]
-        done.hit = [[path, f"/dev/shm filled with {written >> 20} MiB ({free >> 20} MiB left free)"]]
-        return done
-    if fault.action == "cut-host":
-        try:
-            state = connect_testbed_host(fault, node, False)
-        except BaseException:
-            connect_testbed_host(fault, node, True)  # whatever failed after the port went down: up again
-            raise
-        done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch {state}"]]
-        return done
+    ACTIONS.get(fault.action, _signal)(provider, node, fault, done)
+    return done
+
+
+def _signal(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
     result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
                                  str(int(SIGNALS[fault.action]))], timeout=60)
     if result.returncode != 0:
         done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
-        return done
+        return
     done.hit = json.loads(result.stdout.strip().splitlines()[-1])
-    return done
+
+
+def _cancel_allocation(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
+    """The run's allocation cancelled through its provider (Slurm's); hit: [[job id, what was done]]."""
+    done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
+
+
+def _fill_shm(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
+    path = f"/dev/shm/servebench-fill.{provider.run_id}.{os.getpid()}.{time.monotonic_ns()}"
+    try:
+        result = provider.run(node, ["python3", "-c", FILL_SCRIPT, path, str(fault.size_mb)], timeout=120)
+    except BaseException:
+        provider.run(node, ["rm", "-f", path], timeout=60)
+        raise
+    if result.returncode != 0:
+        provider.run(node, ["rm", "-f", path], timeout=60)
+        done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
+        return
+    written, _, free = json.loads(result.stdout.strip().splitlines()[-1])[0]
+    done.hit = [[path, f"/dev/shm filled with {written >> 20} MiB ({free >> 20} MiB left free)"]]
+
+    def remove() -> list:
+        removed = provider.run(node, ["rm", "-f", path], timeout=60)
+        if removed.returncode != 0:
+            raise RuntimeError(f"could not remove {path}: {(removed.stderr or '').strip()[-200:]}")
+        return [path, "removed when the cell ended"]
+    done.undo = remove
+
+
+def _cut_host(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
+    try:
+        state = connect_testbed_host(fault, node, False)
+    except BaseException:
+        connect_testbed_host(fault, node, True)  # whatever failed after the port went down: up again
+        raise
+    done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch {state}"]]
+
+    def reconnect() -> list:
+        cut_for = time.monotonic() - (done.t_mono or time.monotonic())
+        return [node.name, f"connected again after {cut_for:.1f} s ({connect_testbed_host(fault, node, True)})"]
+    done.undo, done.lasts_s = reconnect, fault.duration_s
+
+
+ACTIONS = {"cancel-allocation": _cancel_allocation, "fill-shm": _fill_shm, "cut-host": _cut_host}
 
 
 def connect_testbed_host(fault: FaultSpec, node: Node, connected: bool) -> str:
@@ -183,29 +209,17 @@ class FaultTimer:
             self._result.fired_s = round(time.monotonic() - self._started, 3)
         except Exception as exc:
             self._result.error = f"{type(exc).__name__}: {exc}"
-        if fault.action == "cut-host" and self._result.hit:
-            self._reconnect(node, fault)
-        if fault.action == "fill-shm" and self._result.hit:
-            self._cancel.wait()  # until the cell ends
-            self._remove_fill(provider, node)
+        if self._result.undo is not None:
+            self._cancel.wait(self._result.lasts_s)  # None: until the cell ends
+            self._undo()
 
-    def _remove_fill(self, provider: Provider, node: Node) -> None:
-        path = self._result.hit[0][0]
-        removed = provider.run(node, ["rm", "-f", path], timeout=60)
-        if removed.returncode == 0:
-            self._result.hit.append([path, "removed when the cell ended"])
-        else:
-            self._result.error = f"could not remove {path} on {node.name}: {(removed.stderr or '').strip()[-200:]}"
-
-    def _reconnect(self, node: Node, fault: FaultSpec) -> None:
-        """After duration_s, or as soon as the cell ends: a cut host never stays cut off."""
-        self._cancel.wait(fault.duration_s)
-        cut_for = time.monotonic() - self._started - (self._result.fired_s or 0.0)
+    def _undo(self) -> None:
+        """A fault that lasts is undone however the cell ends: a host never stays cut off."""
         try:
-            state = connect_testbed_host(fault, node, True)
-            self._result.hit.append([node.name, f"connected again after {cut_for:.1f} s ({state})"])
+            self._result.hit.append(self._result.undo())
         except Exception as exc:
-            self._result.error = f"could not connect {node.name} again: {type(exc).__name__}: {exc}"
+            self._result.error = f"could not undo {self._result.spec.action} on {self._result.node}: " \
+                                 f"{type(exc).__name__}: {exc}"
 
     def finish(self) -> InjectedFault:
         self._cancel.set()
