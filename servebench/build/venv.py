@@ -94,7 +94,17 @@ def build_inputs(recipe: VenvRecipe) -> dict:
     for name in ("pip_options", "build_env", "host_cpu_flags"):
         if value := getattr(recipe, name):
             inputs[name] = value
+    if recipe.local_wheels:  # a wheel built here is in the key by its content, not by where it lies
+        inputs["local_wheels"] = {Path(wheel).name: _file_sha256(Path(wheel)) for wheel in recipe.local_wheels}
     return inputs
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def build_key(recipe: VenvRecipe) -> str:
@@ -151,6 +161,8 @@ def build_steps(recipe: VenvRecipe, venv: Path, engine_source: Path) -> list[tup
     steps = [("create venv", [sys.executable, "-m", "venv", str(venv)])]
     if recipe.packages:
         steps.append(("install engine packages", [*pip, "install", *recipe.pip_options, *recipe.packages]))
+    if recipe.local_wheels:  # its requirements are among the packages: installed as built, nothing resolved again
+        steps.append(("install the built wheel", [*pip, "install", "--no-deps", *recipe.local_wheels]))
     if recipe.remove:
         steps.append(("remove broken companions", [*pip, "uninstall", "-y", *recipe.remove]))
     if recipe.engine_package:

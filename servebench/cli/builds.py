@@ -101,7 +101,9 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
             lines.append(describe(prerequisites))
         lines.append(f"  key inputs: {json.dumps(inputs, sort_keys=True)}")
         build_env, commands = steps(recipe, cache, key, inputs)
-        env = " ".join(f"{name}={shlex.quote(value)}" for name, value in build_env.items())
+        if build_env:  # once, not on every command: a wheel build's PATH alone is a line
+            lines.append("  environment on top of this one: "
+                         + " ".join(f"{name}={shlex.quote(value)}" for name, value in build_env.items()))
         for title, argv in commands:
-            lines.append(f"  # {title}\n  {env + ' ' if env else ''}{shlex.join(argv)}")
+            lines.append(f"  # {title}\n  {shlex.join(argv)}")
     return "\n".join(lines), all_met

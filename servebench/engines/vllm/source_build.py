@@ -1,10 +1,12 @@
-"""vLLM from source for this CPU: what the build host must have before an hour-long build starts.
+"""vLLM from source for this CPU (seed 004's path): the wheel recipe, and what the build host must
+have before an hour-long build starts.
 
 Measured on this machine kind (issue 17): vLLM 0.32.0's CMake refuses gcc < 12.3 on x86 (Debian
-12 has 12.2: the shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers, cmake
-and ninja, and fetches oneDNN (x86 and aarch64) and the Arm Compute Library (aarch64) from GitHub
-at configure time, which these machines cannot reach: both must be staged locally. All 72 CPU
-C++ files compile in about 35 minutes at -j1; a wheel on 2 cores is an hour or more.
+12 has 12.2: the shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers and
+Python's, and fetches oneDNN (x86 and aarch64) and the Arm Compute Library (aarch64) from GitHub
+at configure time, which these machines cannot reach: both must be staged locally. cmake and
+ninja come from pip into the build venv (the sdist's `requirements/build/cpu.txt`, with the
+pinned CPU torch). A wheel on 2 cores takes about an hour (docs/builds.md has the measurement).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from pathlib import Path
 
 from servebench.build.prerequisites import (Prerequisite, file_present, free_disk, memory_for_jobs, source_tree,
                                             tool)
+from servebench.build.recipe import WheelRecipe
 from servebench.engines.vllm.spec import VllmSourceSpec
 
 PATCH_DIR = Path(__file__).parent / "patches"
 GIB_PER_JOB = 2.5        # vLLM's CPU kernels (oneDNN, the AVX-512/AMX files) at -O2: the largest units
+BUILD_REQUIREMENTS = "requirements/build/cpu.txt"  # in the sdist: cmake, ninja, setuptools, ...
 DISK_GIB = 20.0          # sdist, oneDNN build, torch, the wheel and pip's temporary copies
 
 
@@ -37,15 +41,28 @@ def compiler_floor(source: VllmSourceSpec, arch: str) -> str:
     return "12"
 
 
-def torch_resolvable(requirement: str) -> Prerequisite:
-    """pip (with this host's index configuration) finds the pinned CPU torch, without installing."""
+def pip_finds(name: str, requirement: str) -> Prerequisite:
+    """pip (with this host's index configuration) finds what the build venv installs, without installing."""
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
                            "--quiet", "--disable-pip-version-check", requirement], capture_output=True, text=True,
                           timeout=300)
-    return Prerequisite(name="torch pin", met=done.returncode == 0,
+    return Prerequisite(name=name, met=done.returncode == 0,
                         found=f"pip finds {requirement}" if done.returncode == 0
                         else (done.stderr.strip().splitlines() or ["not found"])[-1][:200],
                         needed=requirement, fix="a PyPI mirror or a local wheel directory with it (pip find-links)")
+
+
+def wheel_recipe(source: VllmSourceSpec, arch: str | None = None) -> WheelRecipe:
+    """The sdist compiled for this CPU against the pinned CPU torch, with the staged trees and patches."""
+    arch = arch or platform.machine()
+    staged = {"FETCHCONTENT_SOURCE_DIR_ONEDNN": source.onednn_dir}
+    if arch == "aarch64":
+        staged["ACL_ROOT_DIR"] = source.acl_dir
+    return WheelRecipe(engine="vllm", sdist=source.sdist,
+                       build_requirements=[source.torch, f"-r {BUILD_REQUIREMENTS}"],
+                       build_env={"VLLM_TARGET_DEVICE": "cpu", "MAX_JOBS": str(source.jobs)},
+                       staged_sources={name: str(Path(path)) for name, path in staged.items() if path},
+                       patches=[str(patch_path(name).resolve()) for name in source.patches])
 
 
 def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None = None) -> list[Prerequisite]:
@@ -58,9 +75,6 @@ def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None =
         file_present("libnuma headers", Path("/usr/include/numa.h"), "apt-get install libnuma-dev"),
         file_present("Python headers", Path(sysconfig.get_paths()["include"]) / "Python.h",
                      "the Python development headers (apt-get install python3-dev, or a full pyenv build)"),
-        tool("cmake", "cmake", "apt-get install cmake (or pip install 'cmake>=3.26.1')", ["cmake", "--version"],
-             "3.26.1"),
-        tool("ninja", "ninja", "apt-get install ninja-build"),
         source_tree("oneDNN source", source.onednn_dir, "CMakeLists.txt",
                     "stage oneDNN v3.13 (x86) or the pinned commit (aarch64) and give `source.onednn_dir`"),
     ]
@@ -69,6 +83,9 @@ def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None =
                                   "stage ComputeLibrary v52.6.0 and give `source.acl_dir`"))
     checks += [file_present(f"patch {name}", patch_path(name), "a shipped patch name or an existing file")
                for name in source.patches]
-    checks += [torch_resolvable(source.torch), free_disk("free disk", cache, DISK_GIB),
+    if source.patches:
+        checks.append(tool("patch", "patch", "apt-get install patch"))
+    checks += [pip_finds("torch pin", source.torch), pip_finds("cmake", "cmake>=3.26.1"), pip_finds("ninja", "ninja"),
+               free_disk("free disk", cache, DISK_GIB),
                memory_for_jobs(source.jobs, GIB_PER_JOB)]
     return checks

@@ -1,0 +1,271 @@
+"""The `wheel` recipe's builder: a Python sdist compiled into a wheel on this host, for this CPU.
+
+This is seed 004's path for vLLM (its CPU kernels are compiled for the build host's ISA, so a
+wheel is keyed on that CPU's flags too): a build venv holds the pinned build requirements (the
+CPU torch the extension is compiled against, cmake, ninja), the sdist is unpacked and patched in
+a scratch directory, source trees that the project's CMake would clone from the network are
+passed in as staged local directories (`FETCHCONTENT_SOURCE_DIR_ONEDNN`), and
+`pip wheel --no-build-isolation` builds. The wheel is the artifact (`<cache>/engines/<key>/`),
+sha256-verified before use; the engine venv installs it (`venv.py`) with its requirements, less
+the ones pinned to a direct URL (the network those need is not the one this build had).
+
+The key covers the sdist's sha256, every build requirement, the build environment, each patch's
+and each staged tree's content, the compiler's id and version, Python, the architecture and the
+host's CPU flags. ccache (when installed) keeps compiled objects across builds with paths taken
+relative to the scratch directory, so a build that was interrupted, or that differs in one
+patch, recompiles only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from servebench.build.cache import ArtifactCache
+from servebench.build.cmake import compiler_cache_env, compiler_identity, file_sha256, verify_artifact
+from servebench.build.cpu_features import cpuinfo_features
+from servebench.build.recipe import VenvRecipe, WheelRecipe
+from servebench.build.venv import BuildError, EngineBuild, run_step
+from servebench.campaign.schema import sha256_json
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+def index_url() -> str:
+    """pip's index as this host configures it (PIP_INDEX_URL, `pip config`), else PyPI."""
+    if url := os.environ.get("PIP_INDEX_URL"):
+        return url
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else DEFAULT_INDEX
+
+
+def sdist_links(page: str, name: str, version: str) -> list[tuple[str, str | None]]:
+    """(href, sha256 or None) of `<name>-<version>.tar.gz` on a PEP 503 project page (pure)."""
+    found = []
+    for href in re.findall(r'href="([^"]+)"', page):
+        url, _, fragment = href.partition("#")
+        filename = url.rsplit("/", 1)[-1]
+        stem = filename.removesuffix(".tar.gz")
+        if filename.endswith(".tar.gz") and "-" in stem:
+            project, _, found_version = stem.rpartition("-")
+            if canonicalize_name(project) == canonicalize_name(name) and found_version == version:
+                digest = fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else None
+                found.append((url, digest))
+    return found
+
+
+def fetch_sdist(requirement: str, cache: Path, log: Callable[[str], None] = print) -> Path:
+    """The sdist of a pinned requirement, taken from the package index's project page into
+    `<cache>/sources/<name>-<version>/` and checked against the index's sha256. Not `pip download`:
+    pip prepares an sdist's metadata, which for vLLM means importing torch in an isolated build."""
+    name, _, version = requirement.partition("==")
+    name, version = name.strip(), version.strip()
+    folder = cache / "sources" / f"{name}-{version}"
+    found = sorted(folder.glob("*.tar.gz")) if folder.exists() else []
+    if found:
+        return found[0]
+    index = index_url().rstrip("/")
+    page_url = f"{index}/{canonicalize_name(name)}/"
+    try:  # a file:// index (a local mirror) is a directory per project with its index.html, as pip reads it
+        with urllib.request.urlopen(page_url + ("index.html" if page_url.startswith("file:") else ""),
+                                    timeout=60) as response:
+            page = response.read().decode("utf-8", "replace")
+    except OSError as error:
+        raise BuildError(f"could not read the index page {page_url} for {requirement}: {error}") from error
+    links = sdist_links(page, name, version)
+    if not links:
+        raise BuildError(f"the index {index} has no sdist for {requirement} ({page_url})")
+    href, digest = links[0]
+    url = urllib.request.urljoin(page_url, href)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / url.rsplit("/", 1)[-1]
+    partial = target.with_suffix(".part")
+    log(f"downloading the sdist {requirement} from {url}")
+    try:
+        with urllib.request.urlopen(url, timeout=600) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise BuildError(f"could not download {url}: {error}") from error
+    if digest is not None and file_sha256(partial) != digest:
+        partial.unlink()
+        raise BuildError(f"{url}: sha256 is not the index's {digest}")
+    partial.rename(target)
+    return target
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over a source tree's relative paths and file contents (a staged oneDNN: ~90 MB, ~1 s)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.parts):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
+
+
+def wheel_inputs(recipe: WheelRecipe, sdist: Path) -> dict:
+    """Everything that goes into the wheel; its hash is the key."""
+    for variable, directory in recipe.staged_sources.items():
+        if not Path(directory).is_dir():
+            raise BuildError(f"staged source {variable}={directory}: no such directory")
+    return {
+        "engine": recipe.engine,
+        "recipe": "wheel",
+        "sdist": recipe.sdist,
+        "source_sha256": file_sha256(sdist),
+        "build_requirements": list(recipe.build_requirements),
+        "build_env": dict(recipe.build_env),
+        "staged_sources": {variable: tree_digest(Path(directory))
+                           for variable, directory in sorted(recipe.staged_sources.items())},
+        "patches": {Path(patch).name: file_sha256(Path(patch)) for patch in recipe.patches},
+        "compiler": compiler_identity("g++") | {"c": compiler_identity("gcc")["version"]},
+        "python": platform.python_version(),
+        "arch": platform.machine(),
+        # the CPU extension is compiled for the build host's ISA: a cache shared by another CPU must miss
+        "host_cpu_flags": sorted(cpuinfo_features(Path("/proc/cpuinfo").read_text())),
+    }
+
+
+def wheel_key(recipe: WheelRecipe, inputs: dict) -> str:
+    return f"{recipe.engine}-wheel-{sha256_json(inputs)[:16]}"
+
+
+def wheel_env(recipe: WheelRecipe, scratch: Path, cache: Path) -> dict[str, str]:
+    """The build's environment on top of this one: the build venv first on PATH (its cmake and
+    ninja), the recipe's variables, the staged source trees, ccache."""
+    return {"PATH": f"{scratch / 'venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(scratch / "venv"), **recipe.build_env, **recipe.staged_sources,
+            **compiler_cache_env(cache, str(scratch))}
+
+
+def wheel_steps(recipe: WheelRecipe, sdist: Path, scratch: Path, artifact: Path) -> list[tuple[str, list[str]]]:
+    """The build's commands in order (title, argv); `servebench build --dry-run` prints them."""
+    python = str(scratch / "venv" / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    source = scratch / "src"
+    requirements = [arg for requirement in recipe.build_requirements
+                    for arg in (["-r", str(source / requirement.removeprefix("-r").strip())]
+                                if requirement.startswith("-r") else [requirement])]
+    return [
+        ("create the build venv", [sys.executable, "-m", "venv", str(scratch / "venv")]),
+        ("make the source directory", ["mkdir", "-p", str(source)]),
+        ("unpack the sdist", ["tar", "xzf", str(sdist), "-C", str(source), "--strip-components=1"]),
+        *([("install the build requirements", [*pip, "install", *requirements])] if requirements else []),
+        *[(f"apply {Path(patch).name}", ["patch", "-p1", "--forward", "--batch", "-d", str(source), "-i", patch])
+          for patch in recipe.patches],
+        ("build the wheel", [*pip, "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", str(artifact),
+                             str(source)]),
+    ]
+
+
+def scratch_root(cache: Path) -> Path:
+    """Where wheel builds unpack and compile: on the cache's disk (gigabytes), not a tmpfs."""
+    root = cache / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def ensure_wheel(recipe: WheelRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
+    """The recipe's wheel, built first if no verified one is cached."""
+    sdist = fetch_sdist(recipe.sdist, cache, log)
+    inputs = wheel_inputs(recipe, sdist)
+    key = wheel_key(recipe, inputs)
+    artifacts = ArtifactCache(cache / "engines")
+    found = artifacts.get(key)
+    if found is not None:
+        build = EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+        if not (changed := verify_artifact(build)):
+            return build
+        log(f"engine build {key}: {', '.join(changed)} not as built (sha256): building again")
+        artifacts.invalidate(key)
+    with artifacts.building(key, log) as (artifact, found):
+        if found is not None:
+            return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+        started = time.monotonic()
+        artifact.mkdir(parents=True)
+        with open(artifacts.log_path(key), "w") as out, \
+                tempfile.TemporaryDirectory(prefix="servebench-wheel-", dir=scratch_root(cache)) as scratch:
+            env = wheel_env(recipe, Path(scratch), cache)
+            for title, argv in wheel_steps(recipe, sdist, Path(scratch), artifact):
+                log(f"engine build {key}: {title}")
+                if run_step(argv, out, log, title, started, env=env) != 0:
+                    raise BuildError(f"engine build step '{title}' failed; see {artifacts.log_path(key)}")
+        build = wheel_record(recipe, inputs, key, artifact, round(time.monotonic() - started, 1))
+        artifacts.complete(key, build.model_dump_json(indent=2))
+    return build
+
+
+def built_wheel(build: EngineBuild) -> Path:
+    """The wheel file of a wheel build."""
+    wheels = sorted(Path(build.venv_path).glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"{build.venv_path}: expected one wheel, found {len(wheels)}")
+    return wheels[0]
+
+
+def wheel_record(recipe: WheelRecipe, inputs: dict, key: str, artifact: Path, seconds: float) -> EngineBuild:
+    files = {path.name: file_sha256(path) for path in sorted(artifact.glob("*.whl"))}
+    if len(files) != 1:
+        raise BuildError(f"{recipe.sdist}: pip wheel left {len(files)} wheels in {artifact}, expected one")
+    (name,) = files
+    return EngineBuild(  # its own lineage for `builds gc --keep N`: a wheel never pushes out a venv
+        key=key, engine=f"{recipe.engine}-wheel", engine_version=name.split("-")[1], packages=[recipe.sdist],
+        python_version=inputs["python"], platform=f"linux-{inputs['arch']}", venv_path=str(artifact),
+        pip_freeze="", build_seconds=seconds, created_at=datetime.now(timezone.utc),
+        inputs=inputs | {"artifact_sha256": sha256_json(files), "files": files})
+
+
+def wheel_requirements(wheel: Path, leave_out: list[str] = ()) -> tuple[list[str], list[str]]:
+    """(what to install with the wheel, what is left out and why) from its METADATA: the
+    requirements that apply here (no extras, markers true), less the packages in `leave_out` and
+    those pinned to a direct URL (vLLM's CPU wheel asks for triton-cpu from GitHub)."""
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(metadata).decode()
+    keep, left_out = [], []
+    excluded = {canonicalize_name(name) for name in leave_out}
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        raw = line.partition(":")[2].strip()
+        try:
+            requirement = Requirement(raw)
+        except InvalidRequirement as error:
+            raise BuildError(f"{wheel.name}: unreadable requirement {raw!r}: {error}") from error
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        if requirement.url:
+            left_out.append(f"{raw} (a direct URL)")
+        elif canonicalize_name(requirement.name) in excluded:
+            left_out.append(f"{raw} (left out by the engine)")
+        else:
+            requirement.marker = None
+            keep.append(str(requirement))
+    return keep, left_out
+
+
+def with_built_wheel(recipe: VenvRecipe, build: EngineBuild, log: Callable[[str], None] = print) -> VenvRecipe:
+    """The engine venv's recipe once its wheel is built: the wheel's own requirements first, then
+    the wheel itself (without resolving again), then the recipe's other packages (Ray)."""
+    wheel = built_wheel(build)
+    keep, left_out = wheel_requirements(wheel, recipe.remove)
+    for line in left_out:
+        log(f"engine build: not installed with {wheel.name}: {line}")
+    return recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel)],
+                                     "packages": [*keep, *recipe.packages]})
