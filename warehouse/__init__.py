@@ -19,7 +19,8 @@ from pathlib import Path
 import duckdb
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-DEFAULT_PATH = Path(__file__).parent / "servebench.duckdb"
+# beside the run directories, never in this package (schema and migrations only): runs/ is ignored by git
+DEFAULT_PATH = Path(__file__).parent.parent / "runs" / "servebench.duckdb"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 WAIT_VARIABLE = "SERVEBENCH_WAREHOUSE_WAIT_S"
 DEFAULT_WAIT_S = 600.0
@@ -30,7 +31,7 @@ class WarehouseError(Exception):
 
 
 def default_path() -> Path:
-    """`SERVEBENCH_WAREHOUSE` if set, else warehouse/servebench.duckdb beside this module."""
+    """`SERVEBENCH_WAREHOUSE` if set, else runs/servebench.duckdb in the project."""
     return Path(os.environ.get("SERVEBENCH_WAREHOUSE") or DEFAULT_PATH)
 
 

@@ -12,7 +12,7 @@ EXIT_OK, EXIT_FAILED, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 3, 130
 
 def warehouse_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
-                        "warehouse/servebench.duckdb)")
+                        "runs/servebench.duckdb)")
 
 
 def warehouse_path(args: argparse.Namespace) -> Path:
