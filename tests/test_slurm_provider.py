@@ -13,6 +13,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -352,3 +353,50 @@ def test_release_stops_leftovers_cancels_the_job_and_leaves_nothing(testbed, tmp
     with pytest.raises(AllocationEnded, match="released by this run"):
         provider.run(h1, ["true"])
     provider.release()  # twice: nothing more to do
+
+
+ORCHESTRATOR = """
+import json, pathlib, sys, time
+from servebench.providers.slurm import SlurmProvider
+from servebench.providers.slurm.spec import SlurmProviderSpec
+provider = SlurmProvider(SlurmProviderSpec.model_validate_json(sys.argv[1]))
+nodes = provider.allocate()
+provider.start(nodes[1], ["sleep", "600"], {}, pathlib.Path(sys.argv[2]))
+print(provider.job_id, provider.run_dir, provider.lease.warden_pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_orchestrators_allocation_cancels_itself_and_leaves_nothing(testbed, tmp_path):
+    """The run's lease (servebench/providers/slurm/lease.py): an orchestrator holding an allocation,
+    with a process running on h2, is SIGKILLed with its whole process group; the allocation's
+    warden (a task on each node) hears its end close, removes the run's directory on every node and
+    cancels the job: nothing of the run is left in Slurm, on the hosts or here."""
+    spec = spec_of(partition=testbed.partition, slurm_conf=str(testbed.slurm_conf), python="/usr/bin/python3",
+                   lease_s=30)
+    orchestrator = subprocess.Popen(
+        [sys.executable, "-c", ORCHESTRATOR,
+         spec.model_dump_json(), str(tmp_path / "sleep.log")],
+        stdout=subprocess.PIPE, text=True, start_new_session=True, stdin=subprocess.DEVNULL,
+        env=os.environ | {"TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parent.parent)})
+    try:
+        line = wait_until(lambda: orchestrator.stdout.readline(), "the orchestrator's allocation", TIMEOUT_S)
+        job_id, run_dir, warden_pid = line.split()
+        assert slurm(testbed, "squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip() == "RUNNING"
+    finally:
+        os.killpg(orchestrator.pid, signal.SIGKILL)   # the orchestrator and all of its process group
+        orchestrator.wait()
+    killed = time.monotonic()
+    wait_until(lambda: slurm(testbed, "squeue", "-h", "-j", job_id).stdout.strip() == "",
+               "the allocation of the killed orchestrator to cancel itself", 90)
+    print(f"job {job_id} gone {time.monotonic() - killed:.1f} s after its orchestrator was killed (lease 30 s)")
+    wait_until(lambda: srun_clients(int(job_id)) == [], "the warden's srun client to end", 30)
+    for host in testbed.hosts:  # (the hosts share this machine's PIDs: pgrep on one sees both)
+        def left_on_host() -> str:
+            return subprocess.run(enter_argv(testbed, host) + ["sh", "-c", f"test -e {run_dir} && echo {run_dir}; "
+                                                               "pgrep -af '[s]leep 600|[s]ervebench lease' || true"],
+                                  capture_output=True, text=True, timeout=TIMEOUT_S).stdout.strip()
+        try:  # Slurm signals the job's processes, then SIGKILLs them KillWait (5 s here) later
+            wait_until(lambda: left_on_host() == "", f"nothing of the run left on {host.name}", 30)
+        except AssertionError:
+            raise AssertionError(f"{host.name}: {left_on_host()}") from None

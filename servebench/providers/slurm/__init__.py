@@ -30,6 +30,7 @@ from servebench.providers.slurm.argv import (
     probe_argv, remote_files, remote_run_dir, salloc_argv, step_argv,
 )
 from servebench.providers.slurm.client import AllocationEnded, SlurmClient, SlurmError, end_group
+from servebench.providers.slurm.lease import AllocationLease
 from servebench.providers.slurm.node import INVENTORY, MARK_VARIABLE, NODE_TOOLS
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
@@ -61,6 +62,7 @@ class SlurmProvider:
         self._sequence = 0
         self._touched: set[str] = set()       # nodes where the run dir may exist
         self._local_dir: Path | None = None   # the srun clients' stderr files, here
+        self.lease: AllocationLease | None = None  # the warden that cancels the job if this run dies
 
     # ------------------------------------------------------------------ the campaign's block
 
@@ -135,12 +137,30 @@ class SlurmProvider:
         self.allocation = Allocation(self.client, job_id, self.spec.remote_dir)
         try:
             self._nodes = self._describe_nodes(self._wait_running())
+            self._start_lease()
         except BaseException:
+            self._end_lease()
             self._cancel(job_id)
             self.allocation.mark_released("RUNNING")
             raise
         self.timings["allocate_s"] = time.perf_counter() - started
         return self.nodes()
+
+    def _start_lease(self) -> None:
+        """The job cancels itself once this orchestrator is gone (lease.py): never left holding nodes."""
+        allocation = self.allocation
+        self.lease = AllocationLease(allocation.job_id, len(allocation.node_names), self.spec.python,
+                                     allocation.chdir, self.spec.lease_s, self.run_dir, self.client.env,
+                                     self._local() / "lease.srun.log")
+        try:
+            self.lease.start()
+        except RuntimeError as exc:
+            allocation.check()
+            raise SlurmError(str(exc)) from None
+
+    def _end_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.end()
 
     def _wait_running(self) -> dict[str, str]:
         started = time.perf_counter()
@@ -380,6 +400,7 @@ class SlurmProvider:
         if state == "RUNNING":
             errors += self._clean_nodes()
         started = time.perf_counter()
+        self._end_lease()  # the job is cancelled next, by this run
         try:
             if self.client.queued(allocation.job_id):
                 self.client.scancel(allocation.job_id)

@@ -60,6 +60,10 @@ class SlurmProviderSpec(ProviderSpecBase):
         "parallel file system): an engine build or model under one is used in place, never copied."))
     python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
                         description="The Python 3 on the nodes (runs inventory, ports, /dev/shm and process tools).")
+    lease_s: int = Field(60, ge=5, le=3600, description=(
+        "Seconds the allocation outlives silence from the orchestrator: a warden step on the first node "
+        "hears a heartbeat every lease_s/5 s and cancels the job (scancel) when the orchestrator's end "
+        "closes (it was killed) or nothing came for lease_s (hung, cut off): never a job left holding nodes."))
 
     @field_validator("client_env", mode="before")
     @classmethod
