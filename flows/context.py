@@ -63,6 +63,7 @@ class RunContext:
     claims: HeldClaims | None = None               # what the run has to itself (nodes' CPUs), until release
     statuses: dict[str, str] = field(default_factory=dict)          # cell key -> completed | failed
     invalid: dict[str, list[str]] = field(default_factory=dict)     # cell key -> the generator's reasons
+    signalled: set[str] = field(default_factory=set)  # cells where a kill/stop fault hit a process of the server
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
     rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
 

@@ -87,7 +87,7 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for index, cell in enumerate(cells):
             reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), ctx.planned_cells)
-            if index and (problem := server_problem(server)) is not None:  # a fault took the server down
+            if index and (problem := server_problem(server) or signalled_problem(ctx, cells[index - 1])):
                 server, telemetry = restart_server(ctx, mode, server, telemetry, gate, problem)
             if blocks_cells(gate, ctx.campaign.correctness.accept):
                 land_failed_cell(ctx, cell, blocked_reason(gate, ctx.campaign.correctness.accept),
@@ -105,6 +105,15 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                 land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
+
+
+def signalled_problem(ctx: RunContext, previous: Cell) -> str | None:
+    """A kill or stop fault hit the server's processes in the cell before: even if its health path
+    still answers (vLLM's API server outlives a Ray rank for a while), it is not trusted with the
+    next cell."""
+    if previous.key in ctx.signalled:
+        return f"a fault signalled processes of the server in cell {previous.key}"
+    return None
 
 
 def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
@@ -298,6 +307,8 @@ def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> tupl
     land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
     for fault in injected:
         reporter().stage(fault.describe())
+    if any(fault.hit and fault.spec.action in ("kill", "stop") for fault in injected):
+        ctx.signalled.add(cell.key)
     return "; injected: " + "; ".join(fault.describe() for fault in injected), any(f.hit for f in injected)
 
 

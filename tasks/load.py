@@ -31,7 +31,7 @@ from servebench.load.config import LoadConfig, deadline_s, to_argv
 from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
 from servebench.load.runner import load_result, write_result
 from servebench.providers import Node, Provider
-from servebench.providers.node_tools import MARK_VARIABLE
+from servebench.providers.node_tools import INSTRUMENT_VARIABLE, MARK_VARIABLE
 from servebench.telemetry.timebase import load_result_in_orchestrator_time
 
 POLL_S = 0.5
@@ -86,7 +86,7 @@ def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = N
     argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
             "--requests-csv", requests_csv_path(output), "--progress-file", str(progress_path(output)), "--quiet"]
     limit = deadline_s(config)
-    env = os.environ | ({MARK_VARIABLE: mark} if mark else {})
+    env = os.environ | {INSTRUMENT_VARIABLE: "1"} | ({MARK_VARIABLE: mark} if mark else {})
     try:
         done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=limit, env=env)
     except subprocess.TimeoutExpired:
@@ -106,7 +106,7 @@ def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> di
     log = output.with_suffix(".load.log")
     output.parent.mkdir(parents=True, exist_ok=True)
     limit = deadline_s(config)
-    process = provider.start(node, argv, {"PYTHONPATH": client.tree}, log)
+    process = provider.start(node, argv, {"PYTHONPATH": client.tree, INSTRUMENT_VARIABLE: "1"}, log)
     deadline = time.monotonic() + limit
     try:
         while process.alive():

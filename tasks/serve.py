@@ -15,6 +15,7 @@ from servebench.engines import Engine, LaunchRequest
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
 from servebench.paths import cache_dir
+from servebench.progress import reporter
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
@@ -53,6 +54,9 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     d = deployment
     nodes = mode_nodes(d.nodes, mode)
     check_build_fits(d.build.inputs, nodes, d.provider, cache_dir())
+    if d.shared is not None:  # a fault in an earlier cell may have taken a shared service (a Ray node) down
+        for line in d.shared.repair(d.provider):
+            reporter().stage(f"mode {mode.name}: {line}")
     launch = d.engine.launch(LaunchRequest(
         python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
         served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider.free_port,

@@ -62,7 +62,8 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
         metrics += ["--state", d.engine.state_sampler]
     argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
             "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
-    mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper"}  # a resume finds it if we are killed
+    mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper",  # a resume finds it if we are killed
+            node_tools.INSTRUMENT_VARIABLE: "1"}
     telemetry.scraper = ManagedProcess.start(argv, env=os.environ | mark, log_path=out / f"{server.mode}.server.log")
     telemetry.server_files.append(path)
     return telemetry
@@ -78,7 +79,8 @@ def start_node_sampler(d: "Deployment", mode: str, node: Node, pids: list[int], 
     offset = d.clock_offsets.get(node.name)
     if offset is None:  # this host: the project's python, samples straight into the run directory
         argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
-        process = d.provider.start(node, argv, {}, out / f"{mode}.node.{node.name}.log")
+        process = d.provider.start(node, argv, {node_tools.INSTRUMENT_VARIABLE: "1"},
+                                   out / f"{mode}.node.{node.name}.log")
     else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
         # samples go to stdout, which the provider brings back as the process's log
         raw = out / f"{mode}.node.{node.name}.raw.jsonl"

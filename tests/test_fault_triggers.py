@@ -13,7 +13,7 @@ from servebench.campaign.schema import FaultSpec
 from servebench.cli.load import progress_file
 from servebench.load.runner import LiveCounts
 from servebench.providers import Node
-from servebench.serving.faults import FaultTimer, finished_requests
+from servebench.serving.faults import FaultTimer, finished_requests, inject
 
 NODE = Node(name="a", address="127.0.0.1", cpus=[0])
 
@@ -59,3 +59,35 @@ def test_a_fault_after_n_requests_waits_for_them_and_one_whose_cell_ends_first_s
     threading.Event().wait(0.1)
     result = early.finish()
     assert result.error == "the cell ended before 5 requests had finished (1 had)" and len(provider.calls) == 1
+
+
+class ThisHost:
+    """Runs the fault's script here, for real (the local provider does the same through its node)."""
+
+    run_id = "r1"
+
+    def run(self, node, argv, timeout=None):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_signal_hits_the_nodes_own_processes_of_the_run_and_never_an_instrument():
+    """Real processes, each `sleep N` with the environment servebench gives it: node a's only the
+    one that names node a and the one that names no node; never node b's, the load generator's
+    (SERVEBENCH_INSTRUMENT) or another run's."""
+    kinds = {61: {"SERVEBENCH_PROCESS": "r1.1", "SERVEBENCH_NODE_NAME": "a"},
+             62: {"SERVEBENCH_PROCESS": "r1.2", "SERVEBENCH_NODE_NAME": "ab"},
+             63: {"SERVEBENCH_PROCESS": "r1.3", "SERVEBENCH_INSTRUMENT": "1"},
+             64: {"SERVEBENCH_PROCESS": "r1.4"},
+             65: {"SERVEBENCH_PROCESS": "r2.1", "SERVEBENCH_NODE_NAME": "a"}}
+    sleeps = {seconds: subprocess.Popen(["sleep", str(seconds)], env={"PATH": "/usr/bin:/bin", **env})
+              for seconds, env in kinds.items()}
+    try:
+        done = inject(ThisHost(), NODE, FaultSpec(cell="c", action="kill", node="a", match=r"^sleep 6\d$"))
+        assert sorted(command for _, command in done.hit) == ["sleep 61", "sleep 64"], done
+        for seconds, process in sleeps.items():
+            process.wait(timeout=5) if seconds in (61, 64) else None
+            assert (process.poll() is not None) == (seconds in (61, 64)), seconds
+    finally:
+        for process in sleeps.values():
+            process.kill()
+            process.wait()

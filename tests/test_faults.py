@@ -11,6 +11,7 @@ nothing is left behind (the leak check)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -52,8 +53,6 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     hung_rows = [kind for (kind,) in con.execute(
         "select error_kind from requests join cells using (cell_id) where cell_key = 'single.c1.r0' "
         "and error_kind is not null").fetchall()]
-    hung_seconds = con.execute("select epoch(ended_at - started_at) from cells where cell_key = 'single.c1.r0'"
-                               ).fetchone()[0]
     from servebench.analysis.report import build_charts
     timelines = json.dumps(build_charts(con, outcome["run_id"])["node_timelines"].to_dict())
     con.close()
@@ -64,7 +63,10 @@ def test_injected_faults_fail_the_cells_they_hit_and_the_mode_goes_on_after_a_re
     hung = cells["single.c1.r0"]
     assert "the server hung" in hung[1] and "no longer healthy" in hung[1] and "fault stop on a" in hung[1], hung
     assert hung[3] >= 1 and hung_rows and set(hung_rows) == {"hung"}  # the request in flight: an error row 'hung'
-    assert hung_seconds < 10, hung_seconds  # caught by the health probe in seconds, not after the 20 s timeout
+    # caught by the health probe: the generator stopped the load well before any request's 20 s timeout
+    # (its own clock, not the cell's, which includes the checks after the load on a loaded machine)
+    stopped_at = float(re.search(r"the load stopped at ([\d.]+) s", hung[1]).group(1))
+    assert stopped_at < 20 - 5, hung[1]
     crashed = cells["split.c1.r0"]
     assert "worker.b -9" in crashed[1] and "fault kill on b after 3 requests" in crashed[1], crashed
     assert crashed[2] >= 3 and crashed[3] >= 1  # killed once 3 had finished: those were answered

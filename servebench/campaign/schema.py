@@ -374,8 +374,9 @@ class FaultSpec(StrictModel):
         "when the cell ends."))
     node: str | None = Field(None, description="The node it acts on (default: the node of the mode's API server).")
     match: str = Field(".", description="kill/stop: a regular expression over the command lines of this run's "
-                       "processes on the node (only processes carrying the run's mark are candidates): a "
-                       "worker's process title, the API server's module (docs/faults-and-resume.md).")
+                       "processes on the node (only processes carrying the run's mark, and none that names "
+                       "another node, are candidates): a worker's process title, the API server's module, "
+                       "'ray' for the node's whole Ray (docs/faults-and-resume.md).")
 
     @model_validator(mode="after")
     def _cut_needs_a_testbed(self) -> "FaultSpec":

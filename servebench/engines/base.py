@@ -118,6 +118,10 @@ class SharedServices(Protocol):
     def pids_by_node(self) -> dict[str, list[int]]:
         """The services' PIDs on each node, for the node samplers to follow."""
 
+    def repair(self, provider: Provider) -> list[str]:
+        """Start again what a fault took down (a lost Ray node) before the next mode starts; what was
+        done, a line each (nothing: all was well). Raises if it cannot: that mode fails to start."""
+
 
 class Engine(Protocol):
     kind: ClassVar[str]

@@ -19,6 +19,8 @@ import time
 
 SHM_DIR = "/dev/shm"
 MARK_VARIABLE = "SERVEBENCH_PROCESS"  # <run id>.<sequence>, on every process the provider starts
+# on servebench's own measuring processes (load generator, samplers, scraper): never a fault's target
+INSTRUMENT_VARIABLE = "SERVEBENCH_INSTRUMENT"
 KILL_WAIT_S = 5.0
 POLL_S = 0.05
 

@@ -25,10 +25,16 @@ from servebench.providers import Node, Provider
 
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
-# argv: mark prefix, regex, signal number. Prints [[pid, command], ...] of the processes signalled.
+# argv: mark prefix, regex, signal number, node name. Prints [[pid, command], ...] of the processes
+# signalled. Left alone: servebench's own measuring processes (SERVEBENCH_INSTRUMENT: the load
+# generator, samplers, scraper: a fault is the deployment's, never the instrument's), and a process
+# that says it belongs to another node (SERVEBENCH_NODE_NAME, set for a Ray node's daemons and
+# workers and for vLLM's ranks): nodes simulated on one host (the local provider) each lose only
+# their own processes.
 SIGNAL_SCRIPT = r"""
 import json, os, re, sys
 prefix, pattern, number = sys.argv[1].encode(), re.compile(sys.argv[2]), int(sys.argv[3])
+other_node = re.compile(rb"SERVEBENCH_NODE_NAME=(?!" + re.escape(sys.argv[4].encode()) + rb"$)")
 hit = []
 for name in os.listdir("/proc"):
     if not name.isdigit() or int(name) == os.getpid():
@@ -37,6 +43,8 @@ for name in os.listdir("/proc"):
         environ = open(f"/proc/{name}/environ", "rb").read().split(b"\0")
         command = open(f"/proc/{name}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
+        continue
+    if b"SERVEBENCH_INSTRUMENT=1" in environ or any(other_node.match(entry) for entry in environ):
         continue
     if any(entry.startswith(b"SERVEBENCH_PROCESS=" + prefix) for entry in environ) and pattern.search(command):
         try:
@@ -104,7 +112,7 @@ def inject(provider: Provider, node: Node, fault: FaultSpec) -> InjectedFault:
 
 def _signal(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
     result = provider.run(node, ["python3", "-c", SIGNAL_SCRIPT, f"{provider.run_id}.", fault.match,
-                                 str(int(SIGNALS[fault.action]))], timeout=60)
+                                 str(int(SIGNALS[fault.action])), node.name], timeout=60)
     if result.returncode != 0:
         done.error = f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}"
         return

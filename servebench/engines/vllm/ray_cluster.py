@@ -123,6 +123,11 @@ class RayCluster:
     shm_before: dict[str, set[str]] = field(default_factory=dict)    # node name -> its /dev/shm before
     ready_seconds: float | None = None
     log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
+    engine_python: str = ""            # the engine venv's python (asks the GCS which nodes are alive)
+
+    def repair(self, provider: Provider) -> list[str]:
+        """Start again the nodes that were lost (a fault, an OOM kill): what was done, one line each."""
+        return restart_lost_nodes(provider, self)
 
     def pids_by_node(self) -> dict[str, list[int]]:
         """Each node's `ray start --block` process, for that node's sampler to follow."""
@@ -235,7 +240,8 @@ def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: s
     `timeout_s` is what one `ray start` attempt has to show its node alive.
     """
     cluster = RayCluster(address=plans[0].gcs_address, head=plans[0].node, plans=list(plans),
-                         shm_before={node.name: provider.shm_entries(node) for node in _nodes(plans)})
+                         shm_before={node.name: provider.shm_entries(node) for node in _nodes(plans)},
+                         engine_python=engine_python)
     started = time.monotonic()
     log_dir.mkdir(parents=True, exist_ok=True)
     cluster.log_dir = log_dir
@@ -247,6 +253,47 @@ def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: s
         raise
     cluster.ready_seconds = round(time.monotonic() - started, 1)
     return cluster
+
+
+def restart_lost_nodes(provider: Provider, cluster: RayCluster, timeout_s: float = NODE_START_TIMEOUT_S,
+                       forget_timeout_s: float = NODE_START_TIMEOUT_S) -> list[str]:
+    """Nodes whose `ray start --block` exited (its raylet or its node was lost) are started again,
+    with fresh ports and temp dirs, once the GCS no longer lists them as alive (else a placement
+    group could be given the dead node's CPUs). A lost head takes the GCS with it: every node
+    then starts again and joins the new head. Raises RayClusterError (naming the node) if a node
+    does not come back; the next mode then fails to start with that cause."""
+    lost = [index for index, process in enumerate(cluster.processes) if not process.alive()]
+    if not lost:
+        return []
+    said = [f"Ray node {cluster.plans[index].node.name} was lost (`ray start` exited with code "
+            f"{cluster.processes[index].exit_code()}): starting it again" for index in lost]
+    if 0 in lost:
+        said.append("the head was among them: every node starts again and joins a new head")
+        lost = list(range(len(cluster.plans)))
+    for index in lost:
+        provider.stop(cluster.processes[index])  # what is left of it, by PID
+    if lost[0] != 0:
+        _wait_forgotten(provider, cluster, lost, forget_timeout_s)
+    for index in lost:
+        cluster.plans = replan_node(cluster.plans, index, provider)
+        cluster.address = cluster.plans[0].gcs_address
+    for index in lost:
+        _start_node(provider, cluster, index, cluster.engine_python, cluster.log_dir or Path("."), timeout_s,
+                    START_ATTEMPTS)
+    return said
+
+
+def _wait_forgotten(provider: Provider, cluster: RayCluster, lost: list[int], timeout_s: float) -> None:
+    """Until the GCS lists none of the lost nodes as alive (its health checks: tens of seconds)."""
+    ports = {cluster.plans[index].node_manager_port for index in lost}
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        alive = alive_node_manager_ports(provider, cluster.head, cluster.engine_python, cluster.address)
+        if alive is not None and not alive & ports:
+            return
+        time.sleep(POLL_S)
+    raise RayClusterError(f"the GCS still lists the lost Ray node(s) "
+                          f"{', '.join(cluster.plans[i].node.name for i in lost)} as alive after {timeout_s:.0f} s")
 
 
 def stop_cluster(provider: Provider, cluster: RayCluster) -> list[str]:
@@ -293,12 +340,15 @@ def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_pyth
         suffix = "" if plan.attempt == 1 else f".{plan.attempt}"
         process = provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}{suffix}.log",
                                  unset=["RAY_ADDRESS"])
-        cluster.processes.append(process)
+        if index < len(cluster.processes):  # a lost node started again (restart_lost_nodes)
+            cluster.processes[index] = process
+        else:
+            cluster.processes.append(process)
         failure = _wait_node_alive(provider, cluster, index, engine_python, timeout_s)
         if failure is None:
             return
         failures.append(failure)
-        provider.stop(cluster.processes.pop())  # by PID, with all it spawned; never `ray stop`
+        provider.stop(process)  # by PID, with all it spawned; never `ray stop`
         if not should_retry(failure, plan.attempt, attempts):
             raise RayClusterError(start_failure_message(failures))
         cluster.plans = replan_node(cluster.plans, index, provider)
