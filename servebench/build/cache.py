@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import shutil
 from datetime import datetime, timezone
@@ -19,6 +20,15 @@ from typing import IO, Callable, Iterator
 from pydantic import BaseModel
 
 MARKER = "servebench-build.json"
+
+
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read in 1 MiB blocks (wheels and sdists are tens of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class ArtifactCache:

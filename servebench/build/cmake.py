@@ -12,7 +12,6 @@ sha256 of every file in the record so a copy can be verified before use.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from servebench.build import git_source
-from servebench.build.cache import ArtifactCache
+from servebench.build.cache import ArtifactCache, file_sha256
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import CMakeRecipe
 from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
@@ -98,14 +97,6 @@ def fetch(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) 
     assert recipe.source is not None
     sdist = fetch_source(recipe.source, cache, log)
     return FetchedSource(sdist, "source_sha256", file_sha256(sdist), recipe.source, recipe.source.partition("==")[2])
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cmake_inputs(recipe: CMakeRecipe, fetched: FetchedSource) -> dict:

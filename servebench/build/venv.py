@@ -28,7 +28,7 @@ from typing import IO, Callable
 
 from pydantic import BaseModel
 
-from servebench.build.cache import ArtifactCache
+from servebench.build.cache import ArtifactCache, file_sha256
 from servebench.build.recipe import VenvRecipe
 from servebench.campaign.schema import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
@@ -95,16 +95,9 @@ def build_inputs(recipe: VenvRecipe) -> dict:
         if value := getattr(recipe, name):
             inputs[name] = value
     if recipe.local_wheels:  # a wheel built here is in the key by its content, not by where it lies
-        inputs["local_wheels"] = {Path(wheel).name: _file_sha256(Path(wheel)) for wheel in recipe.local_wheels}
+        inputs["local_wheels"] = {Path(wheel).name: file_sha256(Path(wheel)) for wheel in recipe.local_wheels}
     return inputs
 
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as source:
-        for block in iter(lambda: source.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build_key(recipe: VenvRecipe) -> str:

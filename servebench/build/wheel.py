@@ -36,8 +36,8 @@ from typing import Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from servebench.build.cache import ArtifactCache
-from servebench.build.cmake import compiler_cache_env, compiler_identity, file_sha256, verify_artifact
+from servebench.build.cache import ArtifactCache, file_sha256
+from servebench.build.cmake import compiler_cache_env, compiler_identity, verify_artifact
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import VenvRecipe, WheelRecipe
 from servebench.build.venv import BuildError, EngineBuild, run_step
