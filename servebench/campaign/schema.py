@@ -376,7 +376,7 @@ class FaultSpec(StrictModel):
     match: str = Field(".", description="kill/stop: a regular expression over the command lines of this run's "
                        "processes on the node (only processes carrying the run's mark, and none that names "
                        "another node, are candidates): a worker's process title, the API server's module, "
-                       "'ray' for the node's whole Ray (docs/faults-and-resume.md).")
+                       "a name all of a node's engine daemons share (docs/faults-and-resume.md).")
 
     @model_validator(mode="after")
     def _cut_needs_a_testbed(self) -> "FaultSpec":
