@@ -55,8 +55,8 @@ def campaign_copy(tmp_path: Path, onednn: Path, extra_patch: str | None = None) 
     """campaigns/vllm-source.yaml with oneDNN staged at `onednn` (and one more patch): whatever this host has."""
     text = (PROJECT_ROOT / "campaigns" / "vllm-source.yaml").read_text().replace("/opt/src/oneDNN-3.13", str(onednn))
     if extra_patch:
-        text = text.replace("patches: [gcc-12.2-x86, gcc-12.2-flash-mla]",
-                            f"patches: [gcc-12.2-x86, gcc-12.2-flash-mla, {extra_patch}]")
+        text = text.replace("patches: [gcc-12.2-x86, gcc-12.2-flash-mla, cpu-slot-mapping]",
+                            f"patches: [gcc-12.2-x86, gcc-12.2-flash-mla, cpu-slot-mapping, {extra_patch}]")
     path = tmp_path / f"vllm-source-{onednn.name}.yaml"
     path.write_text(text)
     return path
@@ -67,7 +67,7 @@ def test_the_vllm_source_dry_run_lists_what_is_missing_and_exits_non_zero(tmp_pa
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot be built here" in done.stdout
     assert f"[MISSING] oneDNN source: {tmp_path / 'not-staged'} has no CMakeLists.txt" in done.stdout
-    assert done.stdout.count("[ok     ]") + done.stdout.count("[MISSING]") == 12   # every check, met or not
+    assert done.stdout.count("[ok     ]") + done.stdout.count("[MISSING]") == 13   # every check, met or not
 
     staged = tmp_path / "oneDNN"
     staged.mkdir()

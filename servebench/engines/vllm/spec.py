@@ -22,7 +22,8 @@ class VllmSourceSpec(StrictModel):
     onednn_dir: str | None = Field(None, description="oneDNN source (v3.13 on x86, the pinned commit on aarch64) "
                                    "staged locally: FETCHCONTENT_SOURCE_DIR_ONEDNN (GitHub is not reachable).")
     acl_dir: str | None = Field(None, description="Arm Compute Library v52.6.0 source (aarch64 only): ACL_ROOT_DIR.")
-    patches: list[str] = Field(default_factory=lambda: ["gcc-12.2-x86", "gcc-12.2-flash-mla"], description=(
+    patches: list[str] = Field(default_factory=lambda: ["gcc-12.2-x86", "gcc-12.2-flash-mla", "cpu-slot-mapping"],
+                               description=(
         "Patches applied before building: names of servebench/engines/vllm/patches/*.patch or paths."))
     jobs: int = Field(2, ge=1, le=256, description="Parallel compile jobs (MAX_JOBS); about 2.5 GiB each.")
 
