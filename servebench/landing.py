@@ -94,12 +94,13 @@ def note_resume(con: duckdb.DuckDBPyConnection, run_id: str, note: dict) -> None
 def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     """A build is recorded once, when it was made; reusing it changes nothing."""
     inputs = build.inputs
-    compiler = inputs.get("compiler") or {}
+    made = inputs.get("built_from") or inputs  # a venv with a wheel built here: that build's compiler, source, wheel
+    compiler = made.get("compiler") or {}
     insert_row(con, "builds", dict(
         target=inputs.get("target"), arch=inputs.get("arch") or build.platform.partition("-")[2] or None,
         compiler=" ".join(compiler[k] for k in ("command", "id", "version") if compiler.get(k)) or None,
-        compiler_flags=inputs.get("compiler_flags"), source_digest=inputs.get("source_sha256") or inputs.get("source_commit"),
-        artifact_sha256=inputs.get("artifact_sha256"),
+        compiler_flags=inputs.get("compiler_flags"), source_digest=made.get("source_sha256") or made.get("source_commit"),
+        artifact_sha256=made.get("artifact_sha256"),
         build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
         python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,
         pip_freeze=build.pip_freeze, build_seconds=build.build_seconds, created_at=build.created_at,

@@ -123,6 +123,9 @@ def test_a_patched_sdist_with_a_staged_tree_becomes_a_cached_wheel_and_an_engine
                           text=True)
     assert done.stdout.strip() == "42", done.stderr   # ANSWER 6 (the patch) times STAGED 7 (the staged tree)
     assert build.engine_version == "1.0" and "tinyext.whl" not in build.inputs["local_wheels"]
+    made = build.inputs["built_from"]   # the venv's builds row traces to the wheel build
+    assert made["wheel_key"] == wheel_key and made["source_sha256"] == inputs["source_sha256"]
+    assert made["compiler"]["id"] == "GNU" and len(made["artifact_sha256"]) == 64
     assert any("faraway @ https://example.invalid" in line and "a direct URL" in line for line in said)
     wheel_record = (cache / "engines" / wheel_key / "servebench-build.json").read_text()
     assert '"artifact_sha256"' in wheel_record and '"source_sha256"' in wheel_record

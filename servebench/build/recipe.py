@@ -35,6 +35,7 @@ class VenvRecipe(BaseModel):
     version_command: list[str] = Field(default_factory=list)  # relative to the venv: what was built, by what
     wheel: "WheelRecipe | None" = None                     # built first (wheel.py), then installed here
     local_wheels: list[str] = Field(default_factory=list)  # wheel files installed --no-deps after `packages`
+    built_from: dict = Field(default_factory=dict)         # the wheel build's key parts (the builds row traces to them)
 
 
 class WheelRecipe(BaseModel):

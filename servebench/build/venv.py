@@ -96,6 +96,8 @@ def build_inputs(recipe: VenvRecipe) -> dict:
             inputs[name] = value
     if recipe.local_wheels:  # a wheel built here is in the key by its content, not by where it lies
         inputs["local_wheels"] = {Path(wheel).name: file_sha256(Path(wheel)) for wheel in recipe.local_wheels}
+    if recipe.built_from:
+        inputs["built_from"] = recipe.built_from
     return inputs
 
 

@@ -267,5 +267,8 @@ def with_built_wheel(recipe: VenvRecipe, build: EngineBuild, log: Callable[[str]
     keep, left_out = wheel_requirements(wheel, recipe.remove)
     for line in left_out:
         log(f"engine build: not installed with {wheel.name}: {line}")
+    made = {name: build.inputs[name] for name in ("source_sha256", "compiler", "artifact_sha256", "patches",
+                                                   "staged_sources", "build_env") if name in build.inputs}
     return recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel)],
-                                     "packages": [*keep, *recipe.packages]})
+                                     "packages": [*keep, *recipe.packages],
+                                     "built_from": {"wheel_key": build.key, "sdist": recipe.wheel.sdist, **made}})
