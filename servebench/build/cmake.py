@@ -156,6 +156,18 @@ def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], No
     fetched = fetch(recipe, cache, log)
     inputs = cmake_inputs(recipe, fetched)
     key = cmake_key(recipe, inputs)
+
+    def make(artifact: Path, log_path: Path) -> EngineBuild:
+        started = time.monotonic()
+        _compile(recipe, inputs, fetched, artifact, log_path, key, log, cache)
+        return _record(recipe, fetched, inputs, key, artifact, round(time.monotonic() - started, 1))
+    return verified_or_built(cache, key, make, log)
+
+
+def verified_or_built(cache: Path, key: str, make: Callable[[Path, Path], EngineBuild],
+                      log: Callable[[str], None]) -> EngineBuild:
+    """The artifact of `key` if its files are still as recorded (sha256), else `make(artifact dir, log
+    path)` under the key's lock, its record written once it returns: the cmake and wheel builders' cache."""
     artifacts = ArtifactCache(cache / "engines")
     found = artifacts.get(key)
     if found is not None:
@@ -167,9 +179,7 @@ def ensure_cmake_build(recipe: CMakeRecipe, cache: Path, log: Callable[[str], No
     with artifacts.building(key, log) as (artifact, found):
         if found is not None:
             return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
-        started = time.monotonic()
-        _compile(recipe, inputs, fetched, artifact, artifacts.log_path(key), key, log, cache)
-        build = _record(recipe, fetched, inputs, key, artifact, round(time.monotonic() - started, 1))
+        build = make(artifact, artifacts.log_path(key))
         artifacts.complete(key, build.model_dump_json(indent=2))
     return build
 

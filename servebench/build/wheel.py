@@ -36,8 +36,8 @@ from typing import Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from servebench.build.cache import ArtifactCache, file_sha256
-from servebench.build.cmake import compiler_cache_env, compiler_identity, verify_artifact
+from servebench.build.cache import file_sha256
+from servebench.build.cmake import compiler_cache_env, compiler_identity, verified_or_built
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import VenvRecipe, WheelRecipe
 from servebench.build.venv import BuildError, EngineBuild, run_step
@@ -186,29 +186,19 @@ def ensure_wheel(recipe: WheelRecipe, cache: Path, log: Callable[[str], None] = 
     sdist = fetch_sdist(recipe.sdist, cache, log)
     inputs = wheel_inputs(recipe, sdist)
     key = wheel_key(recipe, inputs)
-    artifacts = ArtifactCache(cache / "engines")
-    found = artifacts.get(key)
-    if found is not None:
-        build = EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
-        if not (changed := verify_artifact(build)):
-            return build
-        log(f"engine build {key}: {', '.join(changed)} not as built (sha256): building again")
-        artifacts.invalidate(key)
-    with artifacts.building(key, log) as (artifact, found):
-        if found is not None:
-            return EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
+
+    def make(artifact: Path, log_path: Path) -> EngineBuild:
         started = time.monotonic()
         artifact.mkdir(parents=True)
-        with open(artifacts.log_path(key), "w") as out, \
+        with open(log_path, "w") as out, \
                 tempfile.TemporaryDirectory(prefix="servebench-wheel-", dir=scratch_root(cache)) as scratch:
             env = wheel_env(recipe, Path(scratch), cache)
             for title, argv in wheel_steps(recipe, sdist, Path(scratch), artifact):
                 log(f"engine build {key}: {title}")
                 if run_step(argv, out, log, title, started, env=env) != 0:
-                    raise BuildError(f"engine build step '{title}' failed; see {artifacts.log_path(key)}")
-        build = wheel_record(recipe, inputs, key, artifact, round(time.monotonic() - started, 1))
-        artifacts.complete(key, build.model_dump_json(indent=2))
-    return build
+                    raise BuildError(f"engine build step '{title}' failed; see {log_path}")
+        return wheel_record(recipe, inputs, key, artifact, round(time.monotonic() - started, 1))
+    return verified_or_built(cache, key, make, log)
 
 
 def built_wheel(build: EngineBuild) -> Path:
