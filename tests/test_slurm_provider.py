@@ -206,6 +206,20 @@ def srun_clients(job_id: int) -> list[int]:
     return found
 
 
+def processes_naming(needles: tuple[str, ...]) -> list[str]:
+    """'PID cmdline' of every process on this machine (the testbed's hosts share its PIDs) whose command
+    line contains one of the needles."""
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(needle in cmdline for needle in needles):
+            found.append(f"{pid} {cmdline.strip()}")
+    return found
+
+
 def test_allocate_records_the_job_and_its_nodes(provider, testbed):
     print(f"allocation: {', '.join(f'{k} {v * 1000:.0f} ms' for k, v in provider.timings.items())}")
     assert isinstance(provider.job_id, int) and provider.node_list == "h[1-2]"
@@ -391,11 +405,13 @@ def test_a_killed_orchestrators_allocation_cancels_itself_and_leaves_nothing(tes
                "the allocation of the killed orchestrator to cancel itself", 90)
     print(f"job {job_id} gone {time.monotonic() - killed:.1f} s after its orchestrator was killed (lease 30 s)")
     wait_until(lambda: srun_clients(int(job_id)) == [], "the warden's srun client to end", 30)
-    for host in testbed.hosts:  # (the hosts share this machine's PIDs: pgrep on one sees both)
+    # this run's processes only: the module's `provider` fixture holds an allocation (and its warden) throughout
+    ours = ("sleep 600", run_dir, f"servebench-lease-{job_id} ")
+    for host in testbed.hosts:
         def left_on_host() -> str:
-            return subprocess.run(enter_argv(testbed, host) + ["sh", "-c", f"test -e {run_dir} && echo {run_dir}; "
-                                                               "pgrep -af '[s]leep 600|[s]ervebench lease' || true"],
-                                  capture_output=True, text=True, timeout=TIMEOUT_S).stdout.strip()
+            found = subprocess.run(enter_argv(testbed, host) + ["sh", "-c", f"test -e {run_dir} && echo found"],
+                                   capture_output=True, text=True, timeout=TIMEOUT_S).stdout.strip()
+            return "\n".join(([run_dir] if found else []) + processes_naming(ours))  # (one PID space for all hosts)
         try:  # Slurm signals the job's processes, then SIGKILLs them KillWait (5 s here) later
             wait_until(lambda: left_on_host() == "", f"nothing of the run left on {host.name}", 30)
         except AssertionError:
