@@ -5,6 +5,8 @@ records the call: what is tested is the trigger, the real injection is in tests/
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -72,22 +74,33 @@ class ThisHost:
 
 def test_a_signal_hits_the_nodes_own_processes_of_the_run_and_never_an_instrument():
     """Real processes, each `sleep N` with the environment servebench gives it: node a's only the
-    one that names node a and the one that names no node; never node b's, the load generator's
-    (SERVEBENCH_INSTRUMENT) or another run's."""
+    one that names node a, the one that names no node and the one whose parent names node a; never
+    node b's, the load generator's (SERVEBENCH_INSTRUMENT), another run's, or one whose own /proc
+    environment lacks the node's name (as setproctitle can leave a Ray agent's) while its parent
+    names node b."""
     kinds = {61: {"SERVEBENCH_PROCESS": "r1.1", "SERVEBENCH_NODE_NAME": "a"},
              62: {"SERVEBENCH_PROCESS": "r1.2", "SERVEBENCH_NODE_NAME": "ab"},
              63: {"SERVEBENCH_PROCESS": "r1.3", "SERVEBENCH_INSTRUMENT": "1"},
              64: {"SERVEBENCH_PROCESS": "r1.4"},
-             65: {"SERVEBENCH_PROCESS": "r2.1", "SERVEBENCH_NODE_NAME": "a"}}
-    sleeps = {seconds: subprocess.Popen(["sleep", str(seconds)], env={"PATH": "/usr/bin:/bin", **env})
-              for seconds, env in kinds.items()}
+             65: {"SERVEBENCH_PROCESS": "r2.1", "SERVEBENCH_NODE_NAME": "a"},
+             66: {"SERVEBENCH_PROCESS": "r1.6", "SERVEBENCH_NODE_NAME": "ab"},
+             67: {"SERVEBENCH_PROCESS": "r1.7", "SERVEBENCH_NODE_NAME": "a"}}
+    def started(seconds: int, env: dict) -> subprocess.Popen:
+        if seconds < 66:
+            return subprocess.Popen(["sleep", str(seconds)], env={"PATH": "/usr/bin:/bin", **env})
+        # a parent (sh) with the node's name, its child `sleep` without it (`; true`: sh must not exec it)
+        return subprocess.Popen(["sh", "-c", f"env -u SERVEBENCH_NODE_NAME sleep {seconds}; true"],
+                                env={"PATH": "/usr/bin:/bin", **env}, start_new_session=True)
+    sleeps = {seconds: started(seconds, env) for seconds, env in kinds.items()}
     try:
+        time.sleep(0.3)  # the children of sh are running
         done = inject(ThisHost(), NODE, FaultSpec(cell="c", action="kill", node="a", match=r"^sleep 6\d$"))
-        assert sorted(command for _, command in done.hit) == ["sleep 61", "sleep 64"], done
+        assert sorted(command for _, command in done.hit) == ["sleep 61", "sleep 64", "sleep 67"], done
         for seconds, process in sleeps.items():
-            process.wait(timeout=5) if seconds in (61, 64) else None
-            assert (process.poll() is not None) == (seconds in (61, 64)), seconds
+            process.wait(timeout=5) if seconds in (61, 64, 67) else None
+            assert (process.poll() is not None) == (seconds in (61, 64, 67)), seconds
     finally:
         for process in sleeps.values():
-            process.kill()
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL) if process.args[0] == "sh" else process.kill()
             process.wait()

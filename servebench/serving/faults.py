@@ -28,28 +28,48 @@ SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 # argv: mark prefix, regex, signal number, node name. Prints [[pid, command], ...] of the processes
 # signalled. Left alone: servebench's own measuring processes (SERVEBENCH_INSTRUMENT: the load
 # generator, samplers, scraper: a fault is the deployment's, never the instrument's), and a process
-# that says it belongs to another node (SERVEBENCH_NODE_NAME, set for a Ray node's daemons and
-# workers and for vLLM's ranks): nodes simulated on one host (the local provider) each lose only
-# their own processes.
+# that belongs to another node (SERVEBENCH_NODE_NAME, set for a Ray node's daemons and workers and
+# for vLLM's ranks): nodes simulated on one host (the local provider) each lose only their own
+# processes. Each variable is read from the process's environment or, failing that, from its
+# nearest ancestor's: a process that sets its title (setproctitle: Ray's `ray::DashboardAgent`,
+# `ray::RuntimeEnvAgent`, workers) may overwrite the start of what /proc shows of its environment,
+# and a CI run lost the head's agents (and so the head) to a fault aimed at the other node that way.
 SIGNAL_SCRIPT = r"""
 import json, os, re, sys
-prefix, pattern, number = sys.argv[1].encode(), re.compile(sys.argv[2]), int(sys.argv[3])
-other_node = re.compile(rb"SERVEBENCH_NODE_NAME=(?!" + re.escape(sys.argv[4].encode()) + rb"$)")
-hit = []
+prefix, pattern, number, node = sys.argv[1].encode(), re.compile(sys.argv[2]), int(sys.argv[3]), sys.argv[4].encode()
+KEYS = (b"SERVEBENCH_PROCESS", b"SERVEBENCH_NODE_NAME", b"SERVEBENCH_INSTRUMENT")
+processes = {}
 for name in os.listdir("/proc"):
     if not name.isdigit() or int(name) == os.getpid():
         continue
     try:
         environ = open(f"/proc/{name}/environ", "rb").read().split(b"\0")
         command = open(f"/proc/{name}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
+        parent = int(open(f"/proc/{name}/stat", "rb").read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         continue
-    if b"SERVEBENCH_INSTRUMENT=1" in environ or any(other_node.match(entry) for entry in environ):
+    found = dict(entry.split(b"=", 1) for entry in environ if entry.split(b"=", 1)[0] in KEYS and b"=" in entry)
+    processes[int(name)] = (parent, command, found)
+
+def inherited(pid, key):
+    seen = set()
+    while pid in processes and pid not in seen:
+        seen.add(pid)
+        parent, _, found = processes[pid]
+        if key in found:
+            return found[key]
+        pid = parent
+    return None
+
+hit = []
+for pid, (_, command, _) in processes.items():
+    owner, mark = inherited(pid, b"SERVEBENCH_NODE_NAME"), inherited(pid, b"SERVEBENCH_PROCESS")
+    if inherited(pid, b"SERVEBENCH_INSTRUMENT") == b"1" or (owner is not None and owner != node):
         continue
-    if any(entry.startswith(b"SERVEBENCH_PROCESS=" + prefix) for entry in environ) and pattern.search(command):
+    if mark is not None and mark.startswith(prefix) and pattern.search(command):
         try:
-            os.kill(int(name), number)
-            hit.append([int(name), command if len(command) <= 200 else command[:120] + " ... " + command[-77:]])
+            os.kill(pid, number)
+            hit.append([pid, command if len(command) <= 200 else command[:120] + " ... " + command[-77:]])
         except OSError:
             pass
 print(json.dumps(hit))

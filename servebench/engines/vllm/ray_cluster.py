@@ -287,13 +287,18 @@ def _wait_forgotten(provider: Provider, cluster: RayCluster, lost: list[int], ti
     """Until the GCS lists none of the lost nodes as alive (its health checks: tens of seconds)."""
     ports = {cluster.plans[index].node_manager_port for index in lost}
     started = time.monotonic()
+    answered = False
     while time.monotonic() - started < timeout_s:
         alive = alive_node_manager_ports(provider, cluster.head, cluster.engine_python, cluster.address)
+        answered = answered or alive is not None
         if alive is not None and not alive & ports:
             return
         time.sleep(POLL_S)
-    raise RayClusterError(f"the GCS still lists the lost Ray node(s) "
-                          f"{', '.join(cluster.plans[i].node.name for i in lost)} as alive after {timeout_s:.0f} s")
+    names = ", ".join(cluster.plans[i].node.name for i in lost)
+    if not answered:  # a driver on the head could not even connect: the head itself is not well
+        raise RayClusterError(f"the Ray head did not answer whether the lost node(s) {names} are gone, for "
+                              f"{timeout_s:.0f} s (no driver could connect on {cluster.head.name})")
+    raise RayClusterError(f"the GCS still lists the lost Ray node(s) {names} as alive after {timeout_s:.0f} s")
 
 
 def stop_cluster(provider: Provider, cluster: RayCluster) -> list[str]:
