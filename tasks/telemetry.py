@@ -91,6 +91,13 @@ def start_node_sampler(d: "Deployment", mode: str, node: Node, pids: list[int], 
     telemetry.node_files.append(path)
 
 
+def _ended(process: NodeProcess) -> bool:
+    try:
+        return not process.alive()
+    except Exception:  # the node or its allocation is gone: stop() reports that
+        return False
+
+
 @task(name="stop-telemetry", cache_policy=NONE)
 def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     """Every sampler and the scraper (on this host) are stopped even when one node's sampler
@@ -99,8 +106,12 @@ def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     failures = []
     try:
         for process in telemetry.node_processes:
+            ended_by_itself = _ended(process)
             try:
-                provider.stop(process, grace_s=5)
+                code = provider.stop(process, grace_s=5)
+                if ended_by_itself:  # a sampler runs until stopped: this one died (its log says why)
+                    reporter().note(f"the node sampler on {getattr(process, 'node', '?')} had ended by itself "
+                                    f"(exit {code}): that node has no telemetry for the cell; {process.log_path}")
             except Exception as exc:
                 failures.append(f"{getattr(process, 'node', '?')}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
         for path, (raw, offset) in telemetry.remote_samples.items():

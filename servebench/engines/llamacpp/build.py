@@ -29,6 +29,9 @@ BASE_CMAKE_ARGS = ["-DGGML_RPC=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SER
 PIP_OPTIONS = ["--no-binary", "llama-cpp-python", "--no-cache-dir",
                "--config-settings=wheel.install-dir=${SKBUILD_DATA_DIR}"]
 TOOLS = ("llama-server", "ggml-rpc-server")
+# On a node that is not this host the node sampler (servebench/telemetry/node_sampler.py) runs with the
+# engine build's python, and needs psutil, which llama-cpp-python does not bring (vLLM does).
+SAMPLER_PACKAGE = "psutil==7.2.2"
 
 
 def cmake_args(spec: LlamaCppEngineSpec) -> list[str]:
@@ -61,7 +64,7 @@ def build_recipe(spec: LlamaCppEngineSpec, kind: str) -> VenvRecipe | CMakeRecip
                            version_command=["bin/llama-server", "--version"])
     distribution = spec.package.split("==")[0].strip()
     return VenvRecipe(
-        engine=kind, packages=[spec.package], pip_options=list(PIP_OPTIONS),
+        engine=kind, packages=[spec.package, SAMPLER_PACKAGE], pip_options=list(PIP_OPTIONS),
         build_env={"CMAKE_ARGS": " ".join(cmake_args(spec))},
         host_cpu_flags=host_cpu_flags() if spec.cpu == "native" else [],
         version_distribution=distribution, engine_package=False,
