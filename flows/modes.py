@@ -123,10 +123,12 @@ def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: T
     settings). If it does not start, that raises and the mode's remaining cells fail with it."""
     reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
     stop_server_and_telemetry(ctx, server, telemetry, gate)
-    restarted, telemetry = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
+    restarted, fresh = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
         ctx.engine_run(mode).deployment_for(mode), mode)
+    # the mode's samples land as one set (land_samples replaces the mode's rows): the earlier servers' too
+    fresh.node_files[:0], fresh.server_files[:0] = telemetry.node_files, telemetry.server_files
     land_mode_server(ctx, restarted, "ready", gate)
-    return restarted, telemetry
+    return restarted, fresh
 
 
 def apply_link(ctx: RunContext, cell: Cell) -> str | None:

@@ -48,15 +48,16 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     out = Path(d.run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
     telemetry = Telemetry(mode=server.mode)
+    stem = files_stem(out, server.mode)
     shared = d.shared.pids_by_node() if d.shared is not None else {}
     pids_by_node = engine_pids(server, d.sampled_nodes, shared)
     for node in d.sampled_nodes:
         try:
-            start_node_sampler(d, server.mode, node, pids_by_node[node.name], out, telemetry)
+            start_node_sampler(d, stem, node, pids_by_node[node.name], out, telemetry)
         except Exception as exc:  # a node gone (its host unreachable) must not keep the others' modes from serving
             reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-    path = out / f"{server.mode}.server.jsonl"
+    path = out / f"{stem}.server.jsonl"
     metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
     if d.engine.state_sampler:
         metrics += ["--state", d.engine.state_sampler]
@@ -64,28 +65,40 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
             "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
     mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper",  # a resume finds it if we are killed
             node_tools.INSTRUMENT_VARIABLE: "1"}
-    telemetry.scraper = ManagedProcess.start(argv, env=os.environ | mark, log_path=out / f"{server.mode}.server.log")
+    telemetry.scraper = ManagedProcess.start(argv, env=os.environ | mark, log_path=out / f"{stem}.server.log")
     telemetry.server_files.append(path)
     return telemetry
 
 
-def start_node_sampler(d: "Deployment", mode: str, node: Node, pids: list[int], out: Path,
+def files_stem(out: Path, mode: str) -> str:
+    """The name the telemetry files of this start of the mode's server begin with: the mode's name,
+    or `<mode>.<n>` for its n-th start in the run (a server restarted after a fault: the samples of
+    the cells before the restart are kept, not overwritten)."""
+    stem, n = mode, 1
+    while (out / f"{stem}.server.log").exists():
+        n += 1
+        stem = f"{mode}.{n}"
+    return stem
+
+
+def start_node_sampler(d: "Deployment", stem: str, node: Node, pids: list[int], out: Path,
                        telemetry: Telemetry) -> None:
     """The node's sampler, following the mode's processes there; its samples land in
-    `<mode>.node.<node>.jsonl`, in the orchestrator's time base."""
-    path = out / f"{mode}.node.{node.name}.jsonl"
+    `<stem>.node.<node>.jsonl`, in the orchestrator's time base."""
+    path = out / f"{stem}.node.{node.name}.jsonl"
     flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
              "--hz", f"{d.campaign.telemetry.node_hz:g}"]
     offset = d.clock_offsets.get(node.name)
     if offset is None:  # this host: the project's python, samples straight into the run directory
         argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
         process = d.provider.start(node, argv, {node_tools.INSTRUMENT_VARIABLE: "1"},
-                                   out / f"{mode}.node.{node.name}.log")
+                                   out / f"{stem}.node.{node.name}.log")
     else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
         # samples go to stdout, which the provider brings back as the process's log
-        raw = out / f"{mode}.node.{node.name}.raw.jsonl"
+        raw = out / f"{stem}.node.{node.name}.raw.jsonl"
         argv = [d.build.python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
-        process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or ""}, raw)
+        process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or "",
+                                                node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
         telemetry.remote_samples[path] = (raw, offset)
     telemetry.node_processes.append(process)
     telemetry.node_files.append(path)
