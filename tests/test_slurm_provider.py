@@ -192,32 +192,30 @@ def slurm(layout, *argv: str) -> subprocess.CompletedProcess:
                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
-def srun_clients(job_id: int) -> list[int]:
-    """Processes on this machine whose command line names the job (srun clients of it), not zombies."""
+def live_processes() -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process on this machine but this one and zombies (the testbed's hosts share
+    its PIDs: one listing sees them all)."""
     found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmdline and cmdline[0].endswith(b"srun") and f"--jobid={job_id}".encode() in cmdline and state != "Z":
-            found.append(int(pid))
+        if state != "Z":
+            found.append((pid, argv))
     return found
+
+
+def srun_clients(job_id: int) -> list[int]:
+    """Processes on this machine whose command line names the job (srun clients of it)."""
+    return [pid for pid, argv in live_processes() if argv[0].endswith(b"srun") and f"--jobid={job_id}".encode() in argv]
 
 
 def processes_naming(needles: tuple[str, ...]) -> list[str]:
-    """'PID cmdline' of every process on this machine (the testbed's hosts share its PIDs) whose command
-    line contains one of the needles."""
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(needle in cmdline for needle in needles):
-            found.append(f"{pid} {cmdline.strip()}")
-    return found
+    """'PID cmdline' of every process on this machine whose command line contains one of the needles."""
+    lines = [f"{pid} {b' '.join(argv).decode(errors='replace').strip()}" for pid, argv in live_processes()]
+    return [line for line in lines if any(needle in line.split(" ", 1)[1] for needle in needles)]
 
 
 def test_allocate_records_the_job_and_its_nodes(provider, testbed):
