@@ -119,14 +119,14 @@ def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     failures = []
     try:
         for process in telemetry.node_processes:
-            ended_by_itself = _ended(process)
+            node, ended_by_itself = getattr(process, "node", "?"), _ended(process)
             try:
                 code = provider.stop(process, grace_s=5)
                 if ended_by_itself:  # a sampler runs until stopped: this one died (its log says why)
-                    reporter().note(f"the node sampler on {getattr(process, 'node', '?')} had ended by itself "
-                                    f"(exit {code}): that node has no telemetry for the cell; {process.log_path}")
+                    reporter().note(f"the node sampler on {node} had ended by itself (exit {code}): that node "
+                                    f"has no telemetry for the cell; {process.log_path}")
             except Exception as exc:
-                failures.append(f"{getattr(process, 'node', '?')}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+                failures.append(f"{node}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
         for path, (raw, offset) in telemetry.remote_samples.items():
             rewrite_in_orchestrator_time(raw, path, offset)
     finally:

@@ -48,7 +48,7 @@ for name in os.listdir("/proc"):
         parent = int(open(f"/proc/{name}/stat", "rb").read().rsplit(b")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         continue
-    found = dict(entry.split(b"=", 1) for entry in environ if entry.split(b"=", 1)[0] in KEYS and b"=" in entry)
+    found = {key: value for key, _, value in (entry.partition(b"=") for entry in environ) if key in KEYS}
     processes[int(name)] = (parent, command, found)
 
 def inherited(pid, key):
