@@ -219,6 +219,8 @@ def deploy(ctx: RunContext) -> None:
         reporter().stage(f"starting the services the{named} modes share, if any")
         modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
         shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
+        for line in shared.notes if shared is not None else []:
+            reporter().stage(line)
         run.deployment = replace(run.deployment, shared=shared)
         served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
         placements += deploy_build_variants(ctx, run, served, servers, inventories)  # a commit axis's too

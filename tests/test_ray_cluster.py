@@ -214,6 +214,10 @@ def test_a_node_whose_ray_start_fails_is_stopped_by_pid_and_started_again(stand_
         raylet = int((tmp_path / "ray" / "ray-node1.log").read_text().split()[1])
         assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE
         assert "Ray runtime started." in (tmp_path / "ray" / "ray-node1.2.log").read_text()
+        # the run says why it started node1 twice (a whole attempt's timeout otherwise unexplained)
+        [note] = cluster.notes
+        assert note.startswith("Ray node node1 attempt 1: `ray start` exited with code 1 after ") and \
+            TIMED_OUT[:40] in note and "ray-node1.log" in note, note
         logs = Path(temp_root) / "1.2" / "session_latest" / "logs"
         logs.mkdir(parents=True)
         (logs / "raylet.out").write_text("raylet started\n")

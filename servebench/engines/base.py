@@ -115,6 +115,8 @@ class PortSource(Protocol):
 class SharedServices(Protocol):
     """Processes an engine runs for the whole campaign (a Ray cluster)."""
 
+    notes: list[str]  # what starting them had to do beyond the plan (a retried node start), a line each
+
     def pids_by_node(self) -> dict[str, list[int]]:
         """The services' PIDs on each node, for the node samplers to follow."""
 

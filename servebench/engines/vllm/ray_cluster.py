@@ -12,9 +12,10 @@ ray/ray-logs/ and the temp root is removed.
 Start-up is made for a busy host (two cores, both taken): every `ray start` gets longer
 start-up timeouts (`RAY_STARTUP_ENV`); the nodes start one at a time, each once the head
 lists the one before as alive; a node whose `ray start` fails is stopped by PID and
-started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times; and
-a node that still fails raises an error naming the node, each attempt, its exit code,
-and the end of its `ray start` output and of its raylet and GCS logs.
+started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times (each
+retry is said: `RayCluster.notes`, which the run prints); and a node that still fails
+raises an error naming the node, each attempt, its exit code, and the end of its
+`ray start` output and of its raylet and GCS logs.
 """
 
 from __future__ import annotations
@@ -124,10 +125,14 @@ class RayCluster:
     ready_seconds: float | None = None
     log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
     engine_python: str = ""            # the engine venv's python (asks the GCS which nodes are alive)
+    notes: list[str] = field(default_factory=list)  # a start attempt that failed and was retried, a line each
 
     def repair(self, provider: Provider) -> list[str]:
-        """Start again the nodes that were lost (a fault, an OOM kill): what was done, one line each."""
-        return restart_lost_nodes(provider, self)
+        """Start again the nodes that were lost (a fault, an OOM kill): what was done, one line each
+        (a retried start among them)."""
+        noted = len(self.notes)
+        said = restart_lost_nodes(provider, self)
+        return said + self.notes[noted:]
 
     def pids_by_node(self) -> dict[str, list[int]]:
         """Each node's `ray start --block` process, for that node's sampler to follow."""
@@ -356,6 +361,7 @@ def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_pyth
         provider.stop(process)  # by PID, with all it spawned; never `ray stop`
         if not should_retry(failure, plan.attempt, attempts):
             raise RayClusterError(start_failure_message(failures))
+        cluster.notes.append(retry_note(failure))
         cluster.plans = replan_node(cluster.plans, index, provider)
         cluster.address = cluster.plans[0].gcs_address
 
@@ -462,6 +468,14 @@ def tail_lines(path: Path | str, count: int = TAIL_LINES, width: int = 300) -> l
         return [f"(could not read: {exc})"]
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     return [line if len(line) <= width else line[:width] + " ..." for line in lines[-count:]]
+
+
+def retry_note(failure: NodeStartFailure) -> str:
+    """One line for a start attempt that failed and is tried again: the run says it, so a slow
+    start-up (a whole attempt's timeout) is explained where it is seen."""
+    last = f": {failure.output_tail[-1].strip()}" if failure.output_tail else ""
+    return (f"Ray node {failure.node} attempt {failure.attempt}: {failure.what}{last[:200]} (output: "
+            f"{failure.output_path}); starting it again with fresh ports and temp dir")
 
 
 def start_failure_message(failures: list[NodeStartFailure], headline: str | None = None) -> str:
