@@ -96,7 +96,11 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
     db = tmp_path / "nightly.duckdb"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL":
            f"http://127.0.0.1:{port}/api", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "SERVEBENCH_RUNS": str(tmp_path / "runs"), "PREFECT_LOGGING_LEVEL": "WARNING"}
+           "SERVEBENCH_RUNS": str(tmp_path / "runs"), "PREFECT_LOGGING_LEVEL": "WARNING",
+           # Prefect's worker keeps the flow's code in <TMPDIR>/runner_storage/<uuid>, left there when
+           # the worker is stopped: the test's own temp dir (a run's scratch still goes to /tmp: short)
+           "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
     env.pop("SERVEBENCH_WAREHOUSE", None)
     shm_before = shm_entries()
     server = start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env,

@@ -42,7 +42,8 @@ def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
             "--log-level", "error", "--lifespan", "on"]
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    log = Path(tempfile.gettempdir()) / f"servebench-prefect-api-{port}.log"
+    log = api_log(os.getpid())
+    remove_logs_of_killed_commands()
     server = ManagedProcess.start(argv, env=env, log_path=log, die_with_parent=True)  # even if we are SIGKILLed
     url = f"http://127.0.0.1:{port}/api"
     try:
@@ -54,6 +55,30 @@ def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
         os.environ.pop("PREFECT_API_URL", None)
         server.stop(grace_s=10)
         log.unlink(missing_ok=True)
+
+
+def api_log(pid: int) -> Path:
+    """The temporary server's output, named by the command's PID: removed when the command ends,
+    or by the next command if this one was SIGKILLed (no `finally` runs then)."""
+    return Path(tempfile.gettempdir()) / f"servebench-prefect-api-{pid}.log"
+
+
+def remove_logs_of_killed_commands() -> None:
+    """The logs of temporary servers whose command no longer runs."""
+    for log in api_log(0).parent.glob("servebench-prefect-api-*.log"):
+        pid = log.name.removeprefix("servebench-prefect-api-").removesuffix(".log")
+        if pid.isdigit() and not _running(int(pid)):
+            log.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _drain_prefect_services(timeout_s: float = 20.0) -> None:

@@ -18,6 +18,9 @@ from servebench.providers.base import Node
 from servebench.providers.claims import this_host_cpu_claims
 
 
+SHORT_TMP = 20  # a temp dir longer than this is not used for the scratch directory
+
+
 class ThisHostProcesses:
     """The process half of the Provider interface for nodes on this host; `command` says how
     argv runs on a node (the local provider pins it to the node's CPUs)."""
@@ -38,8 +41,12 @@ class ThisHostProcesses:
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
               unset: list[str] = ()) -> ManagedProcess:
+        """The process gets the run's scratch directory as TMPDIR (as on a remote node): what an
+        engine leaves in its temp dir when it is killed (vLLM's ZeroMQ sockets and `vllm_dist_*`
+        rendezvous files) goes with that directory at release, never stays in /tmp."""
         mark = {node_tools.MARK_VARIABLE: f"{self.run_id}.{len(self._started) + 1}"}
-        full_env = {k: v for k, v in os.environ.items() if k not in unset} | env | mark
+        inherited = {k: v for k, v in os.environ.items() if k not in unset}
+        full_env = inherited | {"TMPDIR": self.scratch_dir(node)} | env | mark
         process = ManagedProcess.start(self.command(node, argv), env=full_env, log_path=log_path)
         self._started.append(process)
         return process
@@ -74,9 +81,11 @@ class ThisHostProcesses:
         return node_tools.tree_digest(path)
 
     def scratch_dir(self, node: Node) -> str:
-        """One directory of this run on this host (every node here shares it), made when first asked."""
+        """One directory of this run on this host (every node here shares it), made when first asked;
+        named by the run's tag, so a resume of a killed run finds (and removes) it."""
         if self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="servebench-run-")
+            self._scratch = scratch_path(self.run_id)
+            os.makedirs(self._scratch, mode=0o700, exist_ok=True)
         return self._scratch
 
     def clock_offset(self, node: Node) -> float | None:
@@ -91,8 +100,10 @@ class ThisHostProcesses:
 
     def reclaim(self, record: dict) -> list[str]:
         """The killed orchestrator's processes on this host: every one carrying the run's mark
-        (servers, samplers, the scraper, a load generator), stopped by PID."""
+        (servers, samplers, the scraper, a load generator), stopped by PID; then its scratch directory
+        (the processes' TMPDIR) goes."""
         found = node_tools.stop_marked(f"{self.run_id}.", grace_s=5.0)
+        shutil.rmtree(scratch_path(self.run_id), ignore_errors=True)
         return [f"this host: stopped {len(found)} process(es) of the run: {found}"] if found else []
 
     def stop_leftovers(self) -> int:
@@ -106,3 +117,11 @@ class ThisHostProcesses:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
         return len(left)
+
+
+def scratch_path(run_tag: str) -> str:
+    """The run's scratch directory on this host, in the temp dir or /tmp when that is long: the
+    Unix socket paths an engine makes in it must stay under 108 bytes (vLLM's are 37 bytes
+    more: a UUID)."""
+    base = tempfile.gettempdir()
+    return os.path.join(base if len(base) <= SHORT_TMP else "/tmp", f"servebench-run-{run_tag}")

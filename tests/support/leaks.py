@@ -1,12 +1,14 @@
 """What a test may leave behind, seen from this machine: processes, /dev/shm entries, network
-namespaces, ssh masters. Only what appeared during the test counts (a module's fixture, a
+namespaces, ssh masters, entries in the temp dir (a killed engine's sockets, a run's scratch). Only what appeared during the test counts (a module's fixture, a
 testbed, may hold things across its tests). `snapshot` before the test, `leaks_since` after it (waiting a little
 for what is still ending), `stop_leaked` by PID."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +17,9 @@ import psutil
 from servebench.providers import node_tools
 
 HARNESS_MARKERS = ("prefect.server", "prefect/server")  # a Prefect test harness a fixture may keep
+# what may appear in the temp dir and stay: pytest's own, caches made once per machine (torch's
+# compiled headers, the JVM's), the claims directory (lock files, kept by design: claims.py)
+KEPT_IN_TMP = ("pytest-of-*", "torchinductor_*", "hsperfdata_*", "servebench-claims")
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,7 @@ class Snapshot:
     shm: frozenset[str]
     netns: frozenset[str]
     masters: frozenset[int]
+    tmp: frozenset[str]
 
 
 @dataclass
@@ -32,18 +38,20 @@ class Leaks:
     ours: set[int] = field(default_factory=set)     # descendants of this process: stopped after reporting
     shm: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
+    tmp: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.shm or self.netns)
+        return bool(self.processes or self.shm or self.netns or self.tmp)
 
     def describe(self) -> list[str]:
         return ([f"process {pid}: {what}" for pid, what in sorted(self.processes.items())]
-                + [f"/dev/shm/{name}" for name in self.shm] + [f"network namespace {name}" for name in self.netns])
+                + [f"/dev/shm/{name}" for name in self.shm] + [f"network namespace {name}" for name in self.netns]
+                + [os.path.join(tempfile.gettempdir(), name) for name in self.tmp])
 
 
 def snapshot() -> Snapshot:
     return Snapshot(frozenset(p.pid for p in psutil.Process().children(recursive=True)), frozenset(_marked()),
-                    frozenset(_shm()), frozenset(_netns()), frozenset(_masters()))
+                    frozenset(_shm()), frozenset(_netns()), frozenset(_masters()), frozenset(_tmp()))
 
 
 def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
@@ -83,6 +91,7 @@ def _found(before: Snapshot) -> Leaks:
         leaks.processes[pid] = "ssh master of a run (not stopped here)"
     leaks.shm = sorted(set(_shm()) - before.shm)
     leaks.netns = sorted(set(_netns()) - before.netns)
+    leaks.tmp = sorted(set(_tmp()) - before.tmp)
     return leaks
 
 
@@ -111,6 +120,21 @@ def _netns() -> list[str]:
         return os.listdir("/run/netns")
     except OSError:
         return []
+
+
+def _tmp() -> list[str]:
+    """The temp dir's entries, less what may stay (KEPT_IN_TMP)."""
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        return []
+    return [name for name in names if not any(fnmatch.fnmatch(name, kept) for kept in KEPT_IN_TMP)
+            and not _prefect_harness_db(name)]
+
+
+def _prefect_harness_db(name: str) -> bool:
+    """prefect_test_harness's database directory (mkdtemp): Prefect removes it at interpreter exit."""
+    return os.path.exists(os.path.join(tempfile.gettempdir(), name, "prefect-test.db"))
 
 
 def _masters() -> list[int]:
