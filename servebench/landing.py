@@ -169,21 +169,32 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
         knobs=knobs_json(cell.mode.knobs))
-    with tempfile.TemporaryDirectory() as scratch:
-        if requests_csv is None and (result or {}).get("requests"):
-            requests_csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
-        con.execute("begin transaction")
-        try:
-            con.execute("delete from requests where cell_id = ?", [cid])
-            con.execute("delete from cells where cell_id = ?", [cid])
-            insert_row(con, "cells", row)
-            if requests_csv is not None:
-                _insert_requests_csv(con, run_id, cid, requests_csv)
-            con.execute("commit")
-        except Exception:
-            con.execute("rollback")
-            raise
+    if requests_csv is None and (result or {}).get("requests"):
+        # next to the result file (in the run's directory), so an orchestrator killed while landing
+        # leaves nothing in /tmp
+        near = str(Path(result_path).parent) if result_path and Path(result_path).parent.is_dir() else None
+        with tempfile.TemporaryDirectory(dir=near, prefix=".landing-") as scratch:
+            csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
+            _replace_cell_rows(con, run_id, cid, row, csv)
+    else:
+        _replace_cell_rows(con, run_id, cid, row, requests_csv)
     return cid
+
+
+def _replace_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, row: dict,
+                       requests_csv: Path | None) -> None:
+    """The cell's row and its request rows, in one transaction."""
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from requests where cell_id = ?", [cid])
+        con.execute("delete from cells where cell_id = ?", [cid])
+        insert_row(con, "cells", row)
+        if requests_csv is not None:
+            _insert_requests_csv(con, run_id, cid, requests_csv)
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
 
 
 def _client_columns(client: dict | None) -> dict:
