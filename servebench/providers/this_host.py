@@ -18,9 +18,6 @@ from servebench.providers.base import Node
 from servebench.providers.claims import this_host_cpu_claims
 
 
-SHORT_TMP = 20  # a temp dir longer than this is not used for the scratch directory
-
-
 class ThisHostProcesses:
     """The process half of the Provider interface for nodes on this host; `command` says how
     argv runs on a node (the local provider pins it to the node's CPUs)."""
@@ -123,5 +120,11 @@ def scratch_path(run_tag: str) -> str:
     """The run's scratch directory on this host, in the temp dir or /tmp when that is long: the
     Unix socket paths an engine makes in it must stay under 108 bytes (vLLM's are 37 bytes
     more: a UUID)."""
-    base = tempfile.gettempdir()
-    return os.path.join(base if len(base) <= SHORT_TMP else "/tmp", f"servebench-run-{run_tag}")
+    return os.path.join(short_tmp_dir(), f"servebench-run-{run_tag}")
+
+
+def short_tmp_dir() -> str:
+    """The temp dir, or /tmp when TMPDIR is too long to hold the Unix socket paths an engine or
+    Ray makes under it."""
+    default = tempfile.gettempdir()
+    return default if len(default) <= 20 else "/tmp"

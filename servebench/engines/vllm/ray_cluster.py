@@ -26,7 +26,6 @@ import re
 import secrets
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from servebench.providers import Node, NodeProcess, Provider
-from servebench.providers.this_host import ThisHostProcesses
+from servebench.providers.this_host import ThisHostProcesses, short_tmp_dir
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
 WORKER_PORTS = 100
@@ -181,7 +180,7 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
     makes the directories). Every port is picked on the node that binds it (`ports`).
     """
     ports = ports or ThisHostProcesses()  # this host's ports (the unit tests give no provider)
-    root = temp_root or f"{_short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
+    root = temp_root or f"{short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
     base_env = {**ray_startup_env(os.environ), **engine_env}
@@ -502,12 +501,6 @@ def _flag_value(argv: list[str], flag: str) -> str:
 def _with_flag_value(argv: list[str], flag: str, value: str) -> list[str]:
     at = argv.index(flag) + 1
     return [*argv[:at], value, *argv[at + 1:]]
-
-
-def _short_tmp_dir() -> str:
-    """The temp dir, or /tmp when TMPDIR is too long to hold Ray's socket paths."""
-    default = tempfile.gettempdir()
-    return default if len(default) <= 20 else "/tmp"
 
 
 def _check_socket_path_length(root: str) -> None:
