@@ -41,11 +41,11 @@ def place_artifacts(provider: Provider, servers: list[Node], client: Node | None
     load_tree = None
     if client is not None:
         load_tree = load_generator_tree(cache_dir(), project_dir())
-        trees[client.name] = {"engine": engine, "tools": tools, "load-generator": load_tree}
+        trees[client.name] = {"tools": tools, "load-generator": load_tree}  # it runs no engine
     nodes = servers + ([client] if client is not None else [])
     python = build.python if build.python_version else None  # a cmake build is binaries only
     placements = place_on_nodes(provider, nodes, inventories, trees, python, build.platform,
                                 log=reporter().note)
     if client is not None:
-        check_load_generator_runs(provider, client, build.python, load_tree)
+        check_load_generator_runs(provider, client, provider.node_python(client), load_tree)
     return Placed(placements, str(tools), str(load_tree) if load_tree else None)

@@ -43,7 +43,7 @@ class ClientNode:
 
     provider: Provider
     node: Node
-    python: str                     # the engine build's python, placed on the node
+    python: str                     # the node's python3 (Provider.node_python)
     tree: str                       # the load generator's tree, placed on the node
     clock_offset_s: float | None    # the node's wall clock ahead of ours (None: this host)
 

@@ -93,10 +93,10 @@ def start_node_sampler(d: "Deployment", stem: str, node: Node, pids: list[int], 
         argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
         process = d.provider.start(node, argv, {node_tools.INSTRUMENT_VARIABLE: "1"},
                                    out / f"{stem}.node.{node.name}.log")
-    else:  # another host: the engine build's python (it has psutil) with the node tools placed there;
+    else:  # another host: the node's python3 with the node tools placed there (standard library only);
         # samples go to stdout, which the provider brings back as the process's log
         raw = out / f"{stem}.node.{node.name}.raw.jsonl"
-        argv = [d.build.python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
+        argv = [d.provider.node_python(node), "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
         process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or "",
                                                 node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
         telemetry.remote_samples[path] = (raw, offset)

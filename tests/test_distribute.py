@@ -121,17 +121,23 @@ def test_a_node_of_another_architecture_or_whose_python_does_not_run_is_refused_
         check_python_runs(provider, NODE, "/nonexistent/python", "linux-x86_64")
 
 
-def test_the_node_tools_tree_runs_the_sampler_without_servebench(tmp_path):
+def test_the_node_tools_tree_runs_the_sampler_with_the_standard_library_alone(tmp_path):
     tools = node_tools_tree(tmp_path, project_dir())
     assert node_tools_tree(tmp_path, project_dir()) == tools
     out = tmp_path / "s.jsonl"
     import subprocess
-    done = subprocess.run([sys.executable, "-I", "-c",  # -I: no user site, no cwd: only PYTHONPATH's tree
+    watched = subprocess.Popen(["sleep", "1"])  # the sampler stops by itself when it is gone
+    # -I -S: no site-packages (no psutil), no cwd: the standard library and the tree, as on a node's python3
+    done = subprocess.run([sys.executable, "-I", "-S", "-c",
                            "import sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[1:]; "
                            "import runpy; runpy.run_module('servebench.telemetry.node_sampler', run_name='__main__')",
-                           str(tools), "--node", "n1", "--cpus", "0", "--pids", "999999999", "--hz", "20",
+                           str(tools), "--node", "n1", "--cpus", "0", "--pids", str(watched.pid), "--hz", "20",
                            "--out", str(out)], capture_output=True, text=True, timeout=60)
+    watched.wait()
     assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) >= 3 and all(row["engine_processes"] == 1 and row["engine_rss_bytes"] > 0 for row in rows[:-1])
+    assert set(rows[-1]["cpu_pct_per_core"]) == {"0"} and rows[-1]["mem_available_bytes"] > 0 and "lo" in rows[-1]["net"]
     assert sorted(p.relative_to(tools).as_posix() for p in tools.rglob("*.py")) == [
         "servebench/__init__.py", "servebench/telemetry/__init__.py", "servebench/telemetry/node_sampler.py",
         "servebench/telemetry/periodic.py"]

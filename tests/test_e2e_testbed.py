@@ -75,7 +75,7 @@ def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
     for node, _, offset, placements, role in nodes:
         assert offset is not None and abs(offset) < 1.0, (node, offset)  # one machine: the clocks agree
         hows = {p["what"]: p["how"] for p in __import__("json").loads(placements)}
-        trees = {"engine", "tools", "load-generator"} if role == "client" else {"engine", "model", "tools"}
+        trees = {"tools", "load-generator"} if role == "client" else {"engine", "model", "tools"}
         assert set(hows) == trees and set(hows.values()) <= {"copied", "present"}, hows
 
     # samples from every host (the client's too), in the orchestrator's time base, where the generator's

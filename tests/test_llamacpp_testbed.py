@@ -67,7 +67,7 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
     assert rpc[1] == "passed", servers   # the answers over RPC equal the single-process reference's
     endpoints = rpc[2][rpc[2].index("--rpc") + 1].split(",")
     assert [e.rsplit(":", 1)[0] for e in endpoints] == [h.address for h in layout.hosts], endpoints
-    # both hosts' node samplers ran (with the build's python, which must bring psutil) inside the cell
+    # both hosts' node samplers ran (with the host's python3, standard library only) inside the cell
     assert sorted(n for (n,) in sampled) == [h.name for h in layout.hosts], sampled
     for node, trees in placements:
         assert {p["what"] for p in __import__("json").loads(trees)} >= {"engine", "model"}, (node, trees)

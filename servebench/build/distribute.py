@@ -59,8 +59,8 @@ def local_digest(path: Path) -> str:
 
 
 def node_tools_tree(cache: Path, project_dir: Path) -> Path:
-    """The node sampler as a tree of its own (standard library and psutil: it runs with the engine
-    build's python on a node that has no servebench), cached by its content."""
+    """The node sampler as a tree of its own (standard library only: it runs with the node's python3
+    on a node that has no servebench), cached by its content."""
     digest = hashlib.sha256()
     for name in SAMPLER_FILES:
         digest.update(name.encode() + b"\0" + (project_dir / name).read_bytes())
@@ -144,7 +144,7 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
 
 
 def check_load_generator_runs(provider: Provider, node: Node, python: str, tree: Path) -> None:
-    """The load generator's tree imports on the client node with the build's python, alone (-S)."""
+    """The load generator's tree imports on the client node with the node's python, alone (-S)."""
     result = provider.run(node, ["env", f"PYTHONPATH={tree}", python, "-S", "-c", IMPORT_CHECK], timeout=120)
     if result.returncode != 0:
         raise NodeRefused(f"client node {node.name}: the load generator does not start there with {python} "

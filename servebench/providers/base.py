@@ -115,6 +115,11 @@ class Provider(Protocol):
         """The run's own directory on the node (what its processes get as TMPDIR, for files a
         process leaves for `get_tree`), removed at `release`."""
 
+    def node_python(self, node: Node) -> str:
+        """The python3 that runs servebench's own tools on the node (the node sampler, a client
+        node's load generator): standard library only, so any node has it, whatever the engine
+        build is (a venv, or static binaries with no python)."""
+
     def clock_offset(self, node: Node) -> float | None:
         """Seconds the node's wall clock is ahead of this host's; None when the node is this host
         (one clock: its monotonic readings compare with the load generator's directly)."""

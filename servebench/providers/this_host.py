@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -84,6 +85,9 @@ class ThisHostProcesses:
             self._scratch = scratch_path(self.run_id)
             os.makedirs(self._scratch, mode=0o700, exist_ok=True)
         return self._scratch
+
+    def node_python(self, node: Node) -> str:
+        return sys.executable
 
     def clock_offset(self, node: Node) -> float | None:
         return None

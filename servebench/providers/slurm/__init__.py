@@ -267,6 +267,9 @@ class SlurmProvider:
         """The run's directory on every node (removed at release)."""
         return self.run_dir
 
+    def node_python(self, node: Node) -> str:
+        return self.spec.python
+
     def clock_offset(self, node: Node) -> float:
         """`date` as a step (~35 ms a round trip: the offset is known within ~20 ms)."""
         name = self._name(node)

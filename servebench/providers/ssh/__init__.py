@@ -164,6 +164,9 @@ class SshProvider:
         """The run's directory on every node (removed at release)."""
         return self.run_dir
 
+    def node_python(self, node: Node) -> str:
+        return self.spec.python
+
     def clock_offset(self, node: Node) -> float:
         """`date` over the master (~10 ms a round trip: the offset is known within ~5 ms)."""
         return clock_offset(lambda: float(self.transport.checked(node.name, "date +%s.%N", "reading the clock")))
