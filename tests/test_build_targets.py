@@ -103,3 +103,34 @@ def test_a_target_build_is_keyed_by_source_compiler_flags_and_options(tmp_path: 
     assert steps["compile"][-2:] == ["llama-server", "ggml-rpc-server"]
     if shutil.which("ccache"):
         assert compiler_cache_env(tmp_path, "/s")["CCACHE_BASEDIR"] == "/s"
+
+
+def _tarball(path: Path, top: str, files: dict[str, str]) -> Path:
+    import io
+    import tarfile
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_sdist_and_a_git_commit_unpack_their_project_at_the_same_path(tmp_path: Path):
+    """ccache finds a file compiled from the sdist again for a commit of the same files only when its
+    path relative to the scratch directory is the same: `src/...` for both."""
+    from servebench.build.cmake import BuildError, unpack_project
+    from servebench.build.recipe import GitSource
+
+    sdist = _tarball(tmp_path / "pkg-1.0.tar.gz", "pkg-1.0", {"vendor/proj/CMakeLists.txt": "project(p)",
+                                                              "vendor/proj/a.c": "int a;", "setup.py": ""})
+    recipe = CMakeRecipe(engine="e", source="pkg==1.0", source_subdir="vendor/proj", target="native",
+                         build_targets=["p"])
+    project = unpack_project(recipe, sdist, tmp_path / "one")
+    assert project == tmp_path / "one" / "src" and (project / "a.c").read_text() == "int a;"
+    commit = _tarball(tmp_path / "c.tar", "src", {"CMakeLists.txt": "project(p)", "a.c": "int a;"})
+    from_git = CMakeRecipe(engine="e", git=GitSource(repo="/r", commit="abc"), target="native", build_targets=["p"])
+    assert unpack_project(from_git, commit, tmp_path / "two") == tmp_path / "two" / "src"
+    with pytest.raises(BuildError, match="pkg-1.0.tar.gz: no CMakeLists.txt in vendor/other"):
+        unpack_project(recipe.model_copy(update={"source_subdir": "vendor/other"}), sdist, tmp_path / "three")

@@ -49,7 +49,7 @@ def test_the_knee_follows_the_kv_capacity(isolated, tmp_path):
         assert 0.3 < max(r["kv_usage_peak"] or 0 for r in below) <= 1.0, below
     assert knees["rpc2-cs1024"].measured_knee > knees["rpc2-cs512"].measured_knee  # the capacity moved it
     assert set(servers.values()) == {"reference", "passed"}, servers   # RPC answers = single process
-    assert build["engine"] == "llamacpp" and "-DGGML_RPC=ON" in json.loads(build["inputs"])["build_env"]["CMAKE_ARGS"]
+    assert build["engine"] == "llamacpp" and "-DGGML_RPC=ON" in json.loads(build["inputs"])["options"]
     assert "commit" in build["tool_version"] and "built with" in build["tool_version"], build
 
     report = (Path(outcome["report"])).read_text()

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+import platform
+
+from servebench.build.cmake import FetchedSource, cmake_inputs, cmake_key, file_sha256
 from servebench.build.venv import build_key
 from servebench.campaign.schema import GeneratedModelSpec, ModeSpec
 from servebench.engines import LaunchRequest, get_engine
@@ -75,13 +78,25 @@ def test_three_workers_on_two_nodes_may_share_cores_when_asked():
         is None
 
 
-def test_every_cmake_flag_is_in_the_build_key_and_the_vllm_key_is_unchanged():
-    base = build_key(ENGINE.build_recipe(LlamaCppEngineSpec()))
-    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec())) == base
-    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec(blas=True))) != base
-    assert build_key(ENGINE.build_recipe(LlamaCppEngineSpec(cmake_args=["-DGGML_AVX512=OFF"]))) != base
-    native = ENGINE.build_recipe(LlamaCppEngineSpec(cpu="native"))
-    assert "-DGGML_NATIVE=ON" in native.build_env["CMAKE_ARGS"] and native.host_cpu_flags
+def llamacpp_key(spec: LlamaCppEngineSpec, sdist: Path) -> tuple[dict, str]:
+    """The build's inputs and key with a stand-in sdist (only its sha256 is read)."""
+    recipe = ENGINE.build_recipe(spec)
+    inputs = cmake_inputs(recipe, FetchedSource(sdist, "source_sha256", file_sha256(sdist), spec.package, "0.3.36"))
+    return inputs, cmake_key(recipe, inputs)
+
+
+def test_every_cmake_flag_is_in_the_build_key_and_the_vllm_key_is_unchanged(tmp_path):
+    sdist = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    sdist.write_bytes(b"a stand-in sdist")
+    inputs, base = llamacpp_key(LlamaCppEngineSpec(), sdist)
+    portable = {"x86_64": "x86-64-v3", "aarch64": "armv8-a"}[platform.machine()]
+    assert inputs["target"] == portable and inputs["build_targets"] == ["llama-server", "ggml-rpc-server"]
+    assert "-DGGML_RPC=ON" in inputs["options"] and "host_cpu_flags" not in inputs   # any CPU of the kind
+    assert llamacpp_key(LlamaCppEngineSpec(), sdist)[1] == base
+    assert llamacpp_key(LlamaCppEngineSpec(blas=True), sdist)[1] != base
+    assert llamacpp_key(LlamaCppEngineSpec(cmake_args=["-DGGML_AVX512=OFF"]), sdist)[1] != base
+    native, native_key = llamacpp_key(LlamaCppEngineSpec(cpu="native"), sdist)
+    assert "-DGGML_NATIVE=ON" in native["options"] and native["host_cpu_flags"] and native_key != base
     vllm = get_engine("vllm")
     assert "pip_options" not in json.dumps(vllm.build_recipe(vllm.spec_model()).model_dump(exclude_defaults=True))
     with pytest.raises(ValueError, match="-DNAME=VALUE"):
@@ -190,24 +205,35 @@ def test_cell_kv_reads_either_engines_kv_signals_the_same_way(tmp_path):
     assert kv["tokens"]["cache_miss_probability"] == pytest.approx(30 / 120)   # attempts: 90 decoded + 30 failed
 
 
-def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypatch):
+def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypatch, tmp_path):
     import servebench.build.venv as venv
 
-    llamacpp, vllm = ENGINE.build_recipe(LlamaCppEngineSpec()), get_engine("vllm").build_recipe(
-        get_engine("vllm").spec_model())
-    before = (build_key(llamacpp), build_key(vllm))
+    sdist = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    sdist.write_bytes(b"a stand-in sdist")
+    vllm = get_engine("vllm").build_recipe(get_engine("vllm").spec_model())
+    before = (llamacpp_key(LlamaCppEngineSpec(), sdist)[1], build_key(vllm))
     monkeypatch.setattr(venv, "source_digest", lambda *args: "changed")
-    assert build_key(llamacpp) == before[0] and build_key(vllm) != before[1]
+    assert llamacpp_key(LlamaCppEngineSpec(), sdist)[1] == before[0] and build_key(vllm) != before[1]
 
 
 def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environment(tmp_path):
     from servebench.campaign.loading import load_campaign
     from servebench.cli.builds import dry_run_text
 
+    from servebench.build.builders import inputs_and_key
+    from servebench.build.cmake import fetch_source
+    from servebench.paths import cache_dir
+
+    sdist = fetch_source(LlamaCppEngineSpec().package, cache_dir())   # the one download, kept by the shared cache
+    (tmp_path / "sources" / sdist.parent.name).mkdir(parents=True)
+    (tmp_path / "sources" / sdist.parent.name / sdist.name).symlink_to(sdist)
     text, prerequisites_met = dry_run_text(load_campaign(Path(__file__).parent.parent / "campaigns" /
                                                          "kv-saturation.yaml"), tmp_path)
-    key = build_key(ENGINE.build_recipe(LlamaCppEngineSpec()))
-    assert prerequisites_met and "[ok     ] C++ compiler: " in text
+    _, key = inputs_and_key(ENGINE.build_recipe(LlamaCppEngineSpec()), tmp_path)
+    assert prerequisites_met and "[ok     ] C++ compiler: " in text and "[ok     ] ninja: " in text
     assert f"build key {key}  not cached: a build runs" in text
-    assert "CMAKE_ARGS='-DGGML_RPC=ON" in text and "install --no-binary llama-cpp-python --no-cache-dir" in text
-    assert str(tmp_path / "engines" / key / "bin" / "python") in text
+    assert f"tar xf {tmp_path / 'sources' / sdist.parent.name / sdist.name} -C '<scratch>/unpacked'" in text
+    assert f"mv '<scratch>/unpacked/{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp' '<scratch>/src'" in text
+    assert "cmake -S '<scratch>/src' -B '<scratch>/build' -G Ninja" in text and "-DGGML_RPC=ON" in text
+    assert "--target llama-server ggml-rpc-server" in text
+    assert str(tmp_path / "engines" / key / "bin") in text

@@ -41,18 +41,21 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
     artifact = cache / "engines" / key
     if isinstance(recipe, CMakeRecipe):
         fetched = cmake.fetch(recipe, cache)
+        project = Path("<scratch>") / cmake.PROJECT_DIR
         if recipe.git is not None:
             tree = f"<scratch>/tree/{fetched.digest}.tar"
-            root = "src"
             where = str(git_source.repository(recipe.git.repo, cache))  # a URL's mirror in the cache
             unpack = [("archive the commit", ["git", "-C", where, "archive", "--format=tar",
-                                              "--prefix=src/", "-o", tree, fetched.digest]),
+                                              f"--prefix={cmake.PROJECT_DIR}/", "-o", tree, fetched.digest]),
                       ("unpack", ["tar", "xf", tree, "-C", "<scratch>"])]
+            project = project / recipe.source_subdir if recipe.source_subdir else project
         else:
             assert fetched.archive is not None
-            root = fetched.archive.name.removesuffix(".tar.gz")
-            unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>"])]
-        return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, Path("<scratch>") / root, Path("<scratch>/build"),
+            top = Path("<scratch>/unpacked") / fetched.archive.name.removesuffix(".tar.gz")
+            unpack = [("unpack", ["tar", "xf", str(fetched.archive), "-C", "<scratch>/unpacked"]),
+                      ("move the project to src/", ["mv", str(top / recipe.source_subdir if recipe.source_subdir
+                                                              else top), str(project)])]
+        return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, project, Path("<scratch>/build"),
                                                 artifact, cmake.build_jobs())]
     if recipe.wheel is not None:
         scratch = Path("<scratch>")

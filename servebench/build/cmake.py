@@ -128,12 +128,15 @@ def cmake_key(recipe: CMakeRecipe, inputs: dict) -> str:
     return f"{recipe.engine}-{recipe.target}-{sha256_json(inputs)[:16]}"
 
 
-def cmake_steps(recipe: CMakeRecipe, inputs: dict, source: Path, build: Path, artifact: Path,
+PROJECT_DIR = "src"  # where every build's CMake project is, inside its scratch directory
+
+
+def cmake_steps(recipe: CMakeRecipe, inputs: dict, project: Path, build: Path, artifact: Path,
                 jobs: int) -> list[tuple[str, list[str]]]:
-    """The build's commands in order (title, argv); `servebench build --dry-run` prints them."""
+    """The build's commands in order (title, argv), from the unpacked CMake project on;
+    `servebench build --dry-run` prints them."""
     target = profile(recipe.target)
     c_compiler, cxx_compiler = compiler_names(target)
-    project = source / recipe.source_subdir if recipe.source_subdir else source
     configure = ["cmake", "-S", str(project), "-B", str(build), "-G", "Ninja",
                  f"-DCMAKE_C_COMPILER={c_compiler}", f"-DCMAKE_CXX_COMPILER={cxx_compiler}", *inputs["options"]]
     if is_cross(target):
@@ -187,8 +190,10 @@ def verified_or_built(cache: Path, key: str, make: Callable[[Path, Path], Engine
 def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
     """ccache (when installed; ggml uses it by itself) in servebench's cache, with paths taken
     relative to the scratch directory: a second target's build of the same source reuses every
-    object the target's flags do not touch (libllama, the server; only ggml-cpu gets -march).
-    It only speeds the build up: the output, and so the key, are the same without it."""
+    object the target's flags do not touch (libllama, the server; only ggml-cpu gets -march), and
+    since every project sits at `<scratch>/src` (an sdist's vendored tree and a git commit's alike),
+    a commit whose files equal the sdist's reuses its objects too. It only speeds the build up: the
+    output, and so the key, are the same without it."""
     if shutil.which("ccache") is None:
         return {}
     return {"CCACHE_DIR": str(cache / "ccache"), "CCACHE_BASEDIR": scratch, "CCACHE_NOHASHDIR": "1",
@@ -205,17 +210,36 @@ def _compile(recipe: CMakeRecipe, inputs: dict, fetched: FetchedSource, artifact
             assert fetched.archive is not None
             source_archive = fetched.archive
         log(f"engine build {key}: unpacking {source_archive.name}")
-        with tarfile.open(source_archive) as archive:
-            archive.extractall(scratch, filter="data")
-        roots = [path for path in Path(scratch).iterdir() if path.is_dir() and path.name != "tree"]
-        if len(roots) != 1:
-            raise BuildError(f"{source_archive.name} does not hold one top directory")
+        project = unpack_project(recipe, source_archive, Path(scratch))
         started = time.monotonic()
-        for title, argv in cmake_steps(recipe, inputs, roots[0], Path(scratch) / "build", artifact, build_jobs()):
+        for title, argv in cmake_steps(recipe, inputs, project, Path(scratch) / "build", artifact, build_jobs()):
             log(f"engine build {key}: {title}")
             returncode = run_step(argv, out, log, title, started, env=compiler_cache_env(cache, scratch))
             if returncode != 0:
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
+
+
+def unpack_project(recipe: CMakeRecipe, source_archive: Path, scratch: Path) -> Path:
+    """Unpack the source and return its CMake project, always under `<scratch>/src`: a git commit's
+    tree is archived with that prefix; an sdist's project (`source_subdir`, llama-cpp-python's
+    `vendor/llama.cpp`) is moved there, so the same file compiles from the same relative path."""
+    unpacked = scratch / "unpacked"
+    with tarfile.open(source_archive) as archive:
+        archive.extractall(unpacked, filter="data")
+    roots = [path for path in unpacked.iterdir() if path.is_dir()]
+    if len(roots) != 1:
+        raise BuildError(f"{source_archive.name} does not hold one top directory")
+    if recipe.git is not None:  # src/ is the repository; the project may be a folder inside it
+        roots[0].rename(scratch / PROJECT_DIR)
+        project = scratch / PROJECT_DIR / recipe.source_subdir if recipe.source_subdir else scratch / PROJECT_DIR
+    else:
+        inside = roots[0] / recipe.source_subdir if recipe.source_subdir else roots[0]
+        if inside.is_dir():
+            inside.rename(scratch / PROJECT_DIR)
+        project = scratch / PROJECT_DIR
+    if not (project / "CMakeLists.txt").is_file():
+        raise BuildError(f"{source_archive.name}: no CMakeLists.txt in {recipe.source_subdir or 'its top directory'}")
+    return project
 
 
 def _record(recipe: CMakeRecipe, fetched: FetchedSource, inputs: dict, key: str, artifact: Path,

@@ -1,4 +1,4 @@
-"""llama.cpp on CPU, its tools compiled from the llama-cpp-python sdist: executors local (one
+"""llama.cpp on CPU, its two tools compiled by CMake (build.py): executors local (one
 `llama-server`) and rpc (`ggml-rpc-server` workers on the nodes holding the layers, seeds 001/002).
 Models are GGUF files (a campaign's own, or the tiny one servebench generates)."""
 

@@ -1,5 +1,6 @@
-"""The campaign's `engine:` block for llama.cpp: which llama-cpp-python sdist to compile and the
-CMake flags that go into the build (and so into its cache key)."""
+"""The campaign's `engine:` block for llama.cpp: which source to compile (the llama.cpp vendored by a
+llama-cpp-python sdist, or a git commit), for which CPU, and the CMake flags that go into the build
+(and so into its cache key)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,16 @@ class LlamaCppEngineSpec(EngineSpecBase):
     package: str = Field(DEFAULT_LLAMACPP_PACKAGE,
                          description="Pinned llama-cpp-python sdist; its vendored llama.cpp is what is built.")
     cpu: Literal["portable", "native"] = Field(
-        "portable", description="portable: GGML_NATIVE=OFF (runs on any x86-64/aarch64 of the kind); native: "
-                                "-march=native for this host's CPU (its flags join the build key).")
+        "portable", description="portable: the architecture's common target (x86-64-v3: AVX2, FMA, F16C, what "
+                                "ggml's GGML_NATIVE=OFF enables; armv8-a on aarch64); native: -march=native for "
+                                "this host's CPU (its flags join the build key). Unused when `target:` is given.")
     blas: bool = Field(False, description="GGML_BLAS with OpenBLAS (needs libopenblas-dev on the build host).")
     cmake_args: list[str] = Field(default_factory=list,
                                   description="More CMake defines, e.g. ['-DGGML_AVX512=OFF'].")
     target: str | None = Field(None, description=(
         "Build for a named target CPU instead (servebench/build/targets.py): graviton2, graviton3, graviton4, "
-        "ampere-altra, armv8-a (cross-compiled for aarch64), x86-64-v3, x86-64-v4, native. The binaries are "
-        "compiled by CMake from the same sdist (no Python); `cpu:` is then unused."))
+        "ampere-altra, armv8-a (cross-compiled for aarch64), x86-64-v3, x86-64-v4, native; `cpu:` is then "
+        "unused."))
     source: GitSourceSpec | None = Field(None, description=(
         "Build llama.cpp from a git repository instead of the sdist: `{git: /src/llama.cpp, commit: b6500}`, "
         "or `commits: [A, B]` as a sweep axis; compiled by CMake for `target` (native when left out)."))
@@ -52,15 +54,8 @@ class LlamaCppEngineSpec(EngineSpecBase):
         return value
 
     def describe(self) -> str:
-        extras = ([f"target={self.build_target}"] if self.build_target else [f"cpu={self.cpu}"]) \
-            + (["blas"] if self.blas else []) + self.cmake_args
-        return f"{self.source_label} ({', '.join(extras)})"
-
-    @property
-    def build_target(self) -> str | None:
-        """The target profile of a CMake build (a git source builds for this CPU unless told), or None for
-        the sdist's pip build."""
-        return self.target or ("native" if self.source is not None else None)
+        cpu = f"target={self.target}" if self.target else ("cpu=native" if self.source else f"cpu={self.cpu}")
+        return f"{self.source_label} ({', '.join([cpu] + (['blas'] if self.blas else []) + self.cmake_args)})"
 
     @property
     def source_label(self) -> str:
