@@ -221,10 +221,10 @@ def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environm
     from servebench.cli.builds import dry_run_text
 
     from servebench.build.builders import inputs_and_key
-    from servebench.build.cmake import fetch_source
+    from servebench.build.sdist import fetch_sdist
     from servebench.paths import cache_dir
 
-    sdist = fetch_source(LlamaCppEngineSpec().package, cache_dir())   # the one download, kept by the shared cache
+    sdist = fetch_sdist(LlamaCppEngineSpec().package, cache_dir())   # the one download, kept by the shared cache
     (tmp_path / "sources" / sdist.parent.name).mkdir(parents=True)
     (tmp_path / "sources" / sdist.parent.name / sdist.name).symlink_to(sdist)
     text, prerequisites_met = dry_run_text(load_campaign(Path(__file__).parent.parent / "campaigns" /

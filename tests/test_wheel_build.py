@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from servebench.build import builders
-from servebench.build import wheel as wheel_module
 from servebench.build.recipe import VenvRecipe, WheelRecipe
 from servebench.build.venv import BuildError
-from servebench.build.wheel import fetch_sdist, sdist_links, wheel_requirements
+from servebench.build import sdist as sdist_module
+from servebench.build.sdist import fetch_sdist, sdist_links
+from servebench.build.wheel import wheel_requirements
 
 SETUP = '''import os
 from setuptools import Extension, setup
@@ -103,7 +104,7 @@ def test_a_wheels_requirements_leave_out_direct_urls_extras_other_platforms_and_
 
 def test_a_patched_sdist_with_a_staged_tree_becomes_a_cached_wheel_and_an_engine_venv(tmp_path, monkeypatch):
     index = make_index(tmp_path)
-    monkeypatch.setattr(wheel_module, "index_url", index.as_uri)  # the sdist's index; pip's own stays as configured
+    monkeypatch.setattr(sdist_module, "index_url", index.as_uri)  # the sdist's index; pip's own stays as configured
     staged = tmp_path / "staged"
     staged.mkdir()
     (staged / "staged.h").write_text("#define STAGED 7\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from servebench.build import cmake, git_source, venv, wheel
-from servebench.build.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
+from servebench.build.recipe import BuildRecipe, CMakeRecipe
 from servebench.build.venv import EngineBuild
 
 

@@ -1,7 +1,7 @@
 """The `cmake` recipe's builder: a CMake project from a pinned sdist or a git commit, compiled for a
 target CPU.
 
-The sdist is fetched once with `pip download` into `<cache>/sources/` and keyed by its sha256
+The sdist is fetched once from the package index into `<cache>/sources/` (sdist.py) and keyed by its sha256
 (the source digest); a git commit is taken with `git archive` and keyed by its full hash
 (`git_source.py`). The compiler is the host's for a target of this architecture, Debian's
 `<arch>-linux-gnu-gcc` cross compiler for another; its id and version come from the compiler
@@ -28,6 +28,7 @@ from servebench.build import git_source
 from servebench.build.cache import ArtifactCache, file_sha256
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import CMakeRecipe
+from servebench.build.sdist import fetch_sdist
 from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
 from servebench.build.venv import BuildError, EngineBuild, command_text, run_step
 from servebench.campaign.schema import sha256_json
@@ -62,24 +63,6 @@ def _package_for(command: str) -> str:
     return "g++"
 
 
-def fetch_source(requirement: str, cache: Path, log: Callable[[str], None] = print) -> Path:
-    """The sdist of a pinned requirement, downloaded once into `<cache>/sources/<name>-<version>/`."""
-    name, _, version = requirement.partition("==")
-    folder = cache / "sources" / f"{name.strip()}-{version.strip()}"
-    found = sorted(folder.glob("*.tar.gz")) if folder.exists() else []
-    if found:
-        return found[0]
-    folder.mkdir(parents=True, exist_ok=True)
-    log(f"downloading the sdist {requirement}")
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                           "--disable-pip-version-check", "-d", str(folder), requirement],
-                          capture_output=True, text=True)
-    found = sorted(folder.glob("*.tar.gz"))
-    if done.returncode != 0 or not found:
-        raise BuildError(f"could not download the sdist {requirement}: {(done.stderr or done.stdout)[-400:]}")
-    return found[0]
-
-
 class FetchedSource(NamedTuple):
     """A recipe's source on disk: the archive a build unpacks, what identifies it, how to name it."""
 
@@ -95,7 +78,7 @@ def fetch(recipe: CMakeRecipe, cache: Path, log: Callable[[str], None] = print) 
         commit = git_source.resolve(recipe.git.repo, recipe.git.commit, cache)
         return FetchedSource(None, "source_commit", commit, f"git+{recipe.git.repo}@{commit}", commit[:12])
     assert recipe.source is not None
-    sdist = fetch_source(recipe.source, cache, log)
+    sdist = fetch_sdist(recipe.source, cache, log)
     return FetchedSource(sdist, "source_sha256", file_sha256(sdist), recipe.source, recipe.source.partition("==")[2])
 
 

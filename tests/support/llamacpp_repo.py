@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from servebench.build.cmake import fetch_source
+from servebench.build.sdist import fetch_sdist
 from servebench.engines.llamacpp.spec import DEFAULT_LLAMACPP_PACKAGE
 
 # big and not compiled: test vocabularies and the documentation's images
@@ -46,7 +46,7 @@ def make_repository(where: Path, cache: Path, commits: int = 9, slow_at: int = 6
     slowdown, every later one keeps it. Returns (repository, hashes)."""
     assert 0 < slow_at < commits
     repo = where / "llama.cpp"
-    sdist = fetch_source(DEFAULT_LLAMACPP_PACKAGE, cache)
+    sdist = fetch_sdist(DEFAULT_LLAMACPP_PACKAGE, cache)
     with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
         archive.extractall(where / "unpacked", members=members, filter="data")
