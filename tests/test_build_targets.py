@@ -134,3 +134,26 @@ def test_an_sdist_and_a_git_commit_unpack_their_project_at_the_same_path(tmp_pat
     assert unpack_project(from_git, commit, tmp_path / "two") == tmp_path / "two" / "src"
     with pytest.raises(BuildError, match="pkg-1.0.tar.gz: no CMakeLists.txt in vendor/other"):
         unpack_project(recipe.model_copy(update={"source_subdir": "vendor/other"}), sdist, tmp_path / "three")
+
+
+def test_cmake_builds_of_a_cache_share_one_scratch_path_one_at_a_time(tmp_path: Path):
+    """The same path each time (ccache finds unity-build files, which hold absolute paths), emptied
+    before and removed after; a second builder waits for the first and says so."""
+    import subprocess
+    import sys
+    import time
+
+    from servebench.build.cmake import build_scratch
+
+    with build_scratch(tmp_path, print) as first:
+        (first / "left-over").write_text("x")
+    assert not first.exists()
+    waiter_code = ("import sys; from pathlib import Path; from servebench.build.cmake import build_scratch\n"
+                   "with build_scratch(Path(sys.argv[1]), print) as s: print('got', s)")
+    with build_scratch(tmp_path, print) as second:
+        assert second == first and not any(second.iterdir())
+        waiter = subprocess.Popen([sys.executable, "-c", waiter_code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        time.sleep(2)
+        assert waiter.poll() is None   # still waiting for this build
+    out = waiter.communicate(timeout=60)[0]
+    assert "waiting for another cmake build" in out and f"got {first}" in out and not first.exists()

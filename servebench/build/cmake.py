@@ -12,6 +12,9 @@ sha256 of every file in the record so a copy can be verified before use.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import platform
 import shutil
@@ -22,7 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from servebench.build import git_source
 from servebench.build.cache import ArtifactCache, file_sha256
@@ -185,7 +188,8 @@ def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
 
 def _compile(recipe: CMakeRecipe, inputs: dict, fetched: FetchedSource, artifact: Path, log_path: Path, key: str,
              log: Callable[[str], None], cache: Path) -> None:
-    with open(log_path, "w") as out, tempfile.TemporaryDirectory(prefix="servebench-cmake-") as scratch:
+    with open(log_path, "w") as out, build_scratch(cache, log) as scratch_path:
+        scratch = str(scratch_path)
         if recipe.git is not None:
             log(f"engine build {key}: git archive {fetched.digest}")
             source_archive = git_source.archive(recipe.git.repo, fetched.digest, cache, Path(scratch) / "tree")
@@ -200,6 +204,30 @@ def _compile(recipe: CMakeRecipe, inputs: dict, fetched: FetchedSource, artifact
             returncode = run_step(argv, out, log, title, started, env=compiler_cache_env(cache, scratch))
             if returncode != 0:
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
+
+
+@contextlib.contextmanager
+def build_scratch(cache: Path, log: Callable[[str], None]) -> Iterator[Path]:
+    """The directory a cmake build compiles in: the same path for every build of this cache, one
+    build at a time. ccache keys llama.cpp's unity-build files on their text, which holds the absolute
+    paths of the files they include: in a new temporary directory each time every one of them missed,
+    at a fixed path a second target or a further commit finds them. Emptied before a build and
+    removed after it (a build killed midway leaves it for the next one to empty)."""
+    name = hashlib.sha256(str(cache.resolve()).encode()).hexdigest()[:8]
+    scratch = Path(tempfile.gettempdir()) / f"servebench-cmake-{name}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "cmake-scratch.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another cmake build of {cache} to finish (one at a time: they share {scratch})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def unpack_project(recipe: CMakeRecipe, source_archive: Path, scratch: Path) -> Path:
