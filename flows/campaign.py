@@ -210,7 +210,7 @@ def deploy(ctx: RunContext) -> None:
         placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
         placements += [p.model_dump() for p in placed.placements]
         load_client = None if client is None else ClientNode(
-            provider=ctx.provider, node=client, python=ctx.provider.node_python(client), tree=placed.load_tree,
+            provider=ctx.provider, node=client, tree=placed.load_tree,
             clock_offset_s=offsets.get(client.name))
         run.deployment = Deployment(campaign=campaign, engine=run.engine, spec=run.spec, provider=ctx.provider,
                                     nodes=servers, build=build, model_dir=model_dir, served_name=ctx.served_name,

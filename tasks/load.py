@@ -43,9 +43,13 @@ class ClientNode:
 
     provider: Provider
     node: Node
-    python: str                     # the node's python3 (Provider.node_python)
     tree: str                       # the load generator's tree, placed on the node
     clock_offset_s: float | None    # the node's wall clock ahead of ours (None: this host)
+
+    @property
+    def python(self) -> str:
+        """The node's python3, which runs the generator's tree alone (-S)."""
+        return self.provider.node_python(self.node)
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,

@@ -88,15 +88,16 @@ def start_node_sampler(d: "Deployment", stem: str, node: Node, pids: list[int], 
     path = out / f"{stem}.node.{node.name}.jsonl"
     flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
              "--hz", f"{d.campaign.telemetry.node_hz:g}"]
+    python = d.provider.node_python(node)  # standard library only: any node's python3 runs it
     offset = d.clock_offsets.get(node.name)
-    if offset is None:  # this host: the project's python, samples straight into the run directory
-        argv = [sys.executable, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
+    if offset is None:  # this host: samples straight into the run directory
+        argv = [python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
         process = d.provider.start(node, argv, {node_tools.INSTRUMENT_VARIABLE: "1"},
                                    out / f"{stem}.node.{node.name}.log")
-    else:  # another host: the node's python3 with the node tools placed there (standard library only);
-        # samples go to stdout, which the provider brings back as the process's log
+    else:  # another host: with the node tools placed there; samples go to stdout, which the provider
+        # brings back as the process's log
         raw = out / f"{stem}.node.{node.name}.raw.jsonl"
-        argv = [d.provider.node_python(node), "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
+        argv = [python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
         process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or "",
                                                 node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
         telemetry.remote_samples[path] = (raw, offset)

@@ -188,20 +188,20 @@ def compiler_cache_env(cache: Path, scratch: str) -> dict[str, str]:
 
 def _compile(recipe: CMakeRecipe, inputs: dict, fetched: FetchedSource, artifact: Path, log_path: Path, key: str,
              log: Callable[[str], None], cache: Path) -> None:
-    with open(log_path, "w") as out, build_scratch(cache, log) as scratch_path:
-        scratch = str(scratch_path)
+    with open(log_path, "w") as out, build_scratch(cache, log) as scratch:
         if recipe.git is not None:
             log(f"engine build {key}: git archive {fetched.digest}")
-            source_archive = git_source.archive(recipe.git.repo, fetched.digest, cache, Path(scratch) / "tree")
+            source_archive = git_source.archive(recipe.git.repo, fetched.digest, cache, scratch / "tree")
         else:
             assert fetched.archive is not None
             source_archive = fetched.archive
         log(f"engine build {key}: unpacking {source_archive.name}")
-        project = unpack_project(recipe, source_archive, Path(scratch))
+        project = unpack_project(recipe, source_archive, scratch)
         started = time.monotonic()
-        for title, argv in cmake_steps(recipe, inputs, project, Path(scratch) / "build", artifact, build_jobs()):
+        ccache = compiler_cache_env(cache, str(scratch))
+        for title, argv in cmake_steps(recipe, inputs, project, scratch / "build", artifact, build_jobs()):
             log(f"engine build {key}: {title}")
-            returncode = run_step(argv, out, log, title, started, env=compiler_cache_env(cache, scratch))
+            returncode = run_step(argv, out, log, title, started, env=ccache)
             if returncode != 0:
                 raise BuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
 
