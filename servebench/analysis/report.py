@@ -30,6 +30,7 @@ CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, cl
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
     client_cpu_fraction, link, link_delay_ms, link_rate_mbit"""
 WIDTH, HEIGHT = 380, 240
+TIMELINE_POINTS = 400        # per node, server and metric: about one per two pixels of the timeline
 
 
 def latest_run_id(con: duckdb.DuckDBPyConnection, campaign: str | None = None) -> str | None:
@@ -116,6 +117,23 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
     return _titled(line, title, subtitle)
 
 
+def thin_timeline(points: list[dict], most: int = TIMELINE_POINTS) -> list[dict]:
+    """At most `most` points per line (node, server, metric), each the highest of a run of
+    consecutive samples: a chart a few hundred pixels wide shows no more, a spike stays visible,
+    and altair (which validates and copies every inline row) renders a long run in seconds, not
+    a minute."""
+    lines: dict[tuple, list[dict]] = {}
+    for p in points:
+        lines.setdefault((p["node"], p["mode"], p["metric"]), []).append(p)
+    thinned = []
+    for line in lines.values():
+        step = -(-len(line) // most)
+        for start in range(0, len(line), step):
+            run = line[start:start + step]
+            thinned.append({**run[0], "value": max(p["value"] for p in run)})
+    return thinned
+
+
 def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = ()) -> alt.Chart | None:
     """Each node's CPU, memory and network over the run, cells shaded, injected faults as red rules."""
     if not samples:
@@ -135,13 +153,14 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = 
                    {**base, "metric": "engine RSS (GB)", "value": s["engine_rss_bytes"] / 1e9}]
         if rate is not None:
             points.append({**base, "metric": "network (MB/s, all interfaces)", "value": rate})
+    thinned = thin_timeline(points)
     spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"], "start": c["t0_monotonic"] - start,
               "end": c["t_end_monotonic"] - start} for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
     marks = [{"t": f["t_mono"] - start, "fault": f"{f['action']} on {f['node']}", "cell": f["cell_key"],
               "hit": f["hit"]} for f in faults if f.get("t_mono") is not None]
     charts = []
     for metric in ("CPU busy (%)", "memory used (GB)", "engine RSS (GB)", "network (MB/s, all interfaces)"):
-        line = alt.Chart(_data([p for p in points if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
+        line = alt.Chart(_data([p for p in thinned if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
             x=alt.X("t:Q", title="seconds since the first sample"),
             y=alt.Y("value:Q", title=metric),
             color=alt.Color("node:N", title="node"),
@@ -155,7 +174,9 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = 
                 x="t:Q", tooltip=["fault:N", "cell:N", "hit:N"]))
         charts.append(alt.layer(*layers).properties(width=WIDTH * 2 + 60, height=110, title=metric))
     subtitle = "shaded: cells (hover for the cell id); sampled by servebench's node sampler" + \
-        ("; red: faults the campaign injected" if marks else "")
+        ("; red: faults the campaign injected" if marks else "") + \
+        (f"; at most {TIMELINE_POINTS} points a line, each the highest of its samples" if len(thinned) < len(points)
+         else "")
     return alt.vconcat(*charts).properties(title=alt.TitleParams("Per-node timelines", subtitle=subtitle))
 
 
@@ -315,15 +336,17 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     chart_dir = out_dir / "charts"
     chart_dir.mkdir(exist_ok=True)
-    for name, chart in charts.items():
-        spec = chart.to_json()
+    # once per chart: validating inline rows against the Vega-Lite schema was most of a report's minute (the
+    # browser and vl-convert check the spec as they render it; tests/test_report_browser.py renders every chart)
+    specs = {name: chart.to_json(indent=None, validate=False) for name, chart in charts.items()}
+    for name, spec in specs.items():
         (chart_dir / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec))
         (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
     cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by mode, cell_key", [run_id])
     gates = rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
                  [run_id])
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
-                 f"spec {info['spec_hash']}, started {info['started_at']}", charts,
+                 f"spec {info['spec_hash']}, started {info['started_at']}", specs,
                  capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
                  + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates))
     path = out_dir / "report.html"
@@ -354,13 +377,13 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
             f"<h3>Correctness gate per mode</h3><ul>{gate_rows}</ul></section>")
 
 
-def _page(title: str, subtitle: str, charts: dict[str, alt.TopLevelMixin], cells_html: str = "") -> str:
-    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart,
-    then the cell table."""
+def _page(title: str, subtitle: str, charts: dict[str, str], cells_html: str = "") -> str:
+    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart (its
+    Vega-Lite JSON), then the cell table."""
     divs, calls = [], []
-    for index, (name, chart) in enumerate(charts.items()):
+    for index, (name, spec) in enumerate(charts.items()):
         divs.append(f'<section><div id="chart-{index}" class="chart" data-name="{name}"></div></section>')
-        calls.append(f"vegaEmbed('#chart-{index}', {chart.to_json(indent=None)}, {{renderer: 'svg', actions: false}})"
+        calls.append(f"vegaEmbed('#chart-{index}', {spec}, {{renderer: 'svg', actions: false}})"
                      ".catch(e => console.error(e));")
     if not charts:
         divs.append("<p>No cell of this run was measured.</p>")
