@@ -148,7 +148,7 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
                 if optuna and run is ctx.primary:
                     served = [optuna_first_mode(ctx)]
                 if served and (served[0] is None or not ctx.gives_reference(served[0])):
-                    reference_answers(ctx, run)
+                    reference_answers(ctx, run, [m for m in configurations(campaign) if ctx.engine_run(m) is run])
             if optuna:  # a few configurations, chosen one after the other
                 tune_with_optuna(ctx, cells)
             else:

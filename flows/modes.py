@@ -14,7 +14,7 @@ from flows.search import search_mode_capacity
 from servebench import landing
 from servebench.analysis.capacity import judge, observed_from_summary
 from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import Cell
+from servebench.campaign.sweep import Cell, reference_knobs
 from servebench.load.runner import load_result
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult, blocks_cells
@@ -28,13 +28,15 @@ from tasks.serve import correctness_gate, start_mode_server, stop_mode_server
 from tasks.telemetry import Telemetry, stop_telemetry
 
 
-def reference_answers(ctx: RunContext, run: EngineRun) -> None:
+def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) -> None:
     """No single-worker mode of this engine in the campaign: a TP=1 server of it answers the gate
-    prompts once.
+    prompts once, with the knobs that change arithmetic which all of `modes` (those it judges) share.
 
     If it cannot, none of the engine's modes is compared with anything: each is marked `unchecked`,
     never silently judged against another distributed mode (nor against another engine)."""
+    numerics = {name for name, knob in run.engine.knobs.items() if knob.numerics}
     mode = run.engine.reference_mode(run.reference_name)
+    mode = mode.model_copy(update={"knobs": {**mode.knobs, **reference_knobs(numerics, modes)}})
     who = "" if run is ctx.primary else f" of {run.engine.kind}"
     reporter().stage(f"correctness reference: starting a TP=1 server{who}")
     try:

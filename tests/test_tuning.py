@@ -133,6 +133,23 @@ def test_the_knobs_reach_the_server_command_and_environment():
     assert cut_binding("0-3|4-7", 2, "nobind") == "nobind" and cut_binding("0-3", None, "explicit") == "0-3"
 
 
+def test_the_reference_is_served_with_the_arithmetic_knobs_every_judged_mode_shares():
+    """Eager PyTorch and compiled graphs round differently: modes that all run eager are judged
+    against an eager TP=1 reference; a knob that only changes speed never reaches it."""
+    from servebench.campaign.schema import ModeSpec
+    from servebench.campaign.sweep import reference_knobs
+    from servebench.engines.vllm.knobs import KNOBS
+
+    numerics = {name for name, knob in KNOBS.items() if knob.numerics}
+    assert numerics == {"enforce_eager"}
+    eager_tp2 = ModeSpec(name="tp2", tp=2, executor="mp", knobs={"enforce_eager": True, "max_num_seqs": 8})
+    eager_pp2 = ModeSpec(name="pp2", pp=2, executor="mp", knobs={"enforce_eager": True})
+    assert reference_knobs(numerics, [eager_tp2, eager_pp2]) == {"enforce_eager": True}
+    assert reference_knobs(numerics, [eager_tp2, ModeSpec(name="pp2", pp=2, executor="mp")]) == {}
+    assert reference_knobs(numerics, [ModeSpec(name="tp2", tp=2, executor="mp", knobs={"max_num_seqs": 8})]) == {}
+    assert reference_knobs(numerics, []) == {}
+
+
 @pytest.mark.parametrize("change, field, message", [
     ("  chunked_prefill: [true, false]\n  bogus: [1]", "knobs.bogus", "has no knob 'bogus'"),
     ("  chunked_prefill: [true, 3]", "knobs.chunked_prefill[1]", "takes a bool"),

@@ -73,6 +73,18 @@ def configuration_space(campaign: Campaign) -> list[tuple[dict[str, KnobValue], 
     return space
 
 
+def reference_knobs(numerics: set[str], modes: list[ModeSpec]) -> dict[str, KnobValue]:
+    """The knobs among `numerics` (an engine's knobs that change how it computes, e.g. vLLM's
+    `enforce_eager`) that every one of `modes` sets to the same value: the TP=1 reference is
+    served with them, so a mode is judged against the same arithmetic in one process, not
+    against another setting."""
+    if not modes:
+        return {}
+    first = modes[0].knobs
+    return {name: first[name] for name in sorted(numerics)
+            if first.get(name) is not None and all(m.knobs.get(name) == first[name] for m in modes)}
+
+
 def at_each_commit(campaign: Campaign, point: dict[str, KnobValue],
                    mode: ModeSpec) -> list[tuple[dict[str, KnobValue], ModeSpec]]:
     """A mode once per commit of its engine's commit axis (`source: {commits: [...]}`), named

@@ -49,6 +49,9 @@ class Knob:
     kind: type                                  # int | float | bool | str
     minimum: float | None = None
     choices: tuple[str, ...] = ()
+    numerics: bool = False                      # changes how the model computes, not only how fast: set alike on
+                                                # every mode, the TP=1 reference gets it too (the gate then
+                                                # compares parallel layouts, not settings)
 
     def problem(self, value: object) -> str | None:
         """Why `value` is not one this knob takes (None: the engine's default, always fine)."""

@@ -19,7 +19,7 @@ KNOBS: dict[str, Knob] = {
     "ubatch_size": Knob("-ub: physical batch", int, minimum=1),
     "threads": Knob("-t and -tb: threads of the server and of every RPC worker (default: the node's CPUs)",
                     int, minimum=1),
-    "flash_attn": Knob("-fa: flash attention", str, choices=("on", "off", "auto")),
+    "flash_attn": Knob("-fa: flash attention", str, choices=("on", "off", "auto"), numerics=True),
 }
 
 _FLAGS = {"parallel": "-np", "ctx_size": "-c", "batch_size": "-b", "ubatch_size": "-ub", "flash_attn": "-fa"}
