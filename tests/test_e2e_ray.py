@@ -55,7 +55,7 @@ def leftovers() -> list[str]:
 
 
 def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
@@ -66,13 +66,16 @@ def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     listening_before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     db = tmp_path / "w.duckdb"
     said = io.StringIO()  # the run's stage lines (plain, as in a CI log)
-    with prefect_test_harness(server_startup_timeout=120), live(Console(file=said)):
+    with session_prefect(), live(Console(file=said)):
         outcome = campaign_run(campaign_file=str(campaign_losing_a_node(tmp_path)), warehouse_path=str(db))
     assert outcome["status"] == "partial", outcome   # one cell failed (the fault's), the others completed
 
     con = warehouse.connect(db, read_only=True)
     servers = dict(con.execute("select mode, correctness from servers").fetchall())
     assert servers.pop("reference-tp1") == "reference"
+    eager = {mode: "--enforce-eager" in command for mode, command in con.execute("select mode, command from servers")
+             .fetchall()}  # TP=2 eager, PP=2 compiled: the reference keeps compiled graphs (nothing all modes share)
+    assert eager == {"reference-tp1": False, "tp2-ray": True, "pp2-ray": False}, eager
     # float32 makes equal tokens likely, but whether a near-tie flips depends on the CPU's kernels
     # (AMD EPYC vs Intel Xeon): passed or close (vLLM's criterion); a broken shard diverges at once
     assert set(servers) == {"tp2-ray", "pp2-ray"} and set(servers.values()) <= {"passed", "close"}, servers

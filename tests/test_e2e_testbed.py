@@ -25,10 +25,13 @@ from tests.support.testbed import campaign_on, marked_processes_on, on_host, own
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "ssh-testbed.yaml"
 pytestmark = pytest.mark.e2e
+# no compiled graphs: each start here compiled for 45-90 s (two ranks on two shared cores); the reference
+# TP=1 server is eager too (the knob changes arithmetic, every mode sets it: flows/modes.py)
+EAGER = {"enforce_eager": True}
 
 
 def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
@@ -37,13 +40,14 @@ def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
         # TP=2 over Ray and with vLLM's own launcher (PP=2 over Ray is the shipped campaign's third mode and
         # tests/test_e2e_ray.py's on one host): every server start costs minutes on two shared cores
         campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml",
-                               modes=[{"name": "tp2-ray", "tp": 2, "executor": "ray"},
-                                      {"name": "tp2-mp-multinode", "tp": 2, "executor": "mp-multinode"}],
+                               modes=[{"name": "tp2-ray", "tp": 2, "executor": "ray", "knobs": EAGER},
+                                      {"name": "tp2-mp-multinode", "tp": 2, "executor": "mp-multinode",
+                                       "knobs": EAGER}],
                                load={"clients": [2], "input_len": 32, "output_len": 16, "requests": 6,
                                      "client": {"node": "h3", "nice": -10}})
         db = tmp_path / "w.duckdb"
         started = time.monotonic()
-        with prefect_test_harness(server_startup_timeout=120):
+        with session_prefect():
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(db))
         print(f"campaign across hosts: {time.monotonic() - started:.0f} s, {outcome['status']}")
 
@@ -62,6 +66,8 @@ def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
     con = warehouse.connect(db, read_only=True)
     servers = dict(con.execute("select mode, correctness from servers").fetchall())
     assert servers.pop("reference-tp1") == "reference"
+    commands = dict(con.execute("select mode, command from servers").fetchall())
+    assert all("--enforce-eager" in command for command in commands.values()), commands  # the reference too
     assert set(servers) == {"tp2-ray", "tp2-mp-multinode"}
     assert set(servers.values()) <= {"passed", "close"}, servers
     cells = con.execute("select cell_key, status, client_output_tokens, server_output_tokens, client_node, "
