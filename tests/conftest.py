@@ -1,5 +1,6 @@
 """The tests' shared fixtures: `isolated` (a flow run in the test's own directory), and what
-in-process Prefect flows leave behind, cleaned up at the end of the session.
+in-process Prefect flows leave behind, cleaned up at the end of the session, with the one
+Prefect server every test's flows report to (tests/support/prefect_session.py).
 
 Two kinds of noise used to follow pytest's final summary line, both from Prefect state
 that outlives the tests (reproduced with a failing flow under `prefect_test_harness`):
@@ -52,6 +53,9 @@ def isolated(tmp_path, monkeypatch) -> Path:
 def _prefect_leftovers():
     """Torn down last (autouse, session): after every other fixture, harnesses included."""
     yield
+    from tests.support.prefect_session import close_session_prefect
+
+    close_session_prefect()  # the one server the session's flows reported to (tests/support/prefect_session.py)
     stop_leftover_prefect_servers()
     release_prefect_background_threads()
     rebind_handlers_from_capture()  # last: pytest's capture is still sys.stderr here

@@ -22,6 +22,7 @@ import yaml
 import warehouse
 from servebench.paths import PROJECT_ROOT, cache_dir
 from tests.support.llamacpp_repo import SLOWDOWN_MS, make_repository
+from tests.support.prefect_session import session_api_url
 
 pytestmark = pytest.mark.e2e
 SLOW_AT = 6
@@ -43,8 +44,8 @@ def campaign(repo: Path, source: dict) -> dict:
 def servebench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """The real command, with the shared build cache (builds found by key across runs)."""
     env = os.environ | {"SERVEBENCH_RUNS": str(tmp_path / "runs"), "SERVEBENCH_CACHE": str(cache_dir()),
-                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
+                        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                        "PREFECT_API_URL": session_api_url()}  # each bisect step a run: not a server of its own each
     return subprocess.run([sys.executable, "-m", "servebench", *args], env=env, cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=2400)
 

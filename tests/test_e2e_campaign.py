@@ -19,13 +19,13 @@ pytestmark = pytest.mark.e2e
 
 
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
     assert engine_processes() == [], "an engine process was already running before the test"
     shm_before = shm_entries()
-    with prefect_test_harness(server_startup_timeout=120):
+    with session_prefect():
         outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(isolated))
     assert outcome["status"] == "completed", outcome
 

@@ -32,7 +32,7 @@ validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this t
 
 
 def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
@@ -40,7 +40,7 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
     with own_testbed("lrp", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(provider=ssh_provider_yaml(layout)))
-        with prefect_test_harness(server_startup_timeout=120):
+        with session_prefect():
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         for host in layout.hosts:
             assert marked_processes_on(layout, host) == "", host.name

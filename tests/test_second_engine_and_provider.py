@@ -51,12 +51,12 @@ def echo_and_plain(isolated, monkeypatch, tmp_path):
 
 
 def test_echo_engine_and_plain_provider_run_a_campaign_through_the_real_flow(echo_and_plain):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
     db = echo_and_plain / "w.duckdb"
-    with prefect_test_harness(server_startup_timeout=120):
+    with session_prefect():
         outcome = campaign_run(campaign_file=str(echo_and_plain / "campaign.yaml"), warehouse_path=str(db))
     assert outcome["status"] == "completed", outcome
 

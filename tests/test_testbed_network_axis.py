@@ -36,7 +36,7 @@ validity: {{on_invalid: warn}}
 
 
 def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated, tmp_path, monkeypatch):
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
     from servebench.testbed.links import link_state
@@ -47,7 +47,7 @@ def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated,
     with own_testbed("net", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model, testbed=layout.name))
-        with prefect_test_harness(server_startup_timeout=120):
+        with session_prefect():
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         links_after = link_state(layout)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import warehouse
 from servebench.paths import PROJECT_ROOT
+from tests.support.prefect_session import session_api_url
 
 
 def echo_campaign_dir(tmp_path: Path, campaigns: dict[str, str]) -> Path:
@@ -26,8 +27,8 @@ def echo_campaign_dir(tmp_path: Path, campaigns: dict[str, str]) -> Path:
 def servebench(tmp_path: Path, *args: str) -> subprocess.Popen:
     """`servebench ARGS` in a session of its own (stdout and stderr together, as text)."""
     env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "SERVEBENCH_RUNS": str(tmp_path / "runs"),
-                        "SERVEBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT_ROOT)}
-    env.pop("PREFECT_API_URL", None)
+                        "SERVEBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT_ROOT),
+                        "PREFECT_API_URL": session_api_url()}  # not a temporary server of its own: 15 s each
     return subprocess.Popen([sys.executable, "-m", "servebench", *args], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -51,7 +52,7 @@ def cells_of(db: Path, run_id: str | None = None) -> list[tuple]:
 def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaign_text: str) -> dict:
     """The campaign (test-only echo engine and plain provider, registered for this test only)
     through the real flow in this process, under a Prefect test harness; its outcome."""
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     import servebench.engines
     import servebench.providers
@@ -63,7 +64,7 @@ def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaig
     monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
     echo_campaign_dir(tmp_path, {"campaign.yaml": campaign_text})
-    with prefect_test_harness(server_startup_timeout=120):
+    with session_prefect():
         return campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(warehouse_path))
 
 
@@ -86,7 +87,7 @@ def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, cha
     """A shipped campaign file, lightened by `change(data)` (the parsed YAML, edited in place), run
     through the real flow in this process under a Prefect test harness; its outcome."""
     import yaml
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
@@ -94,5 +95,5 @@ def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, cha
     change(data)
     campaign = tmp_path / source.name
     campaign.write_text(yaml.safe_dump(data, sort_keys=False))
-    with prefect_test_harness(server_startup_timeout=120):
+    with session_prefect():
         return campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))

@@ -1,0 +1,43 @@
+"""One Prefect server for the whole test session, started by the first test that runs a flow.
+
+A flow run with no Prefect API to report to starts a temporary server of its own (so does
+`prefect_test_harness`): 15 s on two shared cores, and the tests run some forty campaigns. They
+all report to this one instead, a server of Prefect's own test harness on a database of its own
+(never ~/.prefect): the in-process flows through the harness's settings, the `servebench run`
+processes a test starts through PREFECT_API_URL. tests/test_e2e_nightly.py runs a `prefect server`
+of its own (it deploys), README's smoke command the temporary server a user gets.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
+
+_session: ExitStack | None = None
+
+
+def session_api_url() -> str:
+    """The session server's API URL, the server started on first use."""
+    global _session
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    if _session is None:
+        stack = ExitStack()
+        stack.enter_context(prefect_test_harness(server_startup_timeout=120))
+        _session = stack
+    return PREFECT_API_URL.value()
+
+
+@contextmanager
+def session_prefect() -> Iterator[str]:
+    """Flows run in this block report to the session's server; its API URL."""
+    yield session_api_url()
+
+
+def close_session_prefect() -> None:
+    """At the session's end: what the harness sent is drained, its server stopped by PID."""
+    global _session
+    if _session is not None:
+        stack, _session = _session, None
+        stack.close()
