@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-CELL = ["--rate", "20", "--requests", "40", "--warmup", "4", "--input-len", "16", "--output-len", "16",
+CELL = ["--rate", "20", "--requests", "16", "--warmup", "2", "--input-len", "16", "--output-len", "16",
         "--token-counter", "", "--seed", "5"]
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
@@ -52,7 +52,7 @@ def busy_server(tmp_path):
 def load(url: str, out: Path, *placement: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "servebench", "load", "--base-url", url, "--model", "m",
                            *CELL, "--output-json", str(out), "--quiet", *placement],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)  # starved: ~100 s here
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)  # starved: ~100 s here with 40 requests
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text())["summary"]
 

@@ -7,9 +7,9 @@ a copy, keyed by the tree's digest: a node that already holds a tree with that d
 nothing, a copy is verified by recomputing the digest on the node. Before anything is copied,
 a node whose architecture is not the build's is refused, and afterwards one whose copy of the
 engine's python does not run there (a missing base interpreter, a wrong C library), each with
-the node named. A client node (`load.client.node`) gets the engine build too (its python is
-the one the load generator's own tree, `servebench.build.load_tree`, runs with) and must import
-the generator there.
+the node named. A client node (`load.client.node`) gets no engine build: the load generator's
+own tree (`servebench.build.load_tree`) and the sampler's run with the node's python3
+(`Provider.node_python`), and the generator must import there.
 """
 
 from __future__ import annotations
