@@ -19,14 +19,14 @@ pytestmark = pytest.mark.e2e
 
 
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
-    from tests.support.prefect_session import session_prefect
+    from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
 
     assert engine_processes() == [], "an engine process was already running before the test"
     shm_before = shm_entries()
-    with session_prefect():
-        outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(isolated))
+    session_api_url()  # the flow reports to the session's Prefect server
+    outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(isolated))
     assert outcome["status"] == "completed", outcome
 
     campaign = load_campaign(CAMPAIGN)

@@ -32,7 +32,7 @@ validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this t
 
 
 def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_prefect
+    from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
 
@@ -40,8 +40,8 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
     with own_testbed("lrp", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(provider=ssh_provider_yaml(layout)))
-        with session_prefect():
-            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
+        session_api_url()  # the flow reports to the session's Prefect server
+        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         for host in layout.hosts:
             assert marked_processes_on(layout, host) == "", host.name
             assert on_host(layout, host, "ls -A /dev/shm /tmp").split() == ["/dev/shm:", "/tmp:"], host.name

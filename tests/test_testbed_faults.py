@@ -64,7 +64,7 @@ def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> No
 
 def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured_ones(isolated, tmp_path,
                                                                                       monkeypatch):
-    from tests.support.prefect_session import session_prefect
+    from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
     from servebench.testbed import slurm_client_env
@@ -79,8 +79,8 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
         chaos = threading.Thread(target=chaos_in_cell, args=(tmp_path / "runs", "single.c1.r0", isolated, done),
                                  daemon=True)
         chaos.start()
-        with session_prefect():
-            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
+        session_api_url()  # the flow reports to the session's Prefect server
+        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         ended = time.monotonic()
         chaos.join(timeout=120)
         squeue = subprocess.run(["squeue", "-h"], env=slurm_client_env(layout), capture_output=True, text=True)
@@ -125,7 +125,7 @@ validity: {{on_invalid: warn}}
 def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: str, fault) -> tuple[dict, dict]:
     """The campaign through the real flow while `fault(runs dir, layout, done)` acts in a thread;
     (the run's outcome, what the fault recorded)."""
-    from tests.support.prefect_session import session_prefect
+    from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
 
@@ -134,8 +134,8 @@ def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: 
     done: dict = {}
     thread = threading.Thread(target=fault, args=(tmp_path / "runs", layout, done), daemon=True)
     thread.start()
-    with session_prefect():
-        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))
+    session_api_url()  # the flow reports to the session's Prefect server
+    outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))
     done["ended"] = time.monotonic()
     thread.join(timeout=10)
     return outcome, done

@@ -36,7 +36,7 @@ validity: {{on_invalid: warn}}
 
 
 def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated, tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_prefect
+    from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
     from servebench.testbed.links import link_state
@@ -47,8 +47,8 @@ def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated,
     with own_testbed("net", 2) as layout:
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model, testbed=layout.name))
-        with session_prefect():
-            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
+        session_api_url()  # the flow reports to the session's Prefect server
+        outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))
         links_after = link_state(layout)
 
     assert outcome["status"] == "completed", outcome

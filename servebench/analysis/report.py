@@ -377,15 +377,15 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
             f"<h3>Correctness gate per mode</h3><ul>{gate_rows}</ul></section>")
 
 
-def _page(title: str, subtitle: str, charts: dict[str, str], cells_html: str = "") -> str:
-    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart (its
-    Vega-Lite JSON), then the cell table."""
+def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = "") -> str:
+    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart (`specs`:
+    name -> its Vega-Lite JSON), then the cell table."""
     divs, calls = [], []
-    for index, (name, spec) in enumerate(charts.items()):
+    for index, (name, spec) in enumerate(specs.items()):
         divs.append(f'<section><div id="chart-{index}" class="chart" data-name="{name}"></div></section>')
         calls.append(f"vegaEmbed('#chart-{index}', {spec}, {{renderer: 'svg', actions: false}})"
                      ".catch(e => console.error(e));")
-    if not charts:
+    if not specs:
         divs.append("<p>No cell of this run was measured.</p>")
     bundle = vlc.javascript_bundle("\n".join(calls))  # the libraries and the calls, no network needed
     return f"""<!doctype html>

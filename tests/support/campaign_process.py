@@ -51,9 +51,7 @@ def cells_of(db: Path, run_id: str | None = None) -> list[tuple]:
 
 def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaign_text: str) -> dict:
     """The campaign (test-only echo engine and plain provider, registered for this test only)
-    through the real flow in this process, under a Prefect test harness; its outcome."""
-    from tests.support.prefect_session import session_prefect
-
+    through the real flow in this process (reporting to the session's Prefect server); its outcome."""
     import servebench.engines
     import servebench.providers
     from flows.campaign import campaign_run
@@ -64,8 +62,8 @@ def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaig
     monkeypatch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
     echo_campaign_dir(tmp_path, {"campaign.yaml": campaign_text})
-    with session_prefect():
-        return campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(warehouse_path))
+    session_api_url()  # the flow reports to the session's Prefect server
+    return campaign_run(campaign_file=str(tmp_path / "campaign.yaml"), warehouse_path=str(warehouse_path))
 
 
 # One echo engine of 100 ms a request, one at a time (10 req/s), searched for its capacity under a
@@ -85,9 +83,8 @@ validity: {on_invalid: warn}
 
 def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, change) -> dict:
     """A shipped campaign file, lightened by `change(data)` (the parsed YAML, edited in place), run
-    through the real flow in this process under a Prefect test harness; its outcome."""
+    through the real flow in this process (reporting to the session's Prefect server); its outcome."""
     import yaml
-    from tests.support.prefect_session import session_prefect
 
     from flows.campaign import campaign_run
 
@@ -95,5 +92,5 @@ def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, cha
     change(data)
     campaign = tmp_path / source.name
     campaign.write_text(yaml.safe_dump(data, sort_keys=False))
-    with session_prefect():
-        return campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))
+    session_api_url()  # the flow reports to the session's Prefect server
+    return campaign_run(campaign_file=str(campaign), warehouse_path=str(warehouse_path))

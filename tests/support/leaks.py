@@ -74,19 +74,27 @@ def stop_leaked(found: Leaks) -> None:
             pass
 
 
+def running_descendants() -> dict[int, str]:
+    """This process's descendants still running (not zombies), each described by its command line;
+    not the Prefect server of a test harness (the session's: tests/support/prefect_session.py)."""
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        described = _running(process)
+        if described and not any(marker in described for marker in HARNESS_MARKERS):  # on the whole command
+            found[process.pid] = described[:160]
+    return found
+
+
 def _found(before: Snapshot) -> Leaks:
     leaks = Leaks()
-    for process in psutil.Process().children(recursive=True):
-        if process.pid in before.children:  # a module's fixture (a testbed's daemons) keeps it
-            continue
-        described = _running(process)
-        if described and not any(marker in described for marker in HARNESS_MARKERS):
-            leaks.processes[process.pid] = described
-            leaks.ours.add(process.pid)
+    for pid, described in running_descendants().items():
+        if pid not in before.children:  # a module's fixture (a testbed's daemons) keeps it
+            leaks.processes[pid] = described
+            leaks.ours.add(pid)
     for pid in set(_marked()) - before.marked:
         described = _running(psutil.Process(pid)) if psutil.pid_exists(pid) else None
         if described:
-            leaks.processes[pid] = f"{described} (carries a run's mark; not stopped here)"
+            leaks.processes[pid] = f"{described[:160]} (carries a run's mark; not stopped here)"
     for pid in set(_masters()) - before.masters:
         leaks.processes[pid] = "ssh master of a run (not stopped here)"
     leaks.shm = sorted(set(_shm()) - before.shm)
@@ -99,7 +107,7 @@ def _running(process: psutil.Process) -> str | None:
     try:
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
-        return " ".join(process.cmdline())[:160] or process.name()
+        return " ".join(process.cmdline()) or process.name()
     except psutil.NoSuchProcess:
         return None
 

@@ -10,14 +10,15 @@ of its own (it deploys), README's smoke command the temporary server a user gets
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
-from typing import Iterator
+from contextlib import ExitStack
 
 _session: ExitStack | None = None
 
 
 def session_api_url() -> str:
-    """The session server's API URL, the server started on first use."""
+    """The session server's API URL, the server started on first use: from then on every flow this
+    process runs reports to it (the harness's settings are global), a process started with
+    PREFECT_API_URL set to it too."""
     global _session
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
@@ -27,12 +28,6 @@ def session_api_url() -> str:
         stack.enter_context(prefect_test_harness(server_startup_timeout=120))
         _session = stack
     return PREFECT_API_URL.value()
-
-
-@contextmanager
-def session_prefect() -> Iterator[str]:
-    """Flows run in this block report to the session's server; its API URL."""
-    yield session_api_url()
 
 
 def close_session_prefect() -> None:

@@ -162,31 +162,16 @@ def kill_on_host(layout: Layout, host, command_name: str) -> list[int]:
 
 def own_leftovers() -> list[str]:
     """Processes this test process started that still run: its descendants (a scraper, a load
-    generator, an srun; not the session's Prefect server, tests/support/prefect_session.py) and
-    ssh masters of a run (`sb-ssh-*` control directories)."""
+    generator, an srun; not the session's Prefect server) and ssh masters of a run (`sb-ssh-*`
+    control directories)."""
     import psutil
 
-    from tests.support.leaks import HARNESS_MARKERS
+    from tests.support.leaks import running_descendants
 
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            command = " ".join(child.cmdline())
-        except psutil.NoSuchProcess:
-            continue
-        if _running(child) and not any(marker in command for marker in HARNESS_MARKERS):
-            found.append(f"{child.pid} {command[:120]}")
+    found = [f"{pid} {command[:120]}" for pid, command in running_descendants().items()]
     for process in psutil.process_iter(["cmdline"]):
         command = " ".join(process.info["cmdline"] or [])
         if command.startswith("ssh") and "/sb-ssh-" in command:  # a master titles itself "ssh: <path> [mux]"
             found.append(f"{process.pid} {command[:120]}")
     return found
 
-
-def _running(process) -> bool:
-    import psutil
-
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
