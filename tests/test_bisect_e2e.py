@@ -24,7 +24,7 @@ from servebench.paths import PROJECT_ROOT, cache_dir
 from tests.support.llamacpp_repo import SLOWDOWN_MS, make_repository
 from tests.support.prefect_session import session_api_url
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
 SLOW_AT = 6
 
 

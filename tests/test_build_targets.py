@@ -55,6 +55,7 @@ def test_refusal_names_the_missing_features_or_the_architecture():
     assert "is for x86_64; node g2 is aarch64" in build_refusal({"platform": "linux-x86_64"}, "g2", "aarch64", n1, "x")
 
 
+@pytest.mark.arm
 @needs_cross
 def test_an_emulated_cpu_models_features_are_measured_under_qemu():
     n1 = emulated_features(profile("graviton2"), cache_dir())
@@ -76,6 +77,7 @@ def sdist_source(path: Path) -> FetchedSource:
     return FetchedSource(path, "source_sha256", file_sha256(path), "llama-cpp-python==0.3.36", "0.3.36")
 
 
+@pytest.mark.arm
 @needs_cross
 def test_a_target_build_is_keyed_by_source_compiler_flags_and_options(tmp_path: Path):
     engine = get_engine("llamacpp")

@@ -18,7 +18,7 @@ from servebench.processes import shm_entries
 from tests.support.processes import engine_processes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 
 def test_ctrl_c_stops_servers_and_keeps_measured_cells(tmp_path):

@@ -24,7 +24,7 @@ from servebench.serving.server import start_server, stop_server, wait_ready
 from tests.support.processes import engine_processes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 
 @pytest.fixture(scope="module")

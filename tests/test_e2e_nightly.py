@@ -28,7 +28,7 @@ from tests.support.processes import engine_processes
 ROOT = Path(__file__).resolve().parents[1]
 NIGHTLY = ROOT / "tests" / "campaigns" / "good" / "e2e-nightly.yaml"
 BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 
 def slower_copy(tmp_path: Path) -> Path:

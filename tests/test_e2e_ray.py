@@ -41,7 +41,7 @@ def campaign_losing_a_node(tmp_path: Path) -> Path:
     path = tmp_path / "e2e-ray-lost-node.yaml"
     path.write_text(yaml.safe_dump(campaign, sort_keys=False))
     return path
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 
 def leftovers() -> list[str]:

@@ -24,7 +24,7 @@ from tests.support.ray_logs import assert_tp_across_nodes
 from tests.support.testbed import campaign_on, marked_processes_on, on_host, own_testbed
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "ssh-testbed.yaml"
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.testbed, pytest.mark.root]
 # no compiled graphs: each start here compiled for 45-90 s (two ranks on two shared cores); the reference
 # TP=1 server is eager too (the knob changes arithmetic, every mode sets it: flows/modes.py)
 EAGER = {"enforce_eager": True}

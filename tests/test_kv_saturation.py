@@ -20,7 +20,7 @@ from servebench.analysis.saturation import run_saturation
 from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "kv-saturation.yaml"
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
 
 
 def test_the_knee_follows_the_kv_capacity(isolated, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import warehouse
 from tests.support.testbed import marked_processes_on, on_host, own_testbed, ssh_provider_yaml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.testbed, pytest.mark.root]
 
 CAMPAIGN = """
 name: llamacpp-rpc-testbed

@@ -48,6 +48,7 @@ def test_report_is_self_contained(report):
     assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 16
 
 
+@pytest.mark.browser
 def test_report_renders_in_chromium_without_console_messages(report):
     done = chromium("--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom", report.as_uri())
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]

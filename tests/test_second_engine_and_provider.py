@@ -23,6 +23,8 @@ import warehouse
 from tests.support.echo_engine import EchoEngine
 from tests.support.plain_provider import PlainProvider
 
+pytestmark = pytest.mark.e2e  # the test-only engine's campaign through the real flow
+
 CAMPAIGN = """
 name: second-engine
 provider: {kind: plain, nodes: [{name: a, cpus: "0"}, {name: b, cpus: "0"}, {name: c, cpus: "1"}]}

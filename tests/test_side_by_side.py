@@ -17,7 +17,7 @@ import warehouse
 from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "side-by-side.yaml"
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.llamacpp]
 
 
 def lighter(data: dict) -> None:

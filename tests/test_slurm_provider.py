@@ -29,7 +29,8 @@ from servebench.providers.slurm.argv import (
 )
 from servebench.providers.slurm.spec import SlurmProviderSpec
 from servebench.testbed import enter_argv, slurm_client_env
-from tests.support.testbed import allocated, node_named, own_testbed, running_on, wait_until
+from tests.support.testbed import allocated, node_named, on_the_testbed, own_testbed, running_on
+from tests.support.waiting import wait_until
 
 TIMEOUT_S = 60
 
@@ -218,6 +219,7 @@ def processes_naming(needles: tuple[str, ...]) -> list[str]:
     return [line for line in lines if any(needle in line.split(" ", 1)[1] for needle in needles)]
 
 
+@on_the_testbed
 def test_allocate_records_the_job_and_its_nodes(provider, testbed):
     print(f"allocation: {', '.join(f'{k} {v * 1000:.0f} ms' for k, v in provider.timings.items())}")
     assert isinstance(provider.job_id, int) and provider.node_list == "h[1-2]"
@@ -230,6 +232,7 @@ def test_allocate_records_the_job_and_its_nodes(provider, testbed):
     assert record["job_id"] == provider.job_id and record["node_list"] == "h[1-2]" and len(record["nodes"]) == 2
 
 
+@on_the_testbed
 def test_run_on_each_node(provider):
     for n in provider.nodes():
         result = provider.run(n, ["hostname"])
@@ -250,6 +253,7 @@ def test_run_on_each_node(provider):
           f"min {min(seconds) * 1000:.0f} ms, max {max(seconds) * 1000:.0f} ms")
 
 
+@on_the_testbed
 def test_inventory_and_free_port_on_the_node(provider):
     h2 = node(provider, "h2")
     facts = provider.inventory(h2)
@@ -268,6 +272,7 @@ def _local_addresses() -> set[str]:
     return {line.split()[3].split("/")[0] for line in out.splitlines()}
 
 
+@on_the_testbed
 def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
     h2 = node(provider, "h2")
     script = ("import os, sys, time\nprint('env', os.environ.get('SB_X'), os.environ.get('HOME'), flush=True)\n"
@@ -297,6 +302,7 @@ def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
     assert "env a,b c None" in log.read_text()  # HOME came with the orchestrator's environment; unset took it out
 
 
+@on_the_testbed
 def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
     h1 = node(provider, "h1")
     process = provider.start(h1, ["sh", "-c", "echo bye from $(hostname); exit 7"], {}, tmp_path / "short.log")
@@ -306,6 +312,7 @@ def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
     assert provider.stop(process, grace_s=1.0) == 7
 
 
+@on_the_testbed
 def test_a_job_cancelled_from_outside_fails_every_call_with_the_cause(testbed, tmp_path):
     provider = provider_for(testbed, nodes=1)
     try:
@@ -328,6 +335,7 @@ def test_a_job_cancelled_from_outside_fails_every_call_with_the_cause(testbed, t
     assert srun_clients(provider.job_id) == []
 
 
+@on_the_testbed
 def test_an_allocation_the_cluster_cannot_give_is_refused_with_slurms_words(testbed):
     """More CPUs per node than a node has: the controller refuses at once or queues the job; either
     way salloc gives up within allocate_timeout_s and no job of the run is left."""
@@ -342,6 +350,7 @@ def test_an_allocation_the_cluster_cannot_give_is_refused_with_slurms_words(test
     provider.release()
 
 
+@on_the_testbed
 def test_release_stops_leftovers_cancels_the_job_and_leaves_nothing(testbed, tmp_path):
     provider = provider_for(testbed)
     provider.allocate()
@@ -379,6 +388,7 @@ time.sleep(600)
 """
 
 
+@on_the_testbed
 def test_a_killed_orchestrators_allocation_cancels_itself_and_leaves_nothing(testbed, tmp_path):
     """The run's lease (servebench/providers/slurm/lease.py): an orchestrator holding an allocation,
     with a process running on h2, is SIGKILLed with its whole process group; the allocation's

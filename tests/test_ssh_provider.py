@@ -32,7 +32,8 @@ from servebench.providers.ssh.argv import (
 from servebench.providers.ssh.spec import SshProviderSpec
 from servebench.providers.ssh.transport import SshError, control_dir_for
 
-from tests.support.testbed import allocated, node_named, own_testbed, running_on, wait_until
+from tests.support.testbed import allocated, node_named, on_the_testbed, own_testbed, running_on
+from tests.support.waiting import wait_until
 
 TIMEOUT_S = 60
 
@@ -267,6 +268,7 @@ def node(provider: SshProvider, name: str) -> Node:
     return node_named(provider, name)
 
 
+@on_the_testbed
 def test_allocate_inventory_and_run(provider, testbed):
     nodes = provider.allocate()  # again: the masters are up, this is cheap
     assert [(n.name, n.address) for n in nodes] == [(h.name, h.address) for h in testbed.hosts]
@@ -280,6 +282,7 @@ def test_allocate_inventory_and_run(provider, testbed):
     assert provider.run(h1, ["hostname"]).stdout.strip() == "h1"
 
 
+@on_the_testbed
 def test_a_new_connection_costs_more_than_a_multiplexed_one(provider):
     """The measurement behind multiplexing (docs/ssh-provider.md)."""
     config = str(provider.transport.config)
@@ -306,6 +309,7 @@ def test_unreachable_host_is_named():
         provider.release()
 
 
+@on_the_testbed
 def test_free_port_is_bindable_on_the_node(provider):
     h2 = node(provider, "h2")
     port = provider.free_port(h2)
@@ -314,6 +318,7 @@ def test_free_port_is_bindable_on_the_node(provider):
     assert (result.returncode, result.stdout.strip()) == (0, "bound"), result.stderr
 
 
+@on_the_testbed
 def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
     h1 = node(provider, "h1")
     script = ("import os, sys, time\nprint('env', os.environ.get('SB_X'), os.environ.get('HOME'), flush=True)\n"
@@ -338,6 +343,7 @@ def test_start_watch_and_stop_a_process_tree(provider, tmp_path):
     assert "env a b None" in log.read_text()
 
 
+@on_the_testbed
 def test_stop_finds_a_daemon_nobody_recorded(provider, tmp_path):
     """The leader exits at once, leaving a grandchild in a session of its own that no
     remember_descendants saw: the run's mark in its environment still finds it on the node."""
@@ -353,6 +359,7 @@ def test_stop_finds_a_daemon_nobody_recorded(provider, tmp_path):
     assert not running_on(provider, "h1", daemon)
 
 
+@on_the_testbed
 def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
     h2 = node(provider, "h2")
     process = provider.start(h2, ["sh", "-c", "echo bye from $(hostname); exit 7"], {}, tmp_path / "short.log")
@@ -362,6 +369,7 @@ def test_a_process_that_ends_reports_its_exit_code_and_log(provider, tmp_path):
     assert provider.stop(process, grace_s=1.0) == 7
 
 
+@on_the_testbed
 def test_shm_cleanup_keeps_what_a_process_holds(provider, tmp_path):
     h2 = node(provider, "h2")
     before = provider.shm_entries(h2)
@@ -380,6 +388,7 @@ def test_shm_cleanup_keeps_what_a_process_holds(provider, tmp_path):
     assert provider.remove_shm_created_since(h2, before) == [held]
 
 
+@on_the_testbed
 def test_a_host_through_a_jump_host(testbed):
     h1, h2 = testbed.hosts
     spec = spec_of({"name": "far", "address": h2.address, "key": str(testbed.ssh_key), "cpus": [0],
@@ -395,6 +404,7 @@ def test_a_host_through_a_jump_host(testbed):
     assert provider.transport.master_pids() == []
 
 
+@on_the_testbed
 def test_release_stops_leftovers_and_closes_the_masters(testbed, tmp_path):
     provider = provider_for(testbed)
     provider.allocate()

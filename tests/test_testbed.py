@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
-from tests.support.testbed import no_testbed_reason, run_testbed_cli
+from tests.support.testbed import no_testbed_reason, on_the_testbed, run_testbed_cli
 from servebench.testbed import configs
 from servebench.testbed.layout import (
     BENCHMARK_RANGE, check_name, choose_slot, hidden_on_hosts, make_layout, preferred_slot, slot_of, slot_subnet,
@@ -155,6 +155,7 @@ def machine(layout, *command: str, timeout: float = TIMEOUT_S) -> subprocess.Com
                           stdin=subprocess.DEVNULL, env=slurm_env(layout))
 
 
+@on_the_testbed
 def test_hosts_reach_each_other_and_no_route_out(testbed):
     layout, _ = testbed
     for host in layout.hosts:
@@ -169,6 +170,7 @@ def test_hosts_reach_each_other_and_no_route_out(testbed):
     assert machine(layout, "ping", "-c", "1", "-W", "1", layout.hosts[2].address).returncode == 0
 
 
+@on_the_testbed
 def test_private_shm_tmp_and_hostname(testbed):
     layout, _ = testbed
     marker = f"servebench-testbed-{secrets.token_hex(4)}"
@@ -185,6 +187,7 @@ def test_private_shm_tmp_and_hostname(testbed):
     assert run_testbed_cli("exec", "--name", layout.name, "h3", "--", "hostname").stdout.strip() == "h3"
 
 
+@on_the_testbed
 def test_ssh_to_each_host(testbed):
     layout, _ = testbed
     for host in layout.hosts:
@@ -197,6 +200,7 @@ def test_ssh_to_each_host(testbed):
     assert result.stdout.split() == ["h2", "3"], result.stderr
 
 
+@on_the_testbed
 def test_slurm_nodes_idle_from_the_machine_and_a_host(testbed):
     layout, _ = testbed
     states = machine(layout, "sinfo", "-h", "-N", "-o", "%N %T").stdout.split("\n")
@@ -205,6 +209,7 @@ def test_slurm_nodes_idle_from_the_machine_and_a_host(testbed):
     assert inside.stdout.split() == ["3", "idle"], inside.stderr
 
 
+@on_the_testbed
 def test_srun_on_every_host(testbed):
     layout, _ = testbed
     result = machine(layout, "srun", "-N3", "hostname")
@@ -213,6 +218,7 @@ def test_srun_on_every_host(testbed):
     assert sorted(result.stdout.split()) == ["h1", "h2", "h3"], result.stderr
 
 
+@on_the_testbed
 def test_allocation_overlap_step_and_cancel(testbed):
     layout, _ = testbed
     granted = machine(layout, "salloc", "--no-shell", "-N2", "-J", "overlap-test")
@@ -230,6 +236,7 @@ def test_allocation_overlap_step_and_cancel(testbed):
         time.sleep(0.2)
 
 
+@on_the_testbed
 def test_batch_job(testbed):
     layout, _ = testbed
     out = layout.state_dir / "batch.out"
@@ -246,6 +253,7 @@ def test_batch_job(testbed):
     assert sorted(out.read_text().split()) == ["h1", "h2", "h3"]
 
 
+@on_the_testbed
 def test_up_refuses_a_testbed_that_exists(testbed):
     layout, _ = testbed
     result = run_testbed_cli("up", "--hosts", "2", "--name", layout.name)
@@ -255,6 +263,7 @@ def test_up_refuses_a_testbed_that_exists(testbed):
     assert all(h.address in status.stdout for h in layout.hosts)
 
 
+@on_the_testbed
 def test_down_leaves_nothing(testbed):
     """Last: takes the module's testbed down."""
     layout, daemons = testbed

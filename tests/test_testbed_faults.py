@@ -30,7 +30,7 @@ from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
                                    own_testbed, ssh_provider_yaml)
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.testbed, pytest.mark.root]  # the echo engine's flow on testbed hosts
 
 CAMPAIGN = """
 name: slurm-cancel

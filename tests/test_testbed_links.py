@@ -22,7 +22,7 @@ from servebench.cli.testbed import add_testbed_parser
 from servebench.testbed import delay_line, links
 from servebench.testbed.layout import make_layout
 from servebench.testbed.machine import Daemon, read_state
-from tests.support.testbed import own_testbed, run_testbed_cli
+from tests.support.testbed import on_the_testbed, own_testbed, run_testbed_cli
 
 PINGS = 30
 
@@ -141,6 +141,7 @@ def assert_honest(layout, host: str, delay_ms: float, rate_mbit: float | None) -
     return state
 
 
+@on_the_testbed
 def test_kernel_offers_tbf_and_says_whether_it_has_netem(testbed):
     offers = links.kernel_offers()
     assert set(offers) == {"netem", "tbf", "htb"} and offers["tbf"]
@@ -149,6 +150,7 @@ def test_kernel_offers_tbf_and_says_whether_it_has_netem(testbed):
         assert "unknown" in (links.probe_qdisc("netem") or "").lower()
 
 
+@on_the_testbed
 def test_a_delay_adds_twice_itself_per_link_to_a_round_trip(testbed):
     layout = testbed
     base = rtt_p50(layout)
@@ -184,6 +186,7 @@ def test_a_delay_adds_twice_itself_per_link_to_a_round_trip(testbed):
     assert cleared < 1.0
 
 
+@on_the_testbed
 def test_a_rate_cap_holds_tcp_below_it_both_ways(testbed):
     layout = testbed
     links.set_link(layout, "h1", rate_mbit=10)
@@ -196,6 +199,7 @@ def test_a_rate_cap_holds_tcp_below_it_both_ways(testbed):
     assert_honest(layout, "h1", 0.0, None)
 
 
+@on_the_testbed
 def test_down_stops_the_delay_lines_and_leaves_nothing(testbed):
     """Last: takes the module's testbed down, with a delay line running (set from the CLI, as a
     person would)."""

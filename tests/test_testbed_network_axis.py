@@ -17,7 +17,7 @@ import warehouse
 from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import echo_model, own_testbed, ssh_provider_yaml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.testbed, pytest.mark.root]  # the echo engine's flow on testbed hosts
 
 CAMPAIGN = """
 name: network-axis

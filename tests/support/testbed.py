@@ -9,7 +9,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 from typing import Iterator
 
 import pytest
@@ -34,6 +33,12 @@ def run_testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subproces
     """`servebench testbed ARGS` as a separate process (as a person would type it)."""
     return subprocess.run([sys.executable, "-m", "servebench.cli.testbed", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def on_the_testbed(test):
+    """Marks a test that uses its module's testbed: `testbed`, `root` (which the testbed needs) and
+    `e2e` (namespaces, sshd and Slurm are a real component stack: the fast run leaves it out)."""
+    return pytest.mark.e2e(pytest.mark.root(pytest.mark.testbed(test)))
 
 
 @contextlib.contextmanager
@@ -67,15 +72,6 @@ def allocated(provider) -> Iterator:
 def node_named(provider, name: str):
     """The provider's node of that name."""
     return next(n for n in provider.nodes() if n.name == name)
-
-
-def wait_until(check, what: str, seconds: float = 20.0):
-    """check()'s first truthy value, polled every 0.1 s; fails naming `what` after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def running_on(provider, host: str, pid: int) -> bool:
