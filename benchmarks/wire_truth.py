@@ -1,0 +1,357 @@
+"""Are servebench's latencies the wire's? `servebench load` against a real vLLM server, checked on packets.
+
+Starts a vLLM CPU server the library's way (the campaign's engine build, its generated tiny
+model, its launch arguments; the local provider pins every server process to CPU 0), captures
+the loopback traffic on the server's port with tcpdump, and runs `servebench load` on CPU 1
+against it (Poisson arrivals, `--engine vllm`'s request extras: exact output length and the
+running usage in every event). The capture is then read by benchmarks/wire_streams.py, which
+owes servebench nothing: TCP reassembly, HTTP de-chunking, SSE events, and each request's wire
+times: its first byte sent, its first and its last *token event* (an event with a choice whose
+running `usage.completion_tokens` rose, whatever its text).
+
+Wire exchanges are matched to servebench's request records by their prompt: the run's workload
+(seed, lengths, vocabulary) is rebuilt and each wire request's JSON `prompt` names its index.
+So no assumption is made on which connection or in which order a request went.
+
+Printed per request, servebench's reported value minus the wire's (ms: min, p50, p99, max) for
+TTFT (first token - send), TPOT ((last - first) / (tokens - 1)) and E2EL (last token - send);
+both sides use their own clock for both ends, so no clock mapping enters these. Also printed:
+each of servebench's stamps minus the wire's (its monotonic clock mapped to the capture's wall
+clock by an offset sampled around the run), and whether the client's output token count equals
+the server's usage for every request. The issue-35 targets (|p50| of TTFT <= 0.3 ms, E2EL <= 0.5,
+TPOT <= 0.1) are judged PASS/FAIL; any FAIL exits 1.
+
+    flock /tmp/servebench-heavy.lock python benchmarks/wire_truth.py [--requests 60] [--rate 2]
+
+Needs root and tcpdump (without them: a printed reason, exit 0) and the campaign's vLLM build
+(`servebench build campaigns/smoke.yaml`; built here otherwise). Nothing is kept: the server
+and tcpdump are stopped by PID, the capture and logs live in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.wire_streams import WireExchange, exchanges  # noqa: E402
+from servebench.build.model import ensure_model, vocab_size  # noqa: E402
+from servebench.build.venv import ensure_build  # noqa: E402
+from servebench.campaign.loading import load_campaign  # noqa: E402
+from servebench.engines import LaunchRequest, get_engine  # noqa: E402
+from servebench.load.config import LoadConfig, to_argv  # noqa: E402
+from servebench.load.metrics import percentile  # noqa: E402
+from servebench.load.workload import Workload  # noqa: E402
+from servebench.paths import cache_dir  # noqa: E402
+from servebench.processes import ManagedProcess  # noqa: E402
+from servebench.providers import get_provider  # noqa: E402
+from servebench.serving.server import Server, start_server, stop_server, wait_ready  # noqa: E402
+
+SERVER_CPU, GENERATOR_CPU = 0, 1
+SNAPLEN = 262144
+TARGETS_MS = {"TTFT": 0.3, "TPOT": 0.1, "E2EL": 0.5}  # issue 35: |p50| of reported - wire
+READY_TIMEOUT_S = 900
+
+
+@dataclass
+class ClockOffset:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, ns (the tightest of many bracketed readings), and the
+    bracket's width: how well the two clocks were read together."""
+
+    offset_ns: int
+    width_ns: int
+
+    @classmethod
+    def sample(cls, tries: int = 200) -> "ClockOffset":
+        best: ClockOffset | None = None
+        for _ in range(tries):
+            before = time.monotonic_ns()
+            wall = time.time_ns()
+            after = time.monotonic_ns()
+            if best is None or after - before < best.width_ns:
+                best = cls(wall - (before + after) // 2, after - before)
+        return best
+
+
+@dataclass
+class Comparison:
+    """One request: servebench's record and the wire's exchange."""
+
+    index: int
+    record: dict
+    wire: WireExchange
+
+
+def skip_reason() -> str | None:
+    """Why this machine cannot run the check (printed, exit 0), or None."""
+    if os.geteuid() != 0:
+        return "needs root (tcpdump captures on lo)"
+    if shutil.which("tcpdump") is None:
+        return "needs tcpdump (apt-get install -y tcpdump)"
+    missing = {SERVER_CPU, GENERATOR_CPU} - os.sched_getaffinity(0)
+    if missing:
+        return f"needs CPUs {SERVER_CPU} and {GENERATOR_CPU} (missing {sorted(missing)}): server and generator apart"
+    return None
+
+
+# ---------------------------------------------------------------- the server and the capture
+
+def start_vllm(campaign_path: Path, mode_name: str, log_dir: Path):
+    """The campaign's server for one mode, as campaigns and the end-to-end tests start it."""
+    campaign = load_campaign(campaign_path)
+    engine = get_engine(campaign.engine.kind)
+    build = ensure_build(engine.build_recipe(campaign.engine), cache_dir(), log=lambda line: print(line, flush=True))
+    model_dir = ensure_model(campaign.model, build.python, cache_dir())
+    mode = next((m for m in campaign.modes if m.name == mode_name), None)
+    if mode is None:
+        raise SystemExit(f"{campaign_path}: no mode {mode_name!r} (modes: {[m.name for m in campaign.modes]})")
+    provider = get_provider(campaign)
+    nodes = provider.allocate()[:1]
+    launch = engine.launch(LaunchRequest(
+        python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=mode, model_dir=str(model_dir),
+        served_name="tiny", dtype="auto", nodes=nodes, ports=provider.free_port))
+    try:
+        server = start_server(provider, nodes, launch, mode.name, log_dir, READY_TIMEOUT_S)
+        wait_ready(server, READY_TIMEOUT_S)
+    except BaseException:
+        provider.release()
+        raise
+    return provider, server, engine, model_dir
+
+
+def start_capture(port: int, pcap: Path, log: Path) -> ManagedProcess:
+    """tcpdump on lo for the server's port, packet-buffered (-U), full packets, nanosecond stamps when
+    this tcpdump has them; on the server's CPU, so the generator's core stays its own."""
+    argv = ["taskset", "-c", str(SERVER_CPU), "tcpdump", "-i", "lo", "-n", "-s", str(SNAPLEN), "-U",
+            "-B", "65536", "-Z", "root", "-w", str(pcap)]
+    if "--time-stamp-precision" in subprocess.run(["tcpdump", "--help"], capture_output=True, text=True).stderr:
+        argv += ["--time-stamp-precision=nano"]
+    capture = ManagedProcess.start([*argv, f"tcp port {port}"], log_path=log)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if "listening on" in log.read_text(errors="replace"):
+            return capture
+        if not capture.alive():
+            break
+        time.sleep(0.05)
+    capture.stop(grace_s=2)
+    raise RuntimeError(f"tcpdump did not start listening: {log.read_text(errors='replace')[-1000:]}")
+
+
+def stop_capture(capture: ManagedProcess, log: Path) -> str:
+    """Stop tcpdump by PID (SIGTERM: it flushes the file and prints its counts); return its counts."""
+    capture.stop(grace_s=10)
+    lines = log.read_text(errors="replace").splitlines()
+    return "; ".join(line.strip() for line in lines if "packets" in line)
+
+
+def run_load(config: LoadConfig, out: Path) -> dict:
+    argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", str(out), "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"servebench load failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+# ---------------------------------------------------------------- matching and comparing
+
+def prompt_key(prompt) -> str:
+    return json.dumps(prompt, sort_keys=True)
+
+
+def match(result: dict, config: LoadConfig, wire: list[WireExchange]) -> tuple[list[Comparison], list[str]]:
+    """Pair each wire exchange with servebench's record of the same prompt; return the pairs and problems."""
+    workload = Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
+                        vocab_size=config.vocab_size, data_seed=config.effective_data_seed,
+                        tokenizer=config.tokenizer, prompts_file=config.prompts, sharegpt_file=config.sharegpt)
+    records = {r["index"]: r for r in result["requests"]}
+    by_prompt = {prompt_key(workload.item(i).prompt): i for i in records}
+    if len(by_prompt) != len(records):
+        return [], [f"{len(records) - len(by_prompt)} prompts repeat: requests cannot be told apart by prompt"]
+    pairs, problems, seen = [], [], set()
+    for exchange in wire:
+        if not exchange.request.start_line.startswith("POST "):
+            continue  # /metrics scrapes and health probes
+        body = json.loads(exchange.request.body)
+        index = by_prompt.get(prompt_key(body.get("prompt", body.get("messages"))))
+        where = f"connection {exchange.connection} request {exchange.position}"
+        if index is None:
+            problems.append(f"{where}: a prompt of no request in the run")
+        elif index in seen:
+            problems.append(f"{where}: request {index}'s prompt sent twice")
+        else:
+            seen.add(index)
+            pairs.append(Comparison(index, records[index], exchange))
+    problems += [f"request {i}: not seen on the wire" for i in sorted(set(records) - seen)]
+    return sorted(pairs, key=lambda p: p.index), problems
+
+
+def request_problems(pair: Comparison) -> list[str]:
+    record, timing = pair.record, pair.wire.timing
+    where = f"request {pair.index}"
+    if record["error_kind"] is not None:
+        return [f"{where}: servebench recorded an error: {record['error_kind']}: {record['error']}"]
+    if timing is None or not pair.wire.response.complete or not timing.done:
+        return [f"{where}: the wire shows no complete 200 event stream"]
+    problems = []
+    if timing.choice_events_without_usage:
+        problems.append(f"{where}: {timing.choice_events_without_usage} events without running usage")
+    if record["output_tokens"] != timing.completion_tokens:
+        problems.append(f"{where}: servebench counted {record['output_tokens']} tokens, the server's usage "
+                        f"says {timing.completion_tokens}")
+    if sum(timing.token_counts) != timing.completion_tokens:
+        problems.append(f"{where}: the wire's token events add to {sum(timing.token_counts)}, its final usage "
+                        f"says {timing.completion_tokens}")
+    return problems
+
+
+def differences(pairs: list[Comparison], t0: float, clock: ClockOffset) -> dict[str, list[float]]:
+    """Per request, reported - wire in ms: the three latencies, and each stamp on the capture's clock."""
+    out: dict[str, list[float]] = {name: [] for name in ("TTFT", "TPOT", "E2EL", "TTFT to text", "send stamp",
+                                                          "first token stamp", "last token stamp")}
+    for pair in pairs:
+        r, w = pair.record, pair.wire
+        timing = w.timing
+        sent, first, last, n = r["sent_s"], r["first_token_s"], r["last_token_s"], r["output_tokens"]
+        w_sent, w_first, w_last, w_n = w.sent_ns / 1e9, timing.first_token_ns / 1e9, timing.last_token_ns / 1e9, \
+            timing.completion_tokens
+        out["TTFT"].append(((first - sent) - (w_first - w_sent)) * 1e3)
+        out["E2EL"].append(((last - sent) - (w_last - w_sent)) * 1e3)
+        if n >= 2 and w_n >= 2:
+            out["TPOT"].append(((last - first) / (n - 1) - (w_last - w_first) / (w_n - 1)) * 1e3)
+        if r.get("first_text_s") is not None and timing.first_text_ns is not None:
+            out["TTFT to text"].append(((r["first_text_s"] - sent) - (timing.first_text_ns / 1e9 - w_sent)) * 1e3)
+        to_wall = lambda s: (t0 + s) + clock.offset_ns / 1e9  # noqa: E731 - servebench's stamp on the wall clock
+        out["send stamp"].append((to_wall(sent) - w_sent) * 1e3)
+        out["first token stamp"].append((to_wall(first) - w_first) * 1e3)
+        out["last token stamp"].append((to_wall(last) - w_last) * 1e3)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float | None]:
+    data = sorted(values)
+    return {"min": data[0] if data else None, "p50": percentile(data, 50), "p99": percentile(data, 99),
+            "max": data[-1] if data else None, "n": len(data)}
+
+
+# ---------------------------------------------------------------- the table
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"
+
+
+def print_table(diffs: dict[str, list[float]], header: str) -> bool:
+    """Print the comparison; return whether every target holds."""
+    print(f"\n{header}")
+    print(f"{'reported - wire (ms)':<22} {'n':>4} {'min':>9} {'p50':>9} {'p99':>9} {'max':>9}   target |p50|  verdict")
+    passed = True
+    for name, values in diffs.items():
+        if name == "send stamp":
+            print(f"{'stamps on the capture clock: servebench - wire (ms)':<60}")
+        s = spread(values)
+        target = TARGETS_MS.get(name)
+        verdict = ""
+        if target is not None:
+            ok = s["p50"] is not None and abs(s["p50"]) <= target
+            passed &= ok
+            verdict = f"{'<= ' + format(target, 'g') + ' ms':>12}  {'PASS' if ok else 'FAIL'}"
+        if name == "TTFT to text" and not values:
+            continue  # servebench's records carry no first-text stamp
+        print(f"{name:<22} {s['n']:>4} {fmt(s['min']):>9} {fmt(s['p50']):>9} {fmt(s['p99']):>9} "
+              f"{fmt(s['max']):>9}   {verdict}")
+    return passed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "smoke.yaml",
+                        help="the campaign whose engine build, model and mode serve (default: smoke)")
+    parser.add_argument("--mode", default="tp1")
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals, requests per second")
+    parser.add_argument("--input-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    reason = skip_reason()
+    if reason is not None:
+        print(f"wire_truth: skipped: {reason}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="servebench-wire-") as tmp:
+        workdir = Path(tmp)
+        provider, server, engine, model_dir = start_vllm(args.campaign, args.mode, workdir / "logs")
+        try:
+            config = LoadConfig(
+                base_url=server.url, model="tiny", rate=args.rate, arrival="poisson", input_len=args.input_len,
+                output_len=args.output_len, vocab_size=vocab_size(model_dir), requests=args.requests, seed=args.seed,
+                cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.request_extras),
+                token_counter=engine.generation_tokens_metric)
+            capture_log = workdir / "tcpdump.log"
+            capture = start_capture(server.port, workdir / "lo.pcap", capture_log)
+            try:
+                clock_before = ClockOffset.sample()
+                result = run_load(config, workdir / "load.json")
+                clock_after = ClockOffset.sample()
+            finally:
+                counts = stop_capture(capture, capture_log)
+        finally:
+            stop_server(provider, server)
+            provider.release()
+        wire = exchanges(workdir / "lo.pcap", server.port)
+        capture_bytes = (workdir / "lo.pcap").stat().st_size
+    return report(result, config, wire, server, clock_before, clock_after, counts, capture_bytes)
+
+
+def report(result: dict, config: LoadConfig, wire: list[WireExchange], server: Server, clock_before: ClockOffset,
+           clock_after: ClockOffset, counts: str, capture_bytes: int) -> int:
+    pairs, problems = match(result, config, wire)
+    for pair in pairs:
+        problems += request_problems(pair)
+    good = [p for p in pairs if not request_problems(p)]
+    diffs = differences(good, result["t0"]["monotonic"], clock_before)
+    empty_tokens = sum(sum(p.wire.timing.empty_text) for p in good)
+    tokens = sum(p.wire.timing.completion_tokens for p in good)
+    empty_first = sum(p.wire.timing.empty_text[0] for p in good)
+    empty_last = sum(p.wire.timing.empty_text[-1] for p in good)
+    summary = result["summary"]
+    header = (f"servebench load vs the loopback capture: {len(pairs)}/{len(result['requests'])} requests matched by "
+              f"prompt, {len(good)} compared; vLLM {server.mode} on CPU {SERVER_CPU}, generator on CPU "
+              f"{GENERATOR_CPU}; Poisson {config.rate:g} req/s, input {config.input_len}, output {config.output_len}")
+    passed = print_table(diffs, header)
+    counted = sum(p.record["output_tokens"] == p.wire.timing.completion_tokens for p in good)
+    tokens_ok = counted == len(result["requests"]) == len(good)
+    print(f"{'output tokens':<22} servebench = server usage for {counted}/{len(result['requests'])} requests"
+          f"{'':>14}{'PASS' if tokens_ok else 'FAIL'}")
+    print(f"\nwire: {tokens} tokens in {sum(len(p.wire.timing.token_times) for p in good)} token events, "
+          f"{empty_tokens} events with empty text ({empty_tokens / max(tokens, 1):.0%}); empty first token event in "
+          f"{empty_first} requests, empty last in {empty_last}")
+    print(f"servebench: valid {summary['valid']}, schedule lag p99 {summary['schedule_lag_ms']['p99']:.3f} ms, "
+          f"TTFT p50 {summary['ttft_ms']['p50']:.2f} ms, server counter {summary.get('server_output_tokens')} "
+          f"= client {summary.get('client_output_tokens')}")
+    drift_us = (clock_after.offset_ns - clock_before.offset_ns) / 1e3
+    print(f"capture: {capture_bytes / 1e6:.1f} MB, tcpdump: {counts}; wall - monotonic moved {drift_us:+.1f} us "
+          f"over the run (read within {clock_before.width_ns} ns)")
+    for problem in problems[:20]:
+        print(f"problem: {problem}")
+    if len(problems) > 20:
+        print(f"... and {len(problems) - 20} more problems")
+    dropped = re.search(r"(\d+) packets? dropped by kernel", counts)
+    dropped = dropped is None or int(dropped.group(1)) > 0  # tcpdump that did not say: nothing to trust
+    ok = passed and tokens_ok and not problems and not dropped
+    print(f"\nwire truth: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
