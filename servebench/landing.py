@@ -164,7 +164,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
                                                 "request_throughput", "output_throughput", "goodput", "valid",
                                                 "invalid_reasons", "client_output_tokens", "server_output_tokens")},
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
-           for metric in ("ttft", "tpot", "itl", "e2el") for pct in ("p50", "p99")},
+           for metric in ("ttft", "tpot", "itl", "e2el", "ttft_text") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
         slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
@@ -204,10 +204,15 @@ def _client_columns(client: dict | None) -> dict:
             "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}
 
 
+REQUEST_TABLE_COLUMN = {"index": "request_index"}  # a record's field -> its `requests` column, where they differ
+
+
 def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, path: Path) -> None:
     types = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in REQUEST_CSV_TYPES.items()) + "}"
     columns = ", ".join(f'"{name}"' for name in REQUEST_CSV_TYPES)
-    con.execute(f"insert into requests select ?, ?, {columns} from read_csv(?, header = true, columns = {types}, "
+    # by name, not position: migrations append columns in their own order
+    targets = ", ".join(f'"{REQUEST_TABLE_COLUMN.get(name, name)}"' for name in REQUEST_CSV_TYPES)
+    con.execute(f"insert into requests (run_id, cell_id, {targets}) select ?, ?, {columns} from read_csv(?, header = true, columns = {types}, "
                 "nullstr = '')", [run_id, cid, str(path)])
 
 

@@ -1,9 +1,12 @@
 """Metrics derived from request records: pure functions, no I/O.
 
 Definitions (all from the client's monotonic clock):
-- TTFT = first token - send (and, separately, first token - scheduled, which includes
-  the client's own queueing: schedule lag or a concurrency cap);
-- E2EL = last token - send; TPOT = (last token - first token) / (output tokens - 1);
+- a token is an event that carries one (servebench.load.sse), whatever its text: vLLM sends
+  `text: ""` for a token that ends inside a UTF-8 sequence;
+- TTFT = first token event - send (and, separately, first token - scheduled, which includes
+  the client's own queueing: schedule lag or a concurrency cap); TTFT-text = first event
+  with non-empty text - send, for the time to the first visible character;
+- E2EL = last token event - send; TPOT = (last token - first token) / (output tokens - 1);
 - ITL = every gap between consecutive token-carrying events of a request;
 - throughput over the steady window: the requests after warmup, first send to last token;
 - goodput: steady requests per second that met every SLO given (errors never do).
@@ -42,6 +45,10 @@ def distribution(values: Iterable[float], scale: float = 1.0) -> dict:
 
 def ttft(r: RequestRecord) -> float | None:
     return None if r.first_token_s is None or r.sent_s is None else r.first_token_s - r.sent_s
+
+
+def ttft_text(r: RequestRecord) -> float | None:
+    return None if r.first_text_s is None or r.sent_s is None else r.first_text_s - r.sent_s
 
 
 def ttft_from_scheduled(r: RequestRecord) -> float | None:
@@ -124,6 +131,7 @@ def window_summary(records: list[RequestRecord], config) -> dict:
         "total_output_tokens": output_tokens,
         "ttft_ms": distribution(_values(ok, ttft), 1000.0),
         "ttft_from_scheduled_ms": distribution(_values(ok, ttft_from_scheduled), 1000.0),
+        "ttft_text_ms": distribution(_values(ok, ttft_text), 1000.0),
         "tpot_ms": distribution(_values(ok, tpot), 1000.0),
         "itl_ms": distribution((gap for r in ok for gap in itls(r)), 1000.0),
         "e2el_ms": distribution(_values(ok, e2el), 1000.0),

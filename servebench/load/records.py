@@ -9,7 +9,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TIME_FIELDS = ("scheduled_s", "sent_s", "first_token_s", "last_token_s")
+TIME_FIELDS = ("scheduled_s", "sent_s", "first_token_s", "last_token_s", "first_text_s")
 
 
 @dataclass(slots=True)
@@ -19,8 +19,8 @@ class RequestRecord:
     client: int | None = None
     scheduled_s: float | None = None   # when the schedule said to send (closed loop: when the client was free)
     sent_s: float | None = None
-    first_token_s: float | None = None  # first event that carried at least one token
-    last_token_s: float | None = None
+    first_token_s: float | None = None  # first event that carried at least one token (its text may be empty)
+    last_token_s: float | None = None   # last event that carried a token
     input_tokens: int | None = None     # usage.prompt_tokens from the server
     output_tokens: int | None = None    # usage.completion_tokens from the server
     expected_input_tokens: int | None = None   # what the workload meant to send
@@ -31,6 +31,7 @@ class RequestRecord:
     http_status: int | None = None
     error_kind: str | None = None       # http | connect | disconnect | timeout | malformed | incomplete
     error: str | None = None
+    first_text_s: float | None = None   # first event with non-empty text (visible-text TTFT)
 
     @property
     def ok(self) -> bool:
@@ -53,7 +54,7 @@ REQUEST_CSV_TYPES = {
     "index": "INTEGER", "warmup": "BOOLEAN", "client": "INTEGER", "scheduled_s": "DOUBLE", "sent_s": "DOUBLE",
     "first_token_s": "DOUBLE", "last_token_s": "DOUBLE", "input_tokens": "INTEGER", "output_tokens": "INTEGER",
     "chunks": "INTEGER", "token_source": "VARCHAR", "http_status": "INTEGER", "error_kind": "VARCHAR",
-    "error": "VARCHAR",
+    "error": "VARCHAR", "first_text_s": "DOUBLE",
 }
 
 

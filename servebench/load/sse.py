@@ -1,9 +1,19 @@
 """Server-sent events of an OpenAI-compatible stream -> token timings in a RequestRecord.
 
-A token-carrying event is one whose running token count rises: `usage.completion_tokens` (vLLM
-with `continuous_usage_stats`) or `timings.predicted_n` (llama.cpp with `timings_per_token`). Servers without running usage fall back to counting events
-with non-empty text (`token_source = "chunks"`, flagged in the record): a weaker
-measure, since one event may carry several tokens or none.
+A token is an event, not text. vLLM streams an event with `text: ""` for a token that ends
+inside a UTF-8 sequence (the last token too), so timing TTFT from the first visible text, or
+E2EL to the last, is wrong by milliseconds (and by a whole slow prefill step at p99).
+
+A token event is a `choices` entry that carries tokens:
+- where the server keeps a running count, the event where it rises, by as many tokens as it
+  rose: `usage.completion_tokens` (vLLM with `continuous_usage_stats`) or `timings.predicted_n`
+  (llama.cpp with `timings_per_token`) (`token_source = "usage"`);
+- otherwise, an event whose choice has a token field at all, empty text included: a
+  completion's `text`, a chat delta's `content` (a chat stream's opening role-only delta and an
+  empty closing delta are not tokens); it carries as many tokens as its logprobs list where the
+  server sends logprobs, else one (`token_source = "chunks"`, flagged: one event may carry
+  several tokens).
+The first event with non-empty text is recorded apart (`first_text_s`): visible-text TTFT.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ class SseStream:
         self.buffer = b""
         self.tokens = 0
         self.done = False
-        self.chunk_events = 0  # events with non-empty text, for the fallback count
+        self.chunk_events = 0  # tokens counted from events, for the fallback count
 
     def feed(self, body: bytes, now: float) -> str | None:
         """Consume bytes arriving at `now`; return a problem description if the stream is malformed."""
@@ -92,15 +102,19 @@ class SseStream:
             count = (chunk.get("timings") or {}).get("predicted_n")
         if usage.get("prompt_tokens") is not None:
             record.input_tokens = usage["prompt_tokens"]
+        if choices and record.first_text_s is None and _text(choices[0]):
+            record.first_text_s = now
         if choices and count is not None:  # running usage: the server says how many tokens so far
             record.token_source = "usage"
             if count > self.tokens:
                 self._tokens_arrived(count - self.tokens, now)
                 self.tokens = count
-        elif choices and record.token_source != "usage" and _text(choices[0]):
-            record.token_source = "chunks"
-            self.chunk_events += 1
-            self._tokens_arrived(1, now)
+        elif choices and record.token_source != "usage":
+            carried = _tokens_in(choices[0])
+            if carried:
+                record.token_source = "chunks"
+                self.chunk_events += carried
+                self._tokens_arrived(carried, now)
         elif not choices and count is not None:  # the closing usage-only chunk: the server's total
             record.output_tokens = count
         return None
@@ -117,3 +131,22 @@ class SseStream:
 def _text(choice: dict) -> str | None:
     text = choice.get("text")
     return text if text is not None else (choice.get("delta") or {}).get("content")
+
+
+def _tokens_in(choice: dict) -> int:
+    """How many tokens a choice carries, for a server without a running count (0: none).
+
+    A completion's choice with a `text` field carries a token even when the text is empty;
+    a chat delta carries one when it has `content`, unless it is the opening delta that
+    only names the role (`{"role": "assistant", "content": ""}`)."""
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        listed = logprobs.get("tokens") or logprobs.get("content")
+        if isinstance(listed, list) and listed:
+            return len(listed)
+    if "text" in choice:
+        return 1 if choice["text"] is not None else 0
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or delta.get("content") is None:
+        return 0
+    return 0 if delta.get("role") and not delta["content"] else 1

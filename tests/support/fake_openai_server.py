@@ -4,7 +4,8 @@ and misbehaves on request: used to test the load client's timing and fault handl
 Behaviour is chosen per server: 'ok', 'http500', 'malformed', 'cut' (stream stops
 midway), 'hang' (never answers), 'empty_first' (role-only and empty chunks first),
 'no_usage' (no running usage, only a closing usage chunk), 'crlf' (CRLF line ends),
-'reset' (the connection is dropped before any answer).
+'reset' (the connection is dropped before any answer), 'replay' (a recorded stream's bytes,
+one event every `token_delay_s`: `recorded` holds them).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ def chunk(text: str, completion_tokens: int, prompt_tokens: int, chat: bool = Fa
 
 
 class FakeServer:
-    def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0, service_s: float = 0.0):
+    def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0, service_s: float = 0.0,
+                 recorded: bytes = b""):
         """`service_s` (behaviour "queue"): each request's prefill holds one engine, first come first
         served, for this long before its first token: a server whose capacity is 1 / service_s."""
         self.behaviour = behaviour
         self.token_delay_s = token_delay_s
         self.service_s = service_s
+        self.recorded = recorded
         self._engine: asyncio.Lock | None = None
         self.requests: list[dict] = []
         self._loop = asyncio.new_event_loop()
@@ -99,6 +102,9 @@ class FakeServer:
                 await asyncio.sleep(self.service_s)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if self.behaviour == "replay":
+            await self._replay(response)
+            return response
         chat = "messages" in payload
         prompt_tokens = len(payload["messages"][0]["content"].split()) if chat else len(payload["prompt"])
         newline = b"\r\n" if self.behaviour == "crlf" else b"\n"
@@ -133,3 +139,11 @@ class FakeServer:
         await response.write(b"data: [DONE]" + newline * 2)
         await response.write_eof()
         return response
+
+    async def _replay(self, response: web.StreamResponse) -> None:
+        """The recorded events byte for byte, each `token_delay_s` after the one before."""
+        for event in self.recorded.split(b"\n\n"):
+            if event:
+                await asyncio.sleep(self.token_delay_s)
+                await response.write(event + b"\n\n")
+        await response.write_eof()
