@@ -31,6 +31,9 @@ HELP = {
     "--tokenizer": "tokenizer.json or its directory: random text of exact length (needed for chat)",
     "--prompts": "JSONL: {\"prompt\": ...} or {\"messages\": [...]}, optional \"output_len\"",
     "--sharegpt": "ShareGPT JSON: first human turn as prompt",
+    "--workload": "a workload block (docs/workloads.md), inline ('{kind: shared-prefix, groups: 2, prefix_len: 256}') "
+                  "or a YAML/JSON file holding it: synthetic (length distributions), dataset, shared-prefix, trace",
+    "--max-context": "the model's context in tokens: longer prompt + answer is refused before anything is sent",
     "--requests": "number of requests", "--duration": "seconds of sending",
     "--warmup": "leading requests left out of the steady-state summary",
     "--seed": "base seed", "--data-seed": "prompt seed (default: --seed)",
@@ -74,7 +77,9 @@ def add_load_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
         kwargs: dict = {"dest": name, "help": HELP.get(flag)}
         annotation = str(field.annotation)
         choices = getattr(field.annotation, "__args__", None) if "Literal" in annotation else None
-        if choices:
+        if name == "workload":
+            kwargs["type"] = _workload_flag
+        elif choices:
             kwargs["choices"] = list(choices)
         elif "dict" in annotation:
             kwargs["type"] = json.loads
@@ -108,6 +113,16 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
 def result_formats() -> dict[str, Callable[[dict], dict]]:
     """Every registered engine's result layouts (name -> converter of a load result)."""
     return {name: convert for kind in engine_kinds() for name, convert in get_engine(kind).result_formats.items()}
+
+
+def _workload_flag(text: str):
+    from servebench.load.workload_spec import parse_workload_option
+    from servebench.load.distributions import WorkloadError
+
+    try:
+        return parse_workload_option(text)
+    except WorkloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--workload: ")) from None
 
 
 def _export(text: str) -> tuple[str, str]:

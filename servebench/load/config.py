@@ -6,7 +6,9 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
 
 
 class LoadConfig(BaseModel):
@@ -27,6 +29,11 @@ class LoadConfig(BaseModel):
     tokenizer: str | None = Field(None, description="tokenizer.json (or its directory) for exact-length text.")
     prompts: str | None = Field(None, description="JSONL file of prompts.")
     sharegpt: str | None = Field(None, description="ShareGPT JSON file.")
+    workload: WorkloadSpec | None = Field(None, description=(
+        "A workload block (docs/workloads.md): length distributions, a dataset, shared prefixes or a trace; "
+        "instead of input_len/output_len, prompts and sharegpt."))
+    max_context: int | None = Field(None, ge=2, description="The model's context: a prompt and answer longer than "
+                                    "this is refused before anything is sent.")
     # extent
     requests: int | None = Field(None, ge=1)
     duration: float | None = Field(None, gt=0)
@@ -60,17 +67,31 @@ class LoadConfig(BaseModel):
                                            description="Merged into every request body (the engine's extensions: "
                                                        "exact output length, usage in every chunk).")
 
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_text(cls, value: Any) -> Any:
+        """The block as JSON text (what `to_argv` writes) is the block."""
+        return json.loads(value) if isinstance(value, str) else value
+
     @model_validator(mode="after")
     def _check(self) -> "LoadConfig":
-        if self.rate is None and self.clients is None:
+        replay = isinstance(self.workload, TraceWorkload)
+        if self.rate is None and self.clients is None and not replay:
             raise ValueError("give a rate (open loop), clients (closed loop) or both")
-        if (self.requests is None) == (self.duration is None):
+        if replay and self.requests is not None and self.duration is not None:
+            raise ValueError("give at most one of requests or duration (a trace has its own length)")
+        if not replay and (self.requests is None) == (self.duration is None):
             raise ValueError("give exactly one of requests or duration")
-        if self.prompts and self.sharegpt:
-            raise ValueError("give at most one of prompts and sharegpt")
+        if sum(x is not None for x in (self.prompts, self.sharegpt, self.workload)) > 1:
+            raise ValueError("give at most one of prompts, sharegpt and workload")
         if self.requests is not None and self.warmup >= self.requests:
             raise ValueError(f"warmup ({self.warmup}) must be fewer than requests ({self.requests})")
         return self
+
+    @property
+    def replay(self) -> bool:
+        """Sends on a trace's own schedule (open loop, with `clients` a cap)."""
+        return isinstance(self.workload, TraceWorkload)
 
     @property
     def effective_data_seed(self) -> int:
@@ -92,7 +113,7 @@ FLAGS: dict[str, str] = {
     "--base-url": "base_url", "--model": "model", "--endpoint": "endpoint", "--rate": "rate",
     "--arrival": "arrival", "--burstiness": "burstiness", "--clients": "clients", "--input-len": "input_len",
     "--output-len": "output_len", "--vocab-size": "vocab_size", "--tokenizer": "tokenizer", "--prompts": "prompts",
-    "--sharegpt": "sharegpt", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
+    "--sharegpt": "sharegpt", "--workload": "workload", "--max-context": "max_context", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
     "--seed": "seed", "--data-seed": "data_seed", "--schedule-seed": "schedule_seed", "--timeout": "timeout_s",
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
@@ -110,6 +131,8 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, value or ""]
         elif name == "request_extras":
             argv += [flag, json.dumps(value, sort_keys=True)] if value else []
+        elif name == "workload":
+            argv += [flag, value.model_dump_json()] if value is not None else []
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv
@@ -122,7 +145,14 @@ def deadline_s(config: LoadConfig) -> float:
     """How long a load run may take before it is called hung and stopped: its sending time (a
     duration; requests at the rate; or, closed loop, every client's share of requests each taking
     the full per-request timeout), one more request timeout, and a margin for start and writing."""
-    if config.duration is not None:
+    if config.replay:
+        from servebench.load.traces import replay_offsets
+
+        offsets = replay_offsets(config.workload.window(), config.workload.time_scale, config.rate)
+        sending = offsets[min(len(offsets), config.requests or len(offsets)) - 1]
+        if config.duration is not None:
+            sending = min(sending, config.duration)
+    elif config.duration is not None:
         sending = config.duration
     else:
         sending = config.requests / config.rate if config.rate else 0.0

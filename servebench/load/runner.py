@@ -43,9 +43,12 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     """Run the load and return {"version", "config", "t0", "summary", "requests"}."""
     workload = Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
                         vocab_size=config.vocab_size, data_seed=config.effective_data_seed,
-                        tokenizer=config.tokenizer, prompts_file=config.prompts, sharegpt_file=config.sharegpt)
+                        tokenizer=config.tokenizer, prompts_file=config.prompts, sharegpt_file=config.sharegpt,
+                        spec=config.workload, max_context=config.max_context)
     offsets = None
-    if config.rate is not None:
+    if config.replay:
+        offsets = replay_schedule(workload.offsets(config.rate), config.requests, config.duration)
+    elif config.rate is not None:
         offsets = arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
                                   count=config.requests, duration=config.duration, burstiness=config.burstiness)
     count = len(offsets) if offsets is not None else config.requests
@@ -55,6 +58,23 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     notes = place_self(config.cpus, config.nice)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_run(config, workload, offsets, prepared, live, notes))
+
+
+def replay_schedule(offsets: list[float], requests: int | None, duration: float | None) -> list[float]:
+    """A trace's offsets, cut to the first `requests` or to those due within `duration` seconds."""
+    if requests is not None:
+        offsets = offsets[:requests]
+    if duration is not None:
+        offsets = [t for t in offsets if t < duration]
+    return offsets
+
+
+def judged_config(config: LoadConfig, offsets: list[float] | None) -> LoadConfig:
+    """The config the summary judges by: a trace replayed without a rate is judged like any open-loop
+    schedule (lag, achieved rate), its offered rate the replay's mean rate."""
+    if not config.replay or config.rate is not None or not offsets or len(offsets) < 2 or offsets[-1] <= 0:
+        return config
+    return config.model_copy(update={"rate": (len(offsets) - 1) / offsets[-1]})
 
 
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> tuple[bytes, int | None]:
@@ -118,7 +138,9 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     records.sort(key=lambda r: r.index)
     for record in records:
         record.shift(t0)
-    summary = summarize(records, config, client)
+    summary = summarize(records, judged_config(config, offsets), client)
+    if config.workload is not None:
+        summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
     server_tokens = tokens_after - tokens_before if None not in (tokens_before, tokens_after) else None
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)

@@ -4,7 +4,9 @@
   every prompt is exactly `input_len` tokens with no tokenizer on the client;
 - random, with a tokenizer: random text whose tokenization is exactly `input_len` tokens
   (needed for the chat endpoint, which takes text);
-- a JSONL file of prompts, or a ShareGPT JSON file, sampled with the data seed.
+- a JSONL file of prompts, or a ShareGPT JSON file, sampled with the data seed;
+- a workload block (workload_spec.py): lengths from distributions, a dataset, shared prefixes or
+  a trace; every prompt of these is token ids (exact counts), except a dataset's text.
 
 Bodies are serialized once, up front: the send path only writes bytes.
 """
@@ -19,11 +21,14 @@ from typing import Any
 
 import orjson
 
+from servebench.load.distributions import WorkloadError
+from servebench.load.traces import replay_offsets, trace_prompt
+from servebench.load.workload_spec import (DatasetWorkload, SharedPrefixWorkload, SyntheticWorkload, TraceWorkload,
+                                           WorkloadSpec)
+
 FIRST_ID = 3  # token ids below this (the tiny model's specials) are never drawn without a tokenizer
 
-
-class WorkloadError(ValueError):
-    pass
+__all__ = ["FIRST_ID", "WorkItem", "Workload", "WorkloadError", "request_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +36,34 @@ class WorkItem:
     prompt: Any                 # list[int] | str | list[dict] (chat messages)
     output_len: int
     expected_input_tokens: int | None
+    source: str | None = None   # where it came from ("file:line"), for messages
+    group: int | None = None    # shared-prefix: the prefix group
 
 
 def token_prompt(index: int, input_len: int, vocab_size: int, seed: int) -> list[int]:
     """Prompt `index` of a seeded stream of random token ids: the same index gives the same ids."""
     rng = random.Random(seed * 1_000_003 + index)
     return [rng.randrange(FIRST_ID, vocab_size) for _ in range(input_len)]
+
+
+def load_tokenizer(path: Path):
+    """The model's own tokenizer: tokenizer.json, or the model directory holding it."""
+    from tokenizers import Tokenizer
+
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.exists():
+        raise WorkloadError(f"--tokenizer: no tokenizer.json at {path}")
+    return Tokenizer.from_file(str(file))
+
+
+class TokenCounter:
+    """Counts text's tokens with the model's tokenizer (a dataset's prompts and replies)."""
+
+    def __init__(self, tokenizer_path: str):
+        self.tokenizer = load_tokenizer(Path(tokenizer_path))
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 class ExactTextPrompts:
@@ -50,13 +77,8 @@ class ExactTextPrompts:
     SAMPLE = 5000  # vocabulary entries examined for the piece pool
 
     def __init__(self, tokenizer_path: str):
-        from tokenizers import Tokenizer
-
         path = Path(tokenizer_path)
-        file = path / "tokenizer.json" if path.is_dir() else path
-        if not file.exists():
-            raise WorkloadError(f"--tokenizer: no tokenizer.json at {path}")
-        self.tokenizer = Tokenizer.from_file(str(file))
+        self.tokenizer = load_tokenizer(path)
         self.pieces = self._word_pieces()
         if len(self.pieces) < 10:
             raise WorkloadError(f"--tokenizer {path}: too few whole-word tokens to build exact-length prompts")
@@ -90,29 +112,103 @@ class ExactTextPrompts:
 
 
 class Workload:
-    """The seeded sequence of work items for one load run."""
+    """The seeded sequence of work items for one load run; `offsets` is a trace's own schedule."""
 
     def __init__(self, *, endpoint: str, input_len: int, output_len: int, vocab_size: int, data_seed: int,
-                 tokenizer: str | None = None, prompts_file: str | None = None, sharegpt_file: str | None = None):
+                 tokenizer: str | None = None, prompts_file: str | None = None, sharegpt_file: str | None = None,
+                 spec: WorkloadSpec | None = None, max_context: int | None = None):
         self.endpoint, self.input_len, self.output_len = endpoint, input_len, output_len
-        self.vocab_size, self.seed = vocab_size, data_seed
-        self.text = ExactTextPrompts(tokenizer) if tokenizer else None
+        self.vocab_size, self.seed, self.spec, self.max_context = vocab_size, data_seed, spec, max_context
+        self.text = ExactTextPrompts(tokenizer) if tokenizer and not isinstance(spec, DatasetWorkload) else None
+        self.counter = (TokenCounter(tokenizer) if isinstance(spec, DatasetWorkload) and tokenizer else self.text)
         self.pool: list[WorkItem] | None = None
         if prompts_file:
-            self.pool = _shuffled(load_prompts_jsonl(Path(prompts_file), output_len, endpoint), data_seed)
+            self.pool = _shuffled(load_prompts_jsonl(Path(prompts_file), output_len, endpoint, self.counter),
+                                  data_seed)
         elif sharegpt_file:
-            self.pool = _shuffled(load_sharegpt(Path(sharegpt_file), output_len, self.text), data_seed)
+            self.pool = _shuffled(load_sharegpt(Path(sharegpt_file), output_len, self.counter), data_seed)
+        elif isinstance(spec, DatasetWorkload):
+            self.pool = _shuffled(self._dataset(spec), data_seed)
+        elif isinstance(spec, TraceWorkload):
+            self.pool = [WorkItem(trace_prompt(row, i, spec.block_size, vocab_size, data_seed, FIRST_ID),
+                                  row.output_len, row.input_len, f"{spec.path}:{row.line}")
+                         for i, row in enumerate(spec.window())]
         elif endpoint == "chat" and self.text is None:
             raise WorkloadError("--endpoint chat needs text prompts: give --tokenizer (for random prompts of "
-                                "exact length), --prompts or --sharegpt")
+                                "exact length), --prompts, --sharegpt or a dataset workload")
+        if endpoint == "chat" and isinstance(spec, (SharedPrefixWorkload, TraceWorkload)):
+            raise WorkloadError(f"workload {spec.kind}: prompts are token ids, which only --endpoint completions "
+                                "takes")
+        self._check_context()
+
+    def _dataset(self, spec: DatasetWorkload) -> list[WorkItem]:
+        path = Path(spec.path)
+        items = load_prompts_jsonl(path, self.output_len, self.endpoint, self.counter) if spec.format == "jsonl" \
+            else load_sharegpt(path, self.output_len, self.counter)
+        if spec.output is not None:  # the spec's lengths instead of the file's, drawn per item
+            items = [WorkItem(item.prompt, spec.output.sample(random.Random(f"{self.seed}/output/{i}")),
+                              item.expected_input_tokens, item.source) for i, item in enumerate(items)]
+        return items
+
+    def _check_context(self) -> None:
+        """Refuse, before anything is sent, a prompt and answer longer than the model's context."""
+        if self.max_context is None:
+            return
+        if self.pool is not None:
+            for item in self.pool:
+                if (item.expected_input_tokens or 0) + item.output_len > self.max_context:
+                    raise WorkloadError(f"{item.source or 'a prompt'}: {item.expected_input_tokens} prompt + "
+                                        f"{item.output_len} answer tokens exceed the model's context of "
+                                        f"{self.max_context}")
+            return
+        longest_in = self.spec.upper_input() if self.spec is not None else self.input_len
+        longest_out = self.spec.upper_output() if self.spec is not None else self.output_len
+        if longest_in is not None and longest_out is not None and longest_in + longest_out > self.max_context:
+            field = "workload" if self.spec is not None else "--input-len + --output-len"
+            raise WorkloadError(f"{field}: prompts up to {longest_in} and answers up to {longest_out} tokens exceed "
+                                f"the model's context of {self.max_context} (lower the lengths or their max)")
+
+    def offsets(self, rate: float | None) -> list[float] | None:
+        """A trace's own schedule (seconds from t0; with a rate, scaled to that mean rate); None otherwise."""
+        if not isinstance(self.spec, TraceWorkload):
+            return None
+        try:
+            return replay_offsets(self.spec.window(), self.spec.time_scale, rate)
+        except ValueError as exc:
+            raise WorkloadError(f"{self.spec.path}: {exc}") from None
 
     def item(self, index: int) -> WorkItem:
         if self.pool is not None:
-            return self.pool[index % len(self.pool)]
-        if self.text is not None:
+            item = self.pool[index % len(self.pool)]
+        elif isinstance(self.spec, SyntheticWorkload):
+            item = self._synthetic(self.spec, index)
+        elif isinstance(self.spec, SharedPrefixWorkload):
+            item = self._shared_prefix(self.spec, index)
+        elif self.text is not None:
             return WorkItem(self.text.prompt(index, self.input_len, self.seed), self.output_len, self.input_len)
-        return WorkItem(token_prompt(index, self.input_len, self.vocab_size, self.seed), self.output_len,
-                        self.input_len)
+        else:
+            return WorkItem(token_prompt(index, self.input_len, self.vocab_size, self.seed), self.output_len,
+                            self.input_len)
+        if self.max_context is not None and (item.expected_input_tokens or 0) + item.output_len > self.max_context:
+            raise WorkloadError(f"request {index}: {item.expected_input_tokens} prompt + {item.output_len} answer "
+                                f"tokens exceed the model's context of {self.max_context}: give the lengths a max")
+        return item
+
+    def _synthetic(self, spec: SyntheticWorkload, index: int) -> WorkItem:
+        rng = random.Random(f"{self.seed}/synthetic/{index}")
+        input_len, output_len = spec.input.sample(rng), spec.output.sample(rng)
+        if self.text is not None:
+            return WorkItem(self.text.prompt(index, input_len, self.seed), output_len, input_len)
+        return WorkItem(rng.choices(range(FIRST_ID, self.vocab_size), k=input_len), output_len, input_len)
+
+    def _shared_prefix(self, spec: SharedPrefixWorkload, index: int) -> WorkItem:
+        group = spec.group(index)
+        prefix = random.Random(f"{self.seed}/prefix/{group}").choices(range(FIRST_ID, self.vocab_size),
+                                                                       k=spec.prefix_len)
+        rng = random.Random(f"{self.seed}/suffix/{index}")
+        suffix_len, output_len = spec.suffix_len.sample(rng), spec.output.sample(rng)
+        prompt = prefix + rng.choices(range(FIRST_ID, self.vocab_size), k=suffix_len)
+        return WorkItem(prompt, output_len, len(prompt), group=group)
 
 
 def request_body(model: str, endpoint: str, item: WorkItem, extras: dict[str, Any] | None = None) -> bytes:
@@ -136,13 +232,15 @@ def request_body(model: str, endpoint: str, item: WorkItem, extras: dict[str, An
     return orjson.dumps(body)
 
 
-def load_prompts_jsonl(path: Path, default_output_len: int, endpoint: str) -> list[WorkItem]:
-    """One JSON object a line: {"prompt": "..."} or {"messages": [...]}, optional "output_len"."""
+def load_prompts_jsonl(path: Path, default_output_len: int, endpoint: str | None,
+                       text: TokenCounter | ExactTextPrompts | None = None) -> list[WorkItem]:
+    """One JSON object a line: {"prompt": "..."}, {"prompt_ids": [token ids]} or {"messages": [...]},
+    optional "output_len". Text prompts are counted with the tokenizer when there is one."""
     items = []
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise WorkloadError(f"--prompts {path}: {exc}") from exc
+        raise WorkloadError(f"{path}: {exc.strerror or exc}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -150,40 +248,68 @@ def load_prompts_jsonl(path: Path, default_output_len: int, endpoint: str) -> li
             row = json.loads(line)
         except ValueError as exc:
             raise WorkloadError(f"{path}:{number}: not JSON: {exc}") from None
-        if not isinstance(row, dict) or not ("prompt" in row or "messages" in row):
-            raise WorkloadError(f"{path}:{number}: each line needs 'prompt' or 'messages'")
-        if "messages" in row and endpoint != "chat":
+        kinds = [k for k in ("prompt", "prompt_ids", "messages") if isinstance(row, dict) and k in row]
+        if len(kinds) != 1:
+            raise WorkloadError(f"{path}:{number}: each line needs 'prompt' or 'messages' (or 'prompt_ids': token "
+                                "ids), one of them")
+        if "messages" in row and endpoint not in ("chat", None):
             raise WorkloadError(f"{path}:{number}: 'messages' needs --endpoint chat")
         output_len = row.get("output_len", default_output_len)
-        if not isinstance(output_len, int) or output_len < 1:
+        if not isinstance(output_len, int) or isinstance(output_len, bool) or output_len < 1:
             raise WorkloadError(f"{path}:{number}: output_len must be a positive integer")
-        items.append(WorkItem(row.get("messages", row.get("prompt")), output_len, None))
+        source = f"{path}:{number}"
+        if "prompt_ids" in row:
+            ids = row["prompt_ids"]
+            if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                               and t >= 0 for t in ids):
+                raise WorkloadError(f"{source}: prompt_ids must be a non-empty list of token ids")
+            if endpoint == "chat":
+                raise WorkloadError(f"{source}: 'prompt_ids' are token ids, which only --endpoint completions takes")
+            items.append(WorkItem(ids, output_len, len(ids), source))
+            continue
+        prompt = row[kinds[0]]
+        if "prompt" in row and (not isinstance(prompt, str) or not prompt):
+            raise WorkloadError(f"{source}: prompt must be a non-empty string")
+        count = text.count(prompt) if text is not None and isinstance(prompt, str) else None
+        items.append(WorkItem(prompt, output_len, count, source))
     if not items:
-        raise WorkloadError(f"{path}: no prompts")
+        raise WorkloadError(f"{path}: no prompts (an empty dataset)")
     return items
 
 
-def load_sharegpt(path: Path, default_output_len: int, text: ExactTextPrompts | None) -> list[WorkItem]:
+def load_sharegpt(path: Path, default_output_len: int,
+                  text: TokenCounter | ExactTextPrompts | None) -> list[WorkItem]:
     """First human turn as the prompt; the reply's length (with a tokenizer) as output_len."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise WorkloadError(f"--sharegpt {path}: {exc}") from exc
+    except OSError as exc:
+        raise WorkloadError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}:{exc.lineno}: not JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: expected a JSON list of conversations")
     items = []
-    for entry in data:
+    for position, entry in enumerate(data):
         turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if not turns or len(turns) < 2:
+        if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns[:2]):
             continue
         prompt, reply = turns[0].get("value", ""), turns[1].get("value", "")
-        if not prompt:
+        if not isinstance(prompt, str) or not prompt or not isinstance(reply, str):
             continue
         output_len = max(1, text.count(reply)) if text and reply else default_output_len
-        items.append(WorkItem(prompt, output_len, text.count(prompt) if text else None))
+        items.append(WorkItem(prompt, output_len, text.count(prompt) if text else None,
+                              f"{path}: conversation {position}"))
     if not items:
-        raise WorkloadError(f"{path}: no conversation with a prompt and a reply")
+        raise WorkloadError(f"{path}: no conversation with a prompt and a reply (an empty dataset)")
     return items
+
+
+def check_dataset(path: Path, fmt: str) -> None:
+    """A dataset file's structure, checked when its workload block is read (no tokenizer yet)."""
+    if fmt == "jsonl":
+        load_prompts_jsonl(path, 1, None)  # either endpoint
+    else:
+        load_sharegpt(path, 1, None)
 
 
 def _shuffled(items: list[WorkItem], seed: int) -> list[WorkItem]:

@@ -1,0 +1,224 @@
+"""Workloads (issue 34): length distributions, datasets, shared prefixes and trace replay.
+
+Pure parts are tested directly; what is sent is read back from a real loopback server (the
+test server of tests/support), never from the generator's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+
+from servebench.load import LoadConfig, run_load
+from servebench.load.distributions import LengthSpec, WorkloadError, read_empirical
+from servebench.load.traces import in_window, read_trace, replay_offsets
+from servebench.load.workload import Workload
+from servebench.load.workload_spec import parse_workload_option, workload_from_data
+from tests.support.fake_openai_server import FakeServer
+
+N = 4000  # draws per distribution: the sample mean is then within 4 standard errors with near certainty
+
+
+def draws(spec: dict, n: int = N, seed: int = 7) -> list[int]:
+    length = LengthSpec(**spec)
+    rng = random.Random(seed)
+    return [length.sample(rng) for _ in range(n)]
+
+
+@pytest.mark.parametrize("spec", [
+    {"dist": "normal", "mean": 200, "stdev": 40, "min": 1, "max": 10_000},
+    {"dist": "lognormal", "mean": 256, "stdev": 128, "min": 1, "max": 100_000},
+])
+def test_normal_and_lognormal_lengths_have_the_specified_mean_and_spread(spec):
+    values = draws(spec)
+    standard_error = spec["stdev"] / N ** 0.5
+    assert abs(statistics.fmean(values) - spec["mean"]) < 4 * standard_error
+    assert statistics.stdev(values) == pytest.approx(spec["stdev"], rel=0.1)
+
+
+def test_uniform_fixed_and_clamped_lengths_stay_in_their_bounds():
+    uniform = draws({"dist": "uniform", "min": 10, "max": 20})
+    assert min(uniform) == 10 and max(uniform) == 20
+    assert abs(statistics.fmean(uniform) - 15) < 4 * (11 ** 2 / 12) ** 0.5 / N ** 0.5
+    assert set(draws({"dist": "fixed", "value": 64}, n=10)) == {64}
+    clamped = draws({"dist": "normal", "mean": 100, "stdev": 50, "min": 90, "max": 110})
+    assert min(clamped) == 90 and max(clamped) == 110
+
+
+def test_empirical_lengths_follow_the_file_weights(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("# length weight\n100 3\n200,1\n\n")
+    assert read_empirical(path) == ([100, 200], [3.0, 1.0])
+    values = draws({"dist": "empirical", "file": str(path)})
+    assert set(values) == {100, 200}
+    assert values.count(100) / N == pytest.approx(0.75, abs=4 * (0.75 * 0.25 / N) ** 0.5)
+
+
+def workload(spec: dict, seed: int = 0, **kwargs) -> Workload:
+    return Workload(endpoint="completions", input_len=8, output_len=4, vocab_size=1000, data_seed=seed,
+                    spec=workload_from_data(spec), **kwargs)
+
+
+SYNTHETIC = {"kind": "synthetic", "input": {"dist": "uniform", "min": 5, "max": 50},
+             "output": {"dist": "lognormal", "mean": 20, "stdev": 5, "max": 60}}
+PREFIX = {"kind": "shared-prefix", "groups": 2, "prefix_len": 16, "suffix_len": 4}
+
+
+@pytest.mark.parametrize("spec", [SYNTHETIC, PREFIX])
+def test_the_same_seed_makes_the_same_requests_and_another_seed_others(spec):
+    first = [workload(spec).item(i) for i in range(20)]
+    assert first == [workload(spec).item(i) for i in range(20)]
+    assert first != [workload(spec, seed=1).item(i) for i in range(20)]
+    assert all(len(item.prompt) == item.expected_input_tokens for item in first)
+
+
+def test_shared_prefix_groups_share_exactly_their_prefix_interleaved_or_bursty():
+    items = [workload(PREFIX).item(i) for i in range(6)]
+    assert [item.group for item in items] == [0, 1, 0, 1, 0, 1]
+    assert items[0].prompt[:16] == items[2].prompt[:16] != items[1].prompt[:16]
+    assert items[0].prompt[16:] != items[2].prompt[16:] and len(items[0].prompt) == 20
+    bursty = [workload({**PREFIX, "order": "bursty", "burst": 3}).item(i).group for i in range(8)]
+    assert bursty == [0, 0, 0, 1, 1, 1, 0, 0]
+
+
+def mooncake(tmp_path, rows: list[dict]):
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_trace_offsets_are_scaled_windowed_and_rescaled_to_a_rate(tmp_path):
+    path = mooncake(tmp_path, [{"timestamp": t, "input_length": 10, "output_length": 2, "hash_ids": []}
+                               for t in (1000, 1500, 2000, 4000, 9000)])
+    rows = read_trace(path, "mooncake")
+    assert replay_offsets(rows, time_scale=0.1) == pytest.approx([0.0, 0.05, 0.1, 0.3, 0.8])
+    window = in_window(rows, start_s=0.5, duration_s=3.0, max_requests=None)
+    assert [r.time_s for r in window] == pytest.approx([0.0, 0.5, 2.5])
+    assert len(in_window(rows, 0.0, None, max_requests=2)) == 2
+    at_rate = replay_offsets(rows, rate=2.0)
+    assert (len(at_rate) - 1) / at_rate[-1] == pytest.approx(2.0)
+
+
+def test_mooncake_replay_sends_shared_hash_ids_as_identical_tokens_on_the_scaled_schedule(tmp_path):
+    """200 generated requests at 10x: the sent token ids share exactly the blocks their hash ids
+    share, and every request was scheduled at its scaled timestamp."""
+    rng = random.Random(3)
+    rows, stamp = [], 0
+    for index in range(200):
+        stamp += rng.randint(0, 200)  # ms: about 10 req/s, 100 at 10x
+        blocks = rng.randint(1, 3)
+        rows.append({"timestamp": stamp, "input_length": 8 * blocks - rng.randint(0, 7),
+                     "output_length": index + 1,  # tells the sent bodies apart
+                     "hash_ids": [rng.randint(0, 5) for _ in range(blocks)]})
+    path = mooncake(tmp_path, rows)
+    spec = {"kind": "trace", "format": "mooncake", "path": str(path), "time_scale": 0.1, "block_size": 8}
+    with FakeServer() as server:
+        result = run_load(LoadConfig(base_url=server.url, model="m", workload=spec, vocab_size=1000, timeout_s=5))
+        sent = {body["max_tokens"]: body["prompt"] for body in server.requests}
+    summary = result["summary"]
+    assert summary["completed"] == 200 and len(sent) == 200
+    first = rows[0]["timestamp"]
+    assert summary["offered_rate"] == pytest.approx(199 / ((stamp - first) / 1000 * 0.1))
+    scheduled = [r["scheduled_s"] for r in result["requests"]]
+    assert scheduled == pytest.approx([(r["timestamp"] - first) / 1000 * 0.1 for r in rows], abs=1e-6)
+    assert not [reason for reason in summary["invalid_reasons"] if "lag" in reason or "achieved" in reason]
+    blocks: dict[int, list[int]] = {}   # hash id -> its tokens, from the longest use seen
+    for row in rows:
+        prompt = sent[row["output_length"]]
+        assert len(prompt) == row["input_length"]
+        for i, hash_id in enumerate(row["hash_ids"]):
+            block = prompt[8 * i:8 * i + 8]
+            known = blocks.setdefault(hash_id, block)
+            shorter, longer = sorted((known, block), key=len)
+            assert longer[:len(shorter)] == shorter, f"hash id {hash_id} sent as two different blocks"
+            blocks[hash_id] = longer
+    assert len({tuple(b) for b in blocks.values()}) == len(blocks) == 6
+
+
+def test_dataset_jsonl_takes_text_prompts_and_token_ids(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"prompt": "hello there", "output_len": 5}\n{"prompt_ids": [7, 8, 9]}\n')
+    items = workload({"kind": "dataset", "format": "jsonl", "path": str(path)}).pool
+    assert sorted((str(i.prompt), i.output_len, i.expected_input_tokens) for i in items) == \
+        [("[7, 8, 9]", 4, 3), ("hello there", 5, None)]
+
+
+def test_sharegpt_dataset_counts_with_the_model_tokenizer(tmp_path):
+    from tests.test_load_client import tiny_tokenizer
+
+    from servebench.load.workload import TokenCounter
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "alpha beta gamma"},
+                                                   {"from": "gpt", "value": "delta node core cache"}]}]))
+    item = workload({"kind": "dataset", "format": "sharegpt", "path": str(path)}, tokenizer=tokenizer).pool[0]
+    counter = TokenCounter(tokenizer)
+    assert (item.expected_input_tokens, item.output_len) == (counter.count("alpha beta gamma"),
+                                                            counter.count("delta node core cache"))
+
+
+# Bad input: refused before anything is sent, naming the file and line or the field.
+
+def test_a_malformed_jsonl_line_names_file_and_line(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"prompt": oops}\n')
+    with pytest.raises(WorkloadError, match=r"data.jsonl:2: not JSON"):
+        workload_from_data({"kind": "dataset", "format": "jsonl", "path": str(path)})
+
+
+def test_a_trace_whose_timestamps_go_backwards_names_the_line(tmp_path):
+    path = mooncake(tmp_path, [{"timestamp": 0, "input_length": 5, "output_length": 1},
+                               {"timestamp": 50, "input_length": 5, "output_length": 1},
+                               {"timestamp": 20, "input_length": 5, "output_length": 1}])
+    with pytest.raises(WorkloadError, match=r"trace.jsonl:3: timestamp 20 ms is earlier than line 2's"):
+        workload_from_data({"kind": "trace", "format": "mooncake", "path": str(path)})
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\n"
+                     "2023-11-16 18:15:46.1000000,10,2\n")
+    with pytest.raises(WorkloadError, match=r"azure.csv:3: timestamp .* earlier than line 2's"):
+        workload_from_data({"kind": "trace", "format": "azure", "path": str(azure)})
+
+
+def test_a_length_whose_min_exceeds_its_max_names_the_field():
+    with pytest.raises(WorkloadError, match=r"--workload: input: min \(50\) exceeds max \(10\)"):
+        parse_workload_option("{kind: synthetic, input: {dist: uniform, min: 50, max: 10}}")
+
+
+def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
+    with pytest.raises(WorkloadError, match=r"workload: prompts up to 50 and answers up to 60 tokens exceed "
+                                            r"the model's context of 100"):
+        workload(SYNTHETIC, max_context=100)
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"prompt_ids": [5, 6]}\n{"prompt_ids": [5, 6, 7, 8, 9, 10, 11, 12], "output_len": 3}\n')
+    with pytest.raises(WorkloadError, match=r"data.jsonl:2: 8 prompt \+ 3 answer tokens exceed the model's context "
+                                            r"of 10"):
+        workload({"kind": "dataset", "format": "jsonl", "path": str(path)}, max_context=10)
+
+
+@pytest.mark.parametrize("fmt, text", [("jsonl", "\n\n"), ("sharegpt", "[]")])
+def test_an_empty_dataset_is_refused(tmp_path, fmt, text):
+    path = tmp_path / "empty.data"
+    path.write_text(text)
+    with pytest.raises(WorkloadError, match=r"empty.data: no .*an empty dataset"):
+        workload_from_data({"kind": "dataset", "format": fmt, "path": str(path)})
+
+
+def test_the_workload_flag_round_trips_through_the_cli_and_names_the_field(tmp_path, capsys):
+    from servebench.cli import build_parser
+    from servebench.cli.load import config_from_args
+    from servebench.load.config import to_argv
+
+    original = LoadConfig(base_url="http://h:1", model="m", clients=2, requests=10, token_counter=None,
+                          workload=PREFIX)
+    args = build_parser().parse_args(["load", *to_argv(original)])
+    assert config_from_args(args) == original
+    spec_file = tmp_path / "w.yaml"
+    spec_file.write_text("kind: synthetic\ninput: {dist: normal, mean: 10}\n")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["load", "--base-url", "http://h:1", "--model", "m", "--clients", "1",
+                                   "--requests", "1", "--workload", str(spec_file)])
+    assert "w.yaml: input: dist normal needs stdev" in capsys.readouterr().err
