@@ -18,6 +18,7 @@ from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.paths import cache_dir
 from servebench.serving.server import describe_exit, node_argv
 from servebench.providers import Node
+from tests.support.waiting import wait_until
 
 CROSS_TOOLS = ("aarch64-linux-gnu-gcc", "qemu-aarch64-static")
 MISSING = [tool for tool in CROSS_TOOLS if shutil.which(tool) is None]
@@ -143,7 +144,6 @@ def test_cmake_builds_of_a_cache_share_one_scratch_path_one_at_a_time(tmp_path: 
     before and removed after; a second builder waits for the first and says so."""
     import subprocess
     import sys
-    import time
 
     from servebench.build.cmake import build_scratch
 
@@ -151,11 +151,17 @@ def test_cmake_builds_of_a_cache_share_one_scratch_path_one_at_a_time(tmp_path: 
         (first / "left-over").write_text("x")
     assert not first.exists()
     waiter_code = ("import sys; from pathlib import Path; from servebench.build.cmake import build_scratch\n"
-                   "with build_scratch(Path(sys.argv[1]), print) as s: print('got', s)")
+                   "say = lambda line: print(line, flush=True)\n"
+                   "with build_scratch(Path(sys.argv[1]), say) as s: say(f'got {s}')")
+    said = tmp_path / "waiter.log"
     with build_scratch(tmp_path, print) as second:
         assert second == first and not any(second.iterdir())
-        waiter = subprocess.Popen([sys.executable, "-c", waiter_code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-        time.sleep(2)
-        assert waiter.poll() is None   # still waiting for this build
-    out = waiter.communicate(timeout=60)[0]
-    assert "waiting for another cmake build" in out and f"got {first}" in out and not first.exists()
+        with open(said, "w") as out:
+            waiter = subprocess.Popen([sys.executable, "-c", waiter_code, str(tmp_path)], stdout=out)
+
+        def waiting() -> bool:
+            assert waiter.poll() is None, said.read_text()   # still waiting for this build
+            return "waiting for another cmake build" in said.read_text()
+        wait_until(waiting, "the second builder to say it waits", timeout_s=60)
+    assert waiter.wait(timeout=60) == 0
+    assert f"got {first}" in said.read_text() and not first.exists()

@@ -4,7 +4,6 @@ when it refuses, and a claim that waits for its holder and names it."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ from servebench.campaign.loading import parse_campaign
 from servebench.campaign.resume import cells_to_run, resume_problem
 from servebench.campaign.sweep import expand
 from servebench.providers import claims
+from tests.support.waiting import wait_until
 
 CAMPAIGN = """
 name: t
@@ -46,7 +46,7 @@ def test_a_taken_claim_waits_for_its_holder_and_says_who_it_is(tmp_path, monkeyp
     waiter = threading.Thread(target=lambda: got.setdefault("held", claims.hold(
         ["this-host/cpu1", "this-host/cpu2"], {"run_id": "run-b"}, say=said.append)))
     waiter.start()
-    time.sleep(1.5)
+    wait_until(lambda: said, "the second claim to say whom it waits for", timeout_s=10)
     assert "held" not in got and said and "this-host/cpu1" in said[0] and "run-a" in said[0], said
     first.release()
     waiter.join(timeout=10)

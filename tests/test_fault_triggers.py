@@ -11,11 +11,14 @@ import subprocess
 import threading
 import time
 
+import psutil
+
 from servebench.campaign.schema import FaultSpec
 from servebench.cli.load import progress_file
 from servebench.load.runner import LiveCounts
 from servebench.providers import Node
 from servebench.serving.faults import FaultTimer, finished_requests, inject
+from tests.support.waiting import wait_until
 
 NODE = Node(name="a", address="127.0.0.1", cpus=[0])
 
@@ -35,8 +38,8 @@ def test_the_progress_file_follows_the_live_counts_and_ends_with_the_last(tmp_pa
     live, path = LiveCounts(), tmp_path / "cell.progress.json"
     with progress_file(str(path), live, period_s=0.01):
         live.sent, live.done = 3, 2
-        time.sleep(0.1)
-        assert json.loads(path.read_text()) == {"sent": 3, "done": 2, "failed": 0}
+        wait_until(lambda: path.exists() and json.loads(path.read_text()) == {"sent": 3, "done": 2, "failed": 0},
+                   "the progress file to show the live counts", timeout_s=5, poll_s=0.01)
         live.done, live.failed = 3, 1
     assert finished_requests(path) == 4 and not path.with_suffix(".partial").exists()
     assert finished_requests(tmp_path / "absent.json") == 0
@@ -46,12 +49,10 @@ def test_a_fault_after_n_requests_waits_for_them_and_one_whose_cell_ends_first_s
     path, provider = tmp_path / "p.json", RecordingProvider()
     path.write_text(json.dumps({"sent": 2, "done": 1, "failed": 0}))
     timer = FaultTimer(provider, NODE, FaultSpec(cell="c", after_requests=3, action="kill"), path).start()
-    time.sleep(0.3)
+    time.sleep(0.3)                                   # the timer's chance to fire too early
     assert provider.calls == []                       # 1 of 3 finished: not yet
     path.write_text(json.dumps({"sent": 4, "done": 2, "failed": 1}))
-    deadline = time.monotonic() + 5
-    while not provider.calls and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: provider.calls, "the fault to fire once 3 requests had finished", timeout_s=5, poll_s=0.02)
     done = timer.finish()
     assert len(provider.calls) == 1 and done.hit == [[4711, "worker"]] and done.fired_s >= 0.3
     assert done.describe().startswith("fault kill on a after 3 requests (")
@@ -93,7 +94,8 @@ def test_a_signal_hits_the_nodes_own_processes_of_the_run_and_never_an_instrumen
                                 env={"PATH": "/usr/bin:/bin", **env}, start_new_session=True)
     sleeps = {seconds: started(seconds, env) for seconds, env in kinds.items()}
     try:
-        time.sleep(0.3)  # the children of sh are running
+        wait_until(lambda: all(psutil.Process(process.pid).children() for seconds, process in sleeps.items()
+                               if seconds >= 66), "the children of sh to be running", timeout_s=10, poll_s=0.02)
         done = inject(ThisHost(), NODE, FaultSpec(cell="c", action="kill", node="a", match=r"^sleep 6\d$"))
         assert sorted(command for _, command in done.hit) == ["sleep 61", "sleep 64", "sleep 67"], done
         for seconds, process in sleeps.items():

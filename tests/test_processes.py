@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 
 from servebench.processes import ManagedProcess, free_port, remove_shm_created_since, shm_entries
+from tests.support.waiting import wait_until
 
 SPAWNER = """
 import os, subprocess, sys, time
@@ -22,13 +23,14 @@ IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IG
 
 
 def wait_for_output(path: Path) -> str:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def printed() -> str:
         text = path.read_text() if path.exists() else ""
-        if text.strip():
-            return text
-        time.sleep(0.05)
-    raise AssertionError("process printed nothing")
+        return text if text.strip() else ""
+    return wait_until(printed, f"the process to print to {path}", timeout_s=10, poll_s=0.05)
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_stop_kills_the_group_and_descendants_that_left_it(tmp_path):
@@ -36,9 +38,8 @@ def test_stop_kills_the_group_and_descendants_that_left_it(tmp_path):
     proc = ManagedProcess.start([sys.executable, "-c", SPAWNER], log_path=log)
     child, escapee = map(int, wait_for_output(log).split())
     proc.stop(grace_s=5)
-    time.sleep(0.2)
     for pid in (proc.pid, child, escapee):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        wait_until(lambda: gone(pid), f"process {pid} to end", timeout_s=5, poll_s=0.05)
 
 
 def test_stop_escalates_to_sigkill(tmp_path):
@@ -94,10 +95,10 @@ def test_a_process_on_this_host_gets_the_runs_scratch_as_tmpdir_and_release_remo
              "print(tempfile.gettempdir(), flush=True); import time; time.sleep(60)"
     process = provider.start(node, [sys.executable, "-c", leaves], {}, tmp_path / "out.log")
     scratch = Path(scratch_path(provider.run_id))
-    deadline = time.monotonic() + 30
-    while not (scratch / "ipc").exists():
-        assert process.alive() and time.monotonic() < deadline, (tmp_path / "out.log").read_text()
-        time.sleep(0.1)
+    def bound() -> bool:
+        assert process.alive(), (tmp_path / "out.log").read_text()
+        return (scratch / "ipc").exists()
+    wait_until(bound, f"the process to bind {scratch / 'ipc'}", timeout_s=30)
     assert (tmp_path / "out.log").read_text().strip() == str(scratch) == provider.scratch_dir(node)
     process.stop(grace_s=0)  # killed: nothing of its own removes the socket
     assert (scratch / "ipc").exists()

@@ -4,11 +4,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from servebench.processes import ManagedProcess
 from servebench.engines.vllm import VllmEngine
 from servebench.telemetry.scraper import parse
+from tests.support.waiting import wait_until
 
 VLLM_METRICS = """# HELP vllm:kv_cache_usage_perc KV-cache usage.
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -36,8 +36,8 @@ def test_node_sampler_follows_a_process_tree(tmp_path):
     sampler = ManagedProcess.start([sys.executable, "-m", "servebench.telemetry.node_sampler", "--node", "n0",
                                     "--cpus", cpus, "--pids", str(child.pid), "--hz", "10", "--out", str(out)],
                                    log_path=tmp_path / "s.log")
-    try:
-        time.sleep(1.5)
+    try:  # a second of samples at 10 Hz, however long the sampler took to start
+        wait_until(lambda: out.exists() and out.read_text().count("\n") >= 10, "ten samples", timeout_s=30)
     finally:
         sampler.stop(grace_s=5)
         child.kill()
