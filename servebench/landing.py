@@ -168,7 +168,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
         slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
-        knobs=knobs_json(cell.mode.knobs))
+        knobs=knobs_json(cell.mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
+        workload_name=None if cell.workload is None else cell.workload.label)
     if requests_csv is None and (result or {}).get("requests"):
         # next to the result file (in the run's directory), so an orchestrator killed while landing
         # leaves nothing in /tmp

@@ -222,3 +222,89 @@ def test_the_workload_flag_round_trips_through_the_cli_and_names_the_field(tmp_p
         build_parser().parse_args(["load", "--base-url", "http://h:1", "--model", "m", "--clients", "1",
                                    "--requests", "1", "--workload", str(spec_file)])
     assert "w.yaml: input: dist normal needs stdev" in capsys.readouterr().err
+
+
+# The campaign's `load.workload` block: a sweep axis, part of each cell's key and series identity.
+
+CAMPAIGN = """
+name: w
+provider: {kind: local, nodes: [{name: n0, cpus: "0-1"}]}
+model: {generate: tiny-llama, max_position: 512}
+modes: [{name: tp1}]
+load:
+  clients: [1, 2]
+  requests: 4
+  workload:
+"""
+
+
+def campaign_file(tmp_path, workload: str, name: str = "c.yaml"):
+    path = tmp_path / name
+    path.write_text(CAMPAIGN + "".join(f"    {line}\n" for line in workload.strip().splitlines()))
+    return path
+
+
+def test_workloads_are_a_sweep_axis_with_their_names_in_cell_keys(tmp_path):
+    from servebench.campaign.loading import load_campaign
+    from servebench.campaign.sweep import expand
+
+    mooncake(tmp_path, [{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]},
+                        {"timestamp": 400, "input_length": 50, "output_length": 4, "hash_ids": [1, 2]}])
+    path = campaign_file(tmp_path, """
+- {kind: synthetic, input: {dist: lognormal, mean: 100, stdev: 30, max: 300}}
+- {kind: shared-prefix, groups: 2, prefix_len: 256}
+- {kind: trace, format: mooncake, path: trace.jsonl, time_scale: 0.1}
+""")
+    campaign = load_campaign(path, host_cpus={0, 1})
+    cells = expand(campaign)
+    assert [c.key for c in cells] == ["tp1.synthetic.c1.r0", "tp1.synthetic.c2.r0", "tp1.prefix.c1.r0",
+                                      "tp1.prefix.c2.r0", "tp1.trace.rate25.r0"]  # the trace at its own 10x rate
+    assert cells[-1].workload.path == str(tmp_path / "trace.jsonl")  # relative to the campaign file
+    assert cells[0].workload.identity() != cells[2].workload.identity()
+
+
+@pytest.mark.parametrize("workload, message", [
+    ("{kind: synthetic, input: {dist: uniform, min: 90, max: 10}}",
+     r"c.yaml:10: load.workload.input: min \(90\) exceeds max \(10\)"),
+    ("{kind: shared-prefix, groups: 2, prefix_len: 500}",
+     r"load.workload\[0\] \(prefix\): prompts up to 516 and answers up to 32 tokens exceed the model's context"),
+    ("{kind: trace, format: mooncake, path: trace.jsonl}",
+     r"c.yaml:9: load.workload: .*trace.jsonl:2: timestamp 0 ms is earlier than line 1's"),
+    ("{kind: dataset, format: jsonl, path: trace.jsonl}",
+     r"c.yaml:9: load.workload: .*trace.jsonl: no prompts \(an empty dataset\)"),
+])
+def test_a_bad_workload_block_names_the_campaign_file_line_and_field(tmp_path, workload, message):
+    from servebench.campaign.loading import SpecError, load_campaign
+
+    if "trace" in workload:
+        mooncake(tmp_path, [{"timestamp": 10, "input_length": 5, "output_length": 1},
+                            {"timestamp": 0, "input_length": 5, "output_length": 1}])
+    if "dataset" in workload:
+        (tmp_path / "trace.jsonl").write_text("")
+    with pytest.raises(SpecError, match=message):
+        load_campaign(campaign_file(tmp_path, workload), host_cpus={0, 1})
+
+
+def test_a_workload_cell_lands_its_workload_and_per_request_lengths(tmp_path):
+    import warehouse
+    from servebench import landing
+    from servebench.campaign.loading import parse_campaign
+    from servebench.campaign.sweep import expand
+
+    text = CAMPAIGN + "    {kind: shared-prefix, groups: 2, prefix_len: 16, suffix_len: 4}\n"
+    campaign = parse_campaign(text, host_cpus={0, 1})
+    cell = expand(campaign)[0]
+    with FakeServer() as server:
+        result = run_load(LoadConfig(base_url=server.url, model="m", clients=1, requests=4, vocab_size=100,
+                                     workload=cell.workload, seed=cell.seed))
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    landing.insert_run(con, run_id="r1", campaign="w", spec_hash=campaign.spec_hash(), spec_text=text,
+                       spec_normalized=campaign.normalized(), campaign_file="w.yaml", run_dir=tmp_path)
+    cid = landing.land_cell(con, "r1", cell, input_len=0, output_len=0, status="completed", error=None,
+                            started_at=None, ended_at=None, result=result, result_path=None)
+    name, identity = con.execute("select workload_name, workload from cells where cell_id = ?", [cid]).fetchone()
+    assert name == "prefix" and json.loads(identity)["prefix_len"] == 16
+    rows = con.execute("select expected_input_tokens, input_tokens, requested_output_tokens, output_tokens, "
+                       "prefix_group from requests where cell_id = ? order by request_index", [cid]).fetchall()
+    con.close()
+    assert rows == [(20, 20, 32, 32, group) for group in (0, 1, 0, 1)]

@@ -66,7 +66,8 @@ def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = 
     engine_kind, provider_kind, more = _kinds(data, lines, source)
     _fill_default_executors(data, engine_kind)
     try:
-        campaign = campaign_model(engine_kind, provider_kind, more).model_validate(data)
+        campaign = campaign_model(engine_kind, provider_kind, more).model_validate(
+            data, context={"base_dir": base_dir})  # a workload's data files are relative to the campaign file
     except ValidationError as exc:
         raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
     provider = get_provider_class(provider_kind)

@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, S
 
 from servebench.analysis.regression.settings import DetectionSettings
 from servebench.cpus import parse_cpu_list
+from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
 
 # head_dims the CPU attention kernels of the engines accept (facts file, "Runtime"): the
 # generated model is kept to them so every engine can serve it.
@@ -298,11 +299,32 @@ class LoadSpec(StrictModel):
         "then (not after every request's timeout), requests in flight are error rows 'hung', the cell fails "
         "saying so, the server is restarted for the next. null: no probe during cells."))
     client: ClientSpec = Field(default_factory=ClientSpec)
+    workload: list[WorkloadSpec] = Field(default_factory=list, description=(
+        "What the requests ask (docs/workloads.md): one block, or a list of them as a sweep axis (every "
+        "mode's load points run once per workload; cell keys `tp1.<name>.c4.r0`). Kinds: synthetic (length "
+        "distributions), dataset (local ShareGPT or JSONL file), shared-prefix, trace (Mooncake or Azure "
+        "replay: at each of `rates` as its mean rate, or without rates at its own). Instead of "
+        "input_len/output_len."))
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _check(self) -> "LoadSpec":
-        if not self.rates and not self.clients:
+        replays_only = bool(self.workload) and all(isinstance(w, TraceWorkload) for w in self.workload)
+        if not self.rates and not self.clients and not replays_only:
             raise ValueError("give at least one of 'rates' (open loop) or 'clients' (closed loop)")
+        if self.workload and {"input_len", "output_len"} & self.model_fields_set:
+            raise ValueError("give the lengths in the workload block, not input_len/output_len beside it")
+        names = [w.label for w in self.workload]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload names repeat ({', '.join(names)}): give each block a distinct 'name'")
+        for workload in self.workload:
+            if isinstance(workload, TraceWorkload) and not self.rates and workload.own_rate() is None:
+                raise ValueError(f"workload {workload.label}: a trace replayed at its own rate needs two requests "
+                                 "at different times (or give 'rates')")
         if (self.requests is None) == (self.duration is None):
             raise ValueError("give exactly one of 'requests' or 'duration'")
         if self.requests is not None and self.warmup >= self.requests:
@@ -505,6 +527,19 @@ class Campaign(StrictModel):
                                  "axis with two values (knobs: {max_num_seqs: [null, 8]})")
         return self
 
+    @model_validator(mode="after")
+    def _workloads_fit_the_context(self) -> "Campaign":
+        """A workload whose prompt and answer can exceed a generated model's context is refused here, not
+        by every cell's server."""
+        context = self.model.max_position if isinstance(self.model, GeneratedModelSpec) else None
+        for index, workload in enumerate(self.load.workload):
+            longest_in, longest_out = workload.upper_input(), workload.upper_output()
+            if context and longest_in and (longest_out or 0) + longest_in > context:
+                raise ValueError(f"load.workload[{index}] ({workload.label}): prompts up to {longest_in} and answers "
+                                 f"up to {longest_out or 0} tokens exceed the model's context (max_position "
+                                 f"{context})")
+        return self
+
     @field_validator("model", mode="before")
     @classmethod
     def _model_kind(cls, value: Any) -> Any:
@@ -524,6 +559,8 @@ class Campaign(StrictModel):
             data["load"]["client"].pop("node", None)
         if data["load"].get("hang_after_s") == 30.0:  # and one with the default hang limit
             data["load"].pop("hang_after_s")
+        if not data["load"].get("workload"):  # and one without a workload block
+            data["load"].pop("workload", None)
         for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)

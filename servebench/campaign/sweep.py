@@ -1,8 +1,9 @@
 """Sweep expansion: a campaign becomes an ordered list of cells.
 
-A cell is one mode x one load point x one repeat. Its key is derived from what it
-measures, never from its position, so the same campaign yields the same keys on every
-night and a series can be followed across runs.
+A cell is one mode x one load point x one repeat (x one workload, with a `load.workload`
+block; x one link setting, with a network axis). Its key is derived from what it measures,
+never from its position, so the same campaign yields the same keys on every night and a
+series can be followed across runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servebench.campaign.schema import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
+from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
 
 
 class LoadPoint(BaseModel):
@@ -38,11 +40,13 @@ class Cell(BaseModel):
     repeat: int
     seed: int
     link: LinkSetting | None = None    # the network condition (campaigns with a network axis)
+    workload: WorkloadSpec | None = None  # what the requests ask (campaigns with a workload block)
 
     @property
     def label(self) -> str:
         network = f" {self.link.label}" if self.link is not None else ""
-        return f"{self.mode.name}{network} {self.point.label} repeat {self.repeat}"
+        workload = f" {self.workload.label}" if self.workload is not None else ""
+        return f"{self.mode.name}{network}{workload} {self.point.label} repeat {self.repeat}"
 
 
 def load_points(campaign: Campaign) -> list[LoadPoint]:
@@ -50,6 +54,21 @@ def load_points(campaign: Campaign) -> list[LoadPoint]:
     closed = [LoadPoint(kind="closed", clients=n) for n in sorted(set(campaign.load.clients))]
     opened = [LoadPoint(kind="open", rate=r) for r in sorted(set(campaign.load.rates))]
     return closed + opened
+
+
+def workloads(campaign: Campaign) -> list[WorkloadSpec | None]:
+    """The campaign's workloads in file order; [None]: the fixed lengths of `load.input_len/output_len`."""
+    return list(campaign.load.workload) or [None]
+
+
+def workload_points(campaign: Campaign, workload: WorkloadSpec | None) -> list[LoadPoint]:
+    """The load points a workload runs at: every point, except for a trace, which replays on its own
+    schedule, rescaled to each of the campaign's rates as its mean rate, or (without rates) once at
+    its own mean rate."""
+    if not isinstance(workload, TraceWorkload):
+        return load_points(campaign)
+    rates = sorted(set(campaign.load.rates)) or [workload.own_rate()]
+    return [LoadPoint(kind="open", rate=rate) for rate in rates]
 
 
 def configurations(campaign: Campaign) -> list[ModeSpec]:
@@ -131,16 +150,18 @@ def expand(campaign: Campaign) -> list[Cell]:
     links: list[LinkSetting | None] = list(campaign.network.links) if campaign.network else [None]
     for mode in configurations(campaign):
         for link in links:  # the links change between cells; the mode's server keeps running
-            for point in load_points(campaign):
-                for repeat in range(campaign.load.repeats):
-                    cells.append(Cell(
-                        key=cell_key(mode.name, point, repeat, link),
-                        mode=mode,
-                        point=point,
-                        repeat=repeat,
-                        seed=cell_seed(campaign.load.seed, mode.name, point, repeat),
-                        link=link,
-                    ))
+            for workload in workloads(campaign):
+                for point in workload_points(campaign, workload):
+                    for repeat in range(campaign.load.repeats):
+                        cells.append(Cell(
+                            key=cell_key(mode.name, point, repeat, link, workload),
+                            mode=mode,
+                            point=point,
+                            repeat=repeat,
+                            seed=cell_seed(campaign.load.seed, mode.name, point, repeat),
+                            link=link,
+                            workload=workload,
+                        ))
     return cells
 
 
@@ -150,13 +171,16 @@ def search_cell(campaign: Campaign, mode: ModeSpec, value: float, repeat: int = 
     over = campaign.search.over
     point = LoadPoint(kind="closed", clients=int(value)) if over == "clients" else LoadPoint(kind="open", rate=value)
     return Cell(key=f"{mode.name}.cap.{point.label}.r{repeat}", mode=mode, point=point, repeat=repeat,
-                seed=cell_seed(campaign.load.seed, mode.name, point, repeat))
+                seed=cell_seed(campaign.load.seed, mode.name, point, repeat), workload=workloads(campaign)[0])
 
 
-def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None) -> str:
-    """tp2.c4.r0, or with a network axis tp2.d5ms.c4.r0 (the same workload under every setting)."""
+def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None,
+             workload: WorkloadSpec | None = None) -> str:
+    """tp2.c4.r0; with a network axis tp2.d5ms.c4.r0 (the same workload under every setting); with a
+    workload block tp2.prefix.c4.r0 (its name)."""
     network = f"{link.label}." if link is not None else ""
-    return f"{mode_name}.{network}{point.label}.r{repeat}"
+    named = f"{workload.label}." if workload is not None else ""
+    return f"{mode_name}.{network}{named}{point.label}.r{repeat}"
 
 
 def cell_seed(base_seed: int, mode_name: str, point: LoadPoint, repeat: int) -> int:

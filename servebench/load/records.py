@@ -32,6 +32,8 @@ class RequestRecord:
     error_kind: str | None = None       # http | connect | disconnect | timeout | malformed | incomplete
     error: str | None = None
     first_text_s: float | None = None   # first event with non-empty text (visible-text TTFT)
+    requested_output_tokens: int | None = None  # the answer length the workload asked for
+    prefix_group: int | None = None     # shared-prefix workloads: the request's group
 
     @property
     def ok(self) -> bool:
@@ -55,6 +57,7 @@ REQUEST_CSV_TYPES = {
     "first_token_s": "DOUBLE", "last_token_s": "DOUBLE", "input_tokens": "INTEGER", "output_tokens": "INTEGER",
     "chunks": "INTEGER", "token_source": "VARCHAR", "http_status": "INTEGER", "error_kind": "VARCHAR",
     "error": "VARCHAR", "first_text_s": "DOUBLE",
+    "expected_input_tokens": "INTEGER", "requested_output_tokens": "INTEGER", "prefix_group": "INTEGER",
 }
 
 

@@ -77,9 +77,13 @@ def judged_config(config: LoadConfig, offsets: list[float] | None) -> LoadConfig
     return config.model_copy(update={"rate": (len(offsets) - 1) / offsets[-1]})
 
 
-def _prepare(config: LoadConfig, workload: Workload, index: int) -> tuple[bytes, int | None]:
+Prepared = tuple[bytes, int | None, int, int | None]  # body, prompt tokens, answer tokens asked, prefix group
+
+
+def _prepare(config: LoadConfig, workload: Workload, index: int) -> Prepared:
     item = workload.item(index)
-    return request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens
+    return (request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens,
+            item.output_len, item.group)
 
 
 def write_result(result: dict, path: Path) -> None:
@@ -94,7 +98,7 @@ def load_result(path: Path) -> dict:
 
 
 async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
-               prepared: list[tuple[bytes, int | None]] | None, live: LiveCounts, notes: list[str]) -> dict:
+               prepared: list[Prepared] | None, live: LiveCounts, notes: list[str]) -> dict:
     endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint])
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
@@ -102,9 +106,11 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     started_wall = datetime.now(timezone.utc)
 
     def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
-        body, expected = prepared[index] if prepared is not None else _prepare(config, workload, index)
+        body, expected, output_len, group = prepared[index] if prepared is not None else \
+            _prepare(config, workload, index)
         record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled,
-                               expected_input_tokens=expected)
+                               expected_input_tokens=expected, requested_output_tokens=output_len,
+                               prefix_group=group)
         records.append(record)
         return record, endpoint.request_bytes(body)
 

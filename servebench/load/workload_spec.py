@@ -160,6 +160,16 @@ class TraceWorkload(WorkloadBase):
 
         return in_window(self._rows, self.start_s, self.duration_s, self.max_requests)
 
+    def own_rate(self) -> float | None:
+        """The window's mean arrival rate as replayed (time_scale applied), to 3 significant digits; None
+        for a window of one request or of requests all at one time."""
+        from servebench.load.traces import replay_offsets
+
+        offsets = replay_offsets(self.window(), self.time_scale)
+        if len(offsets) < 2 or offsets[-1] <= 0:
+            return None
+        return float(f"{(len(offsets) - 1) / offsets[-1]:.3g}")
+
     def upper_input(self) -> int | None:
         return max(row.input_len for row in self.window())
 

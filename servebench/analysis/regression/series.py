@@ -44,7 +44,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
 IDENTITY_FIELDS = ("campaign", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients",
                    "input_len", "output_len")
 # Part of the identity only where set: a series without them keeps the id it always had.
-OPTIONAL_IDENTITY_FIELDS = ("link", "knobs")
+OPTIONAL_IDENTITY_FIELDS = ("link", "knobs", "workload")
 
 
 class Night(BaseModel):
