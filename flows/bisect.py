@@ -20,7 +20,7 @@ from prefect import flow
 
 import warehouse
 from flows.campaign import campaign_run
-from servebench import landing
+from servebench import warehouse_io
 from servebench.analysis.bisect import BisectError, Step, judge, most_builds, search
 from servebench.analysis.regression.series import METRICS
 from servebench.build import git_source
@@ -28,7 +28,7 @@ from servebench.campaign.bisect import commits_to_bisect, step_campaign
 from servebench.campaign.loading import load_campaign
 from servebench.paths import cache_dir, runs_dir
 from servebench.progress import reporter
-from tasks.land import session
+from servebench.warehouse_io import session
 
 BISECT_METRICS = [name for name in METRICS if name != "capacity"]
 
@@ -37,13 +37,9 @@ def step_results(wh: str, run_id: str, mode: str, metric: str) -> tuple[list[flo
     """A step's run as the bisect reads it: the metric of each completed cell, and its build key."""
     con = warehouse.connect(wh, read_only=True)
     try:
-        rows = con.execute(f"select {metric} from cells where run_id = ? and mode = ? and status = 'completed' "
-                           f"and {metric} is not null order by repeat", [run_id, mode]).fetchall()
-        key = con.execute("select build_key from servers where run_id = ? and build_key is not null limit 1",
-                          [run_id]).fetchone()
+        return warehouse_io.completed_metric(con, run_id, mode, metric), warehouse_io.run_build_key(con, run_id)
     finally:
         con.close()
-    return [float(value) for (value,) in rows], key[0] if key else None
 
 
 @flow(name="bisect", log_prints=False)
@@ -100,7 +96,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
                    verdict="baseline" if step is None else step.verdict,
                    measured_at=datetime.now(timezone.utc))
         with session(wh) as con:
-            landing.insert_row(con, "bisect_steps", row)
+            warehouse_io.land_bisect_step(con, row)
         steps.append(row)
         (folder / "bisect.json").write_text(json.dumps(steps, default=str, indent=1))
 

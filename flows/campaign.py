@@ -22,34 +22,36 @@ from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
 import warehouse
+from flows.cells import land_result_file
 from flows.context import EngineRun, RunContext, first_line, reference_mode_name
-from flows.modes import land_result_file, reference_answers, run_mode
-from flows.search import finished_modes, judge_tuning, optuna_first_mode, remeasure_default, tune_with_optuna
+from flows.modes import reference_answers, run_mode
+from flows.tuning import judge_tuning, landed_capacities, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
 from servebench.build.cache import hold_in_use
 from servebench.build.model import vocab_size
 from servebench.build.prerequisites import require
 from servebench.campaign.loading import load_campaign
+from servebench.campaign.outcome import run_status
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, group_by_mode, make_plan
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
-from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
-from servebench.campaign.sweep import Cell, configurations
+from servebench.campaign.schema import Campaign, ModeSpec
+from servebench.campaign.sweep import Cell, configurations, variant_specs
 from servebench.engines import get_engine
 from servebench.paths import runs_dir
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
+from servebench.serving.deployment import ClientNode, Deployment
+from servebench.warehouse_io import session
 from tasks.build import build_engine
 from tasks.distribute import place_artifacts
-from tasks.land import land_build, land_nodes, land_placements, land_run_start, land_run_update, session
-from tasks.load import ClientNode
+from tasks.land import land_build, land_nodes, land_placements, land_run_start, land_run_update
 from tasks.model import prepare_model
 from tasks.network import clear_links
 from tasks.provision import provision
 from tasks.regressions import detect_regressions, publish_regressions
 from tasks.report import render_report
-from tasks.serve import Deployment
 from tasks.shared import start_shared_services, stop_shared_services
 
 
@@ -93,10 +95,7 @@ def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only:
     before = set(ctx.statuses)
     land_measured_cells(ctx)
     if campaign.search is not None:  # searches that did not finish run again, reusing the probes they landed
-        with session(wh) as con:
-            searched = {mode for (mode,) in con.execute("select mode from capacity where run_id = ?",
-                                                        [run_id]).fetchall()}
-        done = searched | finished_modes(wh, run_id)  # a server that failed or was stopped: not again
+        done = set(landed_capacities(ctx))  # a server that failed or was stopped: not again
         ctx.searches = set() if failed_only else {mode.name for mode in configurations(campaign)} - done
     ctx.rerun_failed = failed_only
     todo = cells_to_run(plan.cells, ctx.statuses, failed_only)
@@ -248,16 +247,6 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
     return placements
 
 
-def variant_specs(campaign: Campaign, modes: list[ModeSpec], base: EngineSpecBase) -> list[EngineSpecBase]:
-    """The distinct engine blocks of the modes that change their build, in mode order."""
-    specs: list[EngineSpecBase] = []
-    for mode in modes:
-        spec = campaign.engine_spec_for(mode)
-        if spec != base and spec not in specs:
-            specs.append(spec)
-    return specs
-
-
 def release(ctx: RunContext) -> None:
     """Stop the shared services, then let the provider stop what is left and give the nodes back;
     links the campaign changed are plain again; the run's claims and its hold on the builds go last."""
@@ -325,14 +314,6 @@ def land_measured_cells(ctx: RunContext) -> None:
     (A search's probes are landed so by the search itself, when it reaches them again.)"""
     for cell in ctx.plan.cells:
         land_result_file(ctx, cell)
-
-
-def run_status(statuses: dict[str, str], invalid: dict[str, list[str]], on_invalid: str = "fail") -> str:
-    """completed | invalid (every cell measured, some not to be trusted, and the campaign fails on that)
-    | partial | failed."""
-    if statuses and all(s == "completed" for s in statuses.values()):
-        return "invalid" if invalid and on_invalid == "fail" else "completed"
-    return "partial" if any(s == "completed" for s in statuses.values()) else "failed"
 
 
 def write_report(wh: str, run_id: str, run_dir: Path) -> str | None:

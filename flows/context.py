@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from servebench.campaign.outcome import CellOutcome
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
+from servebench.campaign.sweep import Cell, configurations
 from servebench.engines import Engine
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims
 from servebench.serving.correctness import GateAnswer
-from tasks.serve import Deployment
+from servebench.serving.deployment import Deployment
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -67,6 +69,12 @@ class RunContext:
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
     rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
 
+    def record(self, cell: Cell, outcome: CellOutcome) -> None:
+        """A landed cell's verdict, as the run's status will count it."""
+        self.statuses[cell.key] = outcome.status
+        if outcome.invalid:
+            self.invalid[cell.key] = outcome.invalid_reasons
+
     def engine_run(self, mode: ModeSpec) -> EngineRun:
         """The engine serving `mode`."""
         return self.engines[self.campaign.engine_kind(mode)]
@@ -81,8 +89,6 @@ class RunContext:
         for run in self.engines.values():
             if server_mode == run.reference_name:
                 return run
-        from servebench.campaign.sweep import configurations
-
         for mode in configurations(self.campaign):
             if mode.name == server_mode or server_mode.startswith(mode.name + "-"):  # `<default>-again` too
                 return self.engine_run(mode)

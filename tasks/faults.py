@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servebench import warehouse_io
 from servebench.campaign.schema import FaultSpec
 from servebench.providers import Node, Provider
 from servebench.serving.faults import FaultTimer, InjectedFault
-from tasks.land import session
+from servebench.warehouse_io import session
 
 
 def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node, nodes: list[Node],
@@ -22,12 +23,5 @@ def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node
 
 
 def land_faults(path: str, run_id: str, cell_key: str, mode: str, injected: list[InjectedFault]) -> None:
-    import json
-
     with session(path) as con:
-        for fault in injected:
-            con.execute("insert into faults (run_id, cell_key, mode, action, node, match, at_s, injected_at, t_mono, "
-                        "hit, error) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [run_id, cell_key, mode, fault.spec.action, fault.node, fault.spec.match,
-                         fault.fired_s if fault.fired_s is not None else fault.spec.at_s,
-                         fault.at, fault.t_mono, json.dumps(fault.hit), fault.error])
+        warehouse_io.land_faults(con, run_id, cell_key, mode, injected)

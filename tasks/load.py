@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import task
@@ -30,26 +29,11 @@ from servebench.engines import Engine
 from servebench.load.config import LoadConfig, deadline_s, to_argv
 from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
 from servebench.load.runner import load_result, write_result
-from servebench.providers import Node, Provider
 from servebench.providers.node_tools import INSTRUMENT_VARIABLE, MARK_VARIABLE
+from servebench.serving.deployment import ClientNode
 from servebench.telemetry.timebase import load_result_in_orchestrator_time
 
 POLL_S = 0.5
-
-
-@dataclass(frozen=True)
-class ClientNode:
-    """The node the load generator runs on (campaign `load.client.node`) and what it runs there."""
-
-    provider: Provider
-    node: Node
-    tree: str                       # the load generator's tree, placed on the node
-    clock_offset_s: float | None    # the node's wall clock ahead of ours (None: this host)
-
-    @property
-    def python(self) -> str:
-        """The node's python3, which runs the generator's tree alone (-S)."""
-        return self.provider.node_python(self.node)
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,

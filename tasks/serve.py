@@ -3,48 +3,22 @@ correctness gate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
+from servebench.campaign.schema import ModeSpec
 from servebench.engines import Engine, LaunchRequest
-from servebench.engines.base import SharedServices
-from servebench.providers import Node, Provider
 from servebench.paths import cache_dir
 from servebench.progress import reporter
-from servebench.serving.preflight import check_build_fits
+from servebench.providers import Provider
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
+from servebench.serving.deployment import Deployment, mode_nodes
+from servebench.serving.preflight import check_build_fits
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
-from tasks.load import ClientNode
-from tasks.telemetry import Telemetry, start_telemetry, stop_telemetry
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What every mode of one engine is started from (set once per run and engine)."""
-
-    campaign: Campaign
-    engine: Engine
-    spec: EngineSpecBase                           # the engine's block of the campaign
-    provider: Provider
-    nodes: list[Node]
-    build: EngineBuild
-    model_dir: str
-    served_name: str
-    run_dir: str
-    shared: SharedServices | None = None
-    tools_dir: str | None = None                   # the node tools (sampler), the same path on every node
-    clock_offsets: dict[str, float | None] = field(default_factory=dict)  # node -> wall clock ahead of ours
-    client: ClientNode | None = None                 # the load generator's node (load.client.node), serving nothing
-
-    @property
-    def sampled_nodes(self) -> list[Node]:
-        """Every node telemetry watches: the servers' and the client node."""
-        return self.nodes + ([self.client.node] if self.client is not None else [])
+from servebench.serving.telemetry import Telemetry
+from tasks.telemetry import start_telemetry, stop_telemetry
 
 
 @task(name="start-server", cache_policy=NONE)
@@ -71,14 +45,6 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
         stop_server(d.provider, server)
         raise
     return server, telemetry
-
-
-def mode_nodes(nodes: list[Node], mode: ModeSpec) -> list[Node]:
-    """The nodes a mode runs on: those it names, in its order (checked by feasibility), else all."""
-    if not mode.nodes:
-        return list(nodes)
-    by_name = {node.name: node for node in nodes}
-    return [by_name[name] for name in mode.nodes]
 
 
 @task(name="stop-server", cache_policy=NONE)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from prefect import task
 from prefect.cache_policies import NONE
@@ -15,35 +13,14 @@ from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
 from servebench.progress import reporter
 from servebench.providers import Node, NodeProcess, Provider, node_tools
+from servebench.serving.deployment import Deployment
 from servebench.serving.server import Server
+from servebench.serving.telemetry import Telemetry, engine_pids, files_stem
 from servebench.telemetry.timebase import rewrite_in_orchestrator_time
-
-if TYPE_CHECKING:
-    from tasks.serve import Deployment
-
-
-@dataclass
-class Telemetry:
-    mode: str
-    node_processes: list[NodeProcess] = field(default_factory=list)  # one sampler per node, on that node
-    scraper: ManagedProcess | None = None                            # on the orchestrator
-    node_files: list[Path] = field(default_factory=list)
-    server_files: list[Path] = field(default_factory=list)
-    remote_samples: dict[Path, tuple[Path, float]] = field(default_factory=dict)  # samples <- (raw log, clock offset)
-
-
-def engine_pids(server: Server, nodes: list[Node], shared_pids: dict[str, list[int]]) -> dict[str, list[int]]:
-    """The processes to follow on each node: the server's processes there, and the shared services'."""
-    pids: dict[str, list[int]] = {node.name: [] for node in nodes}
-    for name, found in server.pids_by_node().items():
-        pids[name] += found
-    for name, found in shared_pids.items():
-        pids[name] += found
-    return pids
 
 
 @task(name="start-telemetry", cache_policy=NONE)
-def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
+def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
     d = deployment
     out = Path(d.run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
@@ -70,18 +47,7 @@ def start_telemetry(deployment: "Deployment", server: Server) -> Telemetry:
     return telemetry
 
 
-def files_stem(out: Path, mode: str) -> str:
-    """The name the telemetry files of this start of the mode's server begin with: the mode's name,
-    or `<mode>.<n>` for its n-th start in the run (a server restarted after a fault: the samples of
-    the cells before the restart are kept, not overwritten)."""
-    stem, n = mode, 1
-    while (out / f"{stem}.server.log").exists():
-        n += 1
-        stem = f"{mode}.{n}"
-    return stem
-
-
-def start_node_sampler(d: "Deployment", stem: str, node: Node, pids: list[int], out: Path,
+def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path,
                        telemetry: Telemetry) -> None:
     """The node's sampler, following the mode's processes there; its samples land in
     `<stem>.node.<node>.jsonl`, in the orchestrator's time base."""

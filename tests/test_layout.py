@@ -1,7 +1,9 @@
-"""The architecture's rules, read from the source tree (issue 14):
+"""The architecture's rules, read from the source tree (issues 14 and 33):
 
-- no import cycle between servebench's modules;
+- no import cycle anywhere in the repository (servebench/, flows/, tasks/, warehouse/, the engine-side
+  package, benchmarks/ and tests/);
 - nothing under servebench/ but the CLI imports the Prefect layers (flows/, tasks/);
+- no SQL in flows/ or tasks/: what they write or read of the warehouse, the library does for them;
 - no vLLM name outside servebench/engines/vllm/: no identifier and no string (docstrings
   and comments aside, which may cite vLLM) mentions vllm or Ray, but for the one
   registry line that names the engine;
@@ -18,18 +20,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "servebench"
+# every folder of Python source in the repository, as imported (the engine-side package from engine/)
+SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse", ROOT / "engine" / "servebench_engine",
+                  ROOT / "benchmarks", ROOT / "tests"]
+PREFECT_LAYERS = [ROOT / "flows", ROOT / "tasks"]
 VLLM_NAME = re.compile(r"vllm|\bray\b|ray_|_ray\b|\bRay", re.IGNORECASE)
 REGISTRIES = {"servebench/engines/__init__.py", "servebench/providers/__init__.py"}
 
 
-def modules() -> dict[str, Path]:
+def modules(folder: Path = PACKAGE) -> dict[str, Path]:
+    """The modules of one folder of source, by the name they are imported as."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted(folder.rglob("*.py")):
+        parts = list(path.relative_to(folder.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         found[".".join(parts)] = path
     return found
+
+
+def repository_modules() -> dict[str, Path]:
+    return {name: path for folder in SOURCE_FOLDERS for name, path in modules(folder).items()}
 
 
 def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
@@ -73,7 +84,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_import_cycles():
-    known = modules()
+    known = repository_modules()
+    assert {"flows.campaign", "tasks.serve", "warehouse", "servebench_engine.tiny_llama"} <= set(known)
     graph = {name: imports(path, name, known) for name, path in known.items()}
     # a module importing its own package's __init__ (or the reverse) is how packages work, not a cycle
     graph = {name: {t for t in targets if not name.startswith(t + ".") and not t.startswith(name + ".")}
@@ -96,6 +108,59 @@ def test_only_the_cli_imports_flows_or_tasks():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{name} imports {t}" for t in targets if t.split(".")[0] in ("flows", "tasks")]
     assert offenders == []
+
+
+SQL = re.compile(r"\bselect\b.*\bfrom\b|\binsert\s+(or\s+\w+\s+)?into\b|\bupdate\s+\S+\s+set\b|\bdelete\s+from\b|"
+                 r"\b(create|drop|alter)\s+(or\s+replace\s+)?(table|view|index|sequence)\b", re.IGNORECASE | re.DOTALL)
+QUERY_METHODS = {"execute", "executemany", "sql", "query", "fetchone", "fetchall", "fetchdf", "fetchmany"}
+
+
+def sql_in(path: Path) -> list[str]:
+    """Where a file speaks SQL: a string (an f-string with its holes left empty) that reads as a
+    statement, a call of a query method (`.execute(...)`, `.sql(...)`, `.fetchall()`...), or DuckDB
+    imported; docstrings and comments may describe a query."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr)
+                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+    found = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+            what = f"SQL {text[:60]!r}" if SQL.search(text) else None
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            what = f"SQL {node.value[:60]!r}" if SQL.search(node.value) else None
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in QUERY_METHODS:
+            what = f"a query method: .{node.func.attr}()"
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            what = "imports duckdb" if any(name.split(".")[0] == "duckdb" for name in names) else None
+        if what:
+            found.append((node.lineno, f"{path.relative_to(path.parents[1]).as_posix()}:{node.lineno}: {what}"))
+    return [line for _, line in sorted(found, key=lambda item: item[0])]
+
+
+def test_no_sql_in_flows_or_tasks():
+    """Every write to the warehouse is in servebench/landing.py or servebench/warehouse_io.py, every
+    read a flow needs a function of the library: flows and tasks compose, the library owns the data."""
+    offenders = [line for folder in PREFECT_LAYERS for path in sorted(folder.rglob("*.py")) for line in sql_in(path)]
+    assert offenders == [], "SQL in the Prefect layers:\n" + "\n".join(offenders)
+
+
+def test_the_sql_check_sees_sql(tmp_path):
+    sample = tmp_path / "layer" / "sample.py"
+    sample.parent.mkdir()
+    sample.write_text('"""Reads `select x from cells` in a docstring: allowed."""\n'
+                      'import duckdb\n'
+                      'ROWS = f"select {metric} from cells where run_id = ?"\n'
+                      'con.execute("delete from faults where run_id = ?", [run_id])\n'
+                      'WRITE = "insert or replace into capacity (run_id) values (?)"\n'
+                      'LABEL = "update the links"\n')
+    assert [line.split(": ", 1)[1] for line in sql_in(sample)] == [
+        "imports duckdb", "SQL 'select {} from cells where run_id = ?'", "a query method: .execute()",
+        "SQL 'delete from faults where run_id = ?'", "SQL 'insert or replace into capacity (run_id) values (?)'"]
 
 
 def vllm_names(path: Path) -> list[str]:

@@ -1,8 +1,7 @@
 """The run's status from its cells: an invalid measurement is not a completed campaign
 unless the campaign says so (validity.on_invalid: warn)."""
 
-from flows.campaign import run_status
-from flows.modes import blocked_reason
+from servebench.campaign.outcome import blocked_reason, run_status
 from servebench.serving.correctness import GateResult
 
 

@@ -94,7 +94,7 @@ def test_a_ctrl_c_during_a_landing_is_the_users_interrupt(db):
     KeyboardInterrupt so the run ends `interrupted` instead of counting the cell as failed."""
     import threading
 
-    from tasks.land import session
+    from servebench.warehouse_io import session
 
     with pytest.raises(KeyboardInterrupt, match="during a warehouse write"):
         with session(str(db)) as con:

@@ -133,6 +133,17 @@ def build_specs(campaign: Campaign) -> list[tuple[str, EngineSpecBase]]:
     return specs
 
 
+def variant_specs(campaign: Campaign, modes: list[ModeSpec], base: EngineSpecBase) -> list[EngineSpecBase]:
+    """The distinct engine blocks of `modes` that change their build from `base` (their engine's
+    block), in mode order: each is built and placed beside the engine's own build."""
+    specs: list[EngineSpecBase] = []
+    for mode in modes:
+        spec = campaign.engine_spec_for(mode)
+        if spec != base and spec not in specs:
+            specs.append(spec)
+    return specs
+
+
 def knob_label(name: str, value: KnobValue) -> str:
     """max_num_seqs=8 -> 'mns8', chunked_prefill=False -> 'cpoff', kv_cache_gib=0.5 -> 'kcg0p5': the
     initials of the knob's words and its value, short enough for cell keys (docs/tuning.md)."""

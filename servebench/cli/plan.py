@@ -13,8 +13,8 @@ from servebench.campaign.schema import GeneratedModelSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
+from servebench.serving.deployment import mode_nodes
 from servebench.serving.server import node_argv
-from tasks.serve import mode_nodes
 
 
 def describe_plan(plan: Plan, file: Path) -> str:

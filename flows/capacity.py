@@ -1,0 +1,77 @@
+"""A mode's capacity search inside a campaign (`search:`): the searching itself is
+`servebench.analysis.capacity`; here every probe is a cell of the mode, measured and landed like
+the others, against the mode's server (restarted if a probe left it unhealthy)."""
+
+from __future__ import annotations
+
+from flows.cells import land_result_file, run_one_cell
+from flows.context import RunContext
+from flows.servers import restart_server, server_problem
+from servebench import warehouse_io
+from servebench.analysis.capacity import Probe as CapacityProbe
+from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
+from servebench.campaign.schema import ModeSpec
+from servebench.campaign.sweep import Cell, search_cell
+from servebench.progress import reporter
+from servebench.serving.correctness import GateResult
+from servebench.serving.server import Server
+from servebench.serving.telemetry import Telemetry
+from servebench.warehouse_io import session
+from tasks.land import land_capacity
+
+
+def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                         gate: GateResult) -> tuple[Server, Telemetry]:
+    """The mode's capacity under the campaign's SLO (servebench/analysis/capacity.py): every probe
+    a cell (`<mode>.cap.<point>.r0`), landed like the others; the result in `capacity`. A server
+    found unhealthy between probes is restarted; the probe it failed counts as a miss."""
+    spec, slo = ctx.campaign.search, ctx.campaign.slo
+    current = {"server": server, "telemetry": telemetry}
+    probe_cells: list[str] = []
+
+    def probe_once(value: float, repeat: int) -> CapacityProbe:
+        cell = search_cell(ctx.campaign, mode, value, repeat)
+        land_result_file(ctx, cell, search_probe=True)  # measured, not landed, before a resume
+        if cell.key in ctx.statuses:  # measured by the run's earlier attempt (a resume): its verdict stands
+            probe_cells.append(cell.key)
+            return landed_probe(ctx, cell, value)
+        if (problem := server_problem(current["server"])) is not None:
+            current["server"], current["telemetry"] = restart_server(ctx, mode, current["server"],
+                                                                     current["telemetry"], gate, problem)
+        reporter().cell_started(cell.key, mode.name, len(ctx.statuses), ctx.planned_cells)
+        probe_cells.append(cell.key)
+        summary = run_one_cell(ctx, cell, current["server"], gate.status, search_probe=True)
+        if summary is None:  # failed without a measurement
+            return judge(value, {key: None for key in slo}, slo, valid=False)
+        return judge(value, observed_from_summary(summary, slo), slo,
+                     valid=ctx.statuses[cell.key] == "completed" and bool(summary.get("valid", True)))
+
+    def probe(value: float) -> CapacityProbe:
+        """The point meets the SLO only if every repeat does (the first miss ends the repeats)."""
+        verdict = probe_once(value, 0)
+        for repeat in range(1, spec.repeats):
+            if not verdict.met:
+                break
+            verdict = probe_once(value, repeat)
+        return verdict
+
+    reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
+    result = search_capacity(probe, SearchSettings(start=spec.start, precision=spec.precision,
+                                                   max_probes=spec.max_probes, max_value=spec.max_value,
+                                                   integer=spec.over == "clients"))
+    land_capacity(ctx.warehouse, ctx.run_id, mode, spec.over, slo, result, probe_cells)
+    unit = "clients" if spec.over == "clients" else "req/s"
+    reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
+                     f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
+    return current["server"], current["telemetry"]
+
+
+def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
+    """A probe cell already in the warehouse, as the search's verdict: what it measured and
+    whether it met the SLO, as landed (nothing is measured twice)."""
+    slo = ctx.campaign.slo
+    with session(ctx.warehouse) as con:
+        row = warehouse_io.landed_cell(con, ctx.run_id, cell.key)
+    valid = row["status"] == "completed" and bool(row["valid"])
+    verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=valid)  # cells keep p50 and p99 only
+    return verdict.model_copy(update={"met": bool(row["slo_met"])})

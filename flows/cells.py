@@ -1,0 +1,148 @@
+"""One cell of a mode: its load against the mode's server, with the campaign's faults for it, judged
+(`servebench.campaign.outcome`) and landed before the next cell starts; or, after an interrupt,
+landed from the result file it left. A failed cell is landed with its cause."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from flows.context import RunContext
+from flows.servers import server_problem
+from servebench import landing
+from servebench.campaign.outcome import CellOutcome, FaultEvidence, failed_outcome, measured_outcome
+from servebench.campaign.sweep import Cell
+from servebench.load.runner import load_result
+from servebench.progress import reporter
+from servebench.serving.faults import FaultTimer
+from servebench.serving.server import Server
+from tasks.faults import land_faults, start_cell_faults
+from tasks.land import land_cell
+from tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
+
+
+def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
+                 search_probe: bool = False) -> dict | None:
+    """Measure one cell and land it; return its load summary (None: nothing was measured)."""
+    problem = server_problem(server)
+    if problem is not None:
+        land_failed_cell(ctx, cell, problem, search_probe=search_probe)
+        return None
+    run = ctx.engine_run(cell.mode)
+    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
+                              run.engine, server.launch.health_path)
+    output = result_file(ctx, cell)
+    started = landing.now()
+    log_from = log_size(server.log_path)
+    timers = start_faults(ctx, cell, server)
+    try:
+        result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
+            config, str(output), run.deployment.client, mark=f"{ctx.provider.run_id}.load")
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: undo the faults (a cut host, a full /dev/shm)
+            for timer in timers:
+                timer.finish()
+            raise
+        land_failed_cell(ctx, cell, str(exc) + finish_faults(ctx, cell, timers).clause, started, correctness,
+                         search_probe=search_probe)
+        return None
+    faults = finish_faults(ctx, cell, timers)  # first: a fault that lasts is undone before the server is asked
+    summary = result["summary"]
+    outcome = measured_outcome(ctx.campaign, cell, summary, server_problem(server), faults)
+    land_measured_cell(ctx, cell, result, outcome, started=started, correctness=correctness,
+                       search_probe=search_probe,
+                       kv_failures=count_in_log(server.log_path, log_from, run.engine.kv_failure_pattern))
+    throughput = summary.get("output_throughput") or 0.0
+    busy = (summary.get("client") or {}).get("core_fraction")
+    verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
+    reporter().cell_finished(cell.key, outcome.status, f"{summary['completed']} ok, {summary['failed']} failed, "
+                             f"{throughput:.1f} tok/s, gate {correctness}"
+                             + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
+    return summary
+
+
+def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) -> bool:
+    """Land a cell measured but not landed before the run was cut (its complete JSON in the run
+    directory; the load generator writes it last and atomically), judged as a measured cell is.
+    Whether it did."""
+    output = result_file(ctx, cell)
+    if cell.key in ctx.statuses or not output.exists():
+        return False
+    result = load_result(output)
+    outcome = measured_outcome(ctx.campaign, cell, result["summary"], faults=FaultEvidence.planned(ctx.campaign, cell))
+    land_measured_cell(ctx, cell, result, outcome, started=None, search_probe=search_probe)
+    return True
+
+
+def land_measured_cell(ctx: RunContext, cell: Cell, result: dict, outcome: CellOutcome, *,
+                       started: datetime | None, correctness: str | None = None, search_probe: bool = False,
+                       kv_failures: int | None = None) -> None:
+    """A cell the load generator measured, with its verdict, into the warehouse and the run's count."""
+    output = result_file(ctx, cell)
+    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error, started_at=started,
+        ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
+        requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe, slo_met=outcome.slo_met,
+        kv_failures=kv_failures)
+    ctx.record(cell, outcome)
+
+
+def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
+                     correctness: str | None = None, search_probe: bool = False) -> None:
+    """A cell that failed without a measurement, with its cause."""
+    outcome = failed_outcome(ctx.campaign, error)
+    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
+        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+        output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error, started_at=started,
+        ended_at=landing.now(), result=None, result_path=None, correctness=correctness, search_probe=search_probe,
+        slo_met=outcome.slo_met)
+    ctx.record(cell, outcome)
+    reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
+
+
+def result_file(ctx: RunContext, cell: Cell) -> Path:
+    """Where the load generator writes the cell's complete result (JSON; its requests beside it)."""
+    return ctx.run_dir / "cells" / f"{cell.key}.json"
+
+
+def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
+    """The campaign's faults for this cell, each on its node (default: the API server's)."""
+    local_load = ctx.engine_run(cell.mode).deployment_for(cell.mode).client is None
+    return start_cell_faults(ctx.campaign.faults, cell.key, server.api.node, ctx.deployment.sampled_nodes,
+                             ctx.provider, progress_path(str(result_file(ctx, cell))) if local_load else None)
+
+
+def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> FaultEvidence:
+    """Land what the cell's faults did, and return it as evidence for the cell's verdict."""
+    if not timers:
+        return FaultEvidence()
+    injected = [timer.finish() for timer in timers]
+    land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
+    for fault in injected:
+        reporter().stage(fault.describe())
+    if any(fault.hit and fault.spec.action in ("kill", "stop") for fault in injected):
+        ctx.signalled.add(cell.key)
+    return FaultEvidence.injected([fault.describe() for fault in injected], any(f.hit for f in injected))
+
+
+def log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def count_in_log(path: Path | None, start: int, pattern: str | None) -> int | None:
+    """Lines matching the engine's pattern written to the server log since byte `start` (the
+    cell's KV failures); None when the engine has no such line."""
+    if pattern is None or path is None:
+        return None
+    try:
+        with open(path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    return len(re.findall(pattern, text))

@@ -1,0 +1,79 @@
+"""A mode's server through its part of a run: whether it can still serve, its row in the
+warehouse, a restart after a fault, and the stop (with its telemetry) whatever happens."""
+
+from __future__ import annotations
+
+from flows.context import EngineRun, RunContext, first_line, log_text
+from servebench import landing
+from servebench.campaign.schema import ModeSpec
+from servebench.campaign.sweep import configurations
+from servebench.progress import reporter
+from servebench.serving.correctness import GateResult
+from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
+from servebench.serving.telemetry import Telemetry
+from servebench.warehouse_io import session
+from tasks.land import land_server
+from tasks.serve import start_mode_server, stop_mode_server
+from tasks.telemetry import stop_telemetry
+
+
+def server_problem(server: Server) -> str | None:
+    """Why the mode's server cannot serve (a process ended, its node or allocation is gone), or None."""
+    try:
+        if is_healthy(server):
+            return None
+        return (f"server of mode {server.mode} is no longer healthy (exit codes: {exit_codes(server)}); "
+                f"see {server.log_path}")
+    except Exception as exc:  # the provider could not even ask: that is the cause
+        return f"{type(exc).__name__}: {exc}"
+
+
+def restart_server(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
+                   gate: GateResult | None, problem: str) -> tuple[Server, Telemetry]:
+    """The mode's server is no longer healthy (the cell before failed with that cause): stop what
+    is left of it, start it again for the mode's next cells (its gate stands: the same build and
+    settings). If it does not start, that raises and the mode's remaining cells fail with it."""
+    reporter().stage(f"mode {mode.name}: {problem.splitlines()[0][:160]}; restarting its server")
+    stop_server_and_telemetry(ctx, server, telemetry, gate)
+    restarted, fresh = start_mode_server.with_options(task_run_name=f"restart-server {mode.name}")(
+        ctx.engine_run(mode).deployment_for(mode), mode)
+    # the mode's samples land as one set (land_samples replaces the mode's rows): the earlier servers' too
+    fresh.node_files[:0], fresh.server_files[:0] = telemetry.node_files, telemetry.server_files
+    land_mode_server(ctx, restarted, "ready", gate)
+    return restarted, fresh
+
+
+def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Telemetry, gate: GateResult | None) -> None:
+    """Plain calls, not task runs: this must also work while a Ctrl-C unwinds. A stop that fails
+    (its host unreachable, its allocation gone) is reported and the rest still happens: the
+    server's row and samples land, and the campaign goes on to the next mode."""
+    for what, stop in (("telemetry", lambda: stop_telemetry.fn(ctx.provider, telemetry)),
+                       ("server", lambda: stop_mode_server.fn(ctx.provider, server))):
+        try:
+            stop()
+        except Exception as exc:
+            reporter().stage(f"mode {server.mode}: stopping its {what} failed: {first_line(exc)}")
+    land_mode_server(ctx, server, "ready", gate)
+    with session(ctx.warehouse) as con:
+        landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
+
+
+def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
+    api = server.api
+    run = ctx.engine_serving(server.mode)
+    engine = run.engine
+    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, engine=engine.kind,
+                   build_key=server_build_key(ctx, run, server.mode), pid=api.process.pid, port=server.port,
+                   command=node_argv(api.node, api.launch.argv), env=api.launch.env, log_path=str(server.log_path),
+                   started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
+                   status=status, error=None, correctness=gate.status if gate else None,
+                   correctness_detail=gate.detail if gate else None,
+                   correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
+                   kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))
+
+
+def server_build_key(ctx: RunContext, run: EngineRun, server_mode: str) -> str | None:
+    """The build a server ran: its mode's own (`build:`), else its engine's."""
+    mode = next((m for m in configurations(ctx.campaign) if m.name == server_mode), None)
+    deployment = run.deployment_for(mode) if mode is not None else run.deployment
+    return deployment.build.key if deployment is not None else None

@@ -1,0 +1,116 @@
+"""What a cell's measurement says, and what the run's cells say together: pure decisions, made in
+one place for every path that judges a cell (measured now, landed from its result file after an
+interrupt, failed without a measurement), so the paths cannot drift apart.
+
+A cell is `completed` when its server answered requests and nothing spoiled the numbers: a server
+that ended or hung during it, a fault that hit it. A completed cell can still be invalid (the
+load generator's own limits: schedule lag, achieved rate, client CPU); the campaign's
+`validity.on_invalid` says whether that fails the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servebench.analysis.capacity import judge, observed_from_summary
+from servebench.campaign.schema import Campaign
+from servebench.campaign.sweep import Cell
+from servebench.serving.correctness import GateResult
+
+FAULT_INJECTED = "a fault was injected into the cell (what it measured lands with it)"
+FAULT_PLANNED = ("a fault was planned for the cell (landed from its result file after an interrupt: whether it "
+                 "hit is not known)")
+
+
+@dataclass(frozen=True)
+class FaultEvidence:
+    """What is known of the cell's faults: `clause` is added to the cell's error ('' for none), and
+    `spoiled` says why its numbers measure a fault rather than the server (None: they do not)."""
+
+    clause: str = ""
+    spoiled: str | None = None
+
+    @classmethod
+    def injected(cls, descriptions: list[str], hit: bool) -> "FaultEvidence":
+        """Faults injected during the cell: what each did; the numbers are spoiled if any hit."""
+        if not descriptions:
+            return cls()
+        return cls("; injected: " + "; ".join(descriptions), FAULT_INJECTED if hit else None)
+
+    @classmethod
+    def planned(cls, campaign: Campaign, cell: Cell) -> "FaultEvidence":
+        """A cell landed from its result file: a fault planned for it may have hit, and nobody saw."""
+        return cls(spoiled=FAULT_PLANNED if any(fault.cell == cell.key for fault in campaign.faults) else None)
+
+
+NO_FAULTS = FaultEvidence()
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """A cell's verdict as it lands: `status` completed | failed, the cause of a failure, whether it
+    met the campaign's SLO (None: the campaign has none), and, for a completed cell the load
+    generator judged invalid, its reasons."""
+
+    status: str
+    error: str | None
+    slo_met: bool | None
+    invalid_reasons: list[str] | None = None       # None: valid (or failed)
+
+    @property
+    def invalid(self) -> bool:
+        return self.invalid_reasons is not None
+
+
+def measured_outcome(campaign: Campaign, cell: Cell, summary: dict, server_problem: str | None = None,
+                     faults: FaultEvidence = NO_FAULTS) -> CellOutcome:
+    """The verdict on a cell whose load ran to its end (`summary`: the load generator's), given
+    what the server was like afterwards (`server_problem`: why it can no longer serve) and what its
+    faults did. Errors count as measurements when the campaign says so (an overload study)."""
+    hung = (summary.get("hung") or {}).get("reason")
+    overloaded = campaign.validity.errors_are_measurements and summary["failed"] > 0
+    if hung or server_problem:  # what it measured lands, but the cell failed, with the cause
+        cause = "; ".join(filter(None, [hung, server_problem]))
+        status, error = "failed", (f"{cause} (during the cell: {summary['completed']} requests answered, "
+                                   f"{summary['failed']} failed){faults.clause}")
+    elif summary["completed"] == 0 and not overloaded:
+        status, error = "failed", f"every request failed: {summary['errors']}{faults.clause}"
+    elif faults.spoiled:  # the server survived it, but these numbers measure the fault: never a night's result
+        status, error = "failed", faults.spoiled + faults.clause
+    else:
+        status, error = "completed", None
+    valid = bool(summary.get("valid", True))
+    return CellOutcome(status=status, error=error, slo_met=slo_verdict(campaign.slo, cell, summary, status),
+                       invalid_reasons=list(summary["invalid_reasons"]) if status == "completed" and not valid
+                       else None)
+
+
+def failed_outcome(campaign: Campaign, error: str) -> CellOutcome:
+    """The verdict on a cell that failed without a measurement (its server gone, its load not run)."""
+    return CellOutcome(status="failed", error=error, slo_met=False if campaign.slo else None)
+
+
+def slo_verdict(slo: dict[str, float], cell: Cell, summary: dict, status: str) -> bool | None:
+    """Whether the cell met the campaign's SLO (valid, every limit held); None without an SLO."""
+    if not slo:
+        return None
+    point = cell.point.rate if cell.point.kind == "open" else cell.point.clients
+    return judge(point, observed_from_summary(summary, slo), slo,
+                 valid=status == "completed" and bool(summary.get("valid", True))).met
+
+
+def blocked_reason(gate: GateResult, accept: str) -> str:
+    """Why a mode's cells are not measured: its correctness gate failed, or was only close and the
+    campaign accepts equal tokens only."""
+    if gate.status == "close":
+        return f"correctness gate close but the campaign demands equal tokens (correctness.accept: {accept}): " \
+               f"{gate.detail}"
+    return f"correctness gate failed: {gate.detail}"
+
+
+def run_status(statuses: dict[str, str], invalid: dict[str, list[str]], on_invalid: str = "fail") -> str:
+    """completed | invalid (every cell measured, some not to be trusted, and the campaign fails on that)
+    | partial | failed."""
+    if statuses and all(s == "completed" for s in statuses.values()):
+        return "invalid" if invalid and on_invalid == "fail" else "completed"
+    return "partial" if any(s == "completed" for s in statuses.values()) else "failed"
