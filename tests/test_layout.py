@@ -110,6 +110,14 @@ def test_only_the_cli_imports_flows_or_tasks():
     assert offenders == []
 
 
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """The docstrings of a parsed file (module, classes, functions), by node id: prose, not code."""
+    return {id(body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and (body := node.body) and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+
+
 SQL = re.compile(r"\bselect\b.*\bfrom\b|\binsert\s+(or\s+\w+\s+)?into\b|\bupdate\s+\S+\s+set\b|\bdelete\s+from\b|"
                  r"\b(create|drop|alter)\s+(or\s+replace\s+)?(table|view|index|sequence)\b", re.IGNORECASE | re.DOTALL)
 QUERY_METHODS = {"execute", "executemany", "sql", "query", "fetchone", "fetchall", "fetchdf", "fetchmany"}
@@ -120,10 +128,7 @@ def sql_in(path: Path) -> list[str]:
     statement, a call of a query method (`.execute(...)`, `.sql(...)`, `.fetchall()`...), or DuckDB
     imported; docstrings and comments may describe a query."""
     tree = ast.parse(path.read_text())
-    docstrings = {id(body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and (body := node.body) and isinstance(body[0], ast.Expr)
-                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+    docstrings = docstring_ids(tree)
     found = []
     for node in ast.walk(tree):
         what = None
@@ -166,10 +171,7 @@ def test_the_sql_check_sees_sql(tmp_path):
 def vllm_names(path: Path) -> list[str]:
     """Identifiers and non-docstring strings of a file that name vLLM (or its Ray executor)."""
     tree = ast.parse(path.read_text())
-    docstrings = {id(body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and (body := node.body) and isinstance(body[0], ast.Expr)
-                  and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)}
+    docstrings = docstring_ids(tree)
     found = []
     for node in ast.walk(tree):
         texts: list[str] = []
