@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from servebench.build import cmake, git_source, venv, wheel
+from servebench.build import cmake, git_source, target_venv, venv, wheel
 from servebench.build.recipe import BuildRecipe, CMakeRecipe
 from servebench.build.venv import EngineBuild
 
@@ -15,6 +15,8 @@ from servebench.build.venv import EngineBuild
 def ensure(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
     if isinstance(recipe, CMakeRecipe):
         return cmake.ensure_cmake_build(recipe, cache, log)
+    if recipe.platform is not None:  # a venv for another architecture (and the host's twin it follows)
+        return target_venv.ensure_target_venv(recipe, cache, log)
     if recipe.wheel is not None:  # the wheel first (its own key and artifact), then a venv with it
         recipe = wheel.with_built_wheel(recipe, wheel.ensure_wheel(recipe.wheel, cache, log), log)
     return venv.ensure_build(recipe, cache, log)
@@ -29,6 +31,8 @@ def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] 
     if isinstance(recipe, CMakeRecipe):
         inputs = cmake.cmake_inputs(recipe, cmake.fetch(recipe, cache, log))
         return inputs, cmake.cmake_key(recipe, inputs)
+    if recipe.platform is not None:
+        return target_venv.inputs_and_key(recipe, cache, log)
     if recipe.wheel is not None:  # the venv's key follows from the wheel's content: the wheel's key stands for it
         inputs = wheel.wheel_inputs(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache, log))
         return inputs, wheel.wheel_key(recipe.wheel, inputs)
@@ -57,6 +61,12 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
                                                               else top), str(project)])]
         return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, project, Path("<scratch>/build"),
                                                 artifact, cmake.build_jobs())]
+    if recipe.platform is not None:
+        sysroot = target_venv.ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache)
+        return {}, [("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
+                     ["<written by servebench>", str(artifact)]),
+                    *target_venv.build_steps(recipe, artifact, Path("<scratch>"), Path("<a copy of engine/>"),
+                                             target_venv.build_runner(sysroot))]
     if recipe.wheel is not None:
         scratch = Path("<scratch>")
         wheel_file = artifact / "<the built wheel>.whl"

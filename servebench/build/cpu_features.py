@@ -26,10 +26,15 @@ HWCAP2 = ("dcpodp", "sve2", "sveaes", "svepmull", "svebitperm", "svesha3", "sves
           "svef32mm", "svef64mm", "svebf16", "i8mm", "bf16", "dgh", "rng", "bti", "mte", "ecv", "afp", "rpres",
           "mte3", "sme")
 
+# MIDR_EL1 and REVIDR_EL1 read at EL0 are trapped and answered by Linux (HWCAP_CPUID), and by
+# qemu-user for its model: the IDs an emulated node's /proc/cpuinfo and sysfs give (emulation.py).
 PROBE_SOURCE = """#include <stdio.h>
 #include <sys/auxv.h>
 int main(void) {
-    printf("%lx %lx\\n", getauxval(AT_HWCAP), getauxval(AT_HWCAP2));
+    unsigned long midr, revidr;
+    __asm__("mrs %0, MIDR_EL1" : "=r"(midr));
+    __asm__("mrs %0, REVIDR_EL1" : "=r"(revidr));
+    printf("%lx %lx %lx %lx\\n", getauxval(AT_HWCAP), getauxval(AT_HWCAP2), midr, revidr);
     return 0;
 }
 """
@@ -79,21 +84,29 @@ def probe_binary(cache: Path, arch: str = "aarch64") -> Path:
 def emulated_features(target: TargetProfile, cache: Path) -> set[str]:
     """The features qemu-user's CPU model for `target` gives a process (measured by the probe, once
     per model and process: the inventory and every mode's preflight ask the same question)."""
-    return set(_emulated_features(target, cache))
+    hwcap, hwcap2, _, _ = _probe(target, cache)
+    return set(decode_hwcaps(hwcap, hwcap2))
+
+
+def emulated_ids(target: TargetProfile, cache: Path) -> tuple[int, int]:
+    """(MIDR_EL1, REVIDR_EL1) of qemu-user's CPU model for `target`, as a process there reads them."""
+    _, _, midr, revidr = _probe(target, cache)
+    return midr, revidr
 
 
 @functools.lru_cache(maxsize=None)
-def _emulated_features(target: TargetProfile, cache: Path) -> frozenset[str]:
+def _probe(target: TargetProfile, cache: Path) -> tuple[int, int, int, int]:
     argv = [*emulator_argv(target), str(probe_binary(cache, target.arch))]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
         raise FeatureProbeError(f"{argv[0]} not found: apt-get install qemu-user-static (Debian package)") from None
     words = done.stdout.split()
-    if done.returncode != 0 or len(words) != 2:
+    if done.returncode != 0 or len(words) != 4:
         raise FeatureProbeError(f"the feature probe under {' '.join(argv[:3])} failed: "
                                 f"{(done.stderr or done.stdout).strip()[-300:]}")
-    return frozenset(decode_hwcaps(int(words[0], 16), int(words[1], 16)))
+    hwcap, hwcap2, midr, revidr = (int(word, 16) for word in words)
+    return hwcap, hwcap2, midr, revidr
 
 
 def build_refusal(build_inputs: dict, node_name: str, node_arch: str, features: set[str],

@@ -24,6 +24,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from servebench.build.emulation import node_argv
 from servebench.build.load_tree import IMPORT_CHECK
 from servebench.providers import Node, Provider
 from servebench.providers import node_tools
@@ -103,8 +104,9 @@ def place_tree(provider: Provider, node: Node, what: str, path: Path) -> TreePla
 
 
 def check_python_runs(provider: Provider, node: Node, python: str, build_platform: str) -> None:
-    """The build's python starts on the node and reports the build's platform."""
-    result = provider.run(node, [python, "-c", PLATFORM_SCRIPT], timeout=120)
+    """The build's python starts on the node (under its emulation, on an emulated node) and reports
+    the build's platform."""
+    result = provider.run(node, node_argv(node, [python, "-c", PLATFORM_SCRIPT]), timeout=300)
     if result.returncode != 0:
         raise NodeRefused(f"node {node.name}: the engine build's python {python} does not run there (exit "
                           f"{result.returncode}): {(result.stderr or '').strip()[-500:]}")

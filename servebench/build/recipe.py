@@ -5,6 +5,8 @@ return recipes:
 - `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
   compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
   CMake flags); with a `wheel` recipe inside, the venv installs the wheel that recipe builds;
+  with a `platform`, the venv is for another architecture (servebench/build/target_venv.py):
+  wheels resolved for its platform tags, its python a CPython of that architecture;
 - `wheel`: a Python sdist compiled into a wheel on this host for this CPU (vLLM from source);
 - `cmake`: a CMake project from a pinned sdist or a git commit, compiled for a named target CPU,
   by a cross compiler when the target is another architecture (llama.cpp for Graviton on x86).
@@ -36,6 +38,29 @@ class VenvRecipe(BaseModel):
     wheel: "WheelRecipe | None" = None                     # built first (wheel.py), then installed here
     local_wheels: list[str] = Field(default_factory=list)  # wheel files installed --no-deps after `packages`
     built_from: dict = Field(default_factory=dict)         # the wheel build's key parts (the builds row traces to them)
+    platform: "TargetPlatform | None" = None               # a venv for another architecture (target_venv.py)
+
+
+class TargetPlatform(BaseModel):
+    """A venv for another architecture than this host's, made here: pip resolves wheels for the
+    platform's tags (it evaluates environment markers for *this* host and takes only the tags it is
+    given, so the requirements are read from the main wheel's METADATA with markers evaluated for
+    the target), and the venv's python is a CPython of that architecture (target_venv.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    arch: str                                              # aarch64 (platform.machine() spelling)
+    python_minor: str = "3.11"                             # the target CPython (its ABI tag: cp311)
+    glibc: tuple[int, int] = (17, 36)                      # manylinux_2_X tags accepted, X in this range
+    requirements_from: str                                 # the pinned package whose wheel's METADATA lists the rest
+    pins: dict[str, str] = Field(default_factory=dict)     # a requirement's name -> what is installed instead
+    constraints_from: VenvRecipe | None = None             # this host's venv of the same packages: its versions hold
+    lazy_binding: bool = False                             # extension modules load with RTLD_LAZY (symbols on first use)
+
+    def tags(self) -> list[str]:
+        """The platform tags pip accepts, newest glibc first (pip takes each tag only as given)."""
+        low, high = self.glibc
+        return [f"manylinux_2_{minor}_{self.arch}" for minor in range(high, low - 1, -1)] + [f"manylinux2014_{self.arch}"]
 
 
 class WheelRecipe(BaseModel):
@@ -89,4 +114,5 @@ class CMakeRecipe(BaseModel):
 
 
 VenvRecipe.model_rebuild()
+TargetPlatform.model_rebuild()
 BuildRecipe = VenvRecipe | CMakeRecipe

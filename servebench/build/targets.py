@@ -9,7 +9,8 @@ the node is a real Graviton reading /proc/cpuinfo or a qemu-user CPU model answe
 Sources: Arm's Neoverse N1/V1/V2 technical reference manuals (Graviton2 and Ampere Altra are N1,
 Graviton3 is V1 with 256-bit SVE, Graviton4 is V2 with 128-bit SVE2), the x86-64 psABI levels,
 and ggml's own CMake options (GGML_CPU_ARM_ARCH, GGML_AVX2, GGML_AVX512...). qemu 7.2 (Debian 12)
-has a neoverse-n1 model but no V1/V2: those are emulated by `max` with the SVE length of the chip.
+has a neoverse-n1 model but no V1/V2: those are emulated by `max` with the SVE length of the chip;
+A64FX (armv8.2-a, 512-bit SVE, Fujitsu's A64FX datasheet) it models by name.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ PROFILES: dict[str, TargetProfile] = {p.name: p for p in (
          "armv8.4-a+sve+i8mm+bf16+dotprod+fp16+rcpc", N1_FEATURES + ("sve", "i8mm", "bf16"), "max,sve-max-vq=2"),
     _arm("graviton4", "AWS Graviton4 (Neoverse V2): armv9-a, 128-bit SVE2, bf16, int8 matmul",
          "armv9-a+i8mm+bf16+dotprod+fp16+rcpc", N1_FEATURES + ("sve", "sve2", "i8mm", "bf16"), "max,sve-max-vq=1"),
+    # Fujitsu A64FX (Deucalion's ARM partition, Fugaku): armv8.2-a with 512-bit SVE and fp16, no dot
+    # product; qemu 7.2 models it by name (512-bit SVE by default).
+    _arm("a64fx", "Fujitsu A64FX: armv8.2-a, 512-bit SVE, fp16", "armv8.2-a+sve+fp16",
+         ("fp", "asimd", "atomics", "fphp", "asimdhp", "asimdrdm", "sve"), "a64fx"),
     TargetProfile(name="x86-64-v3", arch="x86_64", description="x86-64-v3 (Haswell / Zen 1 and up): AVX2, FMA",
                   compiler_flags=("-march=x86-64-v3",), cmake_args=_X86_V3 + ("-DGGML_AVX512=OFF",),
                   features=("avx", "avx2", "fma", "f16c", "bmi2")),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from servebench.build.targets import emulator_argv, profile
+from servebench.build.emulation import node_argv
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, NodeProcess, Provider
 
@@ -97,14 +97,6 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
         stop_server(provider, server)
         raise
     return server
-
-
-def node_argv(node: Node, argv: list[str]) -> list[str]:
-    """The command as the node runs it: under qemu-user with the node's CPU model when the node is
-    an emulated one (its `emulate:` profile), else as is."""
-    if node.emulate is None:
-        return argv
-    return [*emulator_argv(profile(node.emulate)), *argv]
 
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:

