@@ -56,12 +56,15 @@ from servebench.load.workload import Workload  # noqa: E402
 from servebench.paths import cache_dir  # noqa: E402
 from servebench.processes import ManagedProcess  # noqa: E402
 from servebench.providers import get_provider  # noqa: E402
-from servebench.serving.server import Server, start_server, stop_server, wait_ready  # noqa: E402
+from servebench.serving.server import start_server, stop_server, wait_ready  # noqa: E402
 
 SERVER_CPU, GENERATOR_CPU = 0, 1
 SNAPLEN = 262144
-TARGETS_MS = {"TTFT": 0.3, "TPOT": 0.1, "E2EL": 0.5}  # issue 35: |p50| of reported - wire
+# issue 35: |p50| of reported - wire; the same for the requests whose first (last) token event had empty text
+TARGETS_MS = {"TTFT": 0.3, "TPOT": 0.1, "E2EL": 0.5, 'TTFT, first token ""': 0.3, 'E2EL, last token ""': 0.5}
 READY_TIMEOUT_S = 900
+CAPTURE, RESULT, FACTS = "lo.pcap", "load.json", "run.json"  # a run's files (kept with --keep)
+RUN_FILES = (CAPTURE, RESULT, FACTS)
 
 
 @dataclass
@@ -135,8 +138,11 @@ def start_capture(port: int, pcap: Path, log: Path) -> ManagedProcess:
     this tcpdump has them; on the server's CPU, so the generator's core stays its own."""
     argv = ["taskset", "-c", str(SERVER_CPU), "tcpdump", "-i", "lo", "-n", "-s", str(SNAPLEN), "-U",
             "-B", "65536", "-Z", "root", "-w", str(pcap)]
-    if "--time-stamp-precision" in subprocess.run(["tcpdump", "--help"], capture_output=True, text=True).stderr:
+    usage = subprocess.run(["tcpdump", "--help"], capture_output=True, text=True).stderr
+    if "--time-stamp-precision" in usage:
         argv += ["--time-stamp-precision=nano"]
+    if "--immediate-mode" in usage:  # else libpcap hands packets over in blocks, up to a second late
+        argv += ["--immediate-mode"]
     capture = ManagedProcess.start([*argv, f"tcp port {port}"], log_path=log)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -149,8 +155,16 @@ def start_capture(port: int, pcap: Path, log: Path) -> ManagedProcess:
     raise RuntimeError(f"tcpdump did not start listening: {log.read_text(errors='replace')[-1000:]}")
 
 
-def stop_capture(capture: ManagedProcess, log: Path) -> str:
-    """Stop tcpdump by PID (SIGTERM: it flushes the file and prints its counts); return its counts."""
+def stop_capture(capture: ManagedProcess, pcap: Path, log: Path, quiet_s: float = 1.5, limit_s: float = 15) -> str:
+    """Stop tcpdump by PID once its file has stopped growing (packets still in libpcap's buffer when
+    it is stopped are lost: the last request's would be); SIGTERM makes it flush the file and print
+    its counts, which are returned."""
+    size, since, deadline = -1, time.monotonic(), time.monotonic() + limit_s
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        now_size = pcap.stat().st_size if pcap.exists() else 0
+        if now_size != size:
+            size, since = now_size, time.monotonic()
+        time.sleep(0.1)
     capture.stop(grace_s=10)
     lines = log.read_text(errors="replace").splitlines()
     return "; ".join(line.strip() for line in lines if "packets" in line)
@@ -210,32 +224,49 @@ def request_problems(pair: Comparison) -> list[str]:
     if record["output_tokens"] != timing.completion_tokens:
         problems.append(f"{where}: servebench counted {record['output_tokens']} tokens, the server's usage "
                         f"says {timing.completion_tokens}")
+    if len(record["chunk_times"]) != len(timing.token_times) or record["chunk_tokens"] != timing.token_counts:
+        problems.append(f"{where}: servebench saw {len(record['chunk_times'])} token events carrying "
+                        f"{record['chunk_tokens']} tokens, the wire {len(timing.token_times)} carrying "
+                        f"{timing.token_counts}")
     if sum(timing.token_counts) != timing.completion_tokens:
         problems.append(f"{where}: the wire's token events add to {sum(timing.token_counts)}, its final usage "
                         f"says {timing.completion_tokens}")
     return problems
 
 
+EMPTY_FIRST, EMPTY_LAST = 'TTFT, first token ""', 'E2EL, last token ""'
+STAMPS = ("send stamp", "first token stamp", "last token stamp", "each token stamp")
+
+
 def differences(pairs: list[Comparison], t0: float, clock: ClockOffset) -> dict[str, list[float]]:
-    """Per request, reported - wire in ms: the three latencies, and each stamp on the capture's clock."""
-    out: dict[str, list[float]] = {name: [] for name in ("TTFT", "TPOT", "E2EL", "TTFT to text", "send stamp",
-                                                          "first token stamp", "last token stamp")}
+    """Reported - wire in ms, per request (per token event for ITL and each token stamp): the
+    latencies, the latencies of the requests whose first (last) token event had empty text (where
+    a text-based definition would be off by a whole token), and servebench's stamps on the capture's
+    clock (its monotonic time + the sampled offset)."""
+    out: dict[str, list[float]] = {name: [] for name in ("TTFT", "TPOT", "E2EL", "ITL", EMPTY_FIRST, EMPTY_LAST,
+                                                          "TTFT to first text", *STAMPS)}
     for pair in pairs:
-        r, w = pair.record, pair.wire
-        timing = w.timing
+        r, timing = pair.record, pair.wire.timing
         sent, first, last, n = r["sent_s"], r["first_token_s"], r["last_token_s"], r["output_tokens"]
-        w_sent, w_first, w_last, w_n = w.sent_ns / 1e9, timing.first_token_ns / 1e9, timing.last_token_ns / 1e9, \
-            timing.completion_tokens
+        w_sent, w_first, w_last = pair.wire.sent_ns / 1e9, timing.first_token_ns / 1e9, timing.last_token_ns / 1e9
+        w_n, w_events = timing.completion_tokens, [t / 1e9 for t in timing.token_times]
         out["TTFT"].append(((first - sent) - (w_first - w_sent)) * 1e3)
         out["E2EL"].append(((last - sent) - (w_last - w_sent)) * 1e3)
         if n >= 2 and w_n >= 2:
             out["TPOT"].append(((last - first) / (n - 1) - (w_last - w_first) / (w_n - 1)) * 1e3)
+        if timing.empty_text[0]:
+            out[EMPTY_FIRST].append(out["TTFT"][-1])
+        if timing.empty_text[-1]:
+            out[EMPTY_LAST].append(out["E2EL"][-1])
         if r.get("first_text_s") is not None and timing.first_text_ns is not None:
-            out["TTFT to text"].append(((r["first_text_s"] - sent) - (timing.first_text_ns / 1e9 - w_sent)) * 1e3)
-        to_wall = lambda s: (t0 + s) + clock.offset_ns / 1e9  # noqa: E731 - servebench's stamp on the wall clock
-        out["send stamp"].append((to_wall(sent) - w_sent) * 1e3)
-        out["first token stamp"].append((to_wall(first) - w_first) * 1e3)
-        out["last token stamp"].append((to_wall(last) - w_last) * 1e3)
+            out["TTFT to first text"].append(((r["first_text_s"] - sent) - (timing.first_text_ns / 1e9 - w_sent)) * 1e3)
+        on_wire_clock = [t0 + t + clock.offset_ns / 1e9 for t in (sent, first, last)]
+        for name, mine, wire in zip(STAMPS, on_wire_clock, (w_sent, w_first, w_last)):
+            out[name].append((mine - wire) * 1e3)
+        if len(r["chunk_times"]) == len(w_events):  # else request_problems says so
+            mine = r["chunk_times"]
+            out["ITL"] += [((b - a) - (wb - wa)) * 1e3 for a, b, wa, wb in zip(mine, mine[1:], w_events, w_events[1:])]
+            out["each token stamp"] += [(t0 + t + clock.offset_ns / 1e9 - w) * 1e3 for t, w in zip(mine, w_events)]
     return out
 
 
@@ -254,21 +285,22 @@ def fmt(value: float | None) -> str:
 def print_table(diffs: dict[str, list[float]], header: str) -> bool:
     """Print the comparison; return whether every target holds."""
     print(f"\n{header}")
-    print(f"{'reported - wire (ms)':<22} {'n':>4} {'min':>9} {'p50':>9} {'p99':>9} {'max':>9}   target |p50|  verdict")
+    print(f"{'reported - wire (ms)':<24} {'n':>4} {'min':>9} {'p50':>9} {'p99':>9} {'max':>9}   target |p50|  verdict")
     passed = True
     for name, values in diffs.items():
-        if name == "send stamp":
-            print(f"{'stamps on the capture clock: servebench - wire (ms)':<60}")
+        if name == STAMPS[0]:
+            print("servebench's stamps on the capture's clock - the wire's (ms)")
+        if not values and name not in TARGETS_MS:
+            continue  # e.g. no first-text stamp in servebench's records
         s = spread(values)
-        target = TARGETS_MS.get(name)
-        verdict = ""
-        if target is not None:
-            ok = s["p50"] is not None and abs(s["p50"]) <= target
+        target, verdict = TARGETS_MS.get(name), ""
+        if target is not None and (values or name in ("TTFT", "TPOT", "E2EL")):
+            ok = bool(values) and abs(s["p50"]) <= target
             passed &= ok
             verdict = f"{'<= ' + format(target, 'g') + ' ms':>12}  {'PASS' if ok else 'FAIL'}"
-        if name == "TTFT to text" and not values:
-            continue  # servebench's records carry no first-text stamp
-        print(f"{name:<22} {s['n']:>4} {fmt(s['min']):>9} {fmt(s['p50']):>9} {fmt(s['p99']):>9} "
+        elif target is not None:
+            verdict = f"{'':>12}  (no such request)"
+        print(f"{name:<24} {s['n']:>4} {fmt(s['min']):>9} {fmt(s['p50']):>9} {fmt(s['p99']):>9} "
               f"{fmt(s['max']):>9}   {verdict}")
     return passed
 
@@ -283,74 +315,101 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help=f"keep the run here ({', '.join(RUN_FILES)}; removed otherwise)")
+    parser.add_argument("--replay", type=Path, metavar="DIR", help="judge a run kept with --keep again (no server)")
     args = parser.parse_args()
+    if args.replay:
+        return judge(args.replay)
     reason = skip_reason()
     if reason is not None:
         print(f"wire_truth: skipped: {reason}")
         return 0
     with tempfile.TemporaryDirectory(prefix="servebench-wire-") as tmp:
         workdir = Path(tmp)
-        provider, server, engine, model_dir = start_vllm(args.campaign, args.mode, workdir / "logs")
+        measure(args, workdir)
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for name in RUN_FILES:
+                shutil.copyfile(workdir / name, args.keep / name)
+        return judge(workdir)
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> None:
+    """Serve, capture, load; leave the capture, servebench's result and the run's facts in `workdir`."""
+    provider, server, engine, model_dir = start_vllm(args.campaign, args.mode, workdir / "logs")
+    try:
+        config = LoadConfig(
+            base_url=server.url, model="tiny", rate=args.rate, arrival="poisson", input_len=args.input_len,
+            output_len=args.output_len, vocab_size=vocab_size(model_dir), requests=args.requests, seed=args.seed,
+            cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.request_extras),
+            token_counter=engine.generation_tokens_metric)
+        capture_log = workdir / "tcpdump.log"
+        capture = start_capture(server.port, workdir / CAPTURE, capture_log)
         try:
-            config = LoadConfig(
-                base_url=server.url, model="tiny", rate=args.rate, arrival="poisson", input_len=args.input_len,
-                output_len=args.output_len, vocab_size=vocab_size(model_dir), requests=args.requests, seed=args.seed,
-                cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.request_extras),
-                token_counter=engine.generation_tokens_metric)
-            capture_log = workdir / "tcpdump.log"
-            capture = start_capture(server.port, workdir / "lo.pcap", capture_log)
-            try:
-                clock_before = ClockOffset.sample()
-                result = run_load(config, workdir / "load.json")
-                clock_after = ClockOffset.sample()
-            finally:
-                counts = stop_capture(capture, capture_log)
+            clock_before = ClockOffset.sample()
+            run_load(config, workdir / RESULT)
+            clock_after = ClockOffset.sample()
         finally:
-            stop_server(provider, server)
-            provider.release()
-        wire = exchanges(workdir / "lo.pcap", server.port)
-        capture_bytes = (workdir / "lo.pcap").stat().st_size
-    return report(result, config, wire, server, clock_before, clock_after, counts, capture_bytes)
+            counts = stop_capture(capture, workdir / CAPTURE, capture_log)
+    finally:
+        stop_server(provider, server)
+        provider.release()
+    facts = {"mode": server.mode, "port": server.port, "ready_s": server.ready_seconds, "tcpdump": counts,
+             "clock_before": clock_before.__dict__, "clock_after": clock_after.__dict__}
+    (workdir / FACTS).write_text(json.dumps(facts, indent=1))
 
 
-def report(result: dict, config: LoadConfig, wire: list[WireExchange], server: Server, clock_before: ClockOffset,
-           clock_after: ClockOffset, counts: str, capture_bytes: int) -> int:
+def judge(directory: Path) -> int:
+    """Read a run's capture and servebench's result, print the comparison; 0 if every target holds."""
+    facts = json.loads((directory / FACTS).read_text())
+    result = json.loads((directory / RESULT).read_text())
+    config = LoadConfig.model_validate(result["config"])
+    wire = exchanges(directory / CAPTURE, facts["port"])
     pairs, problems = match(result, config, wire)
+    good = []
     for pair in pairs:
-        problems += request_problems(pair)
-    good = [p for p in pairs if not request_problems(p)]
-    diffs = differences(good, result["t0"]["monotonic"], clock_before)
-    empty_tokens = sum(sum(p.wire.timing.empty_text) for p in good)
-    tokens = sum(p.wire.timing.completion_tokens for p in good)
-    empty_first = sum(p.wire.timing.empty_text[0] for p in good)
-    empty_last = sum(p.wire.timing.empty_text[-1] for p in good)
-    summary = result["summary"]
+        found = request_problems(pair)
+        problems += found
+        good += [] if found else [pair]
     header = (f"servebench load vs the loopback capture: {len(pairs)}/{len(result['requests'])} requests matched by "
-              f"prompt, {len(good)} compared; vLLM {server.mode} on CPU {SERVER_CPU}, generator on CPU "
+              f"prompt, {len(good)} compared; vLLM {facts['mode']} on CPU {SERVER_CPU}, generator on CPU "
               f"{GENERATOR_CPU}; Poisson {config.rate:g} req/s, input {config.input_len}, output {config.output_len}")
-    passed = print_table(diffs, header)
+    passed = print_table(differences(good, result["t0"]["monotonic"], ClockOffset(**facts["clock_before"])), header)
+    total = len(result["requests"])
     counted = sum(p.record["output_tokens"] == p.wire.timing.completion_tokens for p in good)
-    tokens_ok = counted == len(result["requests"]) == len(good)
-    print(f"{'output tokens':<22} servebench = server usage for {counted}/{len(result['requests'])} requests"
-          f"{'':>14}{'PASS' if tokens_ok else 'FAIL'}")
-    print(f"\nwire: {tokens} tokens in {sum(len(p.wire.timing.token_times) for p in good)} token events, "
-          f"{empty_tokens} events with empty text ({empty_tokens / max(tokens, 1):.0%}); empty first token event in "
-          f"{empty_first} requests, empty last in {empty_last}")
-    print(f"servebench: valid {summary['valid']}, schedule lag p99 {summary['schedule_lag_ms']['p99']:.3f} ms, "
-          f"TTFT p50 {summary['ttft_ms']['p50']:.2f} ms, server counter {summary.get('server_output_tokens')} "
-          f"= client {summary.get('client_output_tokens')}")
-    drift_us = (clock_after.offset_ns - clock_before.offset_ns) / 1e3
-    print(f"capture: {capture_bytes / 1e6:.1f} MB, tcpdump: {counts}; wall - monotonic moved {drift_us:+.1f} us "
-          f"over the run (read within {clock_before.width_ns} ns)")
+    same_events = sum(len(p.record["chunk_times"]) == len(p.wire.timing.token_times) for p in good)
+    tokens_ok = counted == same_events == len(good) == total
+    for what, count in (("output tokens = server usage", counted), ("token events = wire's", same_events)):
+        print(f"{'servebench ' + what:<45} for {count:>3}/{total:<3} requests{'':>7}{'PASS' if count == total else 'FAIL'}")
+    print_context(good, result["summary"], facts, (directory / CAPTURE).stat().st_size)
+    dropped = re.search(r"(\d+) packets? dropped by kernel", facts["tcpdump"])
+    if dropped is None or int(dropped.group(1)) > 0:  # a tcpdump that did not say: nothing to trust
+        problems.append(f"tcpdump lost packets or did not count them: {facts['tcpdump']!r}")
     for problem in problems[:20]:
         print(f"problem: {problem}")
     if len(problems) > 20:
         print(f"... and {len(problems) - 20} more problems")
-    dropped = re.search(r"(\d+) packets? dropped by kernel", counts)
-    dropped = dropped is None or int(dropped.group(1)) > 0  # tcpdump that did not say: nothing to trust
-    ok = passed and tokens_ok and not problems and not dropped
+    ok = passed and tokens_ok and not problems
     print(f"\nwire truth: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
+
+
+def print_context(good: list[Comparison], summary: dict, facts: dict, capture_bytes: int) -> None:
+    """What the wire saw of the token events, servebench's own verdict, and the capture's health."""
+    timings = [p.wire.timing for p in good]
+    events = sum(len(t.token_times) for t in timings)
+    empty = sum(sum(t.empty_text) for t in timings)
+    print(f"\nwire: {sum(t.completion_tokens for t in timings)} tokens in {events} token events, {empty} of them "
+          f"with empty text ({empty / max(events, 1):.0%}); the first token event empty in "
+          f"{sum(t.empty_text[0] for t in timings)} requests, the last in {sum(t.empty_text[-1] for t in timings)}")
+    print(f"servebench's own verdict (not part of this check): valid {summary['valid']}, schedule lag p99 "
+          f"{summary['schedule_lag_ms']['p99']:.3f} ms, TTFT p50 {summary['ttft_ms']['p50']:.2f} ms, "
+          f"server counter {summary.get('server_output_tokens')} vs client {summary.get('client_output_tokens')}")
+    before, after = facts["clock_before"], facts["clock_after"]
+    print(f"capture: {capture_bytes / 1e6:.1f} MB, tcpdump: {facts['tcpdump']}; wall - monotonic moved "
+          f"{(after['offset_ns'] - before['offset_ns']) / 1e3:+.1f} us over the run (read within "
+          f"{before['width_ns']} ns); server ready in {facts['ready_s']} s")
 
 
 if __name__ == "__main__":
