@@ -248,25 +248,30 @@ def differences(pairs: list[Comparison], t0: float, clock: ClockOffset) -> dict[
     for pair in pairs:
         r, timing = pair.record, pair.wire.timing
         sent, first, last, n = r["sent_s"], r["first_token_s"], r["last_token_s"], r["output_tokens"]
-        w_sent, w_first, w_last = pair.wire.sent_ns / 1e9, timing.first_token_ns / 1e9, timing.last_token_ns / 1e9
-        w_n, w_events = timing.completion_tokens, [t / 1e9 for t in timing.token_times]
-        out["TTFT"].append(((first - sent) - (w_first - w_sent)) * 1e3)
-        out["E2EL"].append(((last - sent) - (w_last - w_sent)) * 1e3)
+        w_sent, w_n = pair.wire.sent_ns, timing.completion_tokens   # wire times stay integer ns: epoch
+        w_first, w_last = timing.first_token_ns - w_sent, timing.last_token_ns - w_sent   # seconds as floats
+        out["TTFT"].append((first - sent) * 1e3 - w_first / 1e6)                          # would lose 0.2 us
+        out["E2EL"].append((last - sent) * 1e3 - w_last / 1e6)
         if n >= 2 and w_n >= 2:
-            out["TPOT"].append(((last - first) / (n - 1) - (w_last - w_first) / (w_n - 1)) * 1e3)
+            out["TPOT"].append((last - first) * 1e3 / (n - 1) - (w_last - w_first) / 1e6 / (w_n - 1))
         if timing.empty_text[0]:
             out[EMPTY_FIRST].append(out["TTFT"][-1])
         if timing.empty_text[-1]:
             out[EMPTY_LAST].append(out["E2EL"][-1])
         if r.get("first_text_s") is not None and timing.first_text_ns is not None:
-            out["TTFT to first text"].append(((r["first_text_s"] - sent) - (timing.first_text_ns / 1e9 - w_sent)) * 1e3)
-        on_wire_clock = [t0 + t + clock.offset_ns / 1e9 for t in (sent, first, last)]
-        for name, mine, wire in zip(STAMPS, on_wire_clock, (w_sent, w_first, w_last)):
-            out[name].append((mine - wire) * 1e3)
-        if len(r["chunk_times"]) == len(w_events):  # else request_problems says so
-            mine = r["chunk_times"]
-            out["ITL"] += [((b - a) - (wb - wa)) * 1e3 for a, b, wa, wb in zip(mine, mine[1:], w_events, w_events[1:])]
-            out["each token stamp"] += [(t0 + t + clock.offset_ns / 1e9 - w) * 1e3 for t, w in zip(mine, w_events)]
+            out["TTFT to first text"].append((r["first_text_s"] - sent) * 1e3 - (timing.first_text_ns - w_sent) / 1e6)
+
+        def stamp_ms(mine_s: float, wire_ns: int) -> float:
+            """servebench's monotonic stamp on the capture's clock, minus the wire's."""
+            return ((t0 + mine_s) * 1e9 - (wire_ns - clock.offset_ns)) / 1e6  # ints first: an epoch in ns
+                                                                              # as a float is 256 ns coarse
+
+        for name, mine, wire in zip(STAMPS, (sent, first, last), (w_sent, timing.first_token_ns, timing.last_token_ns)):
+            out[name].append(stamp_ms(mine, wire))
+        if len(r["chunk_times"]) == len(timing.token_times):  # else request_problems says so
+            mine, wire = r["chunk_times"], timing.token_times
+            out["ITL"] += [(b - a) * 1e3 - (wb - wa) / 1e6 for a, b, wa, wb in zip(mine, mine[1:], wire, wire[1:])]
+            out["each token stamp"] += [stamp_ms(t, w) for t, w in zip(mine, wire)]
     return out
 
 

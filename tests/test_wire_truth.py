@@ -326,3 +326,62 @@ def test_exchanges_of_a_capture_pair_requests_and_responses_per_connection():
     assert [e.sent_ns for e in found] == [1_002, 1_502, 4_000]
     assert [e.timing.token_times for e in found] == [[2_000, 3_000], [3_100, 3_100], [5_000, 5_000]]
     assert all(e.timing.completion_tokens == 2 and e.timing.done for e in found)
+
+
+# ---------------------------------------------------------------- matching servebench's records to the wire
+
+def test_records_matched_by_prompt_and_compared_per_request():
+    """Two requests sent in reverse index order on one connection; servebench's stamps are the wire's
+    moved by known amounts (send 0.05 ms early, every token 0.2 ms late): the differences say so, and
+    a token count that disagrees with the server's usage is a problem."""
+    from benchmarks.wire_truth import ClockOffset, differences, match, request_problems
+    from servebench.load.config import LoadConfig
+    from servebench.load.workload import Workload, request_body
+
+    config = LoadConfig(base_url="http://127.0.1.1:8000", model="tiny", rate=2, requests=2, input_len=4,
+                        output_len=2, request_extras={"ignore_eos": True})
+    workload = Workload(endpoint="completions", input_len=4, output_len=2, vocab_size=config.vocab_size,
+                        data_seed=0, tokenizer=None, prompts_file=None, sharegpt_file=None)
+    bodies = [request_body("tiny", "completions", workload.item(i), config.request_extras) for i in range(2)]
+    resp = RESPONSE_HEAD + chunked(event("", 1), event("z", 2), event(None, 2, choices=False), b"data: [DONE]\n\n")
+    cut = len(RESPONSE_HEAD) + len(chunked(event("", 1))) - 8   # the first event's last newline: the second packet
+    base = 1_764_000_000_000_000_000
+    frames = [(base, ethernet(ipv4_tcp(CLIENT, SERVER, 99, SYN))),
+              (base + 1_000_000, ethernet(ipv4_tcp(CLIENT, SERVER, 100, ACK, request(bodies[1])))),
+              (base + 11_000_000, ethernet(ipv4_tcp(SERVER, CLIENT, 1, ACK, resp[:cut]))),
+              (base + 12_000_000, ethernet(ipv4_tcp(SERVER, CLIENT, 1 + cut, ACK, resp[cut:]))),
+              (base + 20_000_000, ethernet(ipv4_tcp(CLIENT, SERVER, 100 + len(request(bodies[1])), ACK,
+                                                    request(bodies[0])))),
+              (base + 30_000_000, ethernet(ipv4_tcp(SERVER, CLIENT, 1 + len(resp), ACK, resp)))]
+    wire = exchanges(pcap(frames), server_port=8000)
+    clock, t0 = ClockOffset(offset_ns=base - 5_000_000_000, width_ns=50), 5.0   # the wire's base is monotonic 5 s
+
+    def record(index: int, sent_ms: float, tokens_ms: list[float], output_tokens: int = 2) -> dict:
+        sent, times = (sent_ms - 0.05) / 1e3, [(t + 0.2) / 1e3 for t in tokens_ms]
+        return {"index": index, "sent_s": sent, "first_token_s": times[0], "last_token_s": times[-1],
+                "output_tokens": output_tokens, "chunk_times": times, "chunk_tokens": [1] * len(times),
+                "error_kind": None, "error": None, "first_text_s": times[1]}
+
+    result = {"requests": [record(0, 20, [30, 30], output_tokens=3), record(1, 1, [12, 12])]}
+    pairs, problems = match(result, config, wire)
+    assert problems == [] and [(p.index, p.wire.connection, p.wire.position) for p in pairs] == [(0, 0, 1), (1, 0, 0)]
+    assert request_problems(pairs[1]) == []
+    assert request_problems(pairs[0]) == ["request 0: servebench counted 3 tokens, the server's usage says 2"]
+    diffs = differences([pairs[1]], t0, clock)
+    assert diffs["TTFT"] == pytest.approx([0.25]) and diffs["E2EL"] == pytest.approx([0.25])
+    assert diffs["TPOT"] == pytest.approx([0.0]) and diffs['TTFT, first token ""'] == pytest.approx([0.25])
+    assert diffs["send stamp"] == pytest.approx([-0.05], abs=1e-6)
+    assert diffs["each token stamp"] == pytest.approx([0.2, 0.2], abs=1e-6)
+    assert diffs['E2EL, last token ""'] == []   # its last token event had text
+
+
+def test_a_prompt_the_run_never_sent_and_a_request_the_wire_never_saw_are_named():
+    from benchmarks.wire_truth import match
+    from servebench.load.config import LoadConfig
+
+    config = LoadConfig(base_url="http://127.0.1.1:8000", model="tiny", rate=2, requests=1, input_len=4)
+    frames = [(1, ethernet(ipv4_tcp(CLIENT, SERVER, 99, SYN))),
+              (2, ethernet(ipv4_tcp(CLIENT, SERVER, 100, ACK, request(b'{"prompt": [5, 6, 7, 8]}'))))]
+    pairs, problems = match({"requests": [{"index": 0}]}, config, exchanges(pcap(frames), server_port=8000))
+    assert pairs == [] and problems == ["connection 0 request 0: a prompt of no request in the run",
+                                        "request 0: not seen on the wire"]
