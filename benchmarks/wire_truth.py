@@ -50,7 +50,7 @@ from servebench.build.model import ensure_model, vocab_size  # noqa: E402
 from servebench.build.venv import ensure_build  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
 from servebench.engines import LaunchRequest, get_engine  # noqa: E402
-from servebench.load.config import LoadConfig, to_argv  # noqa: E402
+from servebench.load.config import LoadConfig, deadline_s, to_argv  # noqa: E402
 from servebench.load.metrics import percentile  # noqa: E402
 from servebench.load.workload import Workload  # noqa: E402
 from servebench.paths import cache_dir  # noqa: E402
@@ -171,8 +171,10 @@ def stop_capture(capture: ManagedProcess, pcap: Path, log: Path, quiet_s: float 
 
 
 def run_load(config: LoadConfig, out: Path) -> dict:
+    """`servebench load` as a campaign runs it (its flags from the config), its JSON result."""
     argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", str(out), "--quiet"]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
+                          timeout=deadline_s(config))
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"servebench load failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads(out.read_text())
