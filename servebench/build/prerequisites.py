@@ -3,8 +3,9 @@ after forty minutes on a missing header or an old compiler is refused in one mes
 every unmet prerequisite and how to meet it (`servebench build --dry-run` prints them all).
 
 Engines say what their builds need (`Engine.build_prerequisites`); the checks here are the
-shared vocabulary: a command on PATH, a version at least N, a file or a staged source tree,
-free disk, memory for the parallel compile jobs.
+shared vocabulary: a command on PATH, a version at least N, a file or a staged source tree (or,
+when it is not staged, the git repository its CMake would clone at configure time, probed with
+`git ls-remote` under a short deadline), free disk, memory for the parallel compile jobs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -89,14 +92,111 @@ def file_present(name: str, path: Path, fix: str) -> Prerequisite:
                         needed=str(path), fix=fix)
 
 
-def source_tree(name: str, path: str | None, marker: str, fix: str) -> Prerequisite:
-    """A source tree staged locally (a directory holding `marker`, e.g. CMakeLists.txt)."""
-    if not path:
-        return Prerequisite(name=name, met=False, found="not given", needed=f"a local source tree with {marker}",
-                            fix=fix)
-    ok = (Path(path) / marker).is_file()
-    return Prerequisite(name=name, met=ok, found=path if ok else f"{path} has no {marker}",
-                        needed=f"a local source tree with {marker}", fix=fix)
+def staged(path: str | None, marker: str) -> bool:
+    """Whether `path` is a staged source tree: a directory holding `marker` (e.g. CMakeLists.txt).
+    The preflight and the recipe ask the same question, so a tree the preflight did not accept is
+    never handed to the build."""
+    return bool(path) and (Path(path) / marker).is_file()
+
+
+GITHUB = "https://github.com"
+GITHUB_URL_VARIABLE = "SERVEBENCH_GITHUB_URL"   # a mirror (or a test's server) standing for https://github.com
+PROBE_SECONDS = 10.0     # a reachable host answers `git ls-remote` in about a second; an unreachable one waits
+
+
+class RemoteSource(BaseModel):
+    """A git repository and ref that a build's CMake clones at configure time when the source is
+    not staged (FetchContent's GIT_REPOSITORY and GIT_TAG, copied from the project's CMake)."""
+
+    repository: str      # https://github.com/oneapi-src/oneDNN.git
+    ref: str             # a tag ('v3.13') or a full commit id
+
+
+def github_base(environ: Mapping[str, str] | None = None) -> str:
+    """Where https://github.com is fetched from: SERVEBENCH_GITHUB_URL if set (a site's mirror, or a
+    test's server on 127.0.0.1), else GitHub itself."""
+    environ = os.environ if environ is None else environ
+    return (environ.get(GITHUB_URL_VARIABLE) or GITHUB).rstrip("/")
+
+
+def github_mirror_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The git configuration, as environment variables (GIT_CONFIG_COUNT/KEY_n/VALUE_n, after any the
+    environment already has), that makes every git clone of https://github.com/... go to the
+    SERVEBENCH_GITHUB_URL base; empty without one. The probe and the build's configure-time fetch
+    get the same variables, so the preflight checks the place the build will fetch from."""
+    environ = os.environ if environ is None else environ
+    base = github_base(environ)
+    if base == GITHUB:
+        return {}
+    index = int(environ.get("GIT_CONFIG_COUNT") or 0)
+    return {"GIT_CONFIG_COUNT": str(index + 1), f"GIT_CONFIG_KEY_{index}": f"url.{base}/.insteadOf",
+            f"GIT_CONFIG_VALUE_{index}": f"{GITHUB}/"}
+
+
+def fetch_url(repository: str, environ: Mapping[str, str] | None = None) -> str:
+    """The URL git contacts for `repository` under the SERVEBENCH_GITHUB_URL base (for messages)."""
+    prefix = f"{GITHUB}/"
+    return f"{github_base(environ)}/{repository.removeprefix(prefix)}" if repository.startswith(prefix) else repository
+
+
+def is_commit(ref: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{40}", ref) is not None
+
+
+def probe_git(source: RemoteSource, timeout: float = PROBE_SECONDS,
+              environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """Whether git can reach `source` from this host, and what it saw: `git ls-remote --exit-code`
+    of the tag (a commit id cannot be listed: then any ref of the repository, HEAD). Cheap (refs
+    only, nothing cloned) and bounded: git runs in its own process group, killed whole (with its
+    git-remote-https helper) when `timeout` passes; no credential prompt can wait for a user."""
+    environ = dict(os.environ if environ is None else environ)
+    url = fetch_url(source.repository, environ)
+    git = shutil.which("git", path=environ.get("PATH"))
+    if git is None:
+        return False, f"git is not on PATH to fetch {url} (CMake's FetchContent clones with git)"
+    env = environ | {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"} | github_mirror_env(environ)
+    patterns = ["HEAD"] if is_commit(source.ref) else [source.ref, f"{source.ref}^{{}}"]   # a tag, and its commit
+    process = subprocess.Popen([git, "ls-remote", "--exit-code", source.repository, *patterns], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:   # it ended just now
+            pass
+        process.communicate()
+        return False, f"{url} did not answer within {timeout:g} s"
+    if process.returncode == 2:   # --exit-code: the repository answered, without that ref
+        return False, f"{url} has no ref {source.ref}"
+    if process.returncode != 0:
+        reason = (err.strip().splitlines() or [f"git ls-remote exited {process.returncode}"])[-1]
+        reason = re.sub(r"^fatal: (unable to access '[^']*': )?", "", reason)   # the URL is named already
+        return False, f"{url} is not reachable ({reason[:200]})"
+    if is_commit(source.ref):
+        return True, f"{url} answers (commit {source.ref[:12]} is fetched by id, not listable in advance)"
+    refs = [line.split("\t", 1) for line in out.splitlines() if "\t" in line]   # sha, ref name
+    peeled = [sha for sha, ref in refs if ref.endswith("^{}")]                # an annotated tag's commit
+    commit = (peeled or [sha for sha, _ in refs] or [""])[0]
+    return True, f"{url} has {source.ref} (commit {commit[:12]})"
+
+
+def fetchable_source(name: str, path: str | None, marker: str, remote: RemoteSource, fix: str,
+                     timeout: float = PROBE_SECONDS) -> Prerequisite:
+    """A source tree staged locally, or else one the build's CMake can fetch at configure time: met
+    by a staged tree (no probe: an offline host never waits), else by `remote` answering git from
+    this host. Refused only when neither, naming both the tree and the URL."""
+    needed = f"a local source tree with {marker}, or {fetch_url(remote.repository)} {remote.ref} reachable with git"
+    if staged(path, marker):
+        return Prerequisite(name=name, met=True, found=str(path), needed=needed)
+    not_staged = f"{path} has no {marker}" if path else "no local tree given"
+    reachable, seen = probe_git(remote, timeout)
+    if reachable:
+        return Prerequisite(name=name, met=True, found=f"fetched at configure time: {seen}; {not_staged}",
+                            needed=needed)
+    return Prerequisite(name=name, met=False, found=f"{not_staged}, and {seen}", needed=needed,
+                        fix=f"{fix}; or let this host reach it ({GITHUB_URL_VARIABLE} names a mirror of {GITHUB})")
 
 
 def free_disk(name: str, path: Path, gib: float) -> Prerequisite:
