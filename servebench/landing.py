@@ -162,7 +162,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         t_end_monotonic=_end_monotonic(result),
         **{name: summary.get(name) for name in ("duration_s", "completed", "failed", "offered_rate", "achieved_rate",
                                                 "request_throughput", "output_throughput", "goodput", "valid",
-                                                "invalid_reasons", "client_output_tokens", "server_output_tokens")},
+                                                "invalid_reasons", "client_output_tokens", "server_output_tokens",
+                                                "prefix_cache_hit_rate")},
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el", "ttft_text") for pct in ("p50", "p99")},
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,

@@ -23,7 +23,7 @@ from prefect.cache_policies import NONE
 
 from servebench.campaign.placement import ClientPlacement
 from servebench.campaign.schema import Campaign
-from servebench.campaign.sweep import Cell
+from servebench.campaign.sweep import Cell, cell_workload_config
 from servebench.cpus import format_cpu_list
 from servebench.engines import Engine
 from servebench.load.config import LoadConfig, deadline_s, to_argv
@@ -51,6 +51,8 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
         request_extras=dict(engine.request_extras), token_counter=engine.generation_tokens_metric,
         health_url=base_url.rstrip("/") + health_path if health_path and load.hang_after_s else None,
         hang_after_s=load.hang_after_s if health_path else None,
+        prefix_cache_counters=getattr(engine, "prefix_cache_metrics", None),
+        **cell_workload_config(campaign, cell),  # docs/workloads.md
     )
 
 

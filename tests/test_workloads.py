@@ -146,19 +146,25 @@ def test_dataset_jsonl_takes_text_prompts_and_token_ids(tmp_path):
         [("[7, 8, 9]", 4, 3), ("hello there", 5, None)]
 
 
+def word_tokenizer(tmp_path) -> str:
+    """A tokenizer of one token a word: the counts a test expects are the words it wrote."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", *"alpha beta gamma delta node core cache".split()]
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    return str(tmp_path)  # the model directory
+
+
 def test_sharegpt_dataset_counts_with_the_model_tokenizer(tmp_path):
-    from tests.test_load_client import tiny_tokenizer
-
-    from servebench.load.workload import TokenCounter
-
-    tokenizer = tiny_tokenizer(tmp_path)
     path = tmp_path / "sg.json"
     path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "alpha beta gamma"},
-                                                   {"from": "gpt", "value": "delta node core cache"}]}]))
-    item = workload({"kind": "dataset", "format": "sharegpt", "path": str(path)}, tokenizer=tokenizer).pool[0]
-    counter = TokenCounter(tokenizer)
-    assert (item.expected_input_tokens, item.output_len) == (counter.count("alpha beta gamma"),
-                                                            counter.count("delta node core cache"))
+                                                   {"from": "gpt", "value": "delta node core cache"}]},
+                                {"conversations": [{"from": "human", "value": "a question, no reply"}]}]))
+    items = workload({"kind": "dataset", "format": "sharegpt", "path": str(path)}, tokenizer=word_tokenizer(tmp_path)).pool
+    assert [(i.prompt, i.expected_input_tokens, i.output_len) for i in items] == [("alpha beta gamma", 3, 4)]
 
 
 # Bad input: refused before anything is sent, naming the file and line or the field.
@@ -289,14 +295,14 @@ def test_a_workload_cell_lands_its_workload_and_per_request_lengths(tmp_path):
     import warehouse
     from servebench import landing
     from servebench.campaign.loading import parse_campaign
-    from servebench.campaign.sweep import expand
+    from servebench.campaign.sweep import cell_workload_config, expand
 
     text = CAMPAIGN + "    {kind: shared-prefix, groups: 2, prefix_len: 16, suffix_len: 4}\n"
     campaign = parse_campaign(text, host_cpus={0, 1})
     cell = expand(campaign)[0]
     with FakeServer() as server:
         result = run_load(LoadConfig(base_url=server.url, model="m", clients=1, requests=4, vocab_size=100,
-                                     workload=cell.workload, seed=cell.seed))
+                                     seed=cell.seed, **cell_workload_config(campaign, cell)))
     con = warehouse.connect(tmp_path / "w.duckdb")
     landing.insert_run(con, run_id="r1", campaign="w", spec_hash=campaign.spec_hash(), spec_text=text,
                        spec_normalized=campaign.normalized(), campaign_file="w.yaml", run_dir=tmp_path)
@@ -308,3 +314,12 @@ def test_a_workload_cell_lands_its_workload_and_per_request_lengths(tmp_path):
                        "prefix_group from requests where cell_id = ? order by request_index", [cid]).fetchall()
     con.close()
     assert rows == [(20, 20, 32, 32, group) for group in (0, 1, 0, 1)]
+
+
+def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
+    from servebench.load.runner import hit_rate
+
+    assert hit_rate((100.0, 40.0), (612.0, 424.0)) == pytest.approx(384 / 512)
+    assert hit_rate((100.0, 40.0), (100.0, 40.0)) is None      # nothing looked up
+    assert hit_rate((None, 40.0), (612.0, 424.0)) is None      # a server without the counter
+    assert hit_rate((100.0, 40.0), None) is None               # not read after (a hung server)

@@ -185,6 +185,15 @@ def search_cell(campaign: Campaign, mode: ModeSpec, value: float, repeat: int = 
                 seed=cell_seed(campaign.load.seed, mode.name, point, repeat), workload=workloads(campaign)[0])
 
 
+def cell_workload_config(campaign: Campaign, cell: Cell) -> dict:
+    """The load generator's fields for the cell's workload (`LoadConfig(**...)`): the block, and the
+    context of a generated model, so an over-long prompt is refused before it is sent."""
+    if cell.workload is None:
+        return {}
+    context = getattr(campaign.model, "max_position", None)
+    return {"workload": cell.workload, "max_context": context}
+
+
 def cell_key(mode_name: str, point: LoadPoint, repeat: int, link: LinkSetting | None = None,
              workload: WorkloadSpec | None = None) -> str:
     """tp2.c4.r0; with a network axis tp2.d5ms.c4.r0 (the same workload under every setting); with a

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
 
-ENGINE_DEFAULTS = {"token_counter", "request_extras"}  # from --engine unless given
+ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters"}  # from --engine unless given
 
 HELP = {
     "--base-url": "server URL, e.g. http://127.0.0.1:8000",
@@ -47,6 +47,8 @@ HELP = {
     "--token-counter": "generated-token counter on the server's /metrics ('' to skip the check; default: "
                        "the --engine's)",
     "--request-extras": "JSON object merged into every request body (default: the --engine's extensions)",
+    "--prefix-cache-counters": "QUERIES,HITS: the server's prefix-cache counters on /metrics, read before and "
+                               "after (summary: prefix_cache_hit_rate); default: the --engine's; '' for none",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
     "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
 }
@@ -106,7 +108,9 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     if engine is not None:
         values.setdefault("request_extras", dict(engine.request_extras))
         values.setdefault("token_counter", engine.generation_tokens_metric)
+        values.setdefault("prefix_cache_counters", getattr(engine, "prefix_cache_metrics", None))
     values["token_counter"] = values.get("token_counter") or None
+    values["prefix_cache_counters"] = values.get("prefix_cache_counters") or None
     return LoadConfig(**values)
 
 
@@ -233,7 +237,7 @@ def print_summary(summary: dict) -> None:
     head = Table(title="load summary (steady window, after warmup)", show_header=False)
     for name in ("completed", "failed", "duration_s", "offered_rate", "scheduled_rate", "achieved_rate",
                  "request_throughput", "output_throughput", "goodput", "client_output_tokens",
-                 "server_output_tokens"):
+                 "server_output_tokens", "prefix_cache_hit_rate"):
         if name in summary:
             head.add_row(name, fmt(summary.get(name)))
     dist = Table("metric (ms)", "mean", "p50", "p90", "p95", "p99", "p99.9", "count",

@@ -58,6 +58,9 @@ class LoadConfig(BaseModel):
     # what the engine needs (a campaign passes its engine's; `servebench load --engine KIND` too)
     token_counter: str | None = Field(None, description="Server counter of generated tokens on /metrics, "
                                                         "checked against the client's count; None: no check.")
+    prefix_cache_counters: list[str] | None = Field(None, min_length=2, max_length=2, description=(
+        "The server's prefix-cache counters on /metrics, [queries, hits] (tokens looked up, tokens found), read "
+        "before and after: the summary's prefix_cache_hit_rate; None: not read."))
     health_url: str | None = Field(None, description="The server's health path, probed during the load to catch a "
                                    "hung server (with hang_after_s).")
     hang_after_s: float | None = Field(None, gt=0, description="The server is hung when its health path has not "
@@ -66,6 +69,14 @@ class LoadConfig(BaseModel):
     request_extras: dict[str, Any] = Field(default_factory=dict,
                                            description="Merged into every request body (the engine's extensions: "
                                                        "exact output length, usage in every chunk).")
+
+    @field_validator("prefix_cache_counters", mode="before")
+    @classmethod
+    def _counters_text(cls, value: Any) -> Any:
+        """'QUERIES,HITS' (the flag's form) is the pair; '' is none."""
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",")] if value.strip() else None
+        return value
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -119,6 +130,7 @@ FLAGS: dict[str, str] = {
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
+    "--prefix-cache-counters": "prefix_cache_counters",
 }
 
 
@@ -133,6 +145,8 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, json.dumps(value, sort_keys=True)] if value else []
         elif name == "workload":
             argv += [flag, value.model_dump_json()] if value is not None else []
+        elif name == "prefix_cache_counters":
+            argv += [flag, ",".join(value) if value else ""]
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

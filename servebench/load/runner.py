@@ -103,6 +103,7 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
     tokens_before = _server_tokens(config)
+    cache_before = _prefix_cache(config)
     started_wall = datetime.now(timezone.utc)
 
     def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
@@ -151,6 +152,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
     _add_counter_check(summary, server_tokens)
+    if config.prefix_cache_counters:
+        summary["prefix_cache_hit_rate"] = hit_rate(cache_before, _prefix_cache(config) if hung is None else None)
     if hung is not None:
         summary["hung"] = _hung_summary(hung, t0, config, records, finished)
         summary["valid"] = False
@@ -255,6 +258,24 @@ def _server_tokens(config: LoadConfig) -> float | None:
     if not config.token_counter:
         return None
     return scrape_counter(config.base_url, config.token_counter)
+
+
+def _prefix_cache(config: LoadConfig) -> tuple[float | None, float | None] | None:
+    """The server's prefix-cache (queries, hits) counters now, read outside the measured window."""
+    if not config.prefix_cache_counters:
+        return None
+    queries, hits = config.prefix_cache_counters
+    return scrape_counter(config.base_url, queries), scrape_counter(config.base_url, hits)
+
+
+def hit_rate(before: tuple[float | None, float | None] | None,
+             after: tuple[float | None, float | None] | None) -> float | None:
+    """Prompt tokens the prefix cache held / prompt tokens looked up, over the run (None: unknown, or
+    nothing was looked up)."""
+    if before is None or after is None or None in before or None in after:
+        return None
+    queries, hits = after[0] - before[0], after[1] - before[1]
+    return round(hits / queries, 4) if queries > 0 else None
 
 
 def _add_counter_check(summary: dict, server_tokens: float | None) -> None:

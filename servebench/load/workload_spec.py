@@ -82,7 +82,7 @@ class DatasetWorkload(WorkloadBase):
 
     @model_validator(mode="after")
     def _readable(self) -> "DatasetWorkload":
-        from servebench.load.workload import check_dataset
+        from servebench.load.datasets import check_dataset
 
         check_dataset(Path(self.path), self.format)
         return self

@@ -5,6 +5,7 @@
 
 ALTER TABLE cells ADD COLUMN workload JSON;               -- {"kind": "shared-prefix", "groups": 2, ...}
 ALTER TABLE cells ADD COLUMN workload_name VARCHAR;       -- 'prefix', 'trace', a block's `name`
+ALTER TABLE cells ADD COLUMN prefix_cache_hit_rate DOUBLE;  -- the server's prefix-cache hits / queries (prompt tokens) over the cell
 ALTER TABLE requests ADD COLUMN expected_input_tokens INTEGER;     -- the prompt's tokens as sent (token ids: exact)
 ALTER TABLE requests ADD COLUMN requested_output_tokens INTEGER;   -- the answer length asked for (max_tokens)
 ALTER TABLE requests ADD COLUMN prefix_group INTEGER;              -- shared-prefix: the request's group

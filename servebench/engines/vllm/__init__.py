@@ -44,6 +44,8 @@ class VllmEngine:
         "vllm:iteration_tokens_total_count": "decode_steps_total",  # engine steps
     }
     generation_tokens_metric: ClassVar[str | None] = "vllm:generation_tokens_total"
+    # prompt tokens the prefix cache was asked for, and found: a cell's prefix_cache_hit_rate (docs/workloads.md)
+    prefix_cache_metrics: ClassVar[tuple[str, str]] = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
     state_sampler: ClassVar[str | None] = None
     kv_failure_pattern: ClassVar[str | None] = None  # a KV cache that is full preempts: vllm:num_preemptions
     # exactly max_tokens tokens, and the running token count in every streamed chunk
