@@ -260,12 +260,14 @@ def test_workloads_are_a_sweep_axis_with_their_names_in_cell_keys(tmp_path):
 - {kind: synthetic, input: {dist: lognormal, mean: 100, stdev: 30, max: 300}}
 - {kind: shared-prefix, groups: 2, prefix_len: 256}
 - {kind: trace, format: mooncake, path: trace.jsonl, time_scale: 0.1}
+- {kind: sessions, sessions: 4, turns: 3}
 """)
     campaign = load_campaign(path, host_cpus={0, 1})
     cells = expand(campaign)
     assert [c.key for c in cells] == ["tp1.synthetic.c1.r0", "tp1.synthetic.c2.r0", "tp1.prefix.c1.r0",
-                                      "tp1.prefix.c2.r0", "tp1.trace.rate25.r0"]  # the trace at its own 10x rate
-    assert cells[-1].workload.path == str(tmp_path / "trace.jsonl")  # relative to the campaign file
+                                      "tp1.prefix.c2.r0", "tp1.trace.rate25.r0",  # the trace at its own 10x rate
+                                      "tp1.sessions.c1.r0", "tp1.sessions.c2.r0"]
+    assert cells[4].workload.path == str(tmp_path / "trace.jsonl")  # relative to the campaign file
     assert cells[0].workload.identity() != cells[2].workload.identity()
 
 
@@ -291,29 +293,47 @@ def test_a_bad_workload_block_names_the_campaign_file_line_and_field(tmp_path, w
         load_campaign(campaign_file(tmp_path, workload), host_cpus={0, 1})
 
 
-def test_a_workload_cell_lands_its_workload_and_per_request_lengths(tmp_path):
+def land_first_cell(tmp_path, workload: str) -> tuple:
+    """The campaign's first cell measured against the test server and landed: (its cells row's workload
+    name and identity, its request rows)."""
     import warehouse
     from servebench import landing
     from servebench.campaign.loading import parse_campaign
     from servebench.campaign.sweep import cell_workload_config, expand
 
-    text = CAMPAIGN + "    {kind: shared-prefix, groups: 2, prefix_len: 16, suffix_len: 4}\n"
+    text = CAMPAIGN + f"    {workload}\n"
     campaign = parse_campaign(text, host_cpus={0, 1})
     cell = expand(campaign)[0]
     with FakeServer() as server:
-        result = run_load(LoadConfig(base_url=server.url, model="m", clients=1, requests=4, vocab_size=100,
-                                     seed=cell.seed, **cell_workload_config(campaign, cell)))
+        result = run_load(LoadConfig(base_url=server.url, model="m", clients=cell.point.clients,
+                                     requests=campaign.load.requests, vocab_size=100, seed=cell.seed,
+                                     **cell_workload_config(campaign, cell)))
     con = warehouse.connect(tmp_path / "w.duckdb")
     landing.insert_run(con, run_id="r1", campaign="w", spec_hash=campaign.spec_hash(), spec_text=text,
                        spec_normalized=campaign.normalized(), campaign_file="w.yaml", run_dir=tmp_path)
     cid = landing.land_cell(con, "r1", cell, input_len=0, output_len=0, status="completed", error=None,
                             started_at=None, ended_at=None, result=result, result_path=None)
-    name, identity = con.execute("select workload_name, workload from cells where cell_id = ?", [cid]).fetchone()
-    assert name == "prefix" and json.loads(identity)["prefix_len"] == 16
+    landed = con.execute("select workload_name, workload from cells where cell_id = ?", [cid]).fetchone()
     rows = con.execute("select expected_input_tokens, input_tokens, requested_output_tokens, output_tokens, "
-                       "prefix_group from requests where cell_id = ? order by request_index", [cid]).fetchall()
+                       "prefix_group, session, turn from requests where cell_id = ? order by request_index",
+                       [cid]).fetchall()
     con.close()
-    assert rows == [(20, 20, 32, 32, group) for group in (0, 1, 0, 1)]
+    return landed, rows
+
+
+def test_a_workload_cell_lands_its_workload_and_per_request_lengths(tmp_path):
+    (name, identity), rows = land_first_cell(tmp_path, "{kind: shared-prefix, groups: 2, prefix_len: 16, "
+                                                       "suffix_len: 4}")
+    assert name == "prefix" and json.loads(identity)["prefix_len"] == 16
+    assert rows == [(20, 20, 32, 32, group, None, None) for group in (0, 1, 0, 1)]
+
+
+def test_a_sessions_cell_lands_each_turn(tmp_path):
+    (name, _), rows = land_first_cell(tmp_path, "{kind: sessions, sessions: 2, turns: 2, first_input: 8, "
+                                                "turn_input: 4, output: 4}")
+    assert name == "sessions"
+    assert rows == [(8, 8, 4, 4, None, 0, 0), (16, 16, 4, 4, None, 0, 1),
+                    (8, 8, 4, 4, None, 1, 0), (16, 16, 4, 4, None, 1, 1)]
 
 
 def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
@@ -323,3 +343,32 @@ def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
     assert hit_rate((100.0, 40.0), (100.0, 40.0)) is None      # nothing looked up
     assert hit_rate((None, 40.0), (612.0, 424.0)) is None      # a server without the counter
     assert hit_rate((100.0, 40.0), None) is None               # not read after (a hung server)
+
+
+def test_sessions_send_each_turn_after_the_answer_with_the_conversation_so_far():
+    """S=3 sessions x T=4 turns, 2 at once: every turn's prompt starts with the turn before's prompt
+    and its answer's length of filler; a session's next turn waits for its answer and the think time."""
+    spec = {"kind": "sessions", "sessions": 3, "turns": 4, "first_input": 6, "turn_input": 3, "output": 4,
+            "think_s": 0.05}
+    with FakeServer() as server:
+        result = run_load(LoadConfig(base_url=server.url, model="m", clients=2, vocab_size=100, timeout_s=5,
+                                     workload=spec))
+        sent = {tuple(body["prompt"]) for body in server.requests}
+    records = result["requests"]
+    assert len(records) == 12 and result["summary"]["completed"] == 12
+    by_turn = {(r["session"], r["turn"]): r for r in records}
+    assert set(by_turn) == {(s, t) for s in range(3) for t in range(4)}
+    assert [by_turn[0, t]["input_tokens"] for t in range(4)] == [6, 13, 20, 27]  # + 4 answer + 3 user tokens
+    assert {r["client"] for r in records} == {0, 1}
+    for (session, turn), record in by_turn.items():
+        if turn:
+            before = by_turn[session, turn - 1]
+            assert record["sent_s"] >= before["last_token_s"] + 0.05
+            assert record["client"] == before["client"]
+    for first in (p for p in sent if len(p) == 6):  # each session's turns, read from what was sent
+        conversation = sorted((p for p in sent if p[:6] == first), key=len)
+        assert [len(p) for p in conversation] == [6, 13, 20, 27]
+        assert all(longer[:len(shorter)] == shorter for shorter, longer in zip(conversation, conversation[1:]))
+    turns = result["summary"]["turns"]
+    assert [(t["turn"], t["requests"], t["input_tokens_mean"]) for t in turns] == \
+        [(0, 3, 6), (1, 3, 13), (2, 3, 20), (3, 3, 27)]

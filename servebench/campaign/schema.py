@@ -18,7 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, S
 
 from servebench.analysis.regression.settings import DetectionSettings
 from servebench.cpus import parse_cpu_list
-from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
+from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 # head_dims the CPU attention kernels of the engines accept (facts file, "Runtime"): the
 # generated model is kept to them so every engine can serve it.
@@ -303,8 +303,8 @@ class LoadSpec(StrictModel):
         "What the requests ask (docs/workloads.md): one block, or a list of them as a sweep axis (every "
         "mode's load points run once per workload; cell keys `tp1.<name>.c4.r0`). Kinds: synthetic (length "
         "distributions), dataset (local ShareGPT or JSONL file), shared-prefix, trace (Mooncake or Azure "
-        "replay: at each of `rates` as its mean rate, or without rates at its own). Instead of "
-        "input_len/output_len."))
+        "replay: at each of `rates` as its mean rate, or without rates at its own), sessions (multi-turn: at "
+        "each of `clients` as conversations at once). Instead of input_len/output_len."))
 
     @field_validator("workload", mode="before")
     @classmethod
@@ -313,8 +313,9 @@ class LoadSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "LoadSpec":
-        replays_only = bool(self.workload) and all(isinstance(w, TraceWorkload) for w in self.workload)
-        if not self.rates and not self.clients and not replays_only:
+        own_points = bool(self.workload) and all(isinstance(w, (TraceWorkload, SessionsWorkload))
+                                                  for w in self.workload)
+        if not self.rates and not self.clients and not own_points:
             raise ValueError("give at least one of 'rates' (open loop) or 'clients' (closed loop)")
         if self.workload and {"input_len", "output_len"} & self.model_fields_set:
             raise ValueError("give the lengths in the workload block, not input_len/output_len beside it")

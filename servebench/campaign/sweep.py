@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servebench.campaign.schema import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
-from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
+from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 
 class LoadPoint(BaseModel):
@@ -64,7 +64,11 @@ def workloads(campaign: Campaign) -> list[WorkloadSpec | None]:
 def workload_points(campaign: Campaign, workload: WorkloadSpec | None) -> list[LoadPoint]:
     """The load points a workload runs at: every point, except for a trace, which replays on its own
     schedule, rescaled to each of the campaign's rates as its mean rate, or (without rates) once at
-    its own mean rate."""
+    its own mean rate; and for sessions, whose turns follow their answers, at each of `clients` as the
+    conversations at once, or (without clients) with every session at once."""
+    if isinstance(workload, SessionsWorkload):
+        clients = sorted(set(campaign.load.clients)) or [workload.sessions]
+        return [LoadPoint(kind="closed", clients=n) for n in clients]
     if not isinstance(workload, TraceWorkload):
         return load_points(campaign)
     rates = sorted(set(campaign.load.rates)) or [workload.own_rate()]

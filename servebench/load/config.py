@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from servebench.load.workload_spec import TraceWorkload, WorkloadSpec
+from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 
 class LoadConfig(BaseModel):
@@ -86,12 +86,16 @@ class LoadConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "LoadConfig":
-        replay = isinstance(self.workload, TraceWorkload)
-        if self.rate is None and self.clients is None and not replay:
+        replay, sessions = isinstance(self.workload, TraceWorkload), isinstance(self.workload, SessionsWorkload)
+        if self.rate is None and self.clients is None and not (replay or sessions):
             raise ValueError("give a rate (open loop), clients (closed loop) or both")
-        if replay and self.requests is not None and self.duration is not None:
-            raise ValueError("give at most one of requests or duration (a trace has its own length)")
-        if not replay and (self.requests is None) == (self.duration is None):
+        if sessions and self.rate is not None:
+            raise ValueError("a sessions workload is closed loop, each turn sent after the one before is answered: "
+                             "give clients (conversations at once), not a rate")
+        if (replay or sessions) and self.requests is not None and self.duration is not None:
+            raise ValueError(f"give at most one of requests or duration (a {self.workload.kind} workload has its "
+                             "own length)")
+        if not (replay or sessions) and (self.requests is None) == (self.duration is None):
             raise ValueError("give exactly one of requests or duration")
         if sum(x is not None for x in (self.prompts, self.sharegpt, self.workload)) > 1:
             raise ValueError("give at most one of prompts, sharegpt and workload")
@@ -103,6 +107,11 @@ class LoadConfig(BaseModel):
     def replay(self) -> bool:
         """Sends on a trace's own schedule (open loop, with `clients` a cap)."""
         return isinstance(self.workload, TraceWorkload)
+
+    @property
+    def sessions(self) -> SessionsWorkload | None:
+        """Multi-turn conversations, `clients` of them at once (default: all)."""
+        return self.workload if isinstance(self.workload, SessionsWorkload) else None
 
     @property
     def effective_data_seed(self) -> int:
@@ -164,6 +173,12 @@ def deadline_s(config: LoadConfig) -> float:
 
         offsets = replay_offsets(config.workload.window(), config.workload.time_scale, config.rate)
         sending = offsets[min(len(offsets), config.requests or len(offsets)) - 1]
+        if config.duration is not None:
+            sending = min(sending, config.duration)
+    elif config.sessions is not None:
+        spec = config.sessions
+        at_once = config.clients or spec.sessions
+        sending = math.ceil(spec.sessions / at_once) * spec.turns * (config.timeout_s + spec.think_bound_s())
         if config.duration is not None:
             sending = min(sending, config.duration)
     elif config.duration is not None:

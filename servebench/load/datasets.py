@@ -21,6 +21,8 @@ class WorkItem:
     expected_input_tokens: int | None
     source: str | None = None   # where it came from ("file:line"), for messages
     group: int | None = None    # shared-prefix: the prefix group
+    session: int | None = None  # sessions: the conversation ...
+    turn: int | None = None     # ... and the turn in it (0 first)
 
 
 class Counter(Protocol):

@@ -34,6 +34,8 @@ class RequestRecord:
     first_text_s: float | None = None   # first event with non-empty text (visible-text TTFT)
     requested_output_tokens: int | None = None  # the answer length the workload asked for
     prefix_group: int | None = None     # shared-prefix workloads: the request's group
+    session: int | None = None          # sessions workloads: the conversation ...
+    turn: int | None = None             # ... and the turn in it (0 first)
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,7 @@ REQUEST_CSV_TYPES = {
     "chunks": "INTEGER", "token_source": "VARCHAR", "http_status": "INTEGER", "error_kind": "VARCHAR",
     "error": "VARCHAR", "first_text_s": "DOUBLE",
     "expected_input_tokens": "INTEGER", "requested_output_tokens": "INTEGER", "prefix_group": "INTEGER",
+    "session": "INTEGER", "turn": "INTEGER",
 }
 
 

@@ -52,6 +52,10 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
         offsets = arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
                                   count=config.requests, duration=config.duration, burstiness=config.burstiness)
     count = len(offsets) if offsets is not None else config.requests
+    if config.sessions is not None:
+        whole = config.sessions.sessions * config.sessions.turns
+        count = whole if config.duration is None else None  # with a duration: turns made as they are sent
+        count = min(count, config.requests) if count is not None and config.requests else count
     prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
     live = live or LiveCounts()
     live.total = count
@@ -77,13 +81,14 @@ def judged_config(config: LoadConfig, offsets: list[float] | None) -> LoadConfig
     return config.model_copy(update={"rate": (len(offsets) - 1) / offsets[-1]})
 
 
-Prepared = tuple[bytes, int | None, int, int | None]  # body, prompt tokens, answer tokens asked, prefix group
+# body, prompt tokens, answer tokens asked, prefix group, session, turn
+Prepared = tuple[bytes, int | None, int, int | None, int | None, int | None]
 
 
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> Prepared:
     item = workload.item(index)
     return (request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens,
-            item.output_len, item.group)
+            item.output_len, item.group, item.session, item.turn)
 
 
 def write_result(result: dict, path: Path) -> None:
@@ -107,11 +112,11 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     started_wall = datetime.now(timezone.utc)
 
     def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
-        body, expected, output_len, group = prepared[index] if prepared is not None else \
+        body, expected, output_len, group, session, turn = prepared[index] if prepared is not None else \
             _prepare(config, workload, index)
         record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled,
                                expected_input_tokens=expected, requested_output_tokens=output_len,
-                               prefix_group=group)
+                               prefix_group=group, session=session, turn=turn)
         records.append(record)
         return record, endpoint.request_bytes(body)
 
@@ -131,8 +136,12 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     meter.start()
     t0 = time.monotonic()
     try:
-        sending = _open_loop(config, offsets, t0, make, one) if offsets is not None else \
-            _closed_loop(config, t0, make, one)
+        if config.sessions is not None:
+            sending = _sessions_loop(config, workload, t0, make, one)
+        elif offsets is not None:
+            sending = _open_loop(config, offsets, t0, make, one)
+        else:
+            sending = _closed_loop(config, t0, make, one)
         hung = await _unless_hung(sending, config, lambda: _last_activity(records))
     finally:
         gc.enable()
@@ -148,6 +157,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     summary = summarize(records, judged_config(config, offsets), client)
     if config.workload is not None:
         summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
+    if config.sessions is not None:
+        summary["turns"] = per_turn(records)
     server_tokens = tokens_after - tokens_before if None not in (tokens_before, tokens_after) else None
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
@@ -233,6 +244,55 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, 
         record, payload = make(index, None, due)
         tasks.append(asyncio.ensure_future(capped(record, payload) if cap else one(record, payload)))
     await asyncio.gather(*tasks)
+
+
+async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make, one) -> None:
+    """`clients` conversations at once (default: all): each client takes the next session and sends its
+    turns in order, each when the answer before it is complete and the think time has passed (its
+    scheduled time; a turn is never sent before it). No new turn after `duration`, none past `requests`."""
+    spec = config.sessions
+    deadline = t0 + config.duration if config.duration else None
+    next_session = 0
+
+    async def client(client_id: int) -> None:
+        nonlocal next_session
+        while next_session < spec.sessions:
+            session = next_session
+            next_session += 1
+            due = time.monotonic()
+            for turn in range(spec.turns):
+                index = session * spec.turns + turn
+                if (config.requests is not None and index >= config.requests) or \
+                        (deadline is not None and due >= deadline):
+                    return
+                while (delay := due - time.monotonic()) > 0:  # the loop's timers may wake up to 1 ms early
+                    await asyncio.sleep(delay)
+                record, payload = make(index, client_id, due)
+                await one(record, payload)
+                due = time.monotonic() + workload.think_s(session, turn)
+
+    await asyncio.gather(*(client(i) for i in range(min(config.clients or spec.sessions, spec.sessions))))
+
+
+def per_turn(records: list[RequestRecord]) -> list[dict]:
+    """Per turn of a sessions workload: requests, those answered, the mean prompt length the server
+    counted and TTFT percentiles (a growing context shows as both rising with the turn)."""
+    from servebench.load.metrics import percentile
+
+    turns: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        if record.turn is not None:
+            turns.setdefault(record.turn, []).append(record)
+    rows = []
+    for turn in sorted(turns):
+        answered = [r for r in turns[turn] if r.ok and r.first_token_s is not None and r.sent_s is not None]
+        ttfts = sorted(1000 * (r.first_token_s - r.sent_s) for r in answered)
+        prompts = [r.input_tokens for r in answered if r.input_tokens is not None]
+        rows.append({"turn": turn, "requests": len(turns[turn]), "completed": len(answered),
+                     "input_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
+                     "ttft_p50_ms": percentile(ttfts, 50) if ttfts else None,
+                     "ttft_p99_ms": percentile(ttfts, 99) if ttfts else None})
+    return rows
 
 
 async def _closed_loop(config: LoadConfig, t0: float, make, one) -> None:

@@ -22,8 +22,8 @@ import orjson
 from servebench.load.datasets import WorkItem, load_prompts_jsonl, load_sharegpt
 from servebench.load.distributions import WorkloadError
 from servebench.load.traces import replay_offsets, trace_prompt
-from servebench.load.workload_spec import (DatasetWorkload, SharedPrefixWorkload, SyntheticWorkload, TraceWorkload,
-                                           WorkloadSpec)
+from servebench.load.workload_spec import (DatasetWorkload, SessionsWorkload, SharedPrefixWorkload, SyntheticWorkload,
+                                           TraceWorkload, WorkloadSpec)
 
 FIRST_ID = 3  # token ids below this (the tiny model's specials) are never drawn without a tokenizer
 
@@ -112,6 +112,7 @@ class Workload:
         self.text = ExactTextPrompts(tokenizer) if tokenizer and not isinstance(spec, DatasetWorkload) else None
         self.counter = (TokenCounter(tokenizer) if isinstance(spec, DatasetWorkload) and tokenizer else self.text)
         self.pool: list[WorkItem] | None = None
+        self._session: tuple[int, list[WorkItem]] | None = None  # the last session built (its turns)
         if prompts_file:
             self.pool = _shuffled(load_prompts_jsonl(Path(prompts_file), output_len, endpoint, self.counter),
                                   data_seed)
@@ -126,7 +127,7 @@ class Workload:
         elif endpoint == "chat" and self.text is None:
             raise WorkloadError("--endpoint chat needs text prompts: give --tokenizer (for random prompts of "
                                 "exact length), --prompts, --sharegpt or a dataset workload")
-        if endpoint == "chat" and isinstance(spec, (SharedPrefixWorkload, TraceWorkload)):
+        if endpoint == "chat" and isinstance(spec, (SharedPrefixWorkload, TraceWorkload, SessionsWorkload)):
             raise WorkloadError(f"workload {spec.kind}: prompts are token ids, which only --endpoint completions "
                                 "takes")
         self._check_context()
@@ -174,6 +175,8 @@ class Workload:
             item = self._synthetic(self.spec, index)
         elif isinstance(self.spec, SharedPrefixWorkload):
             item = self._shared_prefix(self.spec, index)
+        elif isinstance(self.spec, SessionsWorkload):
+            item = self._session_turn(self.spec, index)
         elif self.text is not None:
             return WorkItem(self.text.prompt(index, self.input_len, self.seed), self.output_len, self.input_len)
         else:
@@ -190,6 +193,38 @@ class Workload:
         if self.text is not None:
             return WorkItem(self.text.prompt(index, input_len, self.seed), output_len, input_len)
         return WorkItem(rng.choices(range(FIRST_ID, self.vocab_size), k=input_len), output_len, input_len)
+
+    def _session_turn(self, spec: SessionsWorkload, index: int) -> WorkItem:
+        """Request `index` is turn index mod T of session index // T (a session's turns are consecutive)."""
+        session, turn = divmod(index, spec.turns)
+        if self._session is None or self._session[0] != session:
+            self._session = session, self._conversation(spec, session)
+        return self._session[1][turn]
+
+    def _conversation(self, spec: SessionsWorkload, session: int) -> list[WorkItem]:
+        """Every turn of one session: the prompt so far, a new user message, and after the turn its
+        answer as filler ids of the asked length (what the next turn's prompt carries)."""
+        rng = random.Random(f"{self.seed}/session/{session}")
+        ids = range(FIRST_ID, self.vocab_size)
+        prompt: list[int] = []
+        turns = []
+        for turn in range(spec.turns):
+            message = (spec.first_input if turn == 0 else spec.turn_input).sample(rng)
+            prompt = prompt + rng.choices(ids, k=message)
+            output_len = spec.output.sample(rng)
+            turns.append(WorkItem(prompt, output_len, len(prompt), session=session, turn=turn))
+            prompt = prompt + rng.choices(ids, k=output_len)
+        return turns
+
+    def think_s(self, session: int, turn: int) -> float:
+        """Seconds the session waits after turn `turn`'s answer before its next turn (seeded)."""
+        spec = self.spec
+        if not isinstance(spec, SessionsWorkload) or spec.think_s == 0:
+            return 0.0
+        if spec.think == "fixed":
+            return spec.think_s
+        drawn = random.Random(f"{self.seed}/think/{session}/{turn}").expovariate(1 / spec.think_s)
+        return min(drawn, spec.think_bound_s())
 
     def _shared_prefix(self, spec: SharedPrefixWorkload, index: int) -> WorkItem:
         group = spec.group(index)

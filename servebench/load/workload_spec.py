@@ -5,7 +5,8 @@ Kinds:
 - synthetic: random token ids, input and output lengths from distributions (distributions.py);
 - dataset: a local ShareGPT JSON or JSONL file of prompts (workload.py reads them);
 - shared-prefix: G groups of requests, each group's prompts starting with the same P tokens;
-- trace: a Mooncake JSONL or Azure-style CSV replayed on its own schedule (traces.py).
+- trace: a Mooncake JSONL or Azure-style CSV replayed on its own schedule (traces.py);
+- sessions: multi-turn conversations, each turn's prompt the conversation so far.
 
 Data files are read when the block is validated, so a malformed line, a trace running backwards
 or an empty file is refused, naming the file and line, before a server is started or a request sent.
@@ -177,10 +178,42 @@ class TraceWorkload(WorkloadBase):
         return max(row.output_len for row in self.window())
 
 
-WorkloadSpec = Annotated[SyntheticWorkload | DatasetWorkload | SharedPrefixWorkload | TraceWorkload,
-                         Field(discriminator="kind")]
+class SessionsWorkload(WorkloadBase):
+    """`sessions` conversations of `turns` turns: each turn's prompt is the conversation so far (every
+    earlier prompt and answer, as token ids) and a new user message; a session's next turn is sent
+    when its answer is complete and a think time has passed. `clients` conversations run at once
+    (default: all). An earlier answer enters the next prompt as filler token ids of that answer's
+    asked length (seeded), not as the tokens the server generated: prompt lengths are exact, and a
+    prefix cache can reuse the earlier prompts but not the answers."""
+
+    kind: Literal["sessions"]
+    sessions: int = Field(ge=1, description="S: conversations.")
+    turns: int = Field(ge=1, description="T: turns of each conversation.")
+    first_input: Length = Field(default_factory=lambda: fixed(64), description="The first user message's tokens.")
+    turn_input: Length = Field(default_factory=lambda: fixed(32), description="Every later user message's tokens.")
+    output: Length = Field(default_factory=lambda: fixed(32), description="Every answer's tokens.")
+    think_s: float = Field(0.0, ge=0, description="Seconds between an answer and the session's next turn.")
+    think: Literal["fixed", "exponential"] = Field("fixed", description=(
+        "'fixed': think_s each time; 'exponential': drawn with mean think_s (seeded), at most 10x it."))
+
+    def upper_input(self) -> int | None:
+        bounds = (self.first_input.upper_bound, self.turn_input.upper_bound, self.output.upper_bound)
+        if None in bounds:
+            return None
+        first, turn, answer = bounds
+        return first + (self.turns - 1) * (answer + turn)
+
+    def upper_output(self) -> int | None:
+        return self.output.upper_bound
+
+    def think_bound_s(self) -> float:
+        return self.think_s * (10 if self.think == "exponential" else 1)
+
+
+WorkloadSpec = Annotated[SyntheticWorkload | DatasetWorkload | SharedPrefixWorkload | TraceWorkload |
+                         SessionsWorkload, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter = TypeAdapter(WorkloadSpec)
-KINDS = ("synthetic", "dataset", "shared-prefix", "trace")
+KINDS = ("synthetic", "dataset", "shared-prefix", "trace", "sessions")
 
 
 def workload_from_data(data: Any, base_dir: Path | None = None) -> WorkloadSpec:

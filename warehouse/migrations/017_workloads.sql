@@ -9,3 +9,5 @@ ALTER TABLE cells ADD COLUMN prefix_cache_hit_rate DOUBLE;  -- the server's pref
 ALTER TABLE requests ADD COLUMN expected_input_tokens INTEGER;     -- the prompt's tokens as sent (token ids: exact)
 ALTER TABLE requests ADD COLUMN requested_output_tokens INTEGER;   -- the answer length asked for (max_tokens)
 ALTER TABLE requests ADD COLUMN prefix_group INTEGER;              -- shared-prefix: the request's group
+ALTER TABLE requests ADD COLUMN session INTEGER;                   -- sessions: the conversation ...
+ALTER TABLE requests ADD COLUMN turn INTEGER;                      -- ... and the turn in it (0 first)
