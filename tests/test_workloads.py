@@ -372,3 +372,12 @@ def test_sessions_send_each_turn_after_the_answer_with_the_conversation_so_far()
     turns = result["summary"]["turns"]
     assert [(t["turn"], t["requests"], t["input_tokens_mean"]) for t in turns] == \
         [(0, 3, 6), (1, 3, 13), (2, 3, 20), (3, 3, 27)]
+
+
+def test_an_unbounded_length_with_a_known_context_is_refused_for_a_duration_run():
+    spec = {"kind": "synthetic", "input": {"dist": "normal", "mean": 50, "stdev": 10}}
+    config = LoadConfig(base_url="http://127.0.0.1:9", model="m", clients=1, duration=1.0, max_context=512,
+                        workload=spec)
+    with pytest.raises(WorkloadError, match=r"workload synthetic: with --duration and the model's context known "
+                                            r"\(512\), give every normal or lognormal length a max"):
+        run_load(config)

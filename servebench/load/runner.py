@@ -56,6 +56,8 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
         whole = config.sessions.sessions * config.sessions.turns
         count = whole if config.duration is None else None  # with a duration: turns made as they are sent
         count = min(count, config.requests) if count is not None and config.requests else count
+    if count is None:
+        workload.check_bounded()
     prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
     live = live or LiveCounts()
     live.total = count

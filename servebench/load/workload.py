@@ -159,6 +159,14 @@ class Workload:
             raise WorkloadError(f"{field}: prompts up to {longest_in} and answers up to {longest_out} tokens exceed "
                                 f"the model's context of {self.max_context} (lower the lengths or their max)")
 
+    def check_bounded(self) -> None:
+        """For a run whose requests are made as they are sent (a duration): with a known context, every
+        length needs a bound, so no request can be found too long after sending has begun."""
+        if self.max_context is not None and self.pool is None and self.spec is not None and \
+                None in (self.spec.upper_input(), self.spec.upper_output()):
+            raise WorkloadError(f"workload {self.spec.label}: with --duration and the model's context known "
+                                f"({self.max_context}), give every normal or lognormal length a max")
+
     def offsets(self, rate: float | None) -> list[float] | None:
         """A trace's own schedule (seconds from t0; with a rate, scaled to that mean rate); None otherwise."""
         if not isinstance(self.spec, TraceWorkload):

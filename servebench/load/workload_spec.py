@@ -238,6 +238,8 @@ def parse_workload_option(text: str) -> WorkloadSpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise WorkloadError(f"{source}: not YAML or JSON: {exc}") from None
+    if isinstance(data, str) and path.suffix in (".yaml", ".yml", ".json"):
+        raise WorkloadError(f"{source}: no such file: {path}")
     if not isinstance(data, dict):
         raise WorkloadError(f"{source}: give a mapping with 'kind' ({', '.join(KINDS)}), or a file holding one")
     try:
