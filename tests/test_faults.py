@@ -17,6 +17,7 @@ import pytest
 
 import warehouse
 from tests.support.campaign_process import echo_campaign_dir, run_echo_campaign
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -98,20 +99,16 @@ validity: {on_invalid: warn}
 def test_servebench_chaos_kills_a_running_campaigns_server_and_the_campaign_says_why(tmp_path):
     """`servebench chaos RUN kill --match ...` from outside, while a campaign (its own process) serves:
     the server dies, the campaign fails the cell with the cause, restarts the server, goes on."""
-    import time
-
     from tests.support.campaign_process import cells_of, finish, servebench
 
     echo_campaign_dir(tmp_path, {"campaign.yaml": CHAOS_CAMPAIGN})
     db = str(tmp_path / "w.duckdb")
     run = servebench(tmp_path, "run", "campaign.yaml", "--warehouse", db)
-    deadline = time.monotonic() + 300
-    logs = []
-    while time.monotonic() < deadline and not any("echo server" in log.read_text() for log in logs):
-        time.sleep(0.2)
-        logs = list((tmp_path / "runs").glob("*/servers/single.log"))
-    time.sleep(1.5)  # gate, then into the first cell (4 s long)
-    run_id = logs[0].parent.parent.name
+
+    def first_cell_under_way() -> list:  # its load generator's progress file: the server is up, past its gate
+        assert run.poll() is None, run.stdout.read()
+        return list((tmp_path / "runs").glob("*/cells/single.c1.r0.progress"))
+    run_id = wait_until(first_cell_under_way, "the first cell's load to start", timeout_s=300)[0].parent.parent.name
     code, out = finish(servebench(tmp_path, "chaos", run_id, "kill", "--match=--model-dir", "--warehouse", db))
     assert code == 0 and '"hit": [[' in out, out
     code, out = finish(run)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 import warehouse
 from servebench.providers import node_tools, run_tag
 from tests.support.campaign_process import CAPACITY_CAMPAIGN, cells_of, echo_campaign_dir, finish, servebench
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,16 @@ validity: {on_invalid: warn}   # timing verdicts depend on the machine; this tes
 """
 
 
+def results(tmp_path: Path) -> list[Path]:
+    """The result files of the cells measured so far, of every run under tmp_path."""
+    return list((tmp_path / "runs").glob("*/cells/*.json"))
+
+
+def under_way(tmp_path: Path) -> list[Path]:
+    """Progress files of cells whose load runs now: a load generator's, without a result yet."""
+    return [path for path in (tmp_path / "runs").glob("*/cells/*.progress") if not path.with_suffix(".json").exists()]
+
+
 @pytest.fixture
 def campaign(tmp_path) -> Path:
     return echo_campaign_dir(tmp_path, {"campaign.yaml": CAMPAIGN}) / "campaign.yaml"
@@ -49,10 +59,9 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
     assert len(clean) == 6 and all(status == "completed" and n == 12 for _, status, n in clean), clean
 
     killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
-    deadline = time.monotonic() + 300
-    while len(list((tmp_path / "runs").glob("*/cells/*.json"))) < 2 + 6 and time.monotonic() < deadline:
-        time.sleep(0.05)  # the clean run's six, then two of this one
-    time.sleep(0.3)  # into the next cell
+    wait_until(lambda: len(results(tmp_path)) >= 6 + 2, "two cells of this run to land (after the clean run's six)",
+               timeout_s=300, poll_s=0.05)
+    wait_until(lambda: under_way(tmp_path), "the next cell's load to start", timeout_s=300, poll_s=0.05)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
     run_dirs = sorted((tmp_path / "runs").iterdir(), key=lambda d: d.stat().st_mtime)
@@ -90,9 +99,8 @@ def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_pr
     probes already measured (their result files untouched) and lands the capacity."""
     campaign = echo_campaign_dir(tmp_path, {"campaign.yaml": SEARCH}) / "campaign.yaml"
     killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
-    deadline = time.monotonic() + 300
-    while len(list((tmp_path / "runs").glob("*/cells/*.json"))) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(results(tmp_path)) >= 3, "the load point and two probes to land", timeout_s=300,
+               poll_s=0.05)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(timeout=30)
     run_id = next((tmp_path / "runs").iterdir()).name
