@@ -92,6 +92,31 @@ def test_chat_endpoint(vllm_server, tmp_path):
     assert all(r["input_tokens"] > 16 for r in result["requests"])  # the chat template adds tokens
 
 
+def test_workloads_send_exact_token_ids_and_shared_prefixes_hit_the_cache(vllm_server, tmp_path):
+    """Issue 34 (docs/workloads.md): lengths from a distribution, shared prefixes (G=2, P=256, Q=16),
+    a Mooncake trace replayed on its schedule; every prompt's tokens as the server counted them."""
+    server, _, _ = vllm_server
+    synthetic = load(server, tmp_path, "--vocab-size", "1000", "--workload",
+                     "{kind: synthetic, input: {dist: uniform, min: 8, max: 64}, output: 8}")
+    check(synthetic, input_len=None)
+    sent = [(r["input_tokens"], r["expected_input_tokens"]) for r in synthetic["requests"]]
+    assert all(served == asked for served, asked in sent) and len(set(sent)) > 1, sent
+    prefix = load(server, tmp_path, "--vocab-size", "1000", "--clients", "1", "--workload",
+                  "{kind: shared-prefix, groups: 2, prefix_len: 256, suffix_len: 16, output: 8}")
+    check(prefix, input_len=272)
+    assert [r["prefix_group"] for r in prefix["requests"]] == [0, 1, 0, 1, 0, 1]
+    assert prefix["summary"]["prefix_cache_hit_rate"] > 0.5, prefix["summary"]["prefix_cache_hit_rate"]
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"timestamp": 300 * i, "input_length": 100 + 150 * (i % 3), "output_length": 8, "hash_ids": [7, i % 2]}
+            for i in range(6)]
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    replay = load(server, tmp_path, "--vocab-size", "1000", "--clients", "6", "--workload",
+                  json.dumps({"kind": "trace", "format": "mooncake", "path": str(trace), "block_size": 128}))
+    check(replay, input_len=None)
+    assert [r["input_tokens"] for r in replay["requests"]] == [row["input_length"] for row in rows]
+    assert [r["scheduled_s"] for r in replay["requests"]] == pytest.approx([0.3 * i for i in range(6)], abs=1e-6)
+
+
 def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
     """One open-loop run of the placement test; the generator's verdict on itself is what counts."""
     out = tmp_path / f"{name}.json"
