@@ -15,7 +15,7 @@ from tests.support.processes import engine_processes
 from servebench.campaign.loading import load_campaign
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.root]  # root: the generator's nice -10
 
 
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):

@@ -128,6 +128,7 @@ def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
     return json.loads(out.read_text())["summary"]
 
 
+@pytest.mark.root  # the generator's nice -10
 def test_generator_on_its_own_cpu_stays_valid_near_the_servers_capacity(vllm_server, tmp_path):
     """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1 at raised priority.
     Near the server's capacity (measured here with 32 clients, so it holds on any CPU) an
