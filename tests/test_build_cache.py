@@ -8,8 +8,10 @@ import json
 import os
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
-from servebench.build.cache import MARKER, hold_in_use, list_entries, remove_entry, select_for_gc
+from servebench.build.cache import MARKER, compile_cache_dir, hold_in_use, list_entries, remove_entry, select_for_gc
+from servebench.engines.vllm.launch import compile_cache_env
 
 
 def artifact(root, key: str, engine: str | None, age_days: float = 0.0) -> None:
@@ -65,3 +67,18 @@ def test_a_build_being_built_or_used_by_a_run_is_not_removed(tmp_path):
     assert remove_entry(tmp_path, "vllm-c") is True
     assert not any(p.name.startswith("vllm-c") for p in tmp_path.iterdir())
     assert remove_entry(tmp_path, "vllm-b") is True   # the run ended
+
+
+def test_a_builds_compile_cache_sits_beside_it_and_goes_with_it(tmp_path):
+    engines = tmp_path / "engines"
+    artifact(engines, "vllm-a", "vllm")
+    kernels = compile_cache_dir(engines / "vllm-a") / "inductor"
+    assert kernels == tmp_path / "compile" / "vllm-a" / "inductor"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.so").write_bytes(b"\x7fELF")
+    env = compile_cache_env(str(engines / "vllm-a"))
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(kernels) and env["VLLM_DISABLE_COMPILE_CACHE"] == "1"
+    assert Path(env["VLLM_CACHE_ROOT"]).parent == kernels.parent   # nothing in the user's ~/.cache
+    assert [e.key for e in list_entries(engines)] == ["vllm-a"]      # not a build of its own
+    assert remove_entry(engines, "vllm-a") is True
+    assert not (tmp_path / "compile" / "vllm-a").exists()

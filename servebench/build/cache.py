@@ -133,6 +133,15 @@ def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] =
     return [entry for entry in entries if entry.key in chosen]
 
 
+def compile_cache_dir(build_dir: str | Path) -> Path:
+    """Where the engine's processes keep what they compile for this build (torch inductor's
+    kernels): `<cache>/compile/<key>`, beside `<cache>/engines/<key>` on every node that holds
+    the build, never inside it (a build's tree is verified by its digest). Keyed by the build,
+    shared by every run and server of it, removed with it."""
+    build = Path(build_dir)
+    return build.parent.parent / "compile" / build.name
+
+
 def hold_in_use(root: Path, key: str) -> IO:
     """A shared lock on the artifact's `.use` file, held (the file left open) while a run uses the
     build: `remove_entry` leaves it alone. Closing the file releases it."""
@@ -151,6 +160,7 @@ def remove_entry(root: Path, key: str) -> bool:
         except BlockingIOError:
             return False
         shutil.rmtree(root / key, ignore_errors=True)
+        shutil.rmtree(compile_cache_dir(root / key), ignore_errors=True)
         for suffix in (".build.log", ".tree-sha256", ".lock", ".use"):
             (root / f"{key}{suffix}").unlink(missing_ok=True)
     return True
