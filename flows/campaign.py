@@ -260,7 +260,7 @@ def release(ctx: RunContext) -> None:
         finally:
             try:
                 if ctx.campaign.network is not None and ctx.deployment is not None:
-                    clear_links(ctx.campaign.network.testbed, [node.name for node in ctx.deployment.nodes])
+                    clear_links(ctx.provider, ctx.campaign.network.testbed, ctx.deployment.nodes)
             finally:
                 if ctx.claims is not None:
                     ctx.claims.release()

@@ -114,7 +114,7 @@ def apply_link(ctx: RunContext, cell: Cell) -> str | None:
         return None
     reporter().stage(f"network: links set to {cell.link.label}")
     try:
-        set_links(ctx.campaign.network.testbed, cell.link, [node.name for node in ctx.deployment.nodes])
+        set_links(ctx.provider, ctx.campaign.network.testbed, cell.link, ctx.deployment.nodes)
     except Exception as exc:
         ctx.link = None
         return f"the network setting {cell.link.label} could not be applied: {first_line(exc)}"

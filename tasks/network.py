@@ -1,5 +1,6 @@
-"""Network stage: a campaign's link setting applied to the testbed's host links between cells
-(servebench/testbed/links.py sets and reads back the kernel's state), plain again at the end."""
+"""Network stage: a campaign's link setting applied to its nodes' links between cells, through the
+provider (its LINK_SHAPING capability: testbed hosts' links, servebench/testbed/links.py, set and
+read back), plain again at the end."""
 
 from __future__ import annotations
 
@@ -7,31 +8,26 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.campaign.schema import LinkSetting
+from servebench.providers import Node, Provider
 
 
 @task(name="set-links", cache_policy=NONE)
-def set_links(testbed: str, link: LinkSetting, node_names: list[str]) -> dict[str, dict]:
+def set_links(provider: Provider, testbed: str, link: LinkSetting, nodes: list[Node]) -> dict[str, dict]:
     """Every node's link as the setting says (the hosts it names, or all), the others plain;
     the links as the kernel has them afterwards. A link that does not read back as set fails."""
-    from servebench.testbed import load
-    from servebench.testbed.links import set_link
-
-    layout = load(testbed)
-    chosen = set(link.hosts or node_names)
+    chosen = set(link.hosts or [node.name for node in nodes])
     states = {}
-    for name in node_names:
-        on = name in chosen
-        states[name] = set_link(layout, name, link.delay_ms if on else 0.0, link.rate_mbit if on else None)
-        if states[name].get("problems"):
-            raise RuntimeError(f"link {name} of testbed {testbed} is not as set: {'; '.join(states[name]['problems'])}")
+    for node in nodes:
+        on = node.name in chosen
+        states[node.name] = provider.shape_link(testbed, node, link.delay_ms if on else 0.0,
+                                                link.rate_mbit if on else None)
+        if states[node.name].get("problems"):
+            raise RuntimeError(f"link {node.name} of testbed {testbed} is not as set: "
+                               f"{'; '.join(states[node.name]['problems'])}")
     return states
 
 
-def clear_links(testbed: str, node_names: list[str]) -> None:
+def clear_links(provider: Provider, testbed: str, nodes: list[Node]) -> None:
     """Plain links again (a plain call: it also runs while a Ctrl-C unwinds)."""
-    from servebench.testbed import load
-    from servebench.testbed.links import clear_link
-
-    layout = load(testbed)
-    for name in node_names:
-        clear_link(layout, name)
+    for node in nodes:
+        provider.shape_link(testbed, node, 0.0, None)

@@ -39,7 +39,9 @@ def test_base_seed_changes_every_cell_seed():
     assert all(a.seed != b.seed for a, b in zip(expand(parse_campaign(CAMPAIGN)), other))
 
 
-NETWORK = CAMPAIGN.replace("modes: [{name: tp1}, {name: tp2, tp: 2}]", "modes: [{name: tp2, tp: 2}]") + """
+NETWORK = CAMPAIGN.replace("modes: [{name: tp1}, {name: tp2, tp: 2}]", "modes: [{name: tp2, tp: 2}]").replace(
+    '{kind: local, nodes: [{name: n0, cpus: "0-1"}]}',  # links are shaped by a provider of separate hosts
+    '{kind: ssh, hosts: [{name: n0, address: 198.18.0.1, cpus: "0-1"}]}') + """
 network: {testbed: sbtb, links: [{delay_ms: 0}, {delay_ms: 5}, {rate_mbit: 100, hosts: [n0]}]}
 """
 

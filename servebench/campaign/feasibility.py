@@ -71,7 +71,7 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
 
     problems: list[Problem] = []
     arches: dict[str, str] = {}
-    node_field = "hosts" if campaign.provider.kind == "ssh" else "nodes"
+    node_field = campaign.provider.nodes_field
     for index, node in enumerate(campaign.provider.node_specs()):
         arches[node.name] = host_arch()
         if node.emulate is None:
@@ -160,19 +160,27 @@ def _knob_problems(campaign: Campaign, engine, kind: str) -> list[Problem]:
 
 
 def _network_problems(campaign: Campaign) -> list[Problem]:
-    """Two link settings that would give cells the same key."""
+    """A provider that cannot shape its nodes' links; two link settings that would give cells the same key."""
+    from servebench.providers import capability_problem
+    from servebench.providers.base import LINK_SHAPING
+
     if campaign.network is None:
         return []
+    problem = capability_problem(campaign.provider.kind, LINK_SHAPING, "the network axis")
     labels = [link.label for link in campaign.network.links]
-    return [(("network", "links", index), f"link setting {label!r} is given more than once")
-            for index, label in enumerate(labels) if label in labels[:index]]
+    return ([(("network",), problem)] if problem else []) + [
+        (("network", "links", index), f"link setting {label!r} is given more than once")
+        for index, label in enumerate(labels) if label in labels[:index]]
 
 
 def _fault_problems(campaign: Campaign) -> list[Problem]:
-    """A fault for a cell the campaign does not have, or on a node it does not have, or an allocation
-    to cancel from a provider that holds none."""
+    """A fault for a cell the campaign does not have, or on a node it does not have, or one its provider
+    cannot inject (an allocation to cancel from a provider that holds none, a link it cannot cut)."""
     from servebench.campaign.sweep import expand
-    from servebench.providers import get_provider_class
+    from servebench.providers import capability_problem
+    from servebench.providers.base import CANCEL_ALLOCATION, LINK_SHAPING
+
+    needs = {"cancel-allocation": CANCEL_ALLOCATION, "cut-host": LINK_SHAPING}
 
     keys = {cell.key for cell in expand(campaign)}
     nodes = [node.name for node in campaign.provider.node_specs()]
@@ -189,10 +197,10 @@ def _fault_problems(campaign: Campaign) -> list[Problem]:
                              "file on this host: the generator must run here (no load.client.node)"))
         if fault.after_requests is not None and "at_s" in fault.model_fields_set:
             problems.append((("faults", index, "after_requests"), "give at_s or after_requests, not both"))
-        if fault.action == "cancel-allocation" and not hasattr(get_provider_class(campaign.provider.kind),
-                                                               "cancel_allocation"):
-            problems.append((("faults", index, "action"), f"provider {campaign.provider.kind!r} holds no allocation "
-                             "to cancel (a Slurm job can be: provider kind slurm)"))
+        problem = capability_problem(campaign.provider.kind, needs[fault.action], f"a {fault.action} fault") \
+            if fault.action in needs else None
+        if problem:
+            problems.append((("faults", index, "action"), problem))
     return problems
 
 

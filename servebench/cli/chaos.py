@@ -37,6 +37,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     from servebench.campaign.loading import parse_campaign
     from servebench.campaign.schema import FaultSpec
     from servebench.providers import get_provider
+    from servebench.providers.base import ATTACH
     from servebench.serving.faults import inject
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
@@ -50,10 +51,10 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     copy = Path(run["run_dir"]) / "campaign.yaml"
     campaign = parse_campaign(copy.read_text(), source=str(copy), base_dir=Path(run["campaign_file"]).parent)
     provider = get_provider(campaign, run_id=args.run_id)
-    attach = getattr(provider, "attach", None)  # a scheduler's allocation: joined, never released from here
-    if attach is not None:
+    attached = ATTACH in provider.capabilities  # a scheduler's allocation: joined, never released from here
+    if attached:
         try:
-            attach(json.loads(run["allocation"] or "{}"))
+            provider.attach(json.loads(run["allocation"] or "{}"))
         except Exception as exc:
             print(f"servebench chaos: {exc}", file=sys.stderr)
             return 2
@@ -66,7 +67,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         done = inject(provider, node, FaultSpec(cell="(chaos)", at_s=0, action=args.action, node=node.name,
                                                 match=args.match))
     finally:
-        if attach is None:
+        if not attached:
             provider.release()  # nothing was started; closes an ssh provider's connections
     print(done.describe())
     print(json.dumps({"node": done.node, "hit": done.hit, "error": done.error}))

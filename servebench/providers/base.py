@@ -19,6 +19,19 @@ from pydantic import BaseModel
 
 from servebench.campaign.schema import ProviderSpecBase
 
+# A provider's optional capabilities: what it declares in `capabilities`, and the methods that
+# come with each. The neutral code asks `capabilities` (never `hasattr`), and a campaign that
+# needs one its provider lacks is refused when it is checked, naming the field.
+CANCEL_ALLOCATION = "cancel-allocation"  # cancel_allocation() -> [[job, what was done]]: a scheduler's job
+ATTACH = "attach"                        # attach(record): act inside a running run's allocation (`chaos`)
+LINK_SHAPING = "link-shaping"            # shape_link / connect_node: delay, rate and cut of a node's link
+CAPABILITIES = {
+    CANCEL_ALLOCATION: "cancel the run's allocation (a scheduler's job)",
+    ATTACH: "join a running run's allocation from another process",
+    LINK_SHAPING: "set a node's link delay and rate, cut it off the network (nodes that are testbed hosts: "
+                  "docs/testbed.md)",
+}
+
 
 class Node(BaseModel):
     name: str
@@ -51,9 +64,23 @@ def run_tag(run_id: str) -> str:
     return hashlib.sha256(run_id.encode()).hexdigest()[:8]
 
 
+def check_capabilities(provider_class: type) -> frozenset[str]:
+    """A provider class's declared capabilities, each one known (a typo would silently disable it)."""
+    declared = getattr(provider_class, "capabilities", None)
+    if not isinstance(declared, frozenset):
+        raise TypeError(f"provider {provider_class.__name__} declares no `capabilities: ClassVar[frozenset[str]]` "
+                        f"(frozenset() if it has none of {sorted(CAPABILITIES)})")
+    unknown = sorted(declared - set(CAPABILITIES))
+    if unknown:
+        raise TypeError(f"provider {provider_class.__name__}: unknown capabilities {unknown}; "
+                        f"known: {sorted(CAPABILITIES)}")
+    return declared
+
+
 class Provider(Protocol):
     kind: ClassVar[str]
     spec_model: ClassVar[type[ProviderSpecBase]]
+    capabilities: ClassVar[frozenset[str]]  # the optional ones it has (CAPABILITIES), with their methods
     run_id: str          # the run's tag: every process started carries SERVEBENCH_PROCESS=<tag>.<n>
 
     @classmethod
@@ -139,3 +166,20 @@ class Provider(Protocol):
         """Stop what an earlier orchestrator of this run (same tag) left when it was killed: its
         marked processes on every node, its allocation (`record`: its `allocation_record`);
         return what was found and done, one line each."""
+
+    # ---------------------------------------------------------------- optional (see `capabilities`)
+
+    def cancel_allocation(self) -> list[list]:
+        """CANCEL_ALLOCATION: cancel the run's allocation now, as an operator or a preemption would;
+        [[job id, what was done]]."""
+
+    def attach(self, record: dict) -> None:
+        """ATTACH: act inside a running run's allocation (`record`: its `allocation_record`),
+        which stays that run's: an attached provider never releases it."""
+
+    def shape_link(self, testbed: str, node: Node, delay_ms: float, rate_mbit: float | None) -> dict:
+        """LINK_SHAPING: the node's link with that one-way delay and rate cap (0, None: plain);
+        the link as the kernel has it afterwards (`servebench.testbed.links.set_link`)."""
+
+    def connect_node(self, testbed: str, node: Node, connected: bool) -> str:
+        """LINK_SHAPING: cut the node off the network, or connect it again; the port's state read back."""

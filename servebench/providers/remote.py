@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from servebench.cpus import format_cpu_list
+from servebench.providers.base import Node
 
 BOOTSTRAP = """\
 import json, sys
@@ -153,3 +154,38 @@ def under_any(path: str, roots: list[str]) -> bool:
     """Whether `path` lies in one of the directory trees `roots` (a declared shared file system)."""
     target = Path(path)
     return any(target == Path(root) or Path(root) in target.parents for root in roots)
+
+
+# ---------------------------------------------------------------------- links of testbed hosts
+
+class TestbedHostLinks:
+    """LINK_SHAPING for nodes that are hosts of the project's testbed (docs/testbed.md): the
+    orchestrator sets the link's delay line and shaper on the testbed's switch, or takes the
+    node's switch port down, by the node's address. A node that is not a host of that testbed
+    is refused, naming the testbed's hosts."""
+
+    __test__ = False  # not a pytest class (its name begins with Test)
+
+    def shape_link(self, testbed: str, node: Node, delay_ms: float, rate_mbit: float | None) -> dict:
+        from servebench.testbed.links import set_link
+
+        layout, host = testbed_host(testbed, node)
+        return set_link(layout, host, delay_ms, rate_mbit)
+
+    def connect_node(self, testbed: str, node: Node, connected: bool) -> str:
+        from servebench.testbed.links import connect_host
+
+        layout, host = testbed_host(testbed, node)
+        return connect_host(layout, host, connected)
+
+
+def testbed_host(testbed: str, node: Node):
+    """(the testbed's layout, its host at the node's address)."""
+    from servebench.testbed import load
+
+    layout = load(testbed)
+    for host in layout.hosts:
+        if host.address == node.address:
+            return layout, host
+    raise ValueError(f"node {node.name} ({node.address or 'no address'}) is not a host of testbed {testbed} "
+                     f"(its hosts: {', '.join(f'{h.name} {h.address}' for h in layout.hosts)})")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import ClassVar
 
 from servebench import processes
 from servebench.processes import ManagedProcess
@@ -21,7 +22,10 @@ from servebench.providers.claims import this_host_cpu_claims
 
 class ThisHostProcesses:
     """The process half of the Provider interface for nodes on this host; `command` says how
-    argv runs on a node (the local provider pins it to the node's CPUs)."""
+    argv runs on a node (the local provider pins it to the node's CPUs). No optional capability:
+    the nodes share this host's network and no scheduler holds them."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, run_id: str | None = None) -> None:
         self.run_id = run_id or secrets.token_hex(4)

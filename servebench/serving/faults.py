@@ -140,8 +140,9 @@ def _signal(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFaul
 
 
 def _cancel_allocation(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
-    """The run's allocation cancelled through its provider (Slurm's); hit: [[job id, what was done]]."""
-    done.hit = provider.cancel_allocation()  # type: ignore[attr-defined]  (feasibility checked the provider)
+    """The run's allocation cancelled through its provider (CANCEL_ALLOCATION, checked with the
+    campaign); hit: [[job id, what was done]]."""
+    done.hit = provider.cancel_allocation()
 
 
 def _fill_shm(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
@@ -167,28 +168,22 @@ def _fill_shm(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFa
 
 
 def _cut_host(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
+    """The node cut off the network through its provider (LINK_SHAPING, checked with the campaign)."""
     try:
-        state = connect_testbed_host(fault, node, False)
+        state = provider.connect_node(fault.testbed or "", node, False)
     except BaseException:
-        connect_testbed_host(fault, node, True)  # whatever failed after the port went down: up again
+        provider.connect_node(fault.testbed or "", node, True)  # whatever failed after the port went down: up again
         raise
     done.hit = [[node.name, f"cut off: its port on testbed {fault.testbed}'s switch {state}"]]
 
     def reconnect() -> list:
         cut_for = time.monotonic() - (done.t_mono or time.monotonic())
-        return [node.name, f"connected again after {cut_for:.1f} s ({connect_testbed_host(fault, node, True)})"]
+        state = provider.connect_node(fault.testbed or "", node, True)
+        return [node.name, f"connected again after {cut_for:.1f} s ({state})"]
     done.undo, done.lasts_s = reconnect, fault.duration_s
 
 
 ACTIONS = {"cancel-allocation": _cancel_allocation, "fill-shm": _fill_shm, "cut-host": _cut_host}
-
-
-def connect_testbed_host(fault: FaultSpec, node: Node, connected: bool) -> str:
-    """Cut a testbed host off its network, or connect it again; the port's state as read back."""
-    from servebench.testbed import load
-    from servebench.testbed.links import connect_host
-
-    return connect_host(load(fault.testbed or ""), node.name, connected)
 
 
 def finished_requests(progress: Path) -> int:

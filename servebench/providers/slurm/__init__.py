@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from servebench.providers.base import Node
-from servebench.providers.remote import clock_offset, get_tree, put_tree, under_any
+from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node
+from servebench.providers.remote import TestbedHostLinks, clock_offset, get_tree, put_tree, under_any
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
     check_run_id, env_argv, job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv,
@@ -42,9 +42,10 @@ LEFTOVER_GRACE_S = 5.0
 PROBE_TIMEOUT_S = 60.0
 
 
-class SlurmProvider:
+class SlurmProvider(TestbedHostLinks):
     kind: ClassVar[str] = "slurm"
     spec_model: ClassVar[type[SlurmProviderSpec]] = SlurmProviderSpec
+    capabilities: ClassVar[frozenset[str]] = frozenset({CANCEL_ALLOCATION, ATTACH, LINK_SHAPING})
 
     def __init__(self, spec: SlurmProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
         """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from servebench.providers import inventory as inventory_module
-from servebench.providers.base import Node
-from servebench.providers.remote import clock_offset, get_tree, put_tree, under_any
+from servebench.providers.base import LINK_SHAPING, Node
+from servebench.providers.remote import TestbedHostLinks, clock_offset, get_tree, put_tree, under_any
 from servebench.providers import node_tools
 from servebench.providers.ssh.argv import (
     check_run_id, env_argv, parse_started, pinned_argv, remote_files, remote_run_dir, sh_command, ssh_argv,
@@ -37,9 +37,10 @@ INVENTORY = Path(inventory_module.__file__)
 LEFTOVER_GRACE_S = 5.0
 
 
-class SshProvider:
+class SshProvider(TestbedHostLinks):
     kind: ClassVar[str] = "ssh"
     spec_model: ClassVar[type[SshProviderSpec]] = SshProviderSpec
+    capabilities: ClassVar[frozenset[str]] = frozenset({LINK_SHAPING})  # testbed hosts' links
 
     def __init__(self, spec: SshProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
         """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
