@@ -54,13 +54,14 @@ class TargetPlatform(BaseModel):
     glibc: tuple[int, int] = (17, 36)                      # manylinux_2_X tags accepted, X in this range
     requirements_from: str                                 # the pinned package whose wheel's METADATA lists the rest
     pins: dict[str, str] = Field(default_factory=dict)     # a requirement's name -> what is installed instead
-    constraints_from: VenvRecipe | None = None             # this host's venv of the same packages: its versions hold
-    lazy_binding: bool = False                             # extension modules load with RTLD_LAZY (symbols on first use)
+    constraints_from: VenvRecipe | None = None             # this host's venv of the same packages: its versions
+    lazy_binding: bool = False                             # extension modules load with RTLD_LAZY
 
     def tags(self) -> list[str]:
         """The platform tags pip accepts, newest glibc first (pip takes each tag only as given)."""
         low, high = self.glibc
-        return [f"manylinux_2_{minor}_{self.arch}" for minor in range(high, low - 1, -1)] + [f"manylinux2014_{self.arch}"]
+        tags = [f"manylinux_2_{minor}_{self.arch}" for minor in range(high, low - 1, -1)]
+        return tags + [f"manylinux2014_{self.arch}"]
 
 
 class WheelRecipe(BaseModel):

