@@ -22,6 +22,7 @@ import pytest
 
 from servebench.cli.testbed import add_testbed_parser
 from tests.support.testbed import no_testbed_reason, on_the_testbed, run_testbed_cli
+from tests.support.waiting import wait_until
 from servebench.testbed import configs
 from servebench.testbed.layout import (
     BENCHMARK_RANGE, check_name, choose_slot, hidden_on_hosts, make_layout, preferred_slot, slot_of, slot_subnet,
@@ -230,10 +231,8 @@ def test_allocation_overlap_step_and_cancel(testbed):
         assert sorted(step.stdout.split()) == ["h1", "h2"], step.stderr
     finally:
         assert machine(layout, "scancel", job).returncode == 0
-    deadline = time.monotonic() + 20
-    while machine(layout, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() not in ("", "CANCELLED"):
-        assert time.monotonic() < deadline, "the cancelled job is still there"
-        time.sleep(0.2)
+    wait_until(lambda: machine(layout, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() in ("", "CANCELLED"),
+               "the cancelled job to go", timeout_s=20, poll_s=0.2)
 
 
 @on_the_testbed
@@ -246,10 +245,8 @@ def test_batch_job(testbed):
                         "--wrap", "srun hostname")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 30
-    while machine(layout, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() not in ("", "COMPLETED"):
-        assert time.monotonic() < deadline, "the batch job did not finish"
-        time.sleep(0.2)
+    wait_until(lambda: machine(layout, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip() in ("", "COMPLETED"),
+               "the batch job to finish", timeout_s=30, poll_s=0.2)
     assert sorted(out.read_text().split()) == ["h1", "h2", "h3"]
 
 

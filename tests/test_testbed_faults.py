@@ -29,6 +29,7 @@ from servebench.paths import PROJECT_ROOT
 from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
                                    own_testbed, ssh_provider_yaml)
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.testbed, pytest.mark.root]  # the echo engine's flow on testbed hosts
 
@@ -51,11 +52,7 @@ faults:
 def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> None:
     """`servebench chaos RUN kill` on the API server once `cell`'s load is under way (its progress
     file): a step of its own in the campaign's allocation, from another process."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (found := list(runs.glob(f"*/cells/{cell}.progress"))):
-        time.sleep(0.1)
-    if not found:
-        return
+    found = under_way(runs, cell)
     env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "PYTHONPATH": str(PROJECT_ROOT)}
     done["chaos"] = subprocess.run(
         [sys.executable, "-m", "servebench", "chaos", found[0].parent.parent.name, "kill", "--match=--model-dir",
@@ -141,12 +138,9 @@ def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: 
     return outcome, done
 
 
-def one_second_into_the_cell_after(runs: Path, after_cell: str) -> None:
-    """Wait (bounded) until `after_cell` has written its result, then one second more."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not list(runs.glob(f"*/cells/{after_cell}.json")):
-        time.sleep(0.1)
-    time.sleep(1.0)
+def under_way(runs: Path, cell: str) -> list[Path]:
+    """Wait (bounded) until `cell`'s load is under way: its load generator's progress file."""
+    return wait_until(lambda: list(runs.glob(f"*/cells/{cell}.progress")), f"{cell}'s load to start", timeout_s=300)
 
 
 FAULTS = """faults:
@@ -195,9 +189,9 @@ def test_campaign_faults_on_testbed_hosts_cut_a_host_off_and_kill_a_worker(isola
 
 
 def cut_off_h2_during_split_c2(runs: Path, layout, done: dict) -> None:
-    """Kill h2's sshd (listener and sessions) one second into split.c2.r0; note what of the run
-    runs there then (from inside the host: the run itself can no longer look)."""
-    one_second_into_the_cell_after(runs, "split.c1.r0")
+    """Kill h2's sshd (listener and sessions) once split.c2.r0's load is under way; note what of the
+    run runs there then (from inside the host: the run itself can no longer look)."""
+    under_way(runs, "split.c2.r0")
     done["left"] = marked_processes_on(layout, layout.hosts[1])
     done["sshd"] = kill_on_host(layout, layout.hosts[1], "sshd")
     done["at"] = time.monotonic()
@@ -218,12 +212,10 @@ def test_a_host_cut_off_mid_cell_fails_that_cell_and_its_warden_stops_what_the_r
         h1, h2 = layout.hosts[:2]
         assert marked_processes_on(layout, h1) == "", "h1 was reachable: the run cleaned it"
         run_dirs = "ls -d /tmp/servebench-* 2>/dev/null"
-        deadline = done["ended"] + lease_s + 30  # the lease runs out, the warden stops the run's processes (5 s grace)
-        while (marked_processes_on(layout, h2) or on_host(layout, h2, run_dirs).strip()) and \
-                time.monotonic() < deadline:
-            time.sleep(1)
-        assert marked_processes_on(layout, h2) == "", "h2's warden did not stop the run's processes"
-        assert on_host(layout, h2, run_dirs).strip() == "", "the run's directory stayed on h2"
+        # the lease runs out, the warden stops the run's processes (5 s grace) and removes the run's directory
+        wait_until(lambda: marked_processes_on(layout, h2) == "" and on_host(layout, h2, run_dirs).strip() == "",
+                   "h2's warden to stop the run's processes and remove the run's directory",
+                   timeout_s=done["ended"] + lease_s + 30 - time.monotonic(), poll_s=1)
         assert own_leftovers() == []
 
     assert done.get("sshd"), done
