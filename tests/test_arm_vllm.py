@@ -21,6 +21,7 @@ import pytest
 from servebench.build import venv
 from servebench.build.emulation import cpuinfo_text, guest_argv, node_root, userland_of
 from servebench.build.recipe import TargetPlatform
+from servebench.build.sysroot import SysrootError, check_foreign_arch
 from servebench.build.target_venv import host_constraints, pip_platform_options, target_requirements
 from servebench.build.targets import profile
 from servebench.campaign.loading import SpecError, parse_campaign
@@ -36,6 +37,20 @@ CAMPAIGN = PROJECT_ROOT / "campaigns" / "arm-emulated-vllm.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(tool) is None]
 needs_cross = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: apt-get install "
                                  "gcc-aarch64-linux-gnu qemu-user-static (README command 2 installs them)")
+
+
+def arm64_known() -> bool:
+    """apt downloads arm64 packages (the aarch64 CPython's sysroot) only once dpkg knows the architecture."""
+    try:
+        check_foreign_arch("aarch64")
+    except (SysrootError, OSError):
+        return False
+    return True
+
+
+needs_arm64_packages = pytest.mark.skipif(not arm64_known(), reason=(
+    "dpkg does not know arm64: the aarch64 CPython is unpacked from Debian's arm64 packages. Once per host: "
+    "dpkg --add-architecture arm64 && apt-get update (README command 2)"))
 
 VLLM_ON_GRAVITON2 = """
 name: vllm-on-arm
@@ -192,6 +207,7 @@ if __name__ == "__main__":
 @pytest.mark.arm
 @pytest.mark.vllm
 @needs_cross
+@needs_arm64_packages
 def test_the_aarch64_vllm_venv_builds_and_its_c_extension_loads_on_an_emulated_graviton3(tmp_path: Path):
     """CI's short check of the aarch64 venv (the emulated serve itself is the nightly campaign):
     built once (about 4 minutes and 5.7 GB cold), found by key after; under qemu -cpu of the
@@ -224,6 +240,7 @@ def test_the_aarch64_vllm_venv_builds_and_its_c_extension_loads_on_an_emulated_g
 @pytest.mark.arm
 @pytest.mark.nightly
 @needs_cross
+@needs_arm64_packages
 @pytest.mark.skipif(not os.environ.get("SERVEBENCH_NIGHTLY"), reason=(
     "the emulated vLLM campaign takes about 25 minutes on 2 cores (each emulated server ~5.5 min to start): "
     "it runs in the nightly deployment arm-emulated-vllm-nightly (prefect.yaml); SERVEBENCH_NIGHTLY=1 runs it here"))
