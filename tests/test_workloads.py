@@ -413,3 +413,13 @@ def test_the_workloads_campaign_runs_one_valid_cell_of_each_kind_on_vllm(isolate
     assert dict((key, hit) for key, _, _, hit in cells)["tp1.prefix.c2.r0"] > 0.5
     assert requests == [("dataset", 24, 24, 1), ("prefix", 24, 24, 1), ("sessions", 16, 16, 16),
                         ("synthetic", 24, 24, 1), ("trace", 24, 24, 1)]
+
+
+def test_an_azure_trace_replays_its_datetime_offsets_with_random_prompts_of_its_lengths(tmp_path):
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0000000,10,2\n"
+                    "2023-11-16 18:15:46.2500000,30,5\n2023-11-16 18:15:47.0000000,20,1\n")
+    spec = workload_from_data({"kind": "trace", "format": "azure", "path": str(path), "time_scale": 2})
+    work = Workload(endpoint="completions", input_len=8, output_len=4, vocab_size=1000, data_seed=0, spec=spec)
+    assert work.offsets(None) == pytest.approx([0.0, 0.5, 2.0])
+    assert [(len(work.item(i).prompt), work.item(i).output_len) for i in range(3)] == [(10, 2), (30, 5), (20, 1)]
