@@ -423,3 +423,26 @@ def test_an_azure_trace_replays_its_datetime_offsets_with_random_prompts_of_its_
     work = Workload(endpoint="completions", input_len=8, output_len=4, vocab_size=1000, data_seed=0, spec=spec)
     assert work.offsets(None) == pytest.approx([0.0, 0.5, 2.0])
     assert [(len(work.item(i).prompt), work.item(i).output_len) for i in range(3)] == [(10, 2), (30, 5), (20, 1)]
+
+
+def test_a_bisect_step_keeps_the_workload_with_its_data_files_found_from_anywhere(tmp_path):
+    import yaml
+
+    from servebench.campaign.bisect import step_campaign
+    from servebench.campaign.loading import load_campaign, parse_campaign
+
+    mooncake(tmp_path, [{"timestamp": 0, "input_length": 40, "output_length": 4},
+                        {"timestamp": 400, "input_length": 50, "output_length": 4}])
+    path = tmp_path / "c.yaml"
+    path.write_text("""
+name: commits
+provider: {kind: local, nodes: [{name: n0, cpus: "0"}]}
+engine: {kind: llamacpp, source: {git: /src/llama.cpp, commits: [b6500, b6600]}}
+model: {generate: tiny-llama}
+modes: [{name: tp1, executor: local}]
+load: {rates: [2], requests: 4, client: {cpus: "1"}, workload: {kind: trace, format: mooncake, path: trace.jsonl}}
+""")
+    campaign = load_campaign(path, host_cpus={0, 1})
+    step = step_campaign(yaml.safe_load(path.read_text()), campaign, tmp_path, "tp1-b6500", "f" * 40, repeats=1)
+    elsewhere = parse_campaign(yaml.safe_dump(step), base_dir=tmp_path / "steps", host_cpus={0, 1})
+    assert elsewhere.load.workload[0].path == str(tmp_path / "trace.jsonl")

@@ -57,7 +57,7 @@ def step_campaign(data: dict, campaign: Campaign, campaign_dir: Path, mode_name:
                   point: str | None = None) -> dict:
     """The campaign file's data as one step measures it: the one mode (a configuration with its knob
     values), at `commit`, at one load point, with `repeats` cells; no knob axes, faults, network
-    axis or search; a relative model path made absolute."""
+    axis or search; a relative model path, and a workload's data paths, made absolute."""
     mode = bisected_mode(campaign, mode_name)
     measured = bisected_point(campaign, point)
     data = copy.deepcopy(data)
@@ -72,6 +72,8 @@ def step_campaign(data: dict, campaign: Campaign, campaign_dir: Path, mode_name:
     load["clients"] = [measured.clients] if measured.kind == "closed" else []
     load["rates"] = [measured.rate] if measured.kind == "open" else []
     load["repeats"] = repeats
+    if campaign.load.workload:  # as validated: its data files' paths absolute (docs/workloads.md)
+        load["workload"] = [workload.model_dump(mode="json") for workload in campaign.load.workload]
     model = data.get("model") or {}
     if model.get("path") and not Path(model["path"]).is_absolute():
         model["path"] = str((campaign_dir / model["path"]).resolve())
