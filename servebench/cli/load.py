@@ -32,7 +32,8 @@ HELP = {
     "--prompts": "JSONL: {\"prompt\": ...} or {\"messages\": [...]}, optional \"output_len\"",
     "--sharegpt": "ShareGPT JSON: first human turn as prompt",
     "--workload": "a workload block (docs/workloads.md), inline ('{kind: shared-prefix, groups: 2, prefix_len: 256}') "
-                  "or a YAML/JSON file holding it: synthetic (length distributions), dataset, shared-prefix, trace",
+                  "or a YAML/JSON file holding it: synthetic (length distributions), dataset, shared-prefix, trace, "
+                  "sessions",
     "--max-context": "the model's context in tokens: longer prompt + answer is refused before anything is sent",
     "--requests": "number of requests", "--duration": "seconds of sending",
     "--warmup": "leading requests left out of the steady-state summary",
