@@ -267,3 +267,53 @@ def test_vllm_serves_on_emulated_arm_nodes_and_answers_as_x86(isolated, tmp_path
         assert command[:3] == ["qemu-aarch64-static", "-cpu", profile(mode).emulator_cpu]
         assert builds[key][:2] == ("aarch64", "linux-aarch64") and builds[key][2].endswith("_aarch64")
         assert nodes[mode][0] == "aarch64" and "emulated: qemu-aarch64" in nodes[mode][1]
+
+
+def write_wheel(directory: Path, name: str, version: str, requires: list[str], code: str) -> Path:
+    """A pure-Python wheel (py3-none-any: it fits every platform tag) with its METADATA and one module."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {requirement}\n" for requirement in requires)
+    files = {f"{name}.py": code, f"{info}/METADATA": metadata,
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.arm
+@needs_cross
+@needs_arm64_packages
+def test_a_target_venv_is_resolved_for_aarch64_and_runs_under_qemu(tmp_path: Path, monkeypatch):
+    """The target venv's whole build on a project of three small wheels from a local index: the
+    main wheel's requirements with markers for aarch64 (an x86-only one left out, a pin replaced,
+    a companion dropped), the target's CPython runs the post-install step, a second ensure finds it."""
+    from servebench.build.builders import ensure
+    from servebench.build.recipe import VenvRecipe
+
+    index = tmp_path / "index"
+    index.mkdir()
+    write_wheel(index, "mainpkg", "1.0", ['dep==2.0+cpu; platform_machine == "aarch64"',
+                                          'x86only; platform_machine == "x86_64"', "broken"],
+                "import dep\nANSWER = dep.VALUE * 7\n")
+    write_wheel(index, "dep", "2.0", [], "VALUE = 6\n")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    check = ["-c", "import mainpkg, platform, sys; assert platform.machine() == 'aarch64'; "
+                   "open(sys.prefix + '/answer', 'w').write(str(mainpkg.ANSWER))"]
+    recipe = VenvRecipe(engine="tiny", packages=["mainpkg==1.0"], remove=["broken"], post_install=[check],
+                        version_distribution="mainpkg", engine_package=False,
+                        platform=TargetPlatform(arch="aarch64", requirements_from="mainpkg==1.0",
+                                                pins={"dep": "dep==2.0"}, lazy_binding=True))
+    cache = tmp_path / "cache"
+    build = ensure(recipe, cache)
+    assert build.platform == "linux-aarch64" and build.engine_version == "1.0" and build.build_seconds is not None
+    assert build.inputs["target"] == "any" and build.inputs["arch"] == "aarch64"
+    assert (Path(build.venv_path) / "answer").read_text() == "42"          # ran as aarch64, dep installed
+    assert "dep==2.0" in build.pip_freeze and "x86only" not in build.pip_freeze
+    assert ensure(recipe, cache).build_seconds is None                       # found by key

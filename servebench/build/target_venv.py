@@ -69,6 +69,7 @@ if os.environ.get("SERVEBENCH_EMULATED_PYTHON"):
     os.environ["SERVEBENCH_GUEST_EXECUTABLE"] = sys.executable
     sys.executable = os.environ["SERVEBENCH_EMULATED_PYTHON"]
 '''
+MAIN_WHEEL = "<the main wheel>.whl"  # in the steps until it is downloaded (and in the dry run)
 # Not a requirement of the engine's own (the alias distribution servebench writes, pip itself).
 NOT_CONSTRAINED = {"pip", "setuptools-scm", "servebench-engine"}
 
@@ -204,7 +205,7 @@ def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source
                                                          "-c", str(scratch / "constraints.txt")]),
              ("install the main wheel", [*pip, "install", "--target", site, *resolve, "--no-deps",
                                          "--no-warn-script-location", "--no-warn-conflicts",
-                                         str(scratch / "main" / "<the main wheel>.whl")])]
+                                         str(scratch / "main" / MAIN_WHEEL)])]
     if recipe.engine_package:
         # built in pip's isolated environment: this host's python need not have setuptools and wheel
         steps.append(("install servebench-engine", [*pip, "install", "--target", site, "--no-deps",
@@ -276,30 +277,38 @@ def _build(recipe: VenvRecipe, key: str, inputs: dict, sysroot: Sysroot, freeze:
                 target = engine_source / path.relative_to(ENGINE_SOURCE_DIR)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
-        steps = build_steps(recipe, venv_dir, scratch, engine_source, build_runner(sysroot))
         started = time.monotonic()
-        for index, (title, argv) in enumerate(steps):
-            if index == 1:  # the main wheel is here: its requirements and the host's versions
-                main = _main_wheel(scratch / "main")
-                requirements = target_requirements(
-                    wheel_metadata(main), platform, sysroot.python_version, recipe.remove,
-                    [p for p in recipe.packages if p != platform.requirements_from])
-                (scratch / "requirements.txt").write_text("\n".join(requirements) + "\n")
-                (scratch / "constraints.txt").write_text("\n".join(host_constraints(freeze, requirements,
-                                                                                    platform)) + "\n")
-                out.write("requirements for the target:\n" + (scratch / "requirements.txt").read_text())
-            if title == "install the main wheel":
-                argv = [*argv[:-1], str(main)]
+
+        def run(title: str, argv: list[str]) -> None:
             log(f"engine build {key}: {title}")
             returncode = venv.run_step(argv, out, log, title, started)
             if returncode != 0:
                 raise TargetBuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
+
+        download, *rest = build_steps(recipe, venv_dir, scratch, engine_source, build_runner(sysroot))
+        run(*download)
+        main = _main_wheel(scratch / "main")  # its METADATA says what the rest is
+        write_resolution_files(recipe, wheel_metadata(main), sysroot.python_version, freeze, scratch)
+        out.write("requirements for the target:\n" + (scratch / "requirements.txt").read_text())
+        placeholder = str(scratch / "main" / MAIN_WHEEL)
+        for title, argv in rest:
+            run(title, [str(main) if arg == placeholder else arg for arg in argv])
     tag = wheel_tag(main)
     return venv.EngineBuild(
         key=key, engine=recipe.engine, engine_version=installed_version(site, recipe.version_distribution),
         packages=list(recipe.packages), python_version=sysroot.python_version, platform=inputs["platform"],
         venv_path=str(venv_dir), pip_freeze=site_freeze(site), build_seconds=None,
         created_at=datetime.now(timezone.utc), inputs=inputs | {"target": tag, "wheel_tag": tag})
+
+
+def write_resolution_files(recipe: VenvRecipe, metadata: str, python_full: str, freeze: str, scratch: Path) -> None:
+    """requirements.txt (the main wheel's, for the target) and constraints.txt (this host's versions)."""
+    platform = recipe.platform
+    assert platform is not None
+    requirements = target_requirements(metadata, platform, python_full, recipe.remove,
+                                       [p for p in recipe.packages if p != platform.requirements_from])
+    (scratch / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    (scratch / "constraints.txt").write_text("\n".join(host_constraints(freeze, requirements, platform)) + "\n")
 
 
 def _main_wheel(directory: Path) -> Path:
