@@ -27,6 +27,7 @@ from flows.context import EngineRun, RunContext, first_line, reference_mode_name
 from flows.modes import reference_answers, run_mode
 from flows.tuning import judge_tuning, landed_capacities, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
+from servebench.analysis.cell_dispersion import land_intervals
 from servebench.build.cache import hold_in_use
 from servebench.build.model import vocab_size
 from servebench.build.prerequisites import require
@@ -173,6 +174,7 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
             landing.update_run(con, run_id, status=outcome["status"],
                                error=outcome.get("error") or outcome.get("release_error"),
                                ended_at=landing.now(), allocation=allocation_text(ctx.provider))
+        land_repeat_intervals(wh, run_id)
         if outcome["status"] != "interrupted":
             outcome["regressions"] = find_regressions(wh, run_id, campaign)
         outcome["report"] = write_report(wh, run_id, ctx.run_dir)
@@ -306,6 +308,17 @@ def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]
     for row in rows:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1
     return counts
+
+
+def land_repeat_intervals(wh: str, run_id: str) -> None:
+    """The bootstrap intervals of the repeats' medians (`cell_intervals`, shown by the
+    `cell_dispersion` view), once the run's cells are landed; a failure is said, never hides the
+    run's outcome (the end-of-run table and the report compute them again)."""
+    try:
+        with session(wh) as con:
+            land_intervals(con, run_id)
+    except Exception as exc:
+        reporter().stage(f"landing the repeats' intervals failed: {exc}")
 
 
 def land_measured_cells(ctx: RunContext) -> None:

@@ -6,6 +6,11 @@ are the seeds' figures: throughput against TTFT and TPOT per request rate; norma
 throughput, KV-cache usage and cache-miss probability against parallel clients with the
 theoretical saturation point; per-node CPU, memory and network timelines with the cells
 shaded; modes and executors side by side.
+
+With repeats (`load.repeats` >= 2) the per-cell charts draw one point per load point at the
+median of its valid repeats, with error bars: the bootstrap 95% interval of that median
+(servebench/analysis/dispersion.py; with 2 to 5 repeats it is their range), and the cells
+section adds each point's median ±CV [interval] of every main figure.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import altair as alt
 import duckdb
 import vl_convert as vlc
 
+from servebench.analysis.cell_dispersion import METRICS as SPREAD_METRICS
+from servebench.analysis.cell_dispersion import PointMetric, run_spreads
 from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
+from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
@@ -51,22 +59,73 @@ def throughput_vs_latency(cells: list[dict], latency: str, label: str) -> alt.Ch
     opened = [c for c in cells if c["load_kind"] == "open" and c["output_throughput"] and c[latency] is not None]
     if not opened:
         return None
-    chart = alt.Chart(_data(opened)).mark_line(point=alt.OverlayMarkDef(size=60)).encode(
+    points = point_figures(opened, ["output_throughput", latency])
+    chart = alt.Chart(_data(points)).mark_line(point=alt.OverlayMarkDef(size=60)).encode(
         x=alt.X(f"{latency}:Q", title=f"{label} (ms)"),
         y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)"),
         color=alt.Color("mode:N", title="mode"),
         order=alt.Order("rate:Q"),
-        tooltip=["cell_id:N", "mode:N", alt.Tooltip("rate:Q", title="offered req/s"),
-                 alt.Tooltip(f"{latency}:Q", format=".1f"), alt.Tooltip("output_throughput:Q", format=".1f")],
+        tooltip=["point:N", "mode:N", alt.Tooltip("rate:Q", title="offered req/s"), "repeats:Q",
+                 alt.Tooltip(f"{latency}:Q", format=".1f"), alt.Tooltip(f"{latency}_spread:N", title="spread"),
+                 alt.Tooltip("output_throughput:Q", format=".1f"),
+                 alt.Tooltip("output_throughput_spread:N", title="spread")],
     )
-    labels = alt.Chart(_data(opened)).mark_text(dx=8, dy=-8, fontSize=10).encode(
+    labels = alt.Chart(_data(points)).mark_text(dx=8, dy=-8, fontSize=10).encode(
         x=f"{latency}:Q", y="output_throughput:Q", text=alt.Text("rate:Q", format="~g"), color="mode:N")
     subtitle = "open loop; each point is one offered rate (req/s, labelled); one line per mode"
     layers = chart + labels
+    bars = error_bars(points, latency, "output_throughput")
+    if bars is not None:
+        layers = layers + bars
+        subtitle += f"; {ERROR_BAR_NOTE}"
     invalid = invalid_marks(opened, latency, "output_throughput")
     if invalid is not None:
         layers, subtitle = layers + invalid, subtitle + "; red cross: an invalid measurement (see the cell table)"
     return _titled(layers, f"Throughput vs {label}, per request rate", subtitle)
+
+
+ERROR_TICK = 10             # px: an error bar's end ticks (on a band axis they would span the band)
+ERROR_BAR_NOTE = "bars: bootstrap 95% interval of the median of repeats (their range below 6 repeats)"
+
+
+def point_figures(cells: list[dict], fields: list[str]) -> list[dict]:
+    """One row per load point of a mode (its repeats folded): each field at the median of the
+    point's valid repeats, with `<field>_low`/`_high` (the interval, None for one repeat), `_cv`,
+    `_spread` (its text) and `repeats`. A point whose every repeat is invalid keeps its values,
+    so its red cross sits on it. The rest of the row is the point's first cell."""
+    groups: dict[str, list[dict]] = {}
+    for c in cells:
+        groups.setdefault(cell_point(c.get("cell_key") or c["cell_id"].split("/", 1)[-1]), []).append(c)
+    folded = []
+    for point, repeats in groups.items():
+        used = [c for c in repeats if c.get("valid") is not False] or repeats
+        row = {**used[0], "point": point, "repeats": len(used)}
+        for field in fields:
+            values = [c[field] for c in used if c[field] is not None]
+            figure = spread(values) if values else None
+            row.update({field: figure and figure.median, f"{field}_low": figure and figure.low,
+                        f"{field}_high": figure and figure.high, f"{field}_cv": figure and figure.cv,
+                        f"{field}_spread": figure.text() if figure else None})
+        folded.append(row)
+    return folded
+
+
+def error_bars(points: list[dict], x: str | None, y: str) -> alt.LayerChart | alt.Chart | None:
+    """The intervals of `points` (point_figures' rows) as error bars: vertical for `y`, and
+    horizontal for `x` when x is a measured field too; None when no point was repeated."""
+    spread_y = [p for p in points if p.get(f"{y}_low") is not None]
+    if not spread_y:
+        return None
+    tooltip = ["point:N", "mode:N", "repeats:Q", alt.Tooltip(f"{y}_spread:N", title=f"{y} ±CV [95%]")]
+    vertical = alt.Chart(_data(spread_y)).mark_errorbar(ticks=True, size=ERROR_TICK).encode(
+        x=f"{x}:Q", y=alt.Y(f"{y}_low:Q", title=None), y2=f"{y}_high:Q", color="mode:N", tooltip=tooltip)
+    spread_x = [p for p in points if p.get(f"{x}_low") is not None]
+    if not spread_x:
+        return vertical
+    horizontal = alt.Chart(_data(spread_x)).mark_errorbar(ticks=True, size=ERROR_TICK).encode(
+        y=f"{y}:Q", x=alt.X(f"{x}_low:Q", title=None), x2=f"{x}_high:Q", color="mode:N",
+        tooltip=["point:N", "mode:N", "repeats:Q", alt.Tooltip(f"{x}_spread:N", title=f"{x} ±CV [95%]")])
+    return vertical + horizontal
 
 
 def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
@@ -83,12 +142,17 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
     closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
     if not closed:
         return None
-    line = alt.Chart(_data(closed)).mark_line(point=True).encode(
+    points = point_figures(closed, [field])
+    line = alt.Chart(_data(points)).mark_line(point=True).encode(
         x=alt.X("clients:Q", title="parallel clients (closed loop)"),
-        y=alt.Y(f"mean({field}):Q", title=axis),
+        y=alt.Y(f"{field}:Q", title=axis),
         color=alt.Color("mode:N", title="mode"),
-        tooltip=["cell_id:N", "mode:N", "clients:Q", alt.Tooltip(f"mean({field}):Q", format=fmt, title=axis)],
+        tooltip=["point:N", "mode:N", "clients:Q", "repeats:Q", alt.Tooltip(f"{field}:Q", format=fmt, title=axis),
+                 alt.Tooltip(f"{field}_spread:N", title="±CV [95%]")],
     )
+    bars = error_bars(points, "clients", field)
+    if bars is not None:
+        line, subtitle = line + bars, f"{subtitle}; median of repeats, {ERROR_BAR_NOTE}"
     max_clients = max(r["clients"] for r in closed)
     marks = [s for s in saturation if s["saturation_clients"] is not None]
     if marks:
@@ -103,12 +167,10 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
             subtitle += " (drawn at the edge when beyond the chart)"
     measured = [k for k in knees if k.get("measured_knee") is not None]
     if measured:
-        means: dict[tuple, list[float]] = {}
-        for r in closed:
-            means.setdefault((r["mode"], r["clients"]), []).append(r[field])
-        points = [{**k, field: sum(v) / len(v)} for k in measured
-                  if (v := means.get((k["mode"], k["measured_knee"])))]
-        knee = alt.Chart(_data(points)).mark_point(shape="diamond", size=220, filled=True, color="#2ca02c").encode(
+        medians = {(p["mode"], p["clients"]): p[field] for p in points}
+        knees_at = [{**k, field: medians[(k["mode"], k["measured_knee"])]} for k in measured
+                    if (k["mode"], k["measured_knee"]) in medians]
+        knee = alt.Chart(_data(knees_at)).mark_point(shape="diamond", size=220, filled=True, color="#2ca02c").encode(
             x=alt.X("measured_knee:Q"), y=alt.Y(f"{field}:Q"),
             tooltip=["mode:N", alt.Tooltip("measured_knee:Q", title="measured knee (clients)"),
                      alt.Tooltip("theoretical_clients:Q", title="theoretical saturation", format=".2f")])
@@ -181,33 +243,51 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = 
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
-    done = [{**c, "point": _point(c), "mode_executor": f"{c['mode']} ({c['executor']})"
-             + (f" {c['link']}" if c.get("link") else "")} for c in cells if c["output_throughput"]]
+    done = [{**c, "mode_executor": f"{c['mode']} ({c['executor']})" + (f" {c['link']}" if c.get("link") else "")}
+            for c in cells if c["output_throughput"]]
     if not done:
         return None
-    bars = alt.Chart(_data(done)).mark_bar().encode(
-        x=alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30)),
-        y=alt.Y("mean(output_throughput):Q", title="output throughput (tokens/s)", stack=None),
+    latencies = (("TTFT p50", "ttft_p50_ms"), ("TTFT p99", "ttft_p99_ms"), ("TPOT p50", "tpot_p50_ms"),
+                 ("TPOT p99", "tpot_p99_ms"))
+    points = [{**p, "load_point": _point(p)}
+              for p in point_figures(done, ["output_throughput", *(field for _, field in latencies)])]
+    repeated = any(p["output_throughput_low"] is not None for p in points)
+    x = alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30))
+    bars = alt.Chart().mark_bar().encode(
+        x=x, y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)", stack=None),
         color=alt.Color("executor:N", title="executor"),
-        column=alt.Column("point:N", title="load point"),
-        tooltip=["cell_id:N", "mode:N", "executor:N", alt.Tooltip("mean(output_throughput):Q", format=".1f")],
-    ).properties(width=140, height=HEIGHT, title="throughput")
+        tooltip=["point:N", "mode:N", "executor:N", "repeats:Q", alt.Tooltip("output_throughput:Q", format=".1f"),
+                 alt.Tooltip("output_throughput_spread:N", title="±CV [95%]")])
+    throughput = [bars]
+    if repeated:
+        throughput.append(alt.Chart().mark_errorbar(ticks=True, size=ERROR_TICK, color="black").encode(
+            x=x, y=alt.Y("output_throughput_low:Q", title="output throughput (tokens/s)"),
+            y2="output_throughput_high:Q"))
     latency = []
-    for c in done:
-        for name, field in (("TTFT p50", "ttft_p50_ms"), ("TTFT p99", "ttft_p99_ms"), ("TPOT p50", "tpot_p50_ms"),
-                            ("TPOT p99", "tpot_p99_ms")):
-            if c[field] is not None:
-                latency.append({"cell_id": c["cell_id"], "mode_executor": c["mode_executor"], "executor": c["executor"],
-                                "point": c["point"], "percentile": name, "ms": c[field]})
-    dots = alt.Chart(_data(latency)).mark_point(filled=True, size=70).encode(
-        x=alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30)),
-        y=alt.Y("ms:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")),
+    for p in points:
+        for name, field in latencies:
+            if p[field] is not None:
+                latency.append({"point": p["point"], "mode_executor": p["mode_executor"], "executor": p["executor"],
+                                "load_point": p["load_point"], "percentile": name, "ms": p[field],
+                                "low": p[f"{field}_low"], "high": p[f"{field}_high"], "repeats": p["repeats"],
+                                "spread": p[f"{field}_spread"]})
+    dots = [alt.Chart().mark_point(filled=True, size=70).encode(
+        x=x, y=alt.Y("ms:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")),
         shape=alt.Shape("percentile:N", title="percentile"), color=alt.Color("executor:N", title="executor"),
-        column=alt.Column("point:N", title="load point"),
-        tooltip=["cell_id:N", "percentile:N", alt.Tooltip("ms:Q", format=".1f")],
-    ).properties(width=140, height=HEIGHT, title="latency percentiles")
-    return alt.vconcat(bars, dots).properties(title=alt.TitleParams(
-        "Modes and executors side by side", subtitle="one panel per load point"))
+        tooltip=["point:N", "percentile:N", "repeats:Q", alt.Tooltip("ms:Q", format=".1f"),
+                 alt.Tooltip("spread:N", title="±CV [95%]")])]
+    if repeated:
+        dots.append(alt.Chart().transform_filter("datum.low != null").mark_errorbar(ticks=True, size=ERROR_TICK).encode(
+            x=x, y=alt.Y("low:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")), y2="high:Q",
+            color=alt.Color("executor:N", title="executor")))
+    column = alt.Column("load_point:N", title="load point")
+    top = alt.layer(*throughput, data=_data(points)).properties(width=140, height=HEIGHT).facet(
+        column=column).properties(title="throughput")
+    bottom = alt.layer(*dots, data=_data(latency)).properties(width=140, height=HEIGHT).facet(
+        column=column).properties(title="latency percentiles")
+    subtitle = "one panel per load point" + (f"; medians of repeats, {ERROR_BAR_NOTE}" if repeated else "")
+    return alt.vconcat(top, bottom).properties(title=alt.TitleParams("Modes and executors side by side",
+                                                                     subtitle=subtitle))
 
 
 def _point(cell: dict) -> str:
@@ -348,7 +428,8 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
                  f"spec {info['spec_hash']}, started {info['started_at']}", specs,
                  capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
-                 + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates))
+                 + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates)
+                 + spread_table(run_spreads(con, run_id)))
     path = out_dir / "report.html"
     path.write_text(page)
     return path
@@ -375,6 +456,33 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
                         for g in gates)
     return (f'<section id="cells"><h2>Cells</h2><table class="cells">{head}{"".join(body)}</table>'
             f"<h3>Correctness gate per mode</h3><ul>{gate_rows}</ul></section>")
+
+
+SPREAD_HEADINGS = {"output_throughput": "tok/s", "request_throughput": "req/s", "ttft_p50_ms": "TTFT p50 ms",
+                   "ttft_p99_ms": "TTFT p99 ms", "tpot_p50_ms": "TPOT p50 ms", "e2el_p50_ms": "E2EL p50 ms",
+                   "goodput": "goodput req/s"}
+
+
+def spread_table(spreads: dict[PointMetric, Spread]) -> str:
+    """Each load point measured validly at least twice: every main figure as the median of its
+    repeats ±CV [bootstrap 95% interval] (the `cell_dispersion` view's numbers); empty without
+    repeats."""
+    points = sorted({point for (point, _), s in spreads.items() if s.repeats >= 2})
+    if not points:
+        return ""
+    metrics = [m for m in SPREAD_METRICS if any((p, m) in spreads for p in points)]
+    head = "<tr><th>load point</th><th>repeats</th>" + "".join(f"<th>{SPREAD_HEADINGS[m]}</th>" for m in metrics) \
+        + "</tr>"
+    body = []
+    for point in points:
+        figures = [spreads.get((point, m)) for m in metrics]
+        repeats = max(s.repeats for s in figures if s is not None)
+        body.append(f"<tr><td>{html.escape(point)}</td><td>{repeats}</td>"
+                    + "".join(f"<td>{'-' if s is None else s.text()}</td>" for s in figures) + "</tr>")
+    return (f'<section id="spread"><h2>Spread over repeats</h2><p class="sub">median of the valid repeats '
+            f"±coefficient of variation [bootstrap 95% interval of the median]; with 2 to 5 repeats the interval "
+            f"is their range, which holds the true median with 50% (2 repeats) to 94% (5) chance, not 95%</p>"
+            f'<table class="cells">{head}{"".join(body)}</table></section>')
 
 
 def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = "") -> str:

@@ -3,7 +3,10 @@
 Read from the warehouse, not from the flow's outcome, so it shows what was landed (what
 `servebench query` and the report show) including the invalid reasons and errors the
 outcome does not carry. Invalid cells get their own loud lines: a run whose cells all
-completed can still hold measurements that must not be trusted.
+completed can still hold measurements that must not be trusted. With repeats, each load point
+measured validly at least twice gets a row of its own after its last cell: the median of its
+repeats, ±CV and the 95% interval (servebench/analysis/dispersion.py), so a reader sees how far
+apart the repeats were before comparing two figures.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
+
+from servebench.analysis.cell_dispersion import PointMetric, run_spreads
+from servebench.analysis.dispersion import Spread
+from servebench.analysis.regression.series import cell_point
 
 COLUMNS = ("cell", "status", "correctness", "valid", "tok/s", "reasons / error")
 
@@ -31,29 +38,54 @@ class InvalidCell:
 @dataclass(frozen=True)
 class RunSummary:
     columns: tuple[str, ...]
-    rows: list[tuple[str, ...]]  # formatted for display, one per cell
+    rows: list[tuple[str, ...]]  # formatted for display, one per cell (and per repeated load point)
     invalid: list[InvalidCell]
+    cells: int = 0               # how many of the rows are cells
 
     def alarm_lines(self) -> list[str]:
         """Nothing when every cell is valid; else a count and one line of reasons per invalid cell."""
         if not self.invalid:
             return []
-        lines = [f"INVALID: {len(self.invalid)} of {len(self.rows)} cells failed their validity checks; "
+        lines = [f"INVALID: {len(self.invalid)} of {self.cells} cells failed their validity checks; "
                  "their numbers are not trustworthy measurements"]
         lines += [f"  {cell.key}: {'; '.join(cell.reasons) or 'no reason recorded'}" for cell in self.invalid]
         return lines
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
-    """The run's cells in sweep order (mode, load point, repeat) with their verdicts."""
+    """The run's cells in sweep order (mode, load point, repeat) with their verdicts; after the
+    last cell of a load point measured validly twice or more, the point's spread."""
+    cells = con.execute(_QUERY, [run_id]).fetchall()
+    spreads = run_spreads(con, run_id)
+    last_of_point = {cell_point(key): index for index, (key, *_) in enumerate(cells)}
     rows, invalid = [], []
-    for key, status, correctness, valid, throughput, reasons, error in con.execute(_QUERY, [run_id]).fetchall():
+    for index, (key, status, correctness, valid, throughput, reasons, error) in enumerate(cells):
         reasons = list(reasons or [])
         rows.append((key, status, correctness or "-", validity_word(valid), throughput_text(throughput),
                      cell_notes(error, reasons)))
         if valid is False:
             invalid.append(InvalidCell(key, reasons))
-    return RunSummary(COLUMNS, rows, invalid)
+        point = cell_point(key)
+        if last_of_point[point] == index and (row := spread_row(point, spreads)) is not None:
+            rows.append(row)
+    return RunSummary(COLUMNS, rows, invalid, cells=len(cells))
+
+
+# the latencies a point's row lists beside its throughput
+SPREAD_LATENCIES = (("TTFT p50", "ttft_p50_ms"), ("TPOT p50", "tpot_p50_ms"), ("E2EL p50", "e2el_p50_ms"))
+
+
+def spread_row(point: str, spreads: dict[PointMetric, Spread]) -> tuple[str, ...] | None:
+    """A load point's row: the median of its repeats in the tok/s column, and in the notes (the
+    one column that wraps, so the table keeps fitting 80 columns) each figure as median ±CV [95%
+    interval]; None below two valid repeats (nothing to spread)."""
+    throughput = spreads.get((point, "output_throughput"))
+    if throughput is None or throughput.repeats < 2:
+        return None
+    figures = [f"tok/s {throughput.text()}"] + [f"{label} {s.text()} ms" for label, metric in SPREAD_LATENCIES
+                                                if (s := spreads.get((point, metric))) is not None and s.repeats >= 2]
+    return (point, f"median of {throughput.repeats}", "", "", throughput_text(throughput.median),
+            "±CV [95% interval]: " + "; ".join(figures))
 
 
 def validity_word(valid: bool | None) -> str:

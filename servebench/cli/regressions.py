@@ -110,13 +110,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([d.model_dump() for d in deltas], indent=1))
         return EXIT_OK
-    table = Table("cell", "metric", "A", "B", "change", "p", "verdict", title=f"{args.run_a} -> {args.run_b}")
+    table = Table("cell", "metric", "A", "B", "change", "p", "verdict", title=f"{args.run_a} -> {args.run_b}",
+                  caption="A, B: median of repeats ±CV [bootstrap 95% interval]; within noise: no significant "
+                          "change and the intervals overlap")
     for d in deltas:
         style = {"worse": "red", "better": "green"}.get(d.verdict, "")
-        table.add_row(d.point, d.metric, f"{d.a:.4g}", f"{d.b:.4g}", f"{d.change:+.1%}",
-                      "" if d.p_value is None else f"{d.p_value:.2g}", f"[{style}]{d.verdict}[/]" if style else d.verdict)
-    Console(width=160).print(table)
+        table.add_row(d.point, d.metric, side_text(d.a, d.cv_a, d.interval_a), side_text(d.b, d.cv_b, d.interval_b),
+                      f"{d.change:+.1%}", "" if d.p_value is None else f"{d.p_value:.2g}",
+                      f"[{style}]{d.verdict}[/]" if style else d.verdict)
+    Console(width=200).print(table)
     return EXIT_OK
+
+
+def side_text(median: float, cv: float | None, interval: tuple[float, float] | None) -> str:
+    """'81.2 ±3% [78.9, 83]' (4 significant digits); the median alone for one repeat."""
+    if interval is None:
+        return f"{median:.4g}"
+    return f"{median:.4g}{'' if cv is None else f' ±{cv:.0%}'} [{interval[0]:.4g}, {interval[1]:.4g}]"
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:
