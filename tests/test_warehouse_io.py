@@ -1,0 +1,97 @@
+"""servebench/warehouse_io.py against a real DuckDB warehouse: the writes flows and tasks leave to
+it (capacity, tuning, faults, a bisect step) land what the flows used to write themselves, and its
+reads give back what a resume, a search going on and a bisect step read of a run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import warehouse
+from servebench import landing, warehouse_io
+from servebench.analysis.capacity import CapacityResult, judge
+from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
+from servebench.campaign.loading import parse_campaign
+from servebench.campaign.schema import FaultSpec
+from servebench.campaign.sweep import expand
+from servebench.serving.faults import InjectedFault
+
+CAMPAIGN = """
+name: t
+provider: {kind: local, nodes: [{name: n0, cpus: "0-1"}]}
+model: {generate: tiny-llama}
+modes: [{name: tp1}]
+load: {rates: [2, 4], requests: 2}
+slo: {ttft_p99_ms: 500}
+"""
+SLO = {"ttft_p99_ms": 500.0}
+
+
+def landed_run(tmp_path):
+    """A run with its two cells (TPOT p50 10 and 12 ms, the second failed) and its server, stopped."""
+    campaign = parse_campaign(CAMPAIGN)
+    cells = expand(campaign)
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
+                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+    for cell, tpot, status in zip(cells, (10.0, 12.0), ("completed", "failed")):
+        summary = {"completed": 2, "failed": 0, "tpot_ms": {"p50": tpot}, "valid": True}
+        landing.land_cell(con, "r1", cell, input_len=8, output_len=4, status=status, error=None, started_at=None,
+                          ended_at=None, result={"t0": {"monotonic": 1.0}, "summary": summary}, result_path=None,
+                          slo_met=True)
+    landing.land_server(con, "r1", mode="tp1", pid=1, port=8000, command=["serve"], env={}, log_path=None,
+                        started_at=None, ready_seconds=1.0, stopped_at=landing.now(), status="ready", error=None,
+                        build_key="echo-abc")
+    return con, campaign, cells
+
+
+def test_a_runs_landed_state_reads_back(tmp_path):
+    con, _, cells = landed_run(tmp_path)
+    try:
+        assert warehouse_io.completed_metric(con, "r1", "tp1", "tpot_p50_ms") == [10.0]
+        assert warehouse_io.run_build_key(con, "r1") == "echo-abc" and warehouse_io.run_build_key(con, "r2") is None
+        assert warehouse_io.finished_modes(con, "r1") == {"tp1"}
+        assert warehouse_io.landed_cell(con, "r1", cells[1].key)["status"] == "failed"
+        assert warehouse_io.capacities(con, "r1") == []
+    finally:
+        con.close()
+
+
+def test_a_capacity_and_the_tuners_verdict_land_with_the_probes_tpot(tmp_path):
+    con, campaign, cells = landed_run(tmp_path)
+    try:
+        probes = [judge(2.0, {"ttft_p99_ms": 100.0}, SLO), judge(4.0, {"ttft_p99_ms": 900.0}, SLO)]
+        result = CapacityResult(capacity=2.0, upper=4.0, probes=probes, converged=True, why="bracketed")
+        warehouse_io.land_capacity(con, "r1", campaign.modes[0], "rate", SLO, result, [c.key for c in cells])
+        assert warehouse_io.capacities(con, "r1") == [("tp1", 2.0)]
+        row = warehouse.rows(con, "select * from capacity where run_id = 'r1'")[0]
+        assert (row["tpot_p50_ms"], row["probes"], json.loads(row["probe_cells"])) == (10.0, 2, [c.key for c in cells])
+
+        found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, "r1")]
+        verdict = tune_verdict(found, "tp1")
+        warehouse_io.land_tuning(con, "r1", "rate", SLO, verdict, configurations=1)
+        tuning = warehouse.rows(con, "select * from tuning where run_id = 'r1'")[0]
+        assert (tuning["default_mode"], tuning["configurations"], tuning["launches"]) == ("tp1", 1, 1)
+    finally:
+        con.close()
+
+
+def test_faults_and_a_bisect_step_land_by_column_name(tmp_path):
+    con, _, cells = landed_run(tmp_path)
+    try:
+        fault = InjectedFault(spec=FaultSpec(cell=cells[0].key, action="kill", at_s=1.0), node="n0",
+                              at=datetime.now(timezone.utc), t_mono=2.0, hit=[[123, "echo serve"]], fired_s=1.5)
+        warehouse_io.land_faults(con, "r1", cells[0].key, "tp1", [fault])
+        landed = warehouse.rows(con, "select * from faults where run_id = 'r1'")[0]
+        assert (landed["action"], landed["node"], landed["at_s"], json.loads(landed["hit"])) == (
+            "kill", "n0", 1.5, [[123, "echo serve"]])
+
+        step = dict(bisect_id="b1", step=0, campaign="t", mode="tp1", metric="tpot_p50_ms", direction="lower",
+                    good="a" * 40, bad="b" * 40, commit_hash="a" * 40, subject="first", run_id="r1",
+                    build_key="echo-abc", repeat_values=[10.0], value=10.0, change=None, separation=None,
+                    verdict="baseline", measured_at=datetime.now(timezone.utc))
+        warehouse_io.land_bisect_step(con, step)
+        assert warehouse.rows(con, "select verdict, repeat_values from bisect_steps")[0] == {
+            "verdict": "baseline", "repeat_values": [10.0]}
+    finally:
+        con.close()
