@@ -1,17 +1,32 @@
-"""What providers of remote nodes (ssh, slurm) share: the run's id and directory on each
-node, how a process's environment and CPUs are set there (`env`, `taskset`), the files a
-started process leaves (PID, exit code, log), and the status script's answer."""
+"""What providers of remote nodes share: the node methods of the Provider interface, written once
+over a *channel* (how a command reaches a node: an OpenSSH connection, a Slurm step, `kubectl
+exec`...), so such a provider is a channel plus an allocation (`RemoteNodes`); the processes
+started through a channel (`RemoteProcess`); the run's id and directory on each node, how a
+process's environment and CPUs are set there (`env`, `taskset`), the files a started process
+leaves (PID, exit code, log), the start and status scripts; links of testbed hosts."""
 
 from __future__ import annotations
 
+import json
+import secrets
+import shlex
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 from servebench.cpus import format_cpu_list
-from servebench.providers.base import Node
+from servebench.providers import inventory as inventory_module
+from servebench.providers import node_tools
+from servebench.providers.base import LINK_SHAPING, Node
+
+NODE_TOOLS = Path(node_tools.__file__)
+INVENTORY = Path(inventory_module.__file__)
+DEFAULT_TIMEOUT_S = 60.0
+LEFTOVER_GRACE_S = 5.0
+KILLED_EXIT = 128 + 9  # the shell's status for SIGKILL: what the wrapper would have written
+STOP_SLACK_S = 30.0    # a stop's command may take grace_s, the KILL wait and the channel's own time
 
 BOOTSTRAP = """\
 import json, sys
@@ -25,6 +40,14 @@ json.dump(scope[request["call"]](**request["kwargs"]), sys.stdout)
 RUN_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 
 
+# The wrapper a started process runs under (argv: exit file, then the command). It stays the
+# session leader so the process group is the run's, records the command's exit status when it
+# ends (a caught TERM/INT waits for the command, then the status is still written; the
+# command itself gets default dispositions back at exec), and writes it atomically.
+WRAPPER = 'e=$1; shift; trap : TERM INT; "$@"; c=$?; echo "$c" >"$e.tmp"; mv -f "$e.tmp" "$e"'
+
+# Prints `exit N`, `alive` or `gone` for (pid, start ticks, exit file). Reads /proc rather than
+# `kill -0`: a zombie (an orphan where PID 1 does not reap) and a reused PID both pass `kill -0`.
 STATUS_SCRIPT = """\
 p=$1; t=$2; e=$3
 if [ -e "$e" ]; then echo "exit $(cat "$e")"; exit 0; fi
@@ -48,6 +71,34 @@ def parse_status(stdout: str) -> tuple[bool, int | None]:
     if text == "gone":
         return False, None
     raise ValueError(f"the status script printed {stdout!r}")
+
+
+def start_script(run_dir: str, files: "RemoteFiles", argv: list[str]) -> str:
+    """Makes the run directory, starts argv in a new session under the wrapper (stdin from
+    /dev/null, output to the node's log file) and prints `PID START_TICKS` of the session leader.
+
+    The background job is not a group leader, so `setsid` makes the session in place: `$!`
+    is the leader's PID, which is also the process group id (and stays so across the exec).
+    Its output goes to the log, not to the channel: the command that ran the script returns at once.
+    """
+    wrapped = shlex.join(["setsid", "sh", "-c", WRAPPER, "sh", files.exit, *argv])
+    return "\n".join([
+        "umask 077",
+        f"mkdir -p {shlex.quote(run_dir)} || exit 1",
+        f"{wrapped} </dev/null >{shlex.quote(files.log)} 2>&1 &",
+        "p=$!",
+        "s=$(sed 's/.*) //' \"/proc/$p/stat\")",
+        "set -- $s",
+        'echo "$p ${20}"',
+    ])
+
+
+def parse_started(stdout: str) -> tuple[int, int]:
+    """(pid, start ticks) from the start script's output."""
+    fields = stdout.split()
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        raise ValueError(f"the start script printed {stdout!r}, not 'PID START_TICKS'")
+    return int(fields[0]), int(fields[1])
 
 
 def pinned_argv(cpus: list[int], argv: list[str]) -> list[str]:
@@ -189,3 +240,322 @@ def testbed_host(testbed: str, node: Node):
             return layout, host
     raise ValueError(f"node {node.name} ({node.address or 'no address'}) is not a host of testbed {testbed} "
                      f"(its hosts: {', '.join(f'{h.name} {h.address}' for h in layout.hosts)})")
+
+
+# ---------------------------------------------------------------------- the channel to a node
+
+class CommandChannel:
+    """How commands reach the nodes of one run: `run` is the one thing a channel must do (argv on
+    the named node, this side's stdin and stdout, the command's exit code), `pipe_argv` the local
+    command line that does it (for streams: `put_tree`, `get_tree`). The rest is built on them."""
+
+    error: ClassVar[type[Exception]] = RuntimeError   # what a command that must succeed raises
+    pipe_env: dict[str, str] | None = None            # the environment `pipe_argv`'s command needs
+
+    def run(self, host: str, argv: list[str], timeout: float | None = DEFAULT_TIMEOUT_S, input: str | None = None,
+            stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+        """argv on the node (no shell between: every argument arrives as given); output as text."""
+        raise NotImplementedError
+
+    def pipe_argv(self, host: str, argv: list[str]) -> list[str]:
+        """The command line, run here, that runs argv on the node with this side's stdin and stdout."""
+        raise NotImplementedError
+
+    def describe(self, host: str) -> str:
+        """The node as an error message names it."""
+        return host
+
+    def unreachable(self, result: subprocess.CompletedProcess) -> str | None:
+        """Why a failed command did not reach the node (e.g. "ssh failed"), or None: the command's own failure."""
+        return None
+
+    def checked(self, host: str, argv: list[str], what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
+                input: str | None = None) -> str:
+        """stdout of a command that must succeed; `error` naming the node and the cause if not."""
+        result = self.run(host, argv, timeout=timeout, input=input)
+        if result.returncode != 0:
+            cause = self.unreachable(result) or f"exit {result.returncode}"
+            raise self.error(f"{what} on {self.describe(host)}: {cause}: {(result.stderr or '').strip()[-2000:]}")
+        return result.stdout
+
+    def call(self, host: str, source: Path, function: str, python: str, timeout: float | None = DEFAULT_TIMEOUT_S,
+             **kwargs) -> object:
+        """Call a function of a stdlib-only source file on the node with its python; its JSON result
+        (the source is sent on stdin: nothing of servebench is installed there)."""
+        request = json.dumps({"file": source.name, "call": function, "kwargs": kwargs})
+        out = self.checked(host, [python, "-c", BOOTSTRAP], f"{source.stem}.{function}", timeout=timeout,
+                           input=request + "\n" + source.read_text())
+        return json.loads(out)
+
+    def copy_from(self, host: str, remote_path: str, local_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
+        """Copy a file from the node (`cat` through the channel: no second protocol); False if it is not there."""
+        local_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = local_path.with_name(local_path.name + ".part")
+        try:
+            with open(partial, "w") as out:
+                result = self.run(host, ["cat", "--", remote_path], timeout=timeout, stdout=out)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            if self.unreachable(result):
+                raise self.error(f"copying {remote_path} from {self.describe(host)}: {(result.stderr or '').strip()}")
+            return False
+        partial.replace(local_path)
+        return True
+
+
+# ---------------------------------------------------------------------- a process started through a channel
+
+@dataclass
+class RemoteProcess:
+    """A long-lived process on a node, started by `start_script` through a channel: pid is the
+    session leader there (the wrapper; the command is its child, same group). Every check and
+    signal happens on the node, by PID and start time (`node_tools`); its log is copied to
+    `log_path` when it is seen to have ended, when it is stopped, or on demand (`fetch_log`).
+    Exit codes follow the shell: a command killed by signal N reports 128+N."""
+
+    node: str
+    pid: int
+    start_ticks: int                 # /proc/PID/stat start time: tells a reused PID apart
+    log_path: Path | None            # the local copy of the node's log
+    files: RemoteFiles
+    argv: list[str]
+    channel: CommandChannel = field(repr=False)
+    python: str = "python3"
+    mark: str = ""                   # its node_tools.MARK_VARIABLE value: found on the node even unrecorded
+    started_monotonic: float = field(default_factory=time.monotonic)
+    known_descendants: dict[str, int] = field(default_factory=dict)  # pid -> start ticks
+    _ended: bool = False
+    _exit: int | None = None
+    _stopped: bool = False
+
+    def alive(self) -> bool:
+        if not self._ended:
+            self._poll()
+        return not self._ended
+
+    def exit_code(self) -> int | None:
+        if not self._ended:
+            self._poll()
+        return self._exit
+
+    def _poll(self) -> None:
+        out = self.channel.checked(self.node, ["sh", "-c", STATUS_SCRIPT, "sh", str(self.pid), str(self.start_ticks),
+                                               self.files.exit], "process status")
+        alive, code = parse_status(out)
+        if not alive:
+            self._ended, self._exit = True, code
+            self.fetch_log()  # a caller reads the log of a process that ended (why it ended) next
+
+    def remember_descendants(self) -> None:
+        """Note what it has spawned so far, on its node: stopped with it even if it left the group."""
+        found = self.channel.call(self.node, NODE_TOOLS, "descendants", self.python, pid=self.pid,
+                                  start=self.start_ticks)
+        self.known_descendants |= found
+
+    def fetch_log(self) -> Path | None:
+        """Copy the node's log to log_path now (it keeps growing while the process runs)."""
+        if self.log_path is None:
+            return None
+        if not self.channel.copy_from(self.node, self.files.log, self.log_path):
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.log_path.touch()
+        return self.log_path
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM the group on the node, wait up to grace_s, SIGKILL the group, every recorded
+        descendant and every process with its mark; copy the log; return the exit code (128+9
+        if it had to be killed before its wrapper could record one)."""
+        result = self.channel.call(self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S,
+                                   pid=self.pid, start=self.start_ticks, known=self.known_descendants,
+                                   grace_s=grace_s, exit_path=self.files.exit, mark=self.mark)
+        code = result["exit_code"]
+        if code is None and self.pid in result["killed"]:
+            code = KILLED_EXIT
+        self._ended, self._stopped = True, True
+        self._exit = code if code is not None else self._exit
+        self.fetch_log()
+        return self._exit
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+
+# ---------------------------------------------------------------------- the node methods, once
+
+class RemoteNodes(TestbedHostLinks):
+    """The node half of the Provider interface for nodes that are other machines, over the
+    provider's channel: commands, the node tools (ports, /dev/shm, process trees, inventory) run
+    by the node's own python3, files as tar streams, the clock, processes started in a session of
+    their own and stopped by PID there, the run's directory on each node removed at release.
+
+    A provider built on it gives the allocation: `__init__` (calling this one's), `nodes`,
+    `allocate`, `release`, `reclaim`, `claims`, `allocation_record`, the campaign-block
+    classmethods, and `channel()` with `node_host` (which name the channel knows a node by,
+    refusing a node that is not the run's). It may override `start` (Slurm: a step of its own)
+    and `_before_start` (ssh: a warden on the host). The spec needs `python`, `remote_dir` and
+    `shared_paths`. Nodes that are testbed hosts get their links shaped (LINK_SHAPING)."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({LINK_SHAPING})
+    node_error: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError, subprocess.TimeoutExpired)
+    node_gone: ClassVar[tuple[type[BaseException], ...]] = ()  # the whole allocation ended: nothing to reach
+
+    def __init__(self, spec, run_id: str | None) -> None:
+        self.spec = spec
+        self.run_id = check_run_id(run_id or secrets.token_hex(4))
+        self.run_dir = remote_run_dir(spec.remote_dir, self.run_id)
+        self._started: list = []
+        self._sequence = 0
+        self._touched: set[str] = set()  # nodes where the run dir may exist
+
+    def channel(self) -> CommandChannel:
+        raise NotImplementedError
+
+    def node_host(self, node: Node) -> str:
+        """The name the channel knows the node by; ValueError for a node that is not the run's."""
+        raise NotImplementedError
+
+    def _call(self, node: Node, source: Path, function: str, timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs):
+        return self.channel().call(self.node_host(node), source, function, self.spec.python, timeout=timeout,
+                                   **kwargs)
+
+    # ------------------------------------------------------------------ commands on a node
+
+    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        """argv on the node through the channel (every argument arrives as given); the command's exit code."""
+        return self.channel().run(self.node_host(node), list(argv), timeout=timeout)
+
+    def inventory(self, node: Node) -> dict:
+        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over)."""
+        return self._call(node, INVENTORY, "collect", cpus=node.cpus)
+
+    def free_port(self, node: Node) -> int:
+        """A port the node's kernel picks on the node's address (free there, not here)."""
+        return int(self._call(node, NODE_TOOLS, "free_port", address=node.address))
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return int(self._call(node, NODE_TOOLS, "free_port_range", address=node.address, size=size))
+
+    def shm_entries(self, node: Node) -> set[str]:
+        return set(self._call(node, NODE_TOOLS, "shm_entries"))
+
+    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
+        return self._call(node, NODE_TOOLS, "remove_shm_created_since", before=sorted(before))
+
+    # ------------------------------------------------------------------ files and clocks
+
+    def shares(self, path: str) -> bool:
+        """Only under the campaign's `shared_paths` (an NFS home, a cluster's parallel file system)."""
+        return under_any(path, self.spec.shared_paths)
+
+    def _pipe(self, node: Node) -> Callable[[list[str]], list[str]]:
+        channel, host = self.channel(), self.node_host(node)
+        return lambda argv: channel.pipe_argv(host, argv)
+
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        pipe = self._pipe(node)
+        self._touched.add(self.node_host(node))
+        put_tree(pipe, local, remote, self.run_id, env=self.channel().pipe_env)
+
+    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
+        return get_tree(self._pipe(node), remote, local, env=self.channel().pipe_env)
+
+    def tree_digest(self, node: Node, path: str) -> str | None:
+        return self._call(node, NODE_TOOLS, "tree_digest", timeout=1800, path=path)
+
+    def scratch_dir(self, node: Node) -> str:
+        """The run's directory on every node (removed at release)."""
+        return self.run_dir
+
+    def node_python(self, node: Node) -> str:
+        return self.spec.python
+
+    def clock_offset(self, node: Node) -> float:
+        """`date` through the channel, best of 5 round trips (ssh: ~10 ms a round trip, a Slurm step ~35 ms)."""
+        channel, host = self.channel(), self.node_host(node)
+        return clock_offset(lambda: float(channel.checked(host, ["date", "+%s.%N"], "reading the clock")))
+
+    # ------------------------------------------------------------------ long-lived processes
+
+    def _mark(self, sequence: int) -> str:
+        """What every process of this start (and all it spawns) carries in its environment."""
+        return f"{self.run_id}.{sequence}"
+
+    def _full_argv(self, node: Node, argv: list[str], env: dict[str, str], unset, sequence: int) -> list[str]:
+        """argv pinned to the node's CPUs, with the run's TMPDIR, `env` and its mark added and `unset` removed."""
+        marked = {"TMPDIR": self.run_dir, **env, node_tools.MARK_VARIABLE: self._mark(sequence)}
+        return env_argv(marked, list(unset)) + pinned_argv(node.cpus, list(argv))
+
+    def command(self, node: Node, argv: list[str]) -> list[str]:
+        """The command line `start` runs for argv (environment aside), as `plan` prints it."""
+        files = remote_files(self.run_dir, 0, "process.log")
+        script = start_script(self.run_dir, files, self._full_argv(node, argv, {}, (), 0))
+        return self.channel().pipe_argv(self.node_host(node), ["sh", "-c", script])
+
+    def _before_start(self, host: str) -> None:
+        """What a node needs before the run's first process there (ssh: the run's warden)."""
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
+              unset: list[str] = ()) -> RemoteProcess:
+        """Start argv on the node in its own session (`start_script`), env added and unset removed
+        from the environment the channel gives, output to a log in the run's directory there
+        (copied to log_path)."""
+        host, channel = self.node_host(node), self.channel()
+        self._sequence += 1
+        sequence = self._sequence
+        files = remote_files(self.run_dir, sequence, Path(log_path).name)
+        script = start_script(self.run_dir, files, self._full_argv(node, argv, env, unset, sequence))
+        self._touched.add(host)
+        self._before_start(host)
+        pid, ticks = parse_started(channel.checked(host, ["sh", "-c", script], f"starting {argv[:1]}"))
+        process = RemoteProcess(node=host, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
+                                argv=list(argv), channel=channel, python=self.spec.python, mark=self._mark(sequence))
+        self._started.append(process)
+        return process
+
+    def stop(self, process, grace_s: float = 20.0) -> int | None:
+        return process.stop(grace_s=grace_s)
+
+    # ------------------------------------------------------------------ the end of the run
+
+    def stop_leftovers(self) -> int:
+        """Stop every process of this run not yet stopped; return how many there were. Once the
+        allocation has ended (`node_gone`) there is nothing to reach on its nodes."""
+        left = [p for p in self._started if not p.stopped]
+        errors = []
+        for process in left:
+            try:
+                process.stop(grace_s=LEFTOVER_GRACE_S)
+            except self.node_gone:
+                continue
+            except self.node_error as exc:
+                errors.append(f"{process.node} pid {process.pid}: {exc}")
+                self._stop_failed(process)
+        if errors:
+            raise self.channel_error_class()("could not stop every process of the run:\n  " + "\n  ".join(errors))
+        return len(left)
+
+    def _stop_failed(self, process) -> None:
+        """What is left to do here for a process that could not be stopped on its node."""
+
+    def channel_error_class(self) -> type[Exception]:
+        return self.node_error[0]
+
+    def _clean_nodes(self) -> list[str]:
+        """On every node the run touched: stop whatever still carries the run's mark, remove the
+        run's directory; the errors, one line each."""
+        errors = []
+        for host in sorted(self._touched):
+            try:
+                self.channel().call(host, NODE_TOOLS, "stop_marked", self.spec.python, prefix=f"{self.run_id}.",
+                                    grace_s=LEFTOVER_GRACE_S)
+                self.channel().checked(host, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
+            except self.node_gone:
+                break
+            except self.node_error as exc:
+                errors.append(str(exc))
+        self._touched.clear()
+        return errors

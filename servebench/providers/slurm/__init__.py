@@ -1,20 +1,21 @@
 """The slurm provider: the nodes are an allocation of a real Slurm controller (docs/slurm-provider.md).
 
+A channel plus an allocation (`servebench.providers.remote.RemoteNodes` has the node methods):
 `allocate` gets the allocation without holding a terminal (`salloc --no-shell`), waits until the
 job runs and records its id, node list, node addresses and CPUs; every command on a node is a
-step inside the allocation (`srun --overlap --jobid J --nodelist NODE`, `allocation`), a
+step inside the allocation (`srun --overlap --jobid J --nodelist NODE`: `allocation.Allocation`
+is the channel), a
 long-lived process is a step of its own whose srun client stays a local child of the
 orchestrator (`process`); `release` stops what is left, cancels the job and waits until it is
 gone. A job cancelled or timed out from outside makes every later call raise `AllocationEnded`
 with the cause ("allocation cancelled", "allocation ended: TIMEOUT"), so the cells it took fail
 with it. Ports, /dev/shm, process trees and the inventory are handled on the node by its own
-python3 (`node`: the inventory source and the ssh provider's node tools, sent through the step).
+python3 (the inventory source and `node_tools`, sent through a step).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -23,45 +24,40 @@ from pathlib import Path
 from typing import ClassVar
 
 from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node
-from servebench.providers.remote import TestbedHostLinks, clock_offset, get_tree, put_tree, under_any
+from servebench.providers.remote import RemoteNodes
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
-    check_run_id, env_argv, job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv,
-    probe_argv, remote_files, remote_run_dir, salloc_argv, step_argv,
+    job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv, probe_argv, remote_files,
+    salloc_argv, step_argv,
 )
 from servebench.providers.slurm.client import AllocationEnded, SlurmClient, SlurmError, end_group
 from servebench.providers.slurm.lease import AllocationLease
-from servebench.providers.slurm.node import INVENTORY, MARK_VARIABLE, NODE_TOOLS
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
 
 RUNNING_TIMEOUT_S = 60.0   # from granted to RUNNING (a node may need to boot or be configured)
 START_TIMEOUT_S = 60.0     # from srun to the task's PID line
 RELEASE_TIMEOUT_S = 60.0   # from scancel until squeue no longer lists the job (KillWait: 30 s by default)
-LEFTOVER_GRACE_S = 5.0
 PROBE_TIMEOUT_S = 60.0
 
 
-class SlurmProvider(TestbedHostLinks):
+class SlurmProvider(RemoteNodes):
     kind: ClassVar[str] = "slurm"
     spec_model: ClassVar[type[SlurmProviderSpec]] = SlurmProviderSpec
     capabilities: ClassVar[frozenset[str]] = frozenset({CANCEL_ALLOCATION, ATTACH, LINK_SHAPING})
+    node_error = (SlurmError, subprocess.TimeoutExpired)
+    node_gone = (AllocationEnded,)
 
     def __init__(self, spec: SlurmProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
         """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
         the nodes, so they are not taken from any node."""
-        self.spec = spec
-        self.run_id = check_run_id(run_id or secrets.token_hex(4))
+        super().__init__(spec, run_id)
         self.job_name = job_name(self.run_id)
         self.client = SlurmClient(spec)
-        self.run_dir = remote_run_dir(spec.remote_dir, self.run_id)
         self.allocation: Allocation | None = None
         self.timings: dict[str, float] = {}   # allocate_s, salloc_s, running_s, probe_s, release_s
         self.released_state: str | None = None  # the job's state when this run gave it back
         self._nodes: list[Node] | None = None
-        self._started: list[SlurmProcess] = []
-        self._sequence = 0
-        self._touched: set[str] = set()       # nodes where the run dir may exist
         self._local_dir: Path | None = None   # the srun clients' stderr files, here
         self.lease: AllocationLease | None = None  # the warden that cancels the job if this run dies
 
@@ -216,65 +212,12 @@ class SlurmProvider(TestbedHostLinks):
             raise ValueError(f"node {node.name!r} is not in slurm job {allocation.job_id} ({allocation.node_list})")
         return node.name
 
-    # ------------------------------------------------------------------ commands on a node
+    def channel(self) -> Allocation:
+        """Steps of the allocation (raises without one)."""
+        return self._allocation()
 
-    def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
-        """argv as a step on the node (srun execs it: no shell, no quoting); the task's exit code."""
-        return self._allocation().step(self._name(node), list(argv), timeout=timeout)
-
-    def inventory(self, node: Node) -> dict:
-        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over)."""
-        return self._allocation().call(self._name(node), INVENTORY, "collect", self.spec.python, cpus=node.cpus)
-
-    def free_port(self, node: Node) -> int:
-        """A port the node's kernel picks on the node's address (free there, not here)."""
-        return int(self._allocation().call(self._name(node), NODE_TOOLS, "free_port", self.spec.python,
-                                           address=node.address))
-
-    def shm_entries(self, node: Node) -> set[str]:
-        return set(self._allocation().call(self._name(node), NODE_TOOLS, "shm_entries", self.spec.python))
-
-    def remove_shm_created_since(self, node: Node, before: set[str]) -> list[str]:
-        return self._allocation().call(self._name(node), NODE_TOOLS, "remove_shm_created_since", self.spec.python,
-                                       before=sorted(before))
-
-    def free_port_range(self, node: Node, size: int) -> int:
-        return int(self._allocation().call(self._name(node), NODE_TOOLS, "free_port_range", self.spec.python,
-                                           address=node.address, size=size))
-
-    # ------------------------------------------------------------------ files and clocks
-
-    def shares(self, path: str) -> bool:
-        """Only under the campaign's `shared_paths` (a cluster's home or parallel file system)."""
-        return under_any(path, self.spec.shared_paths)
-
-    def _pipe(self, node: Node):
-        allocation, name = self._allocation(), self._name(node)
-        return lambda argv: allocation.argv(name, argv)
-
-    def put_tree(self, node: Node, local: Path, remote: str) -> None:
-        """A step whose stdin is the tar stream (srun forwards it to the one task)."""
-        self._touched.add(self._name(node))
-        put_tree(self._pipe(node), local, remote, self.run_id, env=self.client.env)
-
-    def get_tree(self, node: Node, remote: str, local: Path) -> bool:
-        return get_tree(self._pipe(node), remote, local, env=self.client.env)
-
-    def tree_digest(self, node: Node, path: str) -> str | None:
-        return self._allocation().call(self._name(node), NODE_TOOLS, "tree_digest", self.spec.python, timeout=1800,
-                                       path=path)
-
-    def scratch_dir(self, node: Node) -> str:
-        """The run's directory on every node (removed at release)."""
-        return self.run_dir
-
-    def node_python(self, node: Node) -> str:
-        return self.spec.python
-
-    def clock_offset(self, node: Node) -> float:
-        """`date` as a step (~35 ms a round trip: the offset is known within ~20 ms)."""
-        name = self._name(node)
-        return clock_offset(lambda: float(self._allocation().checked(name, ["date", "+%s.%N"], "reading the clock")))
+    def node_host(self, node: Node) -> str:
+        return self._name(node)
 
     # ------------------------------------------------------------------ long-lived processes
 
@@ -296,9 +239,8 @@ class SlurmProvider(TestbedHostLinks):
         self._sequence += 1
         sequence = self._sequence
         files = remote_files(self.run_dir, sequence, Path(log_path).name)
-        mark = f"{self.run_id}.{sequence}"
-        full = env_argv({"TMPDIR": self.run_dir, **env, MARK_VARIABLE: mark}, list(unset)) + \
-            pinned_argv(node.cpus, list(argv))
+        mark = self._mark(sequence)
+        full = self._full_argv(node, argv, env, unset, sequence)
         step = allocation.argv(name, launch_argv(self.run_dir, files, full), cpus=self.spec.cpus_per_node,
                                name=f"{self.job_name}.{sequence}")
         client_log = self._local() / f"{sequence:03d}.srun.log"
@@ -319,9 +261,6 @@ class SlurmProvider(TestbedHostLinks):
         self._started.append(process)
         return process
 
-    def stop(self, process: SlurmProcess, grace_s: float = 20.0) -> int | None:
-        return process.stop(grace_s=grace_s)
-
     def _local(self) -> Path:
         if self._local_dir is None:
             self._local_dir = Path(tempfile.mkdtemp(prefix=f"sb-slurm-{self.run_id}-"))
@@ -329,22 +268,9 @@ class SlurmProvider(TestbedHostLinks):
 
     # ------------------------------------------------------------------ the end of the run
 
-    def stop_leftovers(self) -> int:
-        """Stop every process of this run not yet stopped; return how many there were. After the
-        allocation ended there is nothing to reach on the nodes: their srun clients are ended here."""
-        left = [p for p in self._started if not p.stopped]
-        errors = []
-        for process in left:
-            try:
-                process.stop(grace_s=LEFTOVER_GRACE_S)
-            except AllocationEnded:
-                continue
-            except (SlurmError, subprocess.TimeoutExpired) as exc:
-                errors.append(f"{process.node} pid {process.pid}: {exc}")
-                process.end_client(0.0)
-        if errors:
-            raise SlurmError("could not stop every process of the run:\n  " + "\n  ".join(errors))
-        return len(left)
+    def _stop_failed(self, process: SlurmProcess) -> None:
+        """Its srun client ends here (a TERM makes srun cancel the step)."""
+        process.end_client(0.0)
 
     def client_pids(self) -> list[int]:
         """Local srun clients of this run's processes still running."""
@@ -422,20 +348,6 @@ class SlurmProvider(TestbedHostLinks):
         self._remove_local()
         if errors:
             raise SlurmError(f"releasing slurm job {allocation.job_id}:\n  " + "\n  ".join(errors))
-
-    def _clean_nodes(self) -> list[str]:
-        errors = []
-        for name in sorted(self._touched):
-            try:
-                self.allocation.call(name, NODE_TOOLS, "stop_marked", self.spec.python, prefix=f"{self.run_id}.",
-                                     grace_s=LEFTOVER_GRACE_S)
-                self.allocation.checked(name, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
-            except AllocationEnded:
-                break
-            except (SlurmError, subprocess.TimeoutExpired) as exc:
-                errors.append(str(exc))
-        self._touched.clear()
-        return errors
 
     def _wait_gone(self, job_id: int) -> None:
         deadline = time.monotonic() + RELEASE_TIMEOUT_S

@@ -8,13 +8,12 @@ cell shows: "allocation cancelled", "allocation ended: TIMEOUT"...) or the comma
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
-from pathlib import Path
 
-from servebench.providers.slurm.argv import BOOTSTRAP, ended_message, job_state, step_argv, strip_srun_noise
+from servebench.providers.remote import CommandChannel
+from servebench.providers.slurm.argv import ended_message, job_state, step_argv, strip_srun_noise
 from servebench.providers.slurm.client import DEFAULT_TIMEOUT_S, AllocationEnded, SlurmClient, SlurmError
 
 # A job that ends shows COMPLETING (its base state hidden) until every step on its nodes is gone:
@@ -23,7 +22,12 @@ COMPLETING_SETTLE_S = 40.0
 LATENCIES_KEPT = 200
 
 
-class Allocation:
+class Allocation(CommandChannel):
+    """The slurm provider's channel: every command on a node is a step of the allocation
+    (`run`), checked, called and copied from as any channel's (servebench/providers/remote.py)."""
+
+    error = SlurmError
+
     def __init__(self, client: SlurmClient, job_id: int, chdir: str):
         self.client = client
         self.job_id = job_id
@@ -82,7 +86,18 @@ class Allocation:
     def argv(self, node: str, argv: list[str], cpus: int | None = None, name: str | None = None) -> list[str]:
         return step_argv(self.job_id, node, argv, self.chdir, cpus=cpus, name=name)
 
-    def step(self, node: str, argv: list[str], timeout: float | None = DEFAULT_TIMEOUT_S, input: str | None = None,
+    def pipe_argv(self, host: str, argv: list[str]) -> list[str]:
+        return self.argv(host, argv)
+
+    @property
+    def pipe_env(self) -> dict[str, str]:
+        """Steps run with the Slurm clients' environment (srun --export=ALL)."""
+        return self.client.env
+
+    def describe(self, host: str) -> str:
+        return f"{host} (slurm job {self.job_id})"
+
+    def run(self, node: str, argv: list[str], timeout: float | None = DEFAULT_TIMEOUT_S, input: str | None = None,
              stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
         """argv as a one-task step on the node; its exit code and output (srun's own report of
         the task's end left out of stderr). AllocationEnded if it failed because the allocation ended."""
@@ -104,36 +119,3 @@ class Allocation:
         with self._lock:
             self.step_seconds.append(seconds)
             del self.step_seconds[:-LATENCIES_KEPT]
-
-    def checked(self, node: str, argv: list[str], what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-                input: str | None = None) -> str:
-        """stdout of a step that must succeed; SlurmError naming the node and the cause if not."""
-        result = self.step(node, argv, timeout=timeout, input=input)
-        if result.returncode != 0:
-            raise SlurmError(f"{what} on {node} (slurm job {self.job_id}): exit {result.returncode}: "
-                             f"{result.stderr.strip()[-2000:]}")
-        return result.stdout
-
-    def call(self, node: str, source: Path, function: str, python: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-             **kwargs) -> object:
-        """Call a function of a stdlib-only source file on the node with its python; its JSON result."""
-        request = json.dumps({"file": source.name, "call": function, "kwargs": kwargs})
-        out = self.checked(node, [python, "-c", BOOTSTRAP], f"{source.stem}.{function}", timeout=timeout,
-                           input=request + "\n" + source.read_text())
-        return json.loads(out)
-
-    def copy_from(self, node: str, remote_path: str, local_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
-        """Copy a file from the node (`cat` in a step); False if it is not there."""
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        partial = local_path.with_name(local_path.name + ".part")
-        try:
-            with open(partial, "w") as out:
-                result = self.step(node, ["cat", "--", remote_path], timeout=timeout, stdout=out)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        if result.returncode != 0:
-            partial.unlink(missing_ok=True)
-            return False
-        partial.replace(local_path)
-        return True

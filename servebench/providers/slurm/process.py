@@ -8,7 +8,7 @@ at most every ALLOCATION_CHECK_S).
 The task records its PID and start time and, when the command ends, its exit status in files of
 the run's directory on the node; its output goes to a log there, copied to `log_path` with a
 `cat` step when it is seen to end, when it is stopped, or on demand (`fetch_log`). A stop
-signals the process tree on the node by PID (the ssh provider's node tools, in a short step),
+signals the process tree on the node by PID (`node_tools`, in a short step),
 then lets the srun client end.
 """
 
@@ -22,13 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import RemoteFiles, parse_status, status_argv
 from servebench.providers.slurm.client import AllocationEnded, SlurmError, end_group
-from servebench.providers.slurm.node import NODE_TOOLS
-
-KILLED_EXIT = 128 + 9  # the shell's status for SIGKILL: what the wrapper would have written
-STOP_SLACK_S = 30.0    # a stop step takes grace_s, the KILL wait and the step's launch
 CLIENT_EXIT_WAIT_S = 10.0  # after the task ended, its srun client reports and exits
 # While its srun client runs, a process is alive unless the allocation ended; the controller is
 # asked again at most this often (a campaign polls many processes; a production controller is

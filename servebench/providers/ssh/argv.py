@@ -13,24 +13,12 @@ from pathlib import Path
 
 from servebench.providers.ssh.spec import SshJumpSpec, SshProviderSpec
 from servebench.providers.remote import (  # noqa: F401 (re-exported for the provider's modules)
-    BOOTSTRAP, RUN_ID_CHARS, STATUS_SCRIPT, RemoteFiles, check_run_id, env_argv, parse_status, pinned_argv,
-    remote_files, remote_run_dir,
+    BOOTSTRAP, RUN_ID_CHARS, STATUS_SCRIPT, WRAPPER, RemoteFiles, check_run_id, env_argv, parse_started, parse_status,
+    pinned_argv, remote_files, remote_run_dir, start_script,
 )
 
 CONTROL_PERSIST_S = 300  # an idle master outlives a crashed orchestrator by this much, no more
 SERVER_ALIVE_S = 15
-
-# Runs a function of a stdlib-only source file on the node: stdin is one JSON line
-# {"file", "call", "kwargs"} then the source; stdout is the function's result as JSON.
-
-# The wrapper a started process runs under (argv: exit file, then the command). It stays the
-# session leader so the process group is the run's, records the command's exit status when it
-# ends (a caught TERM/INT waits for the command, then the status is still written; the
-# command itself gets default dispositions back at exec), and writes it atomically.
-WRAPPER = 'e=$1; shift; trap : TERM INT; "$@"; c=$?; echo "$c" >"$e.tmp"; mv -f "$e.tmp" "$e"'
-
-# Prints `exit N`, `alive` or `gone` for (pid, start ticks, exit file). Reads /proc rather than
-# `kill -0`: a zombie (an orphan where PID 1 does not reap) and a reused PID both pass `kill -0`.
 
 
 def jump_alias(host_name: str) -> str:
@@ -97,32 +85,3 @@ def control_argv(config: Path, host: str, operation: str) -> list[str]:
 def sh_command(script: str, *args: str) -> str:
     """A remote command string that runs script under sh with args, whatever the login shell."""
     return shlex.join(["sh", "-c", script, "sh", *args])
-
-
-def start_script(run_dir: str, files: RemoteFiles, argv: list[str]) -> str:
-    """Makes the run directory, starts argv in a new session under the wrapper (stdin from
-    /dev/null, output to the node's log file) and prints `PID START_TICKS` of the session leader.
-
-    The background job is not a group leader, so `setsid` makes the session in place: `$!`
-    is the leader's PID, which is also the process group id (and stays so across the exec).
-    """
-    wrapped = shlex.join(["setsid", "sh", "-c", WRAPPER, "sh", files.exit, *argv])
-    return "\n".join([
-        "umask 077",
-        f"mkdir -p {shlex.quote(run_dir)} || exit 1",
-        f"{wrapped} </dev/null >{shlex.quote(files.log)} 2>&1 &",
-        "p=$!",
-        "s=$(sed 's/.*) //' \"/proc/$p/stat\")",
-        "set -- $s",
-        'echo "$p ${20}"',
-    ])
-
-
-def parse_started(stdout: str) -> tuple[int, int]:
-    """(pid, start ticks) from the start script's output."""
-    fields = stdout.split()
-    if len(fields) != 2 or not all(f.isdigit() for f in fields):
-        raise ValueError(f"the start script printed {stdout!r}, not 'PID START_TICKS'")
-    return int(fields[0]), int(fields[1])
-
-

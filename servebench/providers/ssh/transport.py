@@ -9,7 +9,6 @@ short path: a socket path has ~100 bytes at most).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -20,11 +19,11 @@ from pathlib import Path
 
 import psutil
 
-from servebench.providers.ssh.argv import BOOTSTRAP, control_argv, ssh_argv, ssh_config_text
+from servebench.providers.remote import DEFAULT_TIMEOUT_S, CommandChannel
+from servebench.providers.ssh.argv import control_argv, ssh_argv, ssh_config_text
 from servebench.providers.ssh.spec import SshProviderSpec
 
 SSH_FAILED = 255  # ssh's own failures (connection, authentication) exit with 255
-DEFAULT_TIMEOUT_S = 60.0
 
 
 class SshError(RuntimeError):
@@ -69,38 +68,6 @@ class SshTransport:
                               stderr=subprocess.PIPE, text=True, timeout=timeout,
                               stdin=None if input is not None else subprocess.DEVNULL)
 
-    def checked(self, host: str, remote: str, what: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-                input: str | None = None) -> str:
-        """stdout of a command that must succeed; SshError naming the host and the cause if not."""
-        result = self.ssh(host, remote, timeout=timeout, input=input)
-        if result.returncode != 0:
-            cause = "ssh failed" if result.returncode == SSH_FAILED else f"exit {result.returncode}"
-            raise SshError(f"{what} on {self.describe(host)}: {cause}: {result.stderr.strip()[-2000:]}")
-        return result.stdout
-
-    def call(self, host: str, source: Path, function: str, python: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-             **kwargs) -> object:
-        """Call a function of a stdlib-only source file on the host with its python; its JSON result."""
-        request = json.dumps({"file": source.name, "call": function, "kwargs": kwargs})
-        remote = f"{python} -c {shlex.quote(BOOTSTRAP)}"
-        out = self.checked(host, remote, f"{source.stem}.{function}", timeout=timeout,
-                           input=request + "\n" + source.read_text())
-        return json.loads(out)
-
-    def copy_from(self, host: str, remote_path: str, local_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
-        """Copy a file from the host (`cat` over the master: no second protocol); False if it is not there."""
-        local_path.parent.mkdir(parents=True, exist_ok=True)
-        partial = local_path.with_name(local_path.name + ".part")
-        with open(partial, "w") as out:
-            result = self.ssh(host, f"cat -- {shlex.quote(remote_path)}", timeout=timeout, stdout=out)
-        if result.returncode != 0:
-            partial.unlink(missing_ok=True)
-            if result.returncode == SSH_FAILED:
-                raise SshError(f"copying {remote_path} from {self.describe(host)}: {result.stderr.strip()}")
-            return False
-        partial.replace(local_path)
-        return True
-
     def master_running(self, host: str) -> bool:
         if not self.config.exists():
             return False
@@ -135,6 +102,29 @@ class SshTransport:
         for path in self.control_dir.iterdir():
             path.unlink(missing_ok=True)
         self.control_dir.rmdir()
+
+
+class SshChannel(CommandChannel):
+    """The ssh provider's channel: argv, shell-quoted, over the host's master (the remote side
+    parses one command string with the login shell: `shlex.join` gives back every argument)."""
+
+    error = SshError
+
+    def __init__(self, transport: SshTransport):
+        self.transport = transport
+
+    def run(self, host: str, argv: list[str], timeout: float | None = DEFAULT_TIMEOUT_S, input: str | None = None,
+            stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+        return self.transport.ssh(host, shlex.join(argv), timeout=timeout, input=input, stdout=stdout)
+
+    def pipe_argv(self, host: str, argv: list[str]) -> list[str]:
+        return ssh_argv(self.transport.config, host, shlex.join(argv))
+
+    def describe(self, host: str) -> str:
+        return self.transport.describe(host)
+
+    def unreachable(self, result: subprocess.CompletedProcess) -> str | None:
+        return "ssh failed" if result.returncode == SSH_FAILED else None
 
 
 def _signal(pid: int, sig: int) -> None:
