@@ -446,3 +446,19 @@ load: {rates: [2], requests: 4, client: {cpus: "1"}, workload: {kind: trace, for
     step = step_campaign(yaml.safe_load(path.read_text()), campaign, tmp_path, "tp1-b6500", "f" * 40, repeats=1)
     elsewhere = parse_campaign(yaml.safe_dump(step), base_dir=tmp_path / "steps", host_cpus={0, 1})
     assert elsewhere.load.workload[0].path == str(tmp_path / "trace.jsonl")
+
+
+def test_a_token_id_prompt_the_server_counts_otherwise_makes_the_run_invalid():
+    from servebench.load.records import RequestRecord
+    from servebench.load.runner import _add_prompt_check
+
+    def served(index: int, sent: int, counted: int | None) -> RequestRecord:
+        return RequestRecord(index=index, warmup=False, expected_input_tokens=sent, input_tokens=counted)
+
+    summary = {"valid": True, "invalid_reasons": []}
+    _add_prompt_check(summary, [served(0, 64, 64), served(1, 64, None)])  # a failed request counted nothing
+    assert summary == {"valid": True, "invalid_reasons": [], "prompt_token_mismatches": 0}
+    _add_prompt_check(summary, [served(0, 64, 64), served(1, 64, 65), served(2, 30, 31)])
+    assert not summary["valid"] and summary["prompt_token_mismatches"] == 2
+    assert summary["invalid_reasons"] == ["2 prompts of token ids were counted otherwise by the server "
+                                          "(request 1: 64 sent, 65 counted)"]

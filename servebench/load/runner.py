@@ -83,14 +83,15 @@ def judged_config(config: LoadConfig, offsets: list[float] | None) -> LoadConfig
     return config.model_copy(update={"rate": (len(offsets) - 1) / offsets[-1]})
 
 
-# body, prompt tokens, answer tokens asked, prefix group, session, turn
-Prepared = tuple[bytes, int | None, int, int | None, int | None, int | None]
+# body, prompt tokens, answer tokens asked, prefix group, session, turn, whether the prompt is token ids
+Prepared = tuple[bytes, int | None, int, int | None, int | None, int | None, bool]
 
 
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> Prepared:
     item = workload.item(index)
+    token_ids = isinstance(item.prompt, list) and bool(item.prompt) and isinstance(item.prompt[0], int)
     return (request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens,
-            item.output_len, item.group, item.session, item.turn)
+            item.output_len, item.group, item.session, item.turn, token_ids)
 
 
 def write_result(result: dict, path: Path) -> None:
@@ -109,13 +110,16 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint])
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
+    exact: set[int] = set()  # requests whose prompt is token ids: the server must count exactly those
     tokens_before = _server_tokens(config)
     cache_before = _prefix_cache(config)
     started_wall = datetime.now(timezone.utc)
 
     def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
-        body, expected, output_len, group, session, turn = prepared[index] if prepared is not None else \
-            _prepare(config, workload, index)
+        body, expected, output_len, group, session, turn, token_ids = prepared[index] if prepared is not None \
+            else _prepare(config, workload, index)
+        if token_ids:
+            exact.add(index)
         record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled,
                                expected_input_tokens=expected, requested_output_tokens=output_len,
                                prefix_group=group, session=session, turn=turn)
@@ -157,6 +161,7 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     for record in records:
         record.shift(t0)
     summary = summarize(records, judged_config(config, offsets), client)
+    _add_prompt_check(summary, [r for r in records if r.index in exact])
     if config.workload is not None:
         summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
     if config.sessions is not None:
@@ -338,6 +343,20 @@ def hit_rate(before: tuple[float | None, float | None] | None,
         return None
     queries, hits = after[0] - before[0], after[1] - before[1]
     return round(hits / queries, 4) if queries > 0 else None
+
+
+def _add_prompt_check(summary: dict, token_id_requests: list[RequestRecord]) -> None:
+    """Invalid when the server counted a token-id prompt as other than its length (it added or dropped
+    tokens: the lengths the workload asked for were not the lengths served)."""
+    wrong = [r for r in token_id_requests if r.input_tokens is not None and r.expected_input_tokens is not None
+             and r.input_tokens != r.expected_input_tokens]
+    summary["prompt_token_mismatches"] = len(wrong)
+    if wrong:
+        first = wrong[0]
+        summary["valid"] = False
+        summary["invalid_reasons"].append(
+            f"{len(wrong)} prompts of token ids were counted otherwise by the server (request {first.index}: "
+            f"{first.expected_input_tokens} sent, {first.input_tokens} counted)")
 
 
 def _add_counter_check(summary: dict, server_tokens: float | None) -> None:
