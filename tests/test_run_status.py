@@ -7,6 +7,7 @@ from servebench.campaign.outcome import (FAULT_INJECTED, FAULT_PLANNED, CellOutc
                                          failed_outcome, measured_outcome, run_status)
 from servebench.campaign.sweep import expand
 from servebench.serving.correctness import GateResult
+from tests.support.small_campaign import small_campaign_text
 
 
 def test_every_cell_completed_and_valid_is_completed():
@@ -31,19 +32,12 @@ def test_a_blocked_mode_says_whether_its_gate_failed_or_was_only_close():
     assert blocked_reason(GateResult(status="failed", detail="x"), "close").startswith("correctness gate failed")
 
 
-CAMPAIGN = """
-name: t
-provider: {kind: local, nodes: [{name: n0, cpus: [0]}]}
-model: {generate: tiny-llama}
-modes: [{name: a}]
-load: {clients: [1, 2], requests: 4}
-slo: {ttft_p99_ms: 500}
-"""
+LOAD = "{clients: [1, 2], requests: 4}"
 
 
-def campaign_and_cell(**extra):
-    """The campaign above (with `extra` top-level blocks) and its first cell."""
-    campaign = parse_campaign(CAMPAIGN + "".join(f"{key}: {value}\n" for key, value in extra.items()))
+def campaign_and_cell(**blocks):
+    """A small campaign with an SLO (and `blocks`), and its first cell."""
+    campaign = parse_campaign(small_campaign_text(LOAD, slo="{ttft_p99_ms: 500}", **blocks))
     return campaign, expand(campaign)[0]
 
 
@@ -78,10 +72,10 @@ def test_every_request_failed_is_a_failed_cell_unless_errors_are_measurements():
 def test_a_server_that_hung_or_ended_during_the_cell_fails_it_with_the_cause_and_the_counts():
     campaign, cell = campaign_and_cell()
     outcome = measured_outcome(campaign, cell, summary(completed=3, failed=1, hung="no token for 30 s"),
-                               server_problem="server of mode a is no longer healthy",
+                               server_problem="server of mode tp1 is no longer healthy",
                                faults=FaultEvidence.injected(["fault kill on n0 at 1.0 s: 123"], hit=True))
     assert outcome.status == "failed" and outcome.slo_met is False and not outcome.invalid
-    assert outcome.error == ("no token for 30 s; server of mode a is no longer healthy (during the cell: 3 requests "
+    assert outcome.error == ("no token for 30 s; server of mode tp1 is no longer healthy (during the cell: 3 requests "
                              "answered, 1 failed); injected: fault kill on n0 at 1.0 s: 123")
 
 
@@ -100,5 +94,5 @@ def test_a_fault_that_hit_or_may_have_hit_spoils_the_numbers():
 def test_a_cell_without_a_measurement_fails_and_misses_the_slo_only_if_there_is_one():
     campaign, _ = campaign_and_cell()
     assert failed_outcome(campaign, "server did not start") == CellOutcome("failed", "server did not start", False)
-    no_slo = parse_campaign(CAMPAIGN.replace("slo: {ttft_p99_ms: 500}\n", ""))
+    no_slo = parse_campaign(small_campaign_text(LOAD))
     assert failed_outcome(no_slo, "x").slo_met is None

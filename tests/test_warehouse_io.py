@@ -15,15 +15,9 @@ from servebench.campaign.loading import parse_campaign
 from servebench.campaign.schema import FaultSpec
 from servebench.campaign.sweep import expand
 from servebench.serving.faults import InjectedFault
+from tests.support.small_campaign import small_campaign_text
 
-CAMPAIGN = """
-name: t
-provider: {kind: local, nodes: [{name: n0, cpus: "0-1"}]}
-model: {generate: tiny-llama}
-modes: [{name: tp1}]
-load: {rates: [2, 4], requests: 2}
-slo: {ttft_p99_ms: 500}
-"""
+CAMPAIGN = small_campaign_text("{rates: [2, 4], requests: 2}", slo="{ttft_p99_ms: 500}")
 SLO = {"ttft_p99_ms": 500.0}
 
 
