@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 import warehouse
 from servebench.processes import shm_entries
 from tests.support.processes import engine_processes
+from tests.support.waiting import wait_until
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
@@ -28,12 +28,11 @@ def test_ctrl_c_stops_servers_and_keeps_measured_cells(tmp_path):
     shm_before = shm_entries()
     proc = subprocess.Popen([sys.executable, "-m", "servebench", "run", str(CAMPAIGN)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    def a_cell_measured() -> list:
+        assert proc.poll() is None, proc.stdout.read()
+        return list(runs.glob("*/cells/*.json"))
     try:
-        deadline = time.monotonic() + 900
-        while not list(runs.glob("*/cells/*.json")):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "no cell finished in time"
-            time.sleep(0.5)
+        wait_until(a_cell_measured, "the first cell's result", timeout_s=900, poll_s=0.5)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
     finally:
