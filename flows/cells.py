@@ -11,24 +11,54 @@ from pathlib import Path
 from flows.context import RunContext
 from flows.servers import server_problem
 from servebench import landing
-from servebench.campaign.outcome import CellOutcome, FaultEvidence, failed_outcome, measured_outcome
+from servebench.campaign.outcome import (CellOutcome, FaultEvidence, failed_outcome, measure_again,
+                                         measured_outcome)
 from servebench.campaign.sweep import Cell
 from servebench.load.runner import load_result
 from servebench.progress import reporter
 from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server
 from tasks.faults import land_faults, start_cell_faults
-from tasks.land import land_cell
+from tasks.land import land_cell, land_cell_attempt
 from tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
 
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
                  search_probe: bool = False) -> dict | None:
-    """Measure one cell and land it; return its load summary (None: nothing was measured)."""
-    problem = server_problem(server)
-    if problem is not None:
-        land_failed_cell(ctx, cell, problem, search_probe=search_probe)
-        return None
+    """Measure one cell and land it; return its load summary (None: nothing was measured). A
+    measurement the load generator finds invalid is taken again right away, on the same server,
+    up to `validity.retries` times (`measure_again`); every attempt lands, the last is the cell's."""
+    attempt = 0
+    while True:
+        problem = server_problem(server)
+        if problem is not None:
+            land_failed_cell(ctx, cell, problem, search_probe=search_probe)
+            return None
+        measured = measure_cell(ctx, cell, server, correctness, search_probe)
+        if measured is None:
+            return None
+        result, outcome, faults, started, kv_failures = measured
+        if not measure_again(outcome, attempt, ctx.campaign.validity.retries, faults):
+            break
+        supersede_attempt(ctx, cell, result, attempt, outcome)
+        attempt += 1
+    land_measured_cell(ctx, cell, result, outcome, started=started, correctness=correctness,
+                       search_probe=search_probe, kv_failures=kv_failures)
+    summary = result["summary"]
+    land_cell_attempt.fn(ctx.warehouse, ctx.run_id, cell.key, attempt, False, summary, str(result_file(ctx, cell)))
+    throughput = summary.get("output_throughput") or 0.0
+    busy = (summary.get("client") or {}).get("core_fraction")
+    verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
+    retried = f", measured {attempt + 1} times" if attempt else ""
+    reporter().cell_finished(cell.key, outcome.status, f"{summary['completed']} ok, {summary['failed']} failed, "
+                             f"{throughput:.1f} tok/s, gate {correctness}"
+                             + (f", client CPU {busy:.0%}" if busy is not None else "") + retried + verdict)
+    return summary
+
+
+def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None, search_probe: bool
+                 ) -> tuple[dict, CellOutcome, FaultEvidence, datetime, int | None] | None:
+    """One measurement of the cell and its verdict (None: the load did not run; the cell is landed failed)."""
     run = ctx.engine_run(cell.mode)
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
                               run.engine, server.launch.health_path)
@@ -48,18 +78,21 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                          search_probe=search_probe)
         return None
     faults = finish_faults(ctx, cell, timers)  # first: a fault that lasts is undone before the server is asked
-    summary = result["summary"]
-    outcome = measured_outcome(ctx.campaign, cell, summary, server_problem(server), faults)
-    land_measured_cell(ctx, cell, result, outcome, started=started, correctness=correctness,
-                       search_probe=search_probe,
-                       kv_failures=count_in_log(server.log_path, log_from, run.engine.kv_failure_pattern))
-    throughput = summary.get("output_throughput") or 0.0
-    busy = (summary.get("client") or {}).get("core_fraction")
-    verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
-    reporter().cell_finished(cell.key, outcome.status, f"{summary['completed']} ok, {summary['failed']} failed, "
-                             f"{throughput:.1f} tok/s, gate {correctness}"
-                             + (f", client CPU {busy:.0%}" if busy is not None else "") + verdict)
-    return summary
+    outcome = measured_outcome(ctx.campaign, cell, result["summary"], server_problem(server), faults)
+    return result, outcome, faults, started, count_in_log(server.log_path, log_from, run.engine.kv_failure_pattern)
+
+
+def supersede_attempt(ctx: RunContext, cell: Cell, result: dict, attempt: int, outcome: CellOutcome) -> None:
+    """An invalid measurement about to be taken again: its files move aside (`<key>.attempt<N>.*`, so
+    a resume never lands it as the cell) and it lands as a superseded attempt."""
+    output = result_file(ctx, cell)
+    kept = output.with_name(f"{cell.key}.attempt{attempt}.json")
+    for source, target in ((Path(requests_csv_path(str(output))), Path(requests_csv_path(str(kept)))), (output, kept)):
+        if source.exists():
+            source.replace(target)
+    land_cell_attempt.fn(ctx.warehouse, ctx.run_id, cell.key, attempt, True, result["summary"], str(kept))
+    reporter().stage(f"{cell.key}: measured again, attempt {attempt} was invalid: "
+                     + "; ".join(outcome.invalid_reasons or []))
 
 
 def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) -> bool:

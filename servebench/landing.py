@@ -206,6 +206,22 @@ def _client_columns(client: dict | None) -> dict:
             "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}
 
 
+def land_cell_attempt(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str, attempt: int, superseded: bool,
+                      summary: dict, result_path: str | None) -> None:
+    """One measurement of a cell (`validity.retries`): a superseded one stays here with its verdict;
+    `cells` holds the last, with how many attempts it took."""
+    insert_row(con, "cell_attempts", dict(
+        run_id=run_id, cell_key=cell_key, attempt=attempt, superseded=superseded, valid=summary.get("valid"),
+        invalid_reasons=summary.get("invalid_reasons") or None, completed=summary.get("completed"),
+        failed=summary.get("failed"), output_throughput=summary.get("output_throughput"),
+        ttft_p50_ms=_pct(summary, "ttft_ms", "p50"), tpot_p50_ms=_pct(summary, "tpot_ms", "p50"),
+        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"),
+        client_cpu_fraction=(summary.get("client") or {}).get("core_fraction"), result_path=result_path),
+        conflict="or replace")
+    if not superseded:
+        con.execute("update cells set attempts = ? where cell_id = ?", [attempt + 1, cell_id(run_id, cell_key)])
+
+
 REQUEST_TABLE_COLUMN = {"index": "request_index"}  # a record's field -> its `requests` column, where they differ
 
 

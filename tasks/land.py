@@ -78,3 +78,10 @@ def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict)
 def land_cell(path: str, run_id: str, cell, **fields) -> str:
     with session(path) as con:
         return landing.land_cell(con, run_id, cell, **fields)
+
+
+@task(name="land-cell-attempt", cache_policy=NONE)
+def land_cell_attempt(path: str, run_id: str, cell_key: str, attempt: int, superseded: bool, summary: dict,
+                      result_path: str | None) -> None:
+    with session(path) as con:
+        landing.land_cell_attempt(con, run_id, cell_key, attempt, superseded, summary, result_path)

@@ -15,14 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from servebench.load import run_load
+from servebench.load import LoadConfig, run_load
 from servebench.load.records import RequestRecord
 from servebench.load.sse import SseStream
 from tests.support.fake_openai_server import FakeServer
-from tests.test_load_client import config
 
 STREAMS = Path(__file__).parent / "data" / "vllm_streams"
 GAP_S = 0.03  # between replayed events
+
+
+def config(url: str) -> LoadConfig:
+    """One request of 16 tokens, with no engine extras: the recorded stream is what it is."""
+    return LoadConfig(base_url=url, model="tiny", clients=1, requests=1, input_len=24, output_len=16,
+                      vocab_size=1000, timeout_s=5)
 
 
 def events_of(name: str) -> list[bytes]:
@@ -92,7 +97,7 @@ def test_replayed_over_http_ttft_and_e2el_are_on_token_events(name):
     """The recorded bytes from a real socket, one event every GAP_S: TTFT ends at the first
     (empty) event, E2EL at the last (empty) one; the visible text comes a gap after TTFT."""
     with FakeServer("replay", token_delay_s=GAP_S, recorded=(STREAMS / name).read_bytes()) as server:
-        result = run_load(config(server.url, clients=1, requests=1, output_len=16, request_extras={}))
+        result = run_load(config(server.url))
     r = result["requests"][0]
     assert r["error_kind"] is None and r["output_tokens"] == 16 and sum(r["chunk_tokens"]) == 16
     ttft, text_ttft = r["first_token_s"] - r["sent_s"], r["first_text_s"] - r["sent_s"]

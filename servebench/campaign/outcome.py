@@ -85,6 +85,14 @@ def measured_outcome(campaign: Campaign, cell: Cell, summary: dict, server_probl
                        else None)
 
 
+def measure_again(outcome: CellOutcome, attempt: int, retries: int, faults: FaultEvidence = NO_FAULTS) -> bool:
+    """Whether a cell is measured again right away: its measurement completed but the load
+    generator found it invalid (its own limits: a busy core, a lagging schedule), and retries
+    remain. A failed cell is not (its server or a fault is the cause, and a second measurement
+    would hide it), nor one that had faults (they were meant for one measurement)."""
+    return outcome.status == "completed" and outcome.invalid and attempt < retries and not faults.clause
+
+
 def failed_outcome(campaign: Campaign, error: str) -> CellOutcome:
     """The verdict on a cell that failed without a measurement (its server gone, its load not run)."""
     return CellOutcome(status="failed", error=error, slo_met=False if campaign.slo else None)

@@ -276,6 +276,9 @@ class ValiditySpec(StrictModel):
                                                                         "share of the scheduled rate is invalid.")
     max_client_cpu: float = Field(0.8, gt=0, le=1, description="The generator busier than this share of one core "
                                                                 "is invalid (it may be the bottleneck).")
+    retries: int = Field(1, ge=0, description="A cell whose measurement is invalid is measured again right away, "
+                                              "on the same server, up to this many times; every attempt lands "
+                                              "(cell_attempts), the last one is the cell's.")
     errors_are_measurements: bool = Field(
         False, description="A cell whose every request failed while the server stayed up lands as completed with "
                            "zero throughput (and 'no request completed' among its invalid reasons), not as a failed "
