@@ -54,7 +54,8 @@ HOOK_MODULE = "servebench_target_hooks"
 HOOK = '''"""Installed by servebench (servebench/build/target_venv.py) into a venv built for {arch}.
 
 - Lazy binding ({lazy}): extension modules load with RTLD_LAZY, so a symbol that this platform's
-  wheels do not provide (vLLM's aarch64 _C names OpenBLAS's sbgemm_) fails only if it is called.
+  wheels do not provide (an engine extension naming OpenBLAS's sbgemm_, absent from aarch64 torch)
+  fails only if it is called.
 - Under qemu-user (the emulated node gives SERVEBENCH_EMULATED_PYTHON: a host program that starts
   $SERVEBENCH_GUEST_EXECUTABLE under the node's qemu): children started from sys.executable (the
   multiprocessing spawn, subprocesses) go through it; the kernel cannot start a {arch} program
