@@ -13,6 +13,7 @@ import threading
 import pytest
 
 import warehouse
+from servebench.analysis.run_summary import summarize
 from tests.support.campaign_process import run_echo_campaign
 from tests.support.waiting import wait_until
 
@@ -59,7 +60,9 @@ def test_a_cell_invalid_because_its_generator_was_starved_is_measured_again(isol
     attempts = con.execute("select attempt, superseded, valid, invalid_reasons, result_path from cell_attempts "
                            "order by attempt").fetchall()
     cell = con.execute("select valid, attempts, completed from cells").fetchall()
+    summary = summarize(con, outcome["run_id"])
     con.close()
+    assert summary.retry_line().startswith("1 of 1 cells measured again") and "measured 2 times" in summary.rows[0][-1]
     assert [(a, s, v) for a, s, v, _, _ in attempts] == [(0, True, False), (1, False, True)], attempts
     assert any("schedule" in reason or "busier" in reason for reason in attempts[0][3]), attempts[0][3]
     assert attempts[0][4].endswith("single.rate40.r0.attempt0.json") and os.path.exists(attempts[0][4])

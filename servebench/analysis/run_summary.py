@@ -22,7 +22,7 @@ from servebench.analysis.regression.series import cell_point
 COLUMNS = ("cell", "status", "correctness", "valid", "tok/s", "reasons / error")
 
 _QUERY = """
-select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error
+select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error, attempts
 from cells
 where run_id = ?
 order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key
@@ -41,6 +41,13 @@ class RunSummary:
     rows: list[tuple[str, ...]]  # formatted for display, one per cell (and per repeated load point)
     invalid: list[InvalidCell]
     cells: int = 0               # how many of the rows are cells
+    retried: int = 0             # cells measured again because a measurement was invalid (validity.retries)
+
+    def retry_line(self) -> str | None:
+        """How many cells needed a second measurement (None: none did)."""
+        if not self.retried:
+            return None
+        return f"{self.retried} of {self.cells} cells measured again after an invalid measurement (cell_attempts)"
 
     def alarm_lines(self) -> list[str]:
         """Nothing when every cell is valid; else a count and one line of reasons per invalid cell."""
@@ -59,16 +66,18 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
     spreads = run_spreads(con, run_id)
     last_of_point = {cell_point(key): index for index, (key, *_) in enumerate(cells)}
     rows, invalid = [], []
-    for index, (key, status, correctness, valid, throughput, reasons, error) in enumerate(cells):
+    for index, (key, status, correctness, valid, throughput, reasons, error, attempts) in enumerate(cells):
         reasons = list(reasons or [])
+        retried = [f"measured {attempts} times"] if attempts and attempts > 1 else []
         rows.append((key, status, correctness or "-", validity_word(valid), throughput_text(throughput),
-                     cell_notes(error, reasons)))
+                     cell_notes(error, reasons + retried)))
         if valid is False:
             invalid.append(InvalidCell(key, reasons))
         point = cell_point(key)
         if last_of_point[point] == index and (row := spread_row(point, spreads)) is not None:
             rows.append(row)
-    return RunSummary(COLUMNS, rows, invalid, cells=len(cells))
+    retried = sum(1 for cell in cells if cell[-1] and cell[-1] > 1)
+    return RunSummary(COLUMNS, rows, invalid, cells=len(cells), retried=retried)
 
 
 # the latencies a point's row lists beside its throughput

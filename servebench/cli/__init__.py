@@ -252,6 +252,8 @@ def print_cells_summary(console: Console, warehouse_file: str, run_id: str) -> N
         return
     if summary.rows:
         print_rows(console, summary.columns, summary.rows, wrappable=[summary.columns[-1]])
+    if (retried := summary.retry_line()) is not None:
+        console.print(Text(retried, style="yellow"), soft_wrap=True)
     for line in summary.alarm_lines():
         console.print(Text(line, style="bold red"), soft_wrap=True)
 
