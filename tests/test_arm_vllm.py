@@ -204,6 +204,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e  # builds vLLM's aarch64 venv (5.9 GB, minutes cold): not for the fast run
 @pytest.mark.arm
 @pytest.mark.vllm
 @needs_cross
