@@ -493,7 +493,7 @@ class RemoteNodes(TestbedHostLinks):
         """The command line `start` runs for argv (environment aside), as `plan` prints it."""
         files = remote_files(self.run_dir, 0, "process.log")
         script = start_script(self.run_dir, files, self._full_argv(node, argv, {}, (), 0))
-        return self.channel().pipe_argv(self.node_host(node), ["sh", "-c", script])
+        return self.channel().pipe_argv(self.node_host(node), ["sh", "-c", script, "sh"])
 
     def _before_start(self, host: str) -> None:
         """What a node needs before the run's first process there (ssh: the run's warden)."""
@@ -510,7 +510,7 @@ class RemoteNodes(TestbedHostLinks):
         script = start_script(self.run_dir, files, self._full_argv(node, argv, env, unset, sequence))
         self._touched.add(host)
         self._before_start(host)
-        pid, ticks = parse_started(channel.checked(host, ["sh", "-c", script], f"starting {argv[:1]}"))
+        pid, ticks = parse_started(channel.checked(host, ["sh", "-c", script, "sh"], f"starting {argv[:1]}"))
         process = RemoteProcess(node=host, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
                                 argv=list(argv), channel=channel, python=self.spec.python, mark=self._mark(sequence))
         self._started.append(process)
