@@ -9,9 +9,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from servebench.load.distributions import WorkloadError
+
+
+def json_lines(path: Path, lines: list[str], error: type[Exception] = WorkloadError) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a JSONL file, parsed, with its line number: a line that is not JSON is
+    refused naming the file and the line."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise error(f"{path}:{number}: not JSON: {exc}") from None
+        yield number, row
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +53,7 @@ def load_prompts_jsonl(path: Path, default_output_len: int, endpoint: str | None
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise WorkloadError(f"{path}: {exc.strerror or exc}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise WorkloadError(f"{path}:{number}: not JSON: {exc}") from None
+    for number, row in json_lines(path, lines):
         kinds = [k for k in ("prompt", "prompt_ids", "messages") if isinstance(row, dict) and k in row]
         if len(kinds) != 1:
             raise WorkloadError(f"{path}:{number}: each line needs 'prompt' or 'messages' (or 'prompt_ids': token "

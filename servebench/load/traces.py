@@ -12,12 +12,13 @@ length or a timestamp earlier than the line before is refused, naming the file a
 from __future__ import annotations
 
 import csv
-import json
 import random
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from servebench.load.datasets import json_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +44,7 @@ def read_trace(path: Path, fmt: str) -> list[TraceRow]:
 def read_mooncake(path: Path, text: str) -> list[TraceRow]:
     rows: list[TraceRow] = []
     first: float | None = None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{number}: not JSON: {exc}") from None
+    for number, entry in json_lines(path, text.splitlines(), ValueError):
         if not isinstance(entry, dict):
             raise ValueError(f"{path}:{number}: each line is a JSON object")
         missing = [k for k in ("timestamp", "input_length", "output_length") if k not in entry]
