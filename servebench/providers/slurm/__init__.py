@@ -256,7 +256,7 @@ class SlurmProvider(RemoteNodes):
             raise start_failure(f"starting {argv[:1]}", name, client_log, code)
         pid, ticks = parse_started(line)
         process = SlurmProcess(node=name, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
-                               argv=list(argv), allocation=allocation, client_process=popen, client_log=client_log,
+                               argv=list(argv), channel=allocation, client_process=popen, client_log=client_log,
                                python=self.spec.python, mark=mark)
         self._started.append(process)
         return process

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S
+from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S, RemoteProcess
 from servebench.providers.slurm.allocation import Allocation
-from servebench.providers.slurm.argv import RemoteFiles, parse_status, status_argv
+from servebench.providers.slurm.argv import parse_status, status_argv
 from servebench.providers.slurm.client import AllocationEnded, SlurmError, end_group
 CLIENT_EXIT_WAIT_S = 10.0  # after the task ended, its srun client reports and exits
 # While its srun client runs, a process is alive unless the allocation ended; the controller is
@@ -33,28 +33,20 @@ CLIENT_EXIT_WAIT_S = 10.0  # after the task ended, its srun client reports and e
 ALLOCATION_CHECK_S = 2.0
 
 
-@dataclass
-class SlurmProcess:
+@dataclass(kw_only=True)
+class SlurmProcess(RemoteProcess):
     """pid is the step's task on the node (the launch script; the command is its child, same
-    group). Exit codes follow the shell: a command killed by signal N reports 128+N."""
+    group). Exit codes follow the shell: a command killed by signal N reports 128+N. Its channel is
+    the allocation; what differs from another remote process is the step's local srun client and
+    an allocation that can end under it."""
 
-    node: str
-    pid: int
-    start_ticks: int                 # /proc/PID/stat start time: tells a reused PID apart
-    log_path: Path | None            # the local copy of the node's log
-    files: RemoteFiles
-    argv: list[str]
-    allocation: Allocation = field(repr=False)
     client_process: subprocess.Popen = field(repr=False)  # the step's srun client, here
     client_log: Path | None = None   # that client's stderr, here (srun's own messages)
-    python: str = "python3"
-    mark: str = ""                   # its MARK_VARIABLE value: found on the node even unrecorded
-    started_monotonic: float = field(default_factory=time.monotonic)
-    known_descendants: dict[str, int] = field(default_factory=dict)  # pid -> start ticks
     log_note: str | None = None      # why the node's log could not be copied, if it could not
-    _ended: bool = False
-    _exit: int | None = None
-    _stopped: bool = False
+
+    @property
+    def allocation(self) -> Allocation:
+        return self.channel  # type: ignore[return-value]
 
     def alive(self) -> bool:
         """True while the task runs on the node; AllocationEnded once the allocation is gone."""
@@ -77,12 +69,6 @@ class SlurmProcess:
         if not self._ended:
             self.alive()
         return self._exit
-
-    def remember_descendants(self) -> None:
-        """Note what it has spawned so far, on its node: stopped with it even if it left the group."""
-        found = self.allocation.call(self.node, NODE_TOOLS, "descendants", self.python, pid=self.pid,
-                                     start=self.start_ticks)
-        self.known_descendants |= found
 
     def fetch_log(self) -> Path | None:
         """Copy the node's log to log_path now (it keeps growing while the process runs). Once the
@@ -144,10 +130,6 @@ class SlurmProcess:
 
     def _finish(self, code: int | None) -> None:
         self._ended, self._exit = True, code
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     @property
     def client_pid(self) -> int:
