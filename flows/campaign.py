@@ -245,7 +245,7 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
         land_build(ctx.warehouse, ctx.run_id, build)
         placed = place_artifacts(ctx.provider, servers, None, inventories, build, run.deployment.model_dir)
         placements += [p.model_dump() for p in placed.placements]
-        run.variants[build.key] = replace(run.deployment, spec=spec, build=build)
+        run.variants.append(replace(run.deployment, spec=spec, build=build))
     return placements
 
 

@@ -39,7 +39,7 @@ class EngineRun:
     reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
     reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
     build_hold: IO | None = None                   # the build's use lock, held until release (`builds gc` waits)
-    variants: dict[str, Deployment] = field(default_factory=dict)  # by build key: modes built differently (`build:`)
+    variants: list[Deployment] = field(default_factory=list)  # one per `build:` block that differs (two blocks may share a key)
     variant_holds: list[IO] = field(default_factory=list)
 
     def deployment_for(self, mode: ModeSpec) -> Deployment | None:
@@ -47,7 +47,7 @@ class EngineRun:
         if self.deployment is None or not mode.build:
             return self.deployment
         spec = self.deployment.campaign.engine_spec_for(mode)
-        return next((d for d in self.variants.values() if d.spec == spec), self.deployment)
+        return next((d for d in self.variants if d.spec == spec), self.deployment)
 
 
 @dataclass
