@@ -1,15 +1,21 @@
 """A mode's capacity search inside a campaign (`search:`): the searching itself is
 `servebench.analysis.capacity`; here every probe is a cell of the mode, measured and landed like
-the others, against the mode's server (restarted if a probe left it unhealthy)."""
+the others, against the mode's server (restarted if a probe left it unhealthy).
+
+A probe cell the load generator alone made invalid is measured again by the cell's own retries
+(`validity.retries`, flows/cells.py: same key, every attempt kept), so the search does not measure
+it again itself (`client_retries=0`: a second call would find the cell landed); still invalid, the
+search stops there. A probe never lasts longer than MAX_PROBE_S: the search's lowest rate is
+`probe_floor` of the campaign's requests."""
 
 from __future__ import annotations
 
-from flows.cells import land_result_file, run_one_cell
+from flows.cells import land_result_file, result_file, run_one_cell
 from flows.context import RunContext
 from flows.servers import restart_server, server_problem
 from servebench import warehouse_io
 from servebench.analysis.capacity import Probe as CapacityProbe
-from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
+from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, probe_floor, search_capacity
 from servebench.campaign.schema import ModeSpec
 from servebench.campaign.sweep import Cell, search_cell
 from servebench.progress import reporter
@@ -43,8 +49,11 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
         summary = run_one_cell(ctx, cell, current["server"], gate.status, search_probe=True)
         if summary is None:  # failed without a measurement
             return judge(value, {key: None for key in slo}, slo, valid=False)
+        completed = ctx.statuses[cell.key] == "completed"  # a failed cell is the server's, whatever the client said
         return judge(value, observed_from_summary(summary, slo), slo,
-                     valid=ctx.statuses[cell.key] == "completed" and bool(summary.get("valid", True)))
+                     valid=completed and bool(summary.get("valid", True)),
+                     reasons=summary.get("invalid_reasons", []) if completed else [],
+                     attempts=measurements(ctx, cell))
 
     def probe(value: float) -> CapacityProbe:
         """The point meets the SLO only if every repeat does (the first miss ends the repeats)."""
@@ -56,14 +65,29 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
         return verdict
 
     reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
-    result = search_capacity(probe, SearchSettings(start=spec.start, precision=spec.precision,
-                                                   max_probes=spec.max_probes, max_value=spec.max_value,
-                                                   integer=spec.over == "clients"))
+    result = search_capacity(probe, search_settings(ctx))
     land_capacity(ctx.warehouse, ctx.run_id, mode, spec.over, slo, result, probe_cells)
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
                      f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
     return current["server"], current["telemetry"]
+
+
+def search_settings(ctx: RunContext) -> SearchSettings:
+    """The campaign's `search:` as the pure search's settings: no rate below where a probe of the
+    campaign's requests would outlast MAX_PROBE_S; a client-limited probe not measured again by
+    the search (the cell's own `validity.retries` did)."""
+    spec, load = ctx.campaign.search, ctx.campaign.load
+    floor = {} if spec.over == "clients" else {"min_value": probe_floor(load.requests, load.duration)}
+    return SearchSettings(start=spec.start, precision=spec.precision, max_probes=spec.max_probes,
+                          max_value=spec.max_value, integer=spec.over == "clients", client_retries=0, **floor)
+
+
+def measurements(ctx: RunContext, cell: Cell) -> int:
+    """How many times the cell was measured: its result, and each attempt superseded as invalid
+    (`<key>.attempt<N>.json`, flows/cells.py's supersede_attempt)."""
+    output = result_file(ctx, cell)
+    return 1 + sum(1 for _ in output.parent.glob(f"{cell.key}.attempt*.json"))
 
 
 def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
@@ -72,6 +96,8 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     slo = ctx.campaign.slo
     with session(ctx.warehouse) as con:
         row = warehouse_io.landed_cell(con, ctx.run_id, cell.key)
-    valid = row["status"] == "completed" and bool(row["valid"])
-    verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=valid)  # cells keep p50 and p99 only
+    completed = row["status"] == "completed"
+    verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=completed and bool(row["valid"]),
+                    reasons=(row["invalid_reasons"] or []) if completed else [],
+                    attempts=measurements(ctx, cell))  # cells keep p50 and p99 only
     return verdict.model_copy(update={"met": bool(row["slo_met"])})

@@ -19,8 +19,17 @@ the SLO margin was simulated over three curve shapes (hockey stick, M/M/1-like, 
 and gained nothing: up to 12 probes where bisection took 11, with a count that depends on the
 curve (docs/capacity.md).
 
-A probe that is not valid (the generator fell behind its schedule, the server failed) is a miss
-for the SLO: a point "meets the SLO" only if it is also valid.
+A point "meets the SLO" only if its probe is also valid. A probe the server made invalid (no
+request completed, token counts that disagree) is a miss. A probe invalid because of the client
+alone (it fell behind its schedule, sent below the rate, was too busy on its core:
+`servebench.load.metrics.client_limited`) says nothing about the server: the point is measured
+again (`client_retries`, counted against `max_probes`), and if the client limits it again the
+search stops there, not converged, saying so. Taking it as a miss would descend on a busy
+machine's noise, each probe twice as long as the last.
+
+How low a search may go is the caller's bound on a probe's duration: a probe of N requests at
+r req/s lasts N / r, so `probe_floor` gives the lowest rate whose probe lasts at most
+`MAX_PROBE_S` (the search's `min_value`).
 """
 
 from __future__ import annotations
@@ -30,8 +39,11 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servebench.load.metrics import client_limited
+
 SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_PERCENTILES = ("p50", "p90", "p95", "p99")
+MAX_PROBE_S = 300.0  # the longest probe a search schedules (docs/capacity.md): 8 probes, at most 40 minutes
 
 
 class SearchSettings(BaseModel):
@@ -39,11 +51,16 @@ class SearchSettings(BaseModel):
 
     start: float = Field(1.0, gt=0, description="First point probed (req/s, or clients).")
     max_value: float = Field(1024.0, gt=0, description="Never probe above this.")
-    min_value: float = Field(0.01, gt=0, description="Give up below this: nothing meets the SLO.")
+    min_value: float = Field(0.01, gt=0, description="Give up below this: nothing meets the SLO (`probe_floor`: "
+                             "where one probe would last longer than the caller allows). The first probe is "
+                             "never below it.")
     growth: float = Field(2.0, gt=1, description="Factor between bracketing probes.")
     precision: float = Field(0.05, gt=0, lt=1, description="Stop when (hi - lo) / hi is at most this.")
     max_probes: int = Field(8, ge=2, le=64)
     integer: bool = Field(False, description="Client counts: integer points; stop when hi - lo is 1.")
+    client_retries: int = Field(1, ge=0, le=8, description=(
+        "A probe invalid because of the client alone is measured again this many times (each counts against "
+        "max_probes); invalid each time, the search stops there. 0 where the caller measured it again already."))
 
 
 class Probe(BaseModel):
@@ -54,6 +71,9 @@ class Probe(BaseModel):
     valid: bool = True
     margin: float                           # 1 - max(observed / limit); <= 0: the SLO was missed
     met: bool
+    reasons: list[str] = []                 # why it is invalid (the load generator's words)
+    client_limited: bool = False            # invalid because of the client alone: nothing said about the server
+    attempts: int = 1                       # measurements behind this verdict (a cell measured again when invalid)
 
 
 class CapacityResult(BaseModel):
@@ -89,25 +109,65 @@ def observed_from_summary(summary: dict, slo: dict[str, float]) -> dict[str, flo
     return found
 
 
-def judge(rate: float, observed: dict[str, float | None], slo: dict[str, float], valid: bool = True) -> Probe:
-    """A probe's margin and verdict: a missing percentile (no request completed) is a miss."""
+def judge(rate: float, observed: dict[str, float | None], slo: dict[str, float], valid: bool = True,
+          reasons: list[str] | tuple[str, ...] = (), attempts: int = 1) -> Probe:
+    """A probe's margin and verdict: a missing percentile (no request completed) is a miss. An
+    invalid probe whose `reasons` are all the client's is `client_limited` (the search measures
+    it again rather than take it as the server's miss)."""
     ratios = [math.inf if observed.get(key) is None else observed[key] / limit for key, limit in slo.items()]
     margin = 1.0 - max(ratios)
     return Probe(rate=rate, observed=observed, valid=valid, margin=margin if math.isfinite(margin) else -1.0,
-                 met=valid and margin >= 0)
+                 met=valid and margin >= 0, reasons=[] if valid else list(reasons),
+                 client_limited=not valid and client_limited(reasons), attempts=attempts)
+
+
+def probe_floor(requests: int | None, duration_s: float | None, max_probe_s: float = MAX_PROBE_S) -> float:
+    """The lowest rate a search over the rate may probe (its `min_value`): a probe of `requests`
+    at r req/s lasts requests / r, so below requests / max_probe_s one probe alone would outlast
+    max_probe_s (from 2 req/s with 20 requests, 7 descending probes would reach 1280 s). A probe
+    bounded by its `duration_s` is bounded already: the search's default floor then."""
+    if duration_s is not None or not requests:
+        return SearchSettings.model_fields["min_value"].default
+    return math.ceil(requests / max_probe_s * 1e6) / 1e6  # a point is probed rounded to 6 decimals
 
 
 def search_capacity(probe: Callable[[float], Probe], settings: SearchSettings = SearchSettings()) -> CapacityResult:
     """Bracket, then bisect; see the module's docstring."""
     probes: list[Probe] = []
-    integer = settings.integer
+    try:
+        return _search(probe, settings, probes)
+    except _ClientLimited as stop:
+        return _stopped(probes, settings, stop.args[0])
 
+
+class _ClientLimited(Exception):
+    """A point the client could not measure validly, again: the search ends there (`why`)."""
+
+
+def _measurer(probe: Callable[[float], Probe], settings: SearchSettings, probes: list[Probe]
+              ) -> Callable[[float], Probe]:
+    """`probe` at a point (rounded), recorded; a client-limited verdict measured again up to
+    `client_retries` times within the budget, and raised as _ClientLimited if it stays so."""
     def measure(value: float) -> Probe:
-        result = probe(max(1, round(value)) if integer else round(value, 6))
+        point = max(1, round(value)) if settings.integer else round(value, 6)
+        result = probe(point)
         probes.append(result)
+        for _ in range(settings.client_retries):
+            if not result.client_limited or len(probes) >= settings.max_probes:
+                break
+            result = probe(point)
+            probes.append(result)
+        if result.client_limited:
+            raise _ClientLimited(_client_why(probes, settings))
         return result
+    return measure
 
-    first = measure(min(settings.start, settings.max_value))
+
+def _search(probe: Callable[[float], Probe], settings: SearchSettings, probes: list[Probe]) -> CapacityResult:
+    """Bracket, then bisect, recording every probe in `probes`."""
+    integer = settings.integer
+    measure = _measurer(probe, settings, probes)
+    first = measure(min(max(settings.start, settings.min_value), settings.max_value))
     lo, hi = (first, None) if first.met else (None, first)
     while lo is None or hi is None:
         if len(probes) >= settings.max_probes:
@@ -117,8 +177,8 @@ def search_capacity(probe: Callable[[float], Probe], settings: SearchSettings = 
                 return _result(lo, hi, probes, settings, f"the SLO held up to {settings.max_value:g}")
             step = measure(min(lo.rate * settings.growth, settings.max_value))
         else:
-            if hi.rate <= settings.min_value or (integer and hi.rate <= 1):
-                return _result(lo, hi, probes, settings, "the SLO failed at the lowest point")
+            if hi.rate <= round(settings.min_value, 6) or (integer and hi.rate <= 1):  # as measure rounds
+                return _result(lo, hi, probes, settings, f"the SLO failed at the lowest point, {hi.rate:g}")
             step = measure(max(hi.rate / settings.growth, settings.min_value))
         if step.met:
             lo = step if lo is None or step.rate > lo.rate else lo
@@ -133,6 +193,31 @@ def search_capacity(probe: Callable[[float], Probe], settings: SearchSettings = 
         else:
             hi = step
     return _result(lo, hi, probes, settings, "bracket narrowed to the precision asked")
+
+
+def _client_why(probes: list[Probe], settings: SearchSettings) -> str:
+    """Why a search stopped on a client-limited point: how often it was measured, the client's words."""
+    last = probes[-1]
+    times = 0
+    for earlier in reversed(probes):  # the point's measurements: the last ones, all limited by the client
+        if earlier.rate != last.rate or not earlier.client_limited:
+            break
+        times += earlier.attempts
+    unit = "clients" if settings.integer else "req/s"
+    again = ("twice" if times == 2 else f"{times} times") if times > 1 else \
+        ("once, and the probe budget left no second measurement" if len(probes) >= settings.max_probes
+         else "once (not measured again: no retries)")
+    return (f"the probe at {last.rate:g} {unit} was invalid {again}: {'; '.join(last.reasons)}; "
+            "the client, not the server, limited it")
+
+
+def _stopped(probes: list[Probe], settings: SearchSettings, why: str) -> CapacityResult:
+    """The search cut short by the client: the highest point met and the lowest the server missed so
+    far (what the bracket held), not converged."""
+    met = [p.rate for p in probes if p.met]
+    missed = [p.rate for p in probes if not p.met and not p.client_limited]
+    return CapacityResult(capacity=max(met, default=None), upper=min(missed, default=None), probes=probes,
+                          converged=False, why=why)
 
 
 def _narrow(lo: float, hi: float, settings: SearchSettings) -> bool:

@@ -1,8 +1,9 @@
 """`servebench capacity`: the highest open-loop rate (or, with --clients-search, the most closed-loop
 clients) at which a running server meets an SLO, found with few probes
 (`servebench.analysis.capacity`). Each probe is one run of the load generator; latency is
-measured from each request's scheduled time (no coordinated omission in the open loop), and a
-probe the generator could not keep valid counts as a miss."""
+measured from each request's scheduled time (no coordinated omission in the open loop). A probe
+the server made invalid counts as a miss; one the generator alone made invalid (its schedule, its
+rate, its core) is measured again, and stops the search if it stays so (docs/capacity.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servebench.analysis.capacity import (SearchSettings, judge, observed_from_summary, parse_slo,
-                                          search_capacity)
+from servebench.analysis.capacity import (MAX_PROBE_S, SearchSettings, judge, observed_from_summary, parse_slo,
+                                          probe_floor, search_capacity)
 from servebench.cli.load import add_load_flags, config_from_args
 
 
@@ -30,6 +31,8 @@ def add_capacity_parser(sub) -> None:
     p.add_argument("--precision", type=float, default=0.05, help="stop when (hi - lo) / hi is at most this")
     p.add_argument("--max-probes", type=int, default=8)
     p.add_argument("--max-value", type=float, default=1024.0, help="never probe above this rate (or clients)")
+    p.add_argument("--max-probe-s", type=float, default=MAX_PROBE_S, help="never probe a rate so low that its "
+                   "--requests would take longer than this (seconds): the search's lowest rate")
     p.add_argument("--output-json", help="write the probes and the result here")
     p.set_defaults(func=cmd_capacity)
 
@@ -37,10 +40,12 @@ def add_capacity_parser(sub) -> None:
 def cmd_capacity(args: argparse.Namespace) -> int:
     try:
         slo = parse_slo({key: float(value) for key, _, value in (item.partition("=") for item in args.slo)})
-        settings = SearchSettings(start=args.start, precision=args.precision, max_probes=args.max_probes,
-                                  max_value=args.max_value, integer=args.clients_search)
         args.rate, args.clients = (None, 1) if args.clients_search else (args.start, None)
         base = config_from_args(args)
+        floor = {} if args.clients_search else {"min_value": probe_floor(base.requests, base.duration,
+                                                                        args.max_probe_s)}
+        settings = SearchSettings(start=args.start, precision=args.precision, max_probes=args.max_probes,
+                                  max_value=args.max_value, integer=args.clients_search, **floor)
     except (ValueError, ValidationError) as exc:
         print(f"servebench capacity: {exc}", file=sys.stderr)
         return 2
@@ -64,10 +69,12 @@ def find_capacity(base, slo: dict[str, float], settings: SearchSettings, say=pri
     def probe(point: float):
         update = {"clients": int(point), "rate": None} if settings.integer else {"rate": point, "clients": None}
         summary = run_load(base.model_copy(update=update))["summary"]
-        verdict = judge(point, observed_from_summary(summary, slo), slo, valid=bool(summary.get("valid", True)))
-        say(f"probe {point:g}: {'met' if verdict.met else 'missed'} "
+        verdict = judge(point, observed_from_summary(summary, slo), slo, valid=bool(summary.get("valid", True)),
+                        reasons=summary.get("invalid_reasons", []))
+        outcome = "client-limited" if verdict.client_limited else "met" if verdict.met else "missed"
+        say(f"probe {point:g}: {outcome} "
             + ", ".join(f"{k} {v:.1f}" if v is not None else f"{k} -" for k, v in verdict.observed.items())
-            + ("" if verdict.valid else f" (invalid: {'; '.join(summary.get('invalid_reasons', []))})"))
+            + ("" if verdict.valid else f" (invalid: {'; '.join(verdict.reasons)})"))
         return verdict
     return search_capacity(probe, settings)
 

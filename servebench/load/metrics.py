@@ -140,16 +140,33 @@ def window_summary(records: list[RequestRecord], config) -> dict:
     }
 
 
+# How each reason of the load generator's own limits begins (`validity` writes them so): a run
+# invalid for these alone says nothing about the server (see `client_limited`).
+CLIENT_LAG = "schedule lag p99"
+CLIENT_RATE = "achieved rate"
+CLIENT_CPU = "the load generator used"
+CLIENT_REASONS = (CLIENT_LAG, CLIENT_RATE, CLIENT_CPU)
+
+
+def client_limited(reasons: Iterable[str]) -> bool:
+    """Whether a run was invalid because of the load generator alone (it fell behind its schedule,
+    sent below the rate asked, or was too busy on its core): such a run measured the client, not
+    the server. Any other reason ("no request completed", token counts that disagree with the
+    server's) is the server's, and makes the run the server's failure."""
+    reasons = list(reasons)
+    return bool(reasons) and all(reason.startswith(CLIENT_REASONS) for reason in reasons)
+
+
 def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, list[str]]:
     """A run whose client could not keep its schedule, or whose token counts disagree, is invalid."""
     reasons = []
     lag_p99 = summary["schedule_lag_ms"]["p99"]
     if config.rate is not None and lag_p99 is not None and lag_p99 > config.max_schedule_lag_ms:
-        reasons.append(f"schedule lag p99 {lag_p99:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
+        reasons.append(f"{CLIENT_LAG} {lag_p99:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
                        "the client fell behind its schedule")
     scheduled, achieved = summary["scheduled_rate"], summary["achieved_rate"]
     if scheduled and achieved is not None and achieved < config.min_achieved_fraction * scheduled:
-        reasons.append(f"achieved rate {achieved:.2f} req/s is below {config.min_achieved_fraction:.0%} of the "
+        reasons.append(f"{CLIENT_RATE} {achieved:.2f} req/s is below {config.min_achieved_fraction:.0%} of the "
                        f"scheduled {scheduled:.2f} req/s")
     mismatched = [r.index for r in steady if r.ok and r.token_source == "usage"
                   and sum(r.chunk_tokens) != r.output_tokens]
@@ -162,7 +179,7 @@ def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, 
                        "counted from events, so TTFT/TPOT/ITL are approximate")
     busy = (summary.get("client") or {}).get("core_fraction")
     if busy is not None and busy > config.max_client_cpu:
-        reasons.append(f"the load generator used {busy:.0%} of a core (limit {config.max_client_cpu:.0%}): "
+        reasons.append(f"{CLIENT_CPU} {busy:.0%} of a core (limit {config.max_client_cpu:.0%}): "
                        "it may be the bottleneck, not the server")
     if not summary["completed"]:
         reasons.append("no request completed")
