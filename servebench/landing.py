@@ -170,7 +170,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
         knobs=knobs_json(cell.mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
-        workload_name=None if cell.workload is None else cell.workload.label)
+        workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary))
     if requests_csv is None and (result or {}).get("requests"):
         # next to the result file (in the run's directory), so an orchestrator killed while landing
         # leaves nothing in /tmp
@@ -197,6 +197,13 @@ def _replace_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, ro
     except Exception:
         con.execute("rollback")
         raise
+
+
+def _warmup_columns(summary: dict) -> dict:
+    """What the cell's warm-up until steady took (all None without one)."""
+    warmed = summary.get("warm_until_steady") or {}
+    return {"warmup_steady": warmed.get("steady"), "warmup_s": warmed.get("seconds"),
+            "warmup_phase_requests": warmed.get("requests"), "warmup_why": warmed.get("why")}
 
 
 def _client_columns(client: dict | None) -> dict:

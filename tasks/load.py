@@ -44,7 +44,8 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
     return LoadConfig(
         base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
         arrival=load.arrival, input_len=load.input_len, output_len=load.output_len, vocab_size=vocab_size,
-        requests=load.requests, duration=load.duration, warmup=load.warmup, seed=cell.seed,
+        requests=load.requests, duration=load.duration, warmup=load.warmup,
+        warm_until_steady=load.warm_until_steady, seed=cell.seed,
         timeout_s=load.timeout_s, max_schedule_lag_ms=validity.max_schedule_lag_ms,
         min_achieved_fraction=validity.min_achieved_fraction, max_client_cpu=validity.max_client_cpu,
         cpus=format_cpu_list(client.cpus) if client.cpus else None, nice=load.client.nice,

@@ -22,7 +22,8 @@ from servebench.analysis.regression.series import cell_point
 COLUMNS = ("cell", "status", "correctness", "valid", "tok/s", "reasons / error")
 
 _QUERY = """
-select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error, attempts
+select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error, warmup_steady,
+       warmup_why, attempts
 from cells
 where run_id = ?
 order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key
@@ -66,11 +67,13 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
     spreads = run_spreads(con, run_id)
     last_of_point = {cell_point(key): index for index, (key, *_) in enumerate(cells)}
     rows, invalid = [], []
-    for index, (key, status, correctness, valid, throughput, reasons, error, attempts) in enumerate(cells):
+    for index, (key, status, correctness, valid, throughput, reasons, error, steady, warmup_why,
+                attempts) in enumerate(cells):
         reasons = list(reasons or [])
         retried = [f"measured {attempts} times"] if attempts and attempts > 1 else []
+        unsteady = [f"warm-up: {warmup_why}"] if steady is False else []   # measured all the same: said
         rows.append((key, status, correctness or "-", validity_word(valid), throughput_text(throughput),
-                     cell_notes(error, reasons + retried)))
+                     cell_notes(error, reasons + unsteady + retried)))
         if valid is False:
             invalid.append(InvalidCell(key, reasons))
         point = cell_point(key)

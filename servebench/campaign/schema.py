@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, S
 
 from servebench.analysis.regression.settings import DetectionSettings
 from servebench.cpus import parse_cpu_list
+from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 # head_dims the CPU attention kernels of the engines accept (facts file, "Runtime"): the
@@ -294,6 +295,10 @@ class LoadSpec(StrictModel):
     requests: int | None = Field(None, ge=1)
     duration: float | None = Field(None, gt=0, description="Seconds of sending per cell.")
     warmup: int = Field(0, ge=0, description="Leading requests left out of steady-state metrics.")
+    warm_until_steady: SteadyWarmup | None = Field(None, description=(
+        "Before each cell, warm-up requests at its concurrency until TTFT and TPOT stop drifting (two windows' "
+        "medians within a tolerance), bounded in time; landed per cell (docs/load-generator.md). {} for the "
+        "defaults."))
     repeats: int = Field(1, ge=1)
     seed: int = 0
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
@@ -565,6 +570,8 @@ class Campaign(StrictModel):
             data["load"].pop("hang_after_s")
         if not data["load"].get("workload"):  # and one without a workload block
             data["load"].pop("workload", None)
+        if data["load"].get("warm_until_steady") is None:  # or without a warm-up until steady
+            data["load"].pop("warm_until_steady", None)
         for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
             if not data.get(optional):
                 data.pop(optional, None)

@@ -37,6 +37,8 @@ HELP = {
     "--max-context": "the model's context in tokens: longer prompt + answer is refused before anything is sent",
     "--requests": "number of requests", "--duration": "seconds of sending",
     "--warmup": "leading requests left out of the steady-state summary",
+    "--warm-until-steady": "before measuring, warm up at the run's concurrency until TTFT and TPOT stop drifting: "
+                           "'{}' for the defaults, or '{window: 4, tolerance: 0.1, max_s: 60, max_requests: 200}'",
     "--seed": "base seed", "--data-seed": "prompt seed (default: --seed)",
     "--schedule-seed": "arrival seed (default: derived from --seed)",
     "--timeout": "per-request timeout, seconds",
@@ -82,6 +84,8 @@ def add_load_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
         choices = getattr(field.annotation, "__args__", None) if "Literal" in annotation else None
         if name == "workload":
             kwargs["type"] = _workload_flag
+        elif name == "warm_until_steady":
+            kwargs["type"] = _steady_flag
         elif choices:
             kwargs["choices"] = list(choices)
         elif "dict" in annotation:
@@ -128,6 +132,18 @@ def _workload_flag(text: str):
         return parse_workload_option(text)
     except WorkloadError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--workload: ")) from None
+
+
+def _steady_flag(text: str):
+    import yaml
+    from pydantic import ValidationError
+
+    from servebench.load.steady import SteadyWarmup
+
+    try:
+        return SteadyWarmup.model_validate(yaml.safe_load(text) or {})
+    except (yaml.YAMLError, ValidationError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def _export(text: str) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 
@@ -38,6 +39,9 @@ class LoadConfig(BaseModel):
     requests: int | None = Field(None, ge=1)
     duration: float | None = Field(None, gt=0)
     warmup: int = Field(0, ge=0, description="Leading requests left out of the steady-state summary.")
+    warm_until_steady: SteadyWarmup | None = Field(None, description=(
+        "Before measuring, warm-up requests at the cell's concurrency until TTFT and TPOT stop drifting "
+        "(servebench/load/steady.py); None: no such phase."))
     seed: int = 0
     data_seed: int | None = Field(None, description="Prompts; defaults to seed.")
     schedule_seed: int | None = Field(None, description="Arrivals; defaults to one derived from seed.")
@@ -134,6 +138,7 @@ FLAGS: dict[str, str] = {
     "--arrival": "arrival", "--burstiness": "burstiness", "--clients": "clients", "--input-len": "input_len",
     "--output-len": "output_len", "--vocab-size": "vocab_size", "--tokenizer": "tokenizer", "--prompts": "prompts",
     "--sharegpt": "sharegpt", "--workload": "workload", "--max-context": "max_context", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
+    "--warm-until-steady": "warm_until_steady",
     "--seed": "seed", "--data-seed": "data_seed", "--schedule-seed": "schedule_seed", "--timeout": "timeout_s",
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
@@ -152,7 +157,7 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, value or ""]
         elif name == "request_extras":
             argv += [flag, json.dumps(value, sort_keys=True)] if value else []
-        elif name == "workload":
+        elif name in ("workload", "warm_until_steady"):
             argv += [flag, value.model_dump_json()] if value is not None else []
         elif name == "prefix_cache_counters":
             argv += [flag, ",".join(value) if value else ""]

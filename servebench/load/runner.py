@@ -23,6 +23,7 @@ from servebench.load.pinning import CpuMeter, place_self
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
 from servebench.load.server_metrics import scrape_counter
+from servebench.load.steady import WARMUP_SEED_OFFSET, WarmupOutcome, warm_until_steady
 from servebench.load.workload import Workload, request_body
 
 RESULT_VERSION = 1
@@ -39,12 +40,16 @@ class LiveCounts:
     total: int | None = None
 
 
+def workload_for(config: LoadConfig, data_seed: int) -> Workload:
+    return Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
+                    vocab_size=config.vocab_size, data_seed=data_seed, tokenizer=config.tokenizer,
+                    prompts_file=config.prompts, sharegpt_file=config.sharegpt, spec=config.workload,
+                    max_context=config.max_context)
+
+
 def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     """Run the load and return {"version", "config", "t0", "summary", "requests"}."""
-    workload = Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
-                        vocab_size=config.vocab_size, data_seed=config.effective_data_seed,
-                        tokenizer=config.tokenizer, prompts_file=config.prompts, sharegpt_file=config.sharegpt,
-                        spec=config.workload, max_context=config.max_context)
+    workload = workload_for(config, config.effective_data_seed)
     offsets = None
     if config.replay:
         offsets = replay_schedule(workload.offsets(config.rate), config.requests, config.duration)
@@ -111,7 +116,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
     exact: set[int] = set()  # requests whose prompt is token ids: the server must count exactly those
-    tokens_before = _server_tokens(config)
+    warmed = await _warm_up(config, pool, endpoint) if config.warm_until_steady else None
+    tokens_before = _server_tokens(config)  # after the warm-up: its tokens are not the cell's
     cache_before = _prefix_cache(config)
     started_wall = datetime.now(timezone.utc)
 
@@ -162,6 +168,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         record.shift(t0)
     summary = summarize(records, judged_config(config, offsets), client)
     _add_prompt_check(summary, [r for r in records if r.index in exact])
+    if warmed is not None:
+        summary["warm_until_steady"] = warmed.model_dump()
     if config.workload is not None:
         summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
     if config.sessions is not None:
@@ -183,6 +191,21 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         "summary": summary,
         "requests": [r.to_dict() for r in records],
     }
+
+
+async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint) -> WarmupOutcome:
+    """Warm-up requests at the cell's concurrency until the server is steady (servebench/load/steady.py):
+    prompts of another data seed, sent before the measurement starts and left out of its records."""
+    workload = workload_for(config, config.effective_data_seed + WARMUP_SEED_OFFSET)
+
+    async def send(index: int) -> RequestRecord:
+        body, expected, output_len, *_ = _prepare(config, workload, index)
+        record = RequestRecord(index=index, warmup=True, scheduled_s=time.monotonic(),
+                               expected_input_tokens=expected, requested_output_tokens=output_len)
+        await stream_request(pool, endpoint.request_bytes(body), record, config.timeout_s)
+        return record
+
+    return await warm_until_steady(config.warm_until_steady, config.clients, config.rate, send)
 
 
 async def _unless_hung(sending, config: LoadConfig, activity) -> tuple[float, float] | None:

@@ -33,13 +33,16 @@ def chunk(text: str, completion_tokens: int, prompt_tokens: int, chat: bool = Fa
 
 class FakeServer:
     def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0, service_s: float = 0.0,
-                 recorded: bytes = b""):
+                 recorded: bytes = b"", cold_requests: int = 0):
         """`service_s` (behaviour "queue"): each request's prefill holds one engine, first come first
-        served, for this long before its first token: a server whose capacity is 1 / service_s."""
+        served, for this long before its first token: a server whose capacity is 1 / service_s.
+        Behaviour "cold": a server that warms up, the n-th of its first `cold_requests` requests waiting
+        service_s x (1 - n / cold_requests) before its first token, later ones not at all."""
         self.behaviour = behaviour
         self.token_delay_s = token_delay_s
         self.service_s = service_s
         self.recorded = recorded
+        self.cold_requests = cold_requests
         self._engine: asyncio.Lock | None = None
         self.requests: list[dict] = []
         self._loop = asyncio.new_event_loop()
@@ -100,6 +103,8 @@ class FakeServer:
                 self._engine = asyncio.Lock()  # FIFO: waiters are woken in arrival order
             async with self._engine:
                 await asyncio.sleep(self.service_s)
+        if self.behaviour == "cold" and len(self.requests) <= self.cold_requests:
+            await asyncio.sleep(self.service_s * (1 - (len(self.requests) - 1) / self.cold_requests))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         if self.behaviour == "replay":
