@@ -1,7 +1,12 @@
 """An invalid cell is measured again right away (`validity.retries`), through the real flow with the
 test-only echo engine: the load generator's core is busied by a process of higher priority until
 the cell's first measurement is over (a real-time spinner on its core), so that measurement is invalid (the generator fell behind
-its schedule); the second, on a quiet core, is valid. Both land; the run's verdict is the last's."""
+its schedule); the second, on a quiet core, is valid. Both land; the run's verdict is the last's.
+
+It is also the suite's proof that the generator's verdict on itself can fail: starved of its core it
+flags its cell (a real-time spinner outranks it whatever the machine's scheduler does with nice
+levels, where a nice-19 generator beside spinning processes took 78 s on one machine kind and more than
+300 s on another); on its own core it stays valid (tests/test_e2e_load.py)."""
 
 from __future__ import annotations
 

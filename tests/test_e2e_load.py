@@ -132,7 +132,7 @@ def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
 def test_generator_on_its_own_cpu_stays_valid_near_the_servers_capacity(vllm_server, tmp_path):
     """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1 at raised priority.
     Near the server's capacity (measured here with 32 clients, so it holds on any CPU) an
-    open-loop cell stays valid. (The check failing for a starved generator: test_load_placement.)"""
+    open-loop cell stays valid. (The check failing for a starved generator: tests/test_cell_retry.py.)"""
     server, _, _ = vllm_server
     capacity = open_loop(server, tmp_path, "capacity", "--clients", "32", "--requests", "96", "--cpus", "1")
     rate = 0.9 * capacity["request_throughput"]
