@@ -5,7 +5,8 @@ Reads only the warehouse, so a report can be rendered again for any past run. Th
 are the seeds' figures: throughput against TTFT and TPOT per request rate; normalized
 throughput, KV-cache usage and cache-miss probability against parallel clients with the
 theoretical saturation point; per-node CPU, memory and network timelines with the cells
-shaded; modes and executors side by side.
+shaded; modes and executors side by side; for cells with a workload, the request lengths sent and
+served, per-turn TTFT and prompt length, and the prefix-cache hit rate (workload_report.py).
 
 With repeats (`load.repeats` >= 2) the per-cell charts draw one point per load point at the
 median of its valid repeats, with error bars: the bootstrap 95% interval of that median
@@ -31,6 +32,7 @@ from servebench.analysis.engines_report import engine_cells, engines_chart, engi
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import run_saturation
+from servebench.analysis.workload_report import workload_charts
 from warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
@@ -378,6 +380,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
         "history": history(*history_rows(con, run_id)),
         "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
         "engines_side_by_side": engines_chart(engine_cells(con, run_id), WIDTH, HEIGHT),
+        **workload_charts(con, run_id),   # lengths sent and served, per turn, prefix cache: workload cells only
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
 
