@@ -16,7 +16,6 @@ from servebench.analysis.capacity import (SearchSettings, judge, observed_from_s
 from servebench.load.config import LoadConfig
 from servebench.load.metrics import client_limited, validity
 from servebench.paths import PROJECT_ROOT
-from tests.support.campaign_process import CAPACITY_CAMPAIGN
 
 SLO = {"ttft_p99_ms": 200.0}
 SHAPES = {  # p99 TTFT (ms) at rate r for a server of capacity c, and the rate where it reaches 200 ms
@@ -166,29 +165,3 @@ def test_a_queueing_server_of_known_capacity_is_found_within_five_percent_in_eig
     assert all(p["valid"] or p["client_limited"] for p in probes), said  # no probe the server made invalid
     print(f"capacity {result['capacity']:g} req/s (true {true:.3f}) in {len(probes)} probes "
           f"({retried} measured again): {said}")
-
-
-CAMPAIGN = CAPACITY_CAMPAIGN
-
-
-@pytest.mark.e2e
-def test_a_campaign_searches_each_modes_capacity_and_lands_every_probe_as_a_cell(isolated, tmp_path, monkeypatch):
-    """Through the real flow (the test-only echo engine with one 100 ms prefill engine): after the
-    mode's load point, the search's probes run as cells `single.cap.rate<r>.r0`; each lands with
-    `search_probe` and `slo_met`, and `capacity` has the highest rate that met the SLO."""
-    import warehouse
-    from tests.support.campaign_process import run_echo_campaign
-
-    outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, CAMPAIGN)
-    con = warehouse.connect(isolated, read_only=True)
-    capacity, upper, probes, converged, probe_cells = con.execute(
-        "select capacity, upper, probes, converged, probe_cells from capacity where mode = 'single'").fetchone()
-    cells = {key: (rate, probe, met, n) for key, rate, probe, met, n in con.execute(
-        "select cell_key, rate, search_probe, slo_met, completed + failed from cells").fetchall()}
-    con.close()
-    assert outcome["status"] == "completed", outcome
-    assert cells.pop("single.rate1.r0") == (1.0, False, True, 20)  # the campaign's own point, within the SLO
-    assert sorted(cells) == sorted(json.loads(probe_cells)) and len(cells) == probes <= 8 and converged
-    assert all(probe and n == 20 and met == (rate <= capacity) for rate, probe, met, n in cells.values()), cells
-    assert 8 <= capacity < upper <= 14, (capacity, upper)  # 10 req/s of prefill; the 400 ms p99 allows a little more
-    print(f"capacity {capacity:g} req/s, missed at {upper:g}, {probes} probes: {sorted(r for r, *_ in cells.values())}")

@@ -5,20 +5,28 @@ provider come in through SERVEBENCH_PLUGINS), killed with SIGKILL (its whole pro
 once two cells have results, and resumed. Asserted: the killed run left servers running (what
 a resume must reclaim), the resumed run's cells are exactly a clean run's, each once, each with
 all its requests; nothing of the run is left running; a finished run is not resumed again, and
-`rerun-failed` measures only failed cells.
+`rerun-failed` measures only failed cells. A capacity search killed midway is finished by the
+resume, and the search it lands is the whole search's (the probes as cells, their verdicts, the
+capacity). A test that fails before its resume stops what the killed run left (`nothing_left`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 import warehouse
 from servebench.providers import node_tools, run_tag
+from servebench.providers.this_host import scratch_path
 from tests.support.campaign_process import CAPACITY_CAMPAIGN, cells_of, echo_campaign_dir, finish, servebench
 from tests.support.waiting import wait_until
 
@@ -37,14 +45,42 @@ validity: {on_invalid: warn}   # timing verdicts depend on the machine; this tes
 """
 
 
-def results(tmp_path: Path) -> list[Path]:
-    """The result files of the cells measured so far, of every run under tmp_path."""
-    return list((tmp_path / "runs").glob("*/cells/*.json"))
+SUPERSEDED = re.compile(r"\.attempt\d+\.json$")  # an invalid measurement taken again (validity.retries)
+
+
+def results(tmp_path: Path, part: str = "") -> list[Path]:
+    """The current result files of the cells measured so far (whose name has `part`), of every run
+    under tmp_path: not the attempts a cell's measuring again superseded (`<key>.attempt<N>.json`),
+    which would count one cell twice."""
+    return [path for path in (tmp_path / "runs").glob("*/cells/*.json")
+            if not SUPERSEDED.search(path.name) and part in path.name]
 
 
 def under_way(tmp_path: Path) -> list[Path]:
     """Progress files of cells whose load runs now: a load generator's, without a result yet."""
     return [path for path in (tmp_path / "runs").glob("*/cells/*.progress") if not path.with_suffix(".json").exists()]
+
+
+@contextmanager
+def nothing_left(tmp_path: Path) -> Iterator[list[subprocess.Popen]]:
+    """Processes the test starts go in the list. On the way out, a failed assertion included: each
+    still running is killed with its process group, and whatever a run under tmp_path left (every
+    process carrying its tag: servers, node samplers, the scraper; its scratch directory) is stopped
+    and removed, as a resume would have, so a test failing before its resume leaves nothing behind."""
+    started: list[subprocess.Popen] = []
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait(timeout=30)  # not its pipe: a server the run left may hold it until stopped below
+        for run_dir in (tmp_path / "runs").glob("*"):
+            node_tools.stop_marked(f"{run_tag(run_dir.name)}.", grace_s=5.0)
+            shutil.rmtree(scratch_path(run_tag(run_dir.name)), ignore_errors=True)
 
 
 @pytest.fixture
@@ -53,12 +89,20 @@ def campaign(tmp_path) -> Path:
 
 
 def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured_once(campaign, tmp_path):
-    code, out = finish(servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "clean.duckdb")))
+    with nothing_left(tmp_path) as started:
+        sigkilled_and_resumed(campaign, tmp_path, started)
+
+
+def sigkilled_and_resumed(campaign: Path, tmp_path: Path, started: list[subprocess.Popen]) -> None:
+    """The clean run, the killed one, its resume (every process started goes in `started`)."""
+    started.append(clean_run := servebench(tmp_path, "run", str(campaign), "--warehouse",
+                                           str(tmp_path / "clean.duckdb")))
+    code, out = finish(clean_run)
     assert code == 0, out
     clean = cells_of(tmp_path / "clean.duckdb")
     assert len(clean) == 6 and all(status == "completed" and n == 12 for _, status, n in clean), clean
 
-    killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
+    started.append(killed := servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb")))
     wait_until(lambda: len(results(tmp_path)) >= 6 + 2, "two cells of this run to land (after the clean run's six)",
                timeout_s=300, poll_s=0.05)
     wait_until(lambda: under_way(tmp_path), "the next cell's load to start", timeout_s=300, poll_s=0.05)
@@ -70,7 +114,8 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
     left = node_tools._marked(node_tools._table(), tag, prefix=True)
     assert left, "the killed orchestrator left nothing running: nothing for resume to reclaim"
 
-    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    started.append(resume := servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    code, out = finish(resume)
     assert code == 0, out
     assert "reclaimed: this host: stopped" in out, out
     resumed = cells_of(tmp_path / "w.duckdb")
@@ -84,9 +129,11 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
     assert 0 < len(note["measured"]) < 6 and set(note["measured"]).isdisjoint(note["landed_from_run_dir"]), note
     assert node_tools._marked(node_tools._table(), tag, prefix=True) == {}  # nothing of the run left
 
-    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    started.append(again := servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    code, out = finish(again)
     assert code != 0 and "finished (completed): nothing to resume" in out, out
-    code, out = finish(servebench(tmp_path, "rerun-failed", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    started.append(rerun := servebench(tmp_path, "rerun-failed", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    code, out = finish(rerun)
     assert code == 0 and "0 to measure" in out, out
     assert cells_of(tmp_path / "w.duckdb") == resumed
 
@@ -96,26 +143,47 @@ SEARCH = CAPACITY_CAMPAIGN  # killed mid-search here
 
 def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_probes(tmp_path):
     """Killed after its load point and two probes: the resume finishes the search, reusing the
-    probes already measured (their result files untouched) and lands the capacity."""
+    probes already measured (their result files untouched), and the search it lands is what an
+    uncut one lands: every probe a cell `single.cap.rate<r>.r0` with `search_probe` and all its
+    requests, `slo_met` true exactly at the rates up to the capacity, the probes in `capacity`
+    those cells, at most 8, converged near the echo engine's 10 req/s (one 100 ms prefill
+    engine; the 400 ms p99 allows a little more)."""
     campaign = echo_campaign_dir(tmp_path, {"campaign.yaml": SEARCH}) / "campaign.yaml"
-    killed = servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb"))
-    wait_until(lambda: len(results(tmp_path)) >= 3, "the load point and two probes to land", timeout_s=300,
-               poll_s=0.05)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=30)
-    run_id = next((tmp_path / "runs").iterdir()).name
-    before = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "runs" / run_id / "cells").glob("*.json")}
-    assert len([name for name in before if ".cap." in name]) >= 2, before
-
-    code, out = finish(servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    with nothing_left(tmp_path) as started:
+        run_id, before = killed_after_two_probes(campaign, tmp_path, started)
+        started.append(resume := servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+        code, out = finish(resume)
     assert code == 0, out
     assert "capacity searches to finish: single" in out, out
     after = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "runs" / run_id / "cells").glob("*.json")}
     assert all(after[name] == mtime for name, mtime in before.items()), (before, after)  # nothing measured twice
     con = warehouse.connect(tmp_path / "w.duckdb", read_only=True)
-    capacity, probes, probe_cells = con.execute("select capacity, probes, probe_cells from capacity").fetchone()
-    landed = {key for (key,) in con.execute("select cell_key from cells where search_probe").fetchall()}
+    capacity, upper, probes, converged, probe_cells = con.execute(
+        "select capacity, upper, probes, converged, probe_cells from capacity where mode = 'single'").fetchone()
+    cells = {key: (rate, probe, met, n) for key, rate, probe, met, n in con.execute(
+        "select cell_key, rate, search_probe, slo_met, completed + failed from cells").fetchall()}
     status = con.execute("select status from runs").fetchone()[0]
     con.close()
-    assert status == "completed" and 8 <= capacity <= 14 and probes == len(landed), (status, capacity, probes)
-    assert set(json.loads(probe_cells)) == landed and {name.removesuffix(".json") for name in before} - {"single.rate1.r0"} <= landed
+    assert status == "completed", (status, out)
+    assert cells.pop("single.rate1.r0") == (1.0, False, True, 20)  # the campaign's own point, within the SLO
+    assert sorted(cells) == sorted(json.loads(probe_cells)) and len(cells) == probes <= 8 and converged, cells
+    assert all(probe and n == 20 and met == (rate <= capacity) for rate, probe, met, n in cells.values()), cells
+    assert 8 <= capacity < upper <= 14, (capacity, upper)
+    assert {name.removesuffix(".json") for name in before if not SUPERSEDED.search(name)} - {"single.rate1.r0"} \
+        <= set(cells)  # the killed run's probes are the search's
+    print(f"capacity {capacity:g} req/s, missed at {upper:g}, {probes} probes: {sorted(r for r, *_ in cells.values())}")
+
+
+def killed_after_two_probes(campaign: Path, tmp_path: Path, started: list[subprocess.Popen]
+                            ) -> tuple[str, dict[str, int]]:
+    """The search's run, SIGKILLed once two probes have results; its id and its result files'
+    mtimes (superseded attempts too) then."""
+    started.append(killed := servebench(tmp_path, "run", str(campaign), "--warehouse", str(tmp_path / "w.duckdb")))
+    wait_until(lambda: len(results(tmp_path, ".cap.")) >= 2, "two probes of the search to land", timeout_s=300,
+               poll_s=0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    run_id = next((tmp_path / "runs").iterdir()).name
+    assert len(results(tmp_path, ".cap.")) >= 2 and results(tmp_path, "single.rate1.r0"), results(tmp_path)
+    return run_id, {path.name: path.stat().st_mtime_ns
+                    for path in (tmp_path / "runs" / run_id / "cells").glob("*.json")}
