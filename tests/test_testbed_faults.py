@@ -1,14 +1,18 @@
-"""Faults on real hosts, through the real flow: in a Slurm allocation, the API server killed by
+"""Faults on real hosts, through the real flow. In a Slurm allocation: the API server killed by
 `servebench chaos` from another process and then the job cancelled (the campaign's own
-`cancel-allocation` fault), a host cut off the network for seconds and a worker
-SIGKILLed on its host (the campaign's `cut-host` and `kill` faults), a host cut off for good (its
-sshd killed) mid-cell.
+`cancel-allocation` fault). Over ssh, one run, the split mode's three cells: a host cut off the
+network for seconds and a worker SIGKILLed on its host (the campaign's `cut-host` and `kill`
+faults), then a host cut off for good (its sshd killed) mid-cell, which its warden cleans.
 
 The engine is the test-only `echo` engine (tests/support/echo_engine: a standard-library
-server in a bare venv, started in seconds), so the test is about what a provider and the flow
-do when the allocation goes away, on a real Slurm controller with real job steps: the cells
-measured before stay landed, every later cell fails with "allocation cancelled", the run ends
-(it does not hang), and nothing of the run is left on any host or in Slurm.
+server in a bare venv, started in seconds), so the tests are about what a provider and the flow
+do when a node, a host or the allocation goes away, on real hosts with a real sshd and a real
+Slurm controller with real job steps: the cells measured before stay landed, a cell a fault hits
+fails naming it, the run ends (it does not hang), and nothing of the run is left on any host or
+in Slurm.
+
+The ssh faults were two tests of the same campaign on two testbeds, ~50 s each (issue 33); one run
+now holds all three faults: the sshd goes last, in a third load point.
 """
 
 from __future__ import annotations
@@ -107,16 +111,21 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
 
 
 SSH_CAMPAIGN = """
-name: ssh-worker-killed
+name: ssh-faults
 {provider}engine: {{kind: echo, token_delay_ms: 50}}
 model: {{path: {model}}}
 modes:
   - {{name: single}}
   - {{name: split, pp: 2, executor: split}}
   - {{name: after, executor: local}}
-load: {{clients: [1, 2], requests: 12, input_len: 8, output_len: 8, client: {{cpus: "1"}}}}
+load: {{clients: [1, 2, 4], requests: 12, input_len: 8, output_len: 8, client: {{cpus: "1"}}}}
 validity: {{on_invalid: warn}}
+faults:
+  - {{cell: split.c1.r0, at_s: 1, action: cut-host, node: h2, testbed: {testbed}, duration_s: 3}}
+  - {{cell: split.c2.r0, at_s: 1, action: kill, node: h2, match: "--serve-worker"}}
 """
+# split.c4.r0: h2's sshd killed by the test itself (cut_off_h2_during_split_c4): no campaign fault does that
+LEASE_S = 15  # short, for h2's warden to act soon; past what the 3 s cut-host can delay a renewal (every 3 s)
 
 
 def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: str, fault) -> tuple[dict, dict]:
@@ -143,83 +152,48 @@ def under_way(runs: Path, cell: str) -> list[Path]:
     return wait_until(lambda: list(runs.glob(f"*/cells/{cell}.progress")), f"{cell}'s load to start", timeout_s=300)
 
 
-FAULTS = """faults:
-  - {{cell: split.c1.r0, at_s: 1, action: cut-host, node: h2, testbed: {testbed}, duration_s: 3}}
-  - {{cell: split.c2.r0, at_s: 1, action: kill, node: h2, match: "--serve-worker"}}
-"""
-
-
-def test_campaign_faults_on_testbed_hosts_cut_a_host_off_and_kill_a_worker(isolated, tmp_path, monkeypatch):
-    """The campaign's own faults on real hosts, through the ssh provider and the testbed: h2 cut off
-    the network for 3 s during split.c1.r0 (the requests in flight stall, the host comes back), then
-    the split mode's worker on h2 SIGKILLed during split.c2.r0. Both cells fail naming their fault,
-    everything they measured lands, the mode on h1 serves, nothing of the run is left on any host."""
-    monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
-    monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
-    model = echo_model(tmp_path / "model")
-    with own_testbed("kil", 2) as layout:
-        text = SSH_CAMPAIGN.format(provider=ssh_provider_yaml(layout), model=model) + FAULTS.format(
-            testbed=layout.name)
-        outcome, _ = run_with_fault(layout, tmp_path, isolated, text, lambda *args: None)
-        leftovers = {host.name: found for host in layout.hosts if (found := marked_processes_on(layout, host))}
-        assert leftovers == {}, f"processes of the run left: {leftovers}"
-        ports = subprocess.run(["ip", "-n", layout.switch_netns, "-j", "link", "show", "h2"], capture_output=True,
-                               text=True, check=True).stdout
-        assert json.loads(ports)[0]["operstate"] == "UP"                      # never left cut off
-
-    assert outcome["status"] == "partial", outcome
-    con = warehouse.connect(isolated, read_only=True)
-    cells = {key: (status, error, completed) for key, status, error, completed in con.execute(
-        "select cell_key, status, error, completed from cells").fetchall()}
-    requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
-                                "group by cell_key").fetchall())
-    faults = {key: (action, json.loads(hit), error) for key, action, hit, error in con.execute(
-        "select cell_key, action, hit, error from faults").fetchall()}
-    con.close()
-    assert {key for key, (status, _, _) in cells.items() if status == "failed"} == {"split.c1.r0", "split.c2.r0"}
-    cut = cells["split.c1.r0"][1]
-    assert "fault cut-host on h2 at 1" in cut and "cut off" in cut and "connected again after 3" in cut, cut
-    action, hit, error = faults["split.c1.r0"]
-    assert action == "cut-host" and error is None and [node for node, _ in hit] == ["h2", "h2"], faults
-    killed = cells["split.c2.r0"][1]
-    assert "server of mode split is no longer healthy" in killed and "worker.h2 137" in killed, killed
-    assert faults["split.c2.r0"][0] == "kill" and faults["split.c2.r0"][1], faults  # the worker (and its wrapper)
-    assert requests["split.c1.r0"] == requests["split.c2.r0"] == 12  # what the cells measured landed with them
-    assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on
-
-
-def cut_off_h2_during_split_c2(runs: Path, layout, done: dict) -> None:
-    """Kill h2's sshd (listener and sessions) once split.c2.r0's load is under way; note what of the
+def cut_off_h2_during_split_c4(runs: Path, layout, done: dict) -> None:
+    """Kill h2's sshd (listener and sessions) once split.c4.r0's load is under way; note what of the
     run runs there then (from inside the host: the run itself can no longer look)."""
-    under_way(runs, "split.c2.r0")
+    under_way(runs, "split.c4.r0")
     done["left"] = marked_processes_on(layout, layout.hosts[1])
     done["sshd"] = kill_on_host(layout, layout.hosts[1], "sshd")
     done["at"] = time.monotonic()
 
 
-def test_a_host_cut_off_mid_cell_fails_that_cell_and_its_warden_stops_what_the_run_left_there(isolated, tmp_path,
-                                                                                               monkeypatch):
-    """h2's sshd killed during split.c2.r0: the orchestrator can no longer ask h2 anything. That cell
-    fails naming h2, the next mode (on h1) serves, the run ends; what it started on h2 cannot be
-    stopped over ssh, so h2's warden stops it once the run's lease there expires."""
-    lease_s = 10
+def test_faults_on_ssh_hosts_cut_a_host_off_kill_a_worker_and_lose_a_host_whose_warden_cleans_it(
+        isolated, tmp_path, monkeypatch):
+    """Three faults on real hosts, through the ssh provider and the testbed, in the split mode's three
+    cells (it runs last: single-worker modes first): the campaign's own `cut-host`, h2 off the network
+    for 3 s during split.c1.r0 (the requests in flight stall, the host comes back); the campaign's
+    `kill`, the split worker on h2 SIGKILLed during split.c2.r0 (the server is started again for the
+    next cell); then h2's sshd killed by the test during split.c4.r0, so that the orchestrator can no
+    longer ask h2 anything. Each cell fails naming its fault (the last one names h2), everything they
+    measured lands, the modes on h1 serve, the run ends saying what it could not clean on h2; h1 is
+    clean at once, and what the run left on h2 (unreachable for release) is stopped by h2's warden
+    once the run's lease there expires."""
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))
     model = echo_model(tmp_path / "model")
-    with own_testbed("cut", 2) as layout:
-        outcome, done = run_with_fault(layout, tmp_path, isolated, SSH_CAMPAIGN.format(
-            provider=ssh_provider_yaml(layout) + f"  lease_s: {lease_s}\n", model=model), cut_off_h2_during_split_c2)
+    with own_testbed("kil", 2) as layout:
+        text = SSH_CAMPAIGN.format(provider=ssh_provider_yaml(layout) + f"  lease_s: {LEASE_S}\n", model=model,
+                                   testbed=layout.name)
+        outcome, done = run_with_fault(layout, tmp_path, isolated, text, cut_off_h2_during_split_c4)
         h1, h2 = layout.hosts[:2]
         assert marked_processes_on(layout, h1) == "", "h1 was reachable: the run cleaned it"
+        ports = subprocess.run(["ip", "-n", layout.switch_netns, "-j", "link", "show", "h2"], capture_output=True,
+                               text=True, check=True).stdout
+        assert json.loads(ports)[0]["operstate"] == "UP"                      # never left cut off
         run_dirs = "ls -d /tmp/servebench-* 2>/dev/null"
         # the lease runs out, the warden stops the run's processes (5 s grace) and removes the run's directory
         wait_until(lambda: marked_processes_on(layout, h2) == "" and on_host(layout, h2, run_dirs).strip() == "",
                    "h2's warden to stop the run's processes and remove the run's directory",
-                   timeout_s=done["ended"] + lease_s + 30 - time.monotonic(), poll_s=1)
+                   timeout_s=done["ended"] + LEASE_S + 30 - time.monotonic(), poll_s=1)
         assert own_leftovers() == []
 
     assert done.get("sshd"), done
-    # running on h2 when it was cut off, unreachable from then on (release could not clean it), gone now
+    # running on h2 when it was cut off (the split server started again after the kill), unreachable from
+    # then on (release could not clean it), gone now
     assert done.get("left"), done
     print(f"on h2 when it was cut off, stopped by its warden: {done['left']}")
     assert outcome["status"] == "partial", outcome
@@ -227,10 +201,23 @@ def test_a_host_cut_off_mid_cell_fails_that_cell_and_its_warden_stops_what_the_r
     con = warehouse.connect(isolated, read_only=True)
     cells = {key: (status, error) for key, status, error in con.execute(
         "select cell_key, status, error from cells").fetchall()}
-    requests = con.execute("select count(*) from requests join cells using (cell_id) "
-                           "where cell_key = 'split.c2.r0'").fetchone()[0]
+    requests = dict(con.execute("select cell_key, count(*) from requests join cells using (cell_id) "
+                                "group by cell_key").fetchall())
+    faults = {key: (action, json.loads(hit), error) for key, action, hit, error in con.execute(
+        "select cell_key, action, hit, error from faults").fetchall()}
     con.close()
-    assert {key for key, (status, _) in cells.items() if status == "failed"} == {"split.c2.r0"}, cells
-    assert "h2" in cells["split.c2.r0"][1], cells  # the cause names the host
-    assert requests == 12  # the worker kept answering: what the cell measured landed with it
-    assert cells["after.c1.r0"][0] == cells["after.c2.r0"][0] == "completed"  # the campaign went on
+    assert {key for key, (status, _) in cells.items() if status == "failed"} == {
+        "split.c1.r0", "split.c2.r0", "split.c4.r0"}, cells
+    cut = cells["split.c1.r0"][1]
+    assert "fault cut-host on h2 at 1" in cut and "cut off" in cut and "connected again after 3" in cut, cut
+    action, hit, error = faults["split.c1.r0"]
+    assert action == "cut-host" and error is None and [node for node, _ in hit] == ["h2", "h2"], faults
+    killed = cells["split.c2.r0"][1]
+    assert "server of mode split is no longer healthy" in killed and "worker.h2 137" in killed, killed
+    assert faults["split.c2.r0"][0] == "kill" and faults["split.c2.r0"][1], faults  # the worker (and its wrapper)
+    assert set(faults) == {"split.c1.r0", "split.c2.r0"}, faults
+    assert "h2" in cells["split.c4.r0"][1], cells  # the cause names the host
+    # what the cells measured landed with them (in the last, the worker kept answering: no ssh in its path)
+    assert requests["split.c1.r0"] == requests["split.c2.r0"] == requests["split.c4.r0"] == 12, requests
+    served = {key for key, (status, _) in cells.items() if status == "completed"}
+    assert served == {f"{mode}.c{n}.r0" for mode in ("single", "after") for n in (1, 2, 4)}, cells
