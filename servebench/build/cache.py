@@ -3,7 +3,8 @@
 An artifact is usable only once its marker file (the build record, JSON) is written, so an
 interrupted build is redone; a lock file per key makes a second campaign that needs the
 same artifact wait for the first instead of building it twice. `servebench builds list|gc`
-shows and removes artifacts (never one whose lock is held).
+shows and removes artifacts (never one whose lock is held), with the cache's other trees
+(cache_trees.py: compile caches, sysroots, emulation roots, ...).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,6 +93,12 @@ class CacheEntry(BaseModel):
     modified_at: datetime       # the directory's mtime: when it was last built or touched
     path: str
     target: str | None = None   # the target CPU of a cmake build (graviton2, ...); None: the host's
+    last_used: datetime | None = None  # the latest of modified_at and a run's last hold (None: modified_at)
+
+    @property
+    def used_at(self) -> datetime:
+        """When a run last used the build, or it was built: what `gc --older-than-days` reads."""
+        return max(self.modified_at, self.last_used or self.modified_at)
 
     @property
     def lineage(self) -> tuple[str | None, str | None]:
@@ -100,29 +108,30 @@ class CacheEntry(BaseModel):
 
 
 def list_entries(root: Path) -> list[CacheEntry]:
-    """Every artifact directory under `root`, newest first."""
+    """Every artifact directory under `root`, newest first; not the hidden scratch directories a build
+    in progress keeps beside its own (`.<key>.scratch-*`: not a build, and gc must not take them)."""
     if not root.is_dir():
         return []
     entries = []
-    for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+    for directory in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         record = _record(directory / MARKER)
         entries.append(CacheEntry(
             key=directory.name, engine=record.get("engine"), version=record.get("engine_version"),
             complete=bool(record), size_bytes=_size(directory), created_at=record.get("created_at"),
-            target=(record.get("inputs") or {}).get("target"),
+            target=(record.get("inputs") or {}).get("target"), last_used=_held_at(root, directory.name),
             modified_at=datetime.fromtimestamp(directory.stat().st_mtime, timezone.utc), path=str(directory)))
     return sorted(entries, key=lambda e: e.modified_at, reverse=True)
 
 
 def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] = (), older_than_days: float | None = None,
                   incomplete: bool = False, keep_per_engine: int | None = None) -> list[CacheEntry]:
-    """What `servebench builds gc` removes: the keys named, builds older than N days, incomplete ones, or all
-    but the newest N of each engine and target; nothing unless asked (pure)."""
+    """What `servebench builds gc` removes: the keys named, builds neither built nor used for N days,
+    incomplete ones, or all but the newest N of each engine and target; nothing unless asked (pure)."""
     chosen: dict[str, CacheEntry] = {}
     for entry in entries:
         if entry.key in keys or (incomplete and not entry.complete):
             chosen[entry.key] = entry
-        if older_than_days is not None and (now - entry.modified_at).total_seconds() > older_than_days * 86400:
+        if older_than_days is not None and (now - entry.used_at).total_seconds() > older_than_days * 86400:
             chosen[entry.key] = entry
     if keep_per_engine is not None:
         seen: dict[tuple, int] = {}
@@ -147,7 +156,31 @@ def hold_in_use(root: Path, key: str) -> IO:
     build: `remove_entry` leaves it alone. Closing the file releases it."""
     use = open(root / f"{key}.use", "a")
     fcntl.flock(use, fcntl.LOCK_SH)
+    os.utime(use.fileno())  # the build's last use, for `builds list` and `gc --older-than-days`
     return use
+
+
+def _held_at(root: Path, key: str) -> datetime | None:
+    """When a run last took hold of the build (its `.use` file's mtime), or None."""
+    try:
+        return datetime.fromtimestamp((root / f"{key}.use").stat().st_mtime, timezone.utc)
+    except OSError:
+        return None
+
+
+def lock_held(root: Path, key: str) -> bool:
+    """Whether a build holds the key's lock or a run its `.use` lock (probed, nothing created)."""
+    for suffix in (".lock", ".use"):
+        try:
+            probe = open(root / f"{key}{suffix}", "rb")
+        except OSError:
+            continue
+        with probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    return False
 
 
 def remove_entry(root: Path, key: str) -> bool:

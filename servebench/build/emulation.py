@@ -95,6 +95,7 @@ def node_root(target: TargetProfile, userland: Path, cache: Path) -> Path:
     inputs = root_inputs(target, userland, cache)
     root = cache / EMULATION / f"{target.name}-{sha256_json(inputs)[:16]}"
     if root.is_dir():
+        os.utime(root, follow_symlinks=False)  # its last use, which `builds list` shows and gc reads
         return root
     partial = root.with_name(root.name + f".partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)

@@ -10,15 +10,20 @@ for the foreign architecture, which it does only when dpkg knows that architectu
 (`dpkg --add-architecture arm64 && apt-get update`, once per host; the error says so).
 
 The sysroot is cached by the key of its package list: names and versions as apt would install
-them today, so a Debian point release makes another sysroot, never a mixed one.
+them today, so a Debian point release makes another sysroot, never a mixed one. Whoever makes one
+or builds a venv on it holds a shared lock on `<key>.use` beside it (`sysroot_in_use`), and
+`servebench builds gc` removes a sysroot only under that lock, exclusive (cache_trees.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
@@ -113,14 +118,49 @@ def sysroot_key(arch: str, packages: dict[str, str]) -> str:
     return f"debian-{debian_arch(arch)}-{sha256_json(packages)[:16]}"
 
 
+def use_file(cache: Path, key: str) -> Path:
+    """The sysroot's lock file: shared while it is made or a venv is built on it, exclusive while gc
+    removes it. Never removed itself (a process holding the old inode would not exclude a new one)."""
+    return cache / SYSROOTS / f"{key}.use"
+
+
+@contextlib.contextmanager
+def sysroot_in_use(arch: str, python_minor: str, cache: Path,
+                   log: Callable[[str], None] = print) -> Iterator[Sysroot]:
+    """The sysroot, made if needed and held for the block (a venv build on it): `builds gc` cannot
+    remove it between the key's computation and the venv's link to it. Marked used (its marker's
+    mtime: `builds list`'s last use)."""
+    while True:
+        sysroot = ensure_sysroot(arch, python_minor, cache, log)
+        with open(use_file(cache, sysroot.key), "a") as use:
+            fcntl.flock(use, fcntl.LOCK_SH)
+            marker = Path(sysroot.path) / MARKER
+            if marker.exists():  # else gc removed it after ensure_sysroot found it: make it again
+                os.utime(marker)
+                yield sysroot
+                return
+
+
 def ensure_sysroot(arch: str, python_minor: str, cache: Path, log: Callable[[str], None] = print) -> Sysroot:
-    """The userland for `arch` with CPython `python_minor`, unpacked once per package list."""
+    """The userland for `arch` with CPython `python_minor`, unpacked once per package list (its lock
+    held shared while it is made: gc leaves the partial tree alone)."""
     packages = closure(arch, python_minor)
     key = sysroot_key(arch, packages)
     root = cache / SYSROOTS / key
     sysroot = Sysroot(path=str(root), arch=arch, python_minor=python_minor, packages=packages, key=key)
     if (root / MARKER).exists():
         return sysroot
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(use_file(cache, key), "a") as use:
+        fcntl.flock(use, fcntl.LOCK_SH)
+        if not (root / MARKER).exists():
+            _unpack(sysroot, packages, cache, log)
+    return sysroot
+
+
+def _unpack(sysroot: Sysroot, packages: dict[str, str], cache: Path, log: Callable[[str], None]) -> None:
+    """Unpack the packages into `<key>.partial`, then rename it into place."""
+    arch, python_minor, key, root = sysroot.arch, sysroot.python_minor, sysroot.key, Path(sysroot.path)
     log(f"sysroot {key}: {len(packages)} Debian packages for {debian_arch(arch)}")
     debs = download(packages, debian_arch(arch), cache / "sources" / "debs")
     partial = root.with_name(key + ".partial")
@@ -135,7 +175,6 @@ def ensure_sysroot(arch: str, python_minor: str, cache: Path, log: Callable[[str
     (partial / MARKER).write_text(sysroot.model_dump_json(indent=2))
     shutil.rmtree(root, ignore_errors=True)
     partial.rename(root)
-    return sysroot
 
 
 def download(packages: dict[str, str], arch: str, into: Path) -> list[Path]:

@@ -45,7 +45,7 @@ from packaging.utils import canonicalize_name
 from servebench.build import venv
 from servebench.build.cache import ArtifactCache
 from servebench.build.recipe import TargetPlatform, VenvRecipe
-from servebench.build.sysroot import Sysroot, ensure_sysroot
+from servebench.build.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.build.targets import TargetProfile, emulator_argv
 from servebench.campaign.schema import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
@@ -220,7 +220,14 @@ def ensure_target_venv(recipe: VenvRecipe, cache: Path, log: Callable[[str], Non
     freeze constrains it is built or found first)."""
     platform = recipe.platform
     assert platform is not None
-    sysroot = ensure_sysroot(platform.arch, platform.python_minor, cache, log)
+    with sysroot_in_use(platform.arch, platform.python_minor, cache, log) as sysroot:
+        return _ensure_on(recipe, sysroot, cache, log)
+
+
+def _ensure_on(recipe: VenvRecipe, sysroot: Sysroot, cache: Path, log: Callable[[str], None]) -> venv.EngineBuild:
+    """ensure_target_venv with its sysroot held (`builds gc` leaves it alone meanwhile)."""
+    platform = recipe.platform
+    assert platform is not None
     inputs = target_inputs(recipe, sysroot)
     key = target_key(recipe, inputs)
     artifact = ArtifactCache(cache / "engines")
