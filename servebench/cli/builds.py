@@ -1,5 +1,6 @@
-"""`servebench builds list|gc`: the engine builds in the artifact cache (`<cache>/engines/`), and
-removing the ones no longer wanted (`servebench/build/cache.py`)."""
+"""`servebench builds list|gc`: the engine builds in the artifact cache (`<cache>/engines/`) and the
+other trees of the cache (compile caches, sysroots, emulation roots, models, sources, tools), and
+removing the ones no longer wanted (`servebench/build/cache_trees.py`)."""
 
 from __future__ import annotations
 
@@ -10,65 +11,76 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from servebench.build.cache import MARKER, list_entries, remove_entry, select_for_gc
+from servebench.build.cache import MARKER
+from servebench.build.cache_trees import list_cache, plan_gc, remove_item
 from servebench.cli.common import EXIT_FAILED, EXIT_OK
 from servebench.paths import cache_dir
 
 
 def add_builds_parser(sub) -> None:
-    builds = sub.add_parser("builds", help="the engine builds in the cache: list them, remove old ones")
+    builds = sub.add_parser("builds", help="the engine builds and other trees in the cache: list them, remove old ones")
     actions = builds.add_subparsers(dest="builds_action", required=True)
-    listing = actions.add_parser("list", help="every build: key, engine and version, size, when built")
+    listing = actions.add_parser("list", help="every tree: kind, key, what it is, size, last used")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=cmd_builds_list)
-    gc = actions.add_parser("gc", help="remove builds (never one in use: its lock held); say which")
-    gc.add_argument("--key", action="append", default=[], help="a build key to remove (repeat)")
-    gc.add_argument("--older-than-days", type=float, help="builds not built or touched for this many days")
-    gc.add_argument("--incomplete", action="store_true", help="builds that never finished")
-    gc.add_argument("--keep", type=int, metavar="N", help="all but the newest N complete builds of each engine and target CPU")
+    gc = actions.add_parser("gc", help="remove builds, their compile caches, sysroots and emulation roots "
+                                       "(never one in use or needed by a kept build); say which")
+    gc.add_argument("--key", action="append", default=[], help="a key to remove (repeat): a build, sysroot, ...")
+    gc.add_argument("--older-than-days", type=float, help="trees neither built nor used for this many days")
+    gc.add_argument("--incomplete", action="store_true", help="builds and trees that never finished")
+    gc.add_argument("--keep", type=int, metavar="N", help="all but the newest N complete builds of each engine and "
+                                                          "target CPU (sysroots: of each architecture; emulation "
+                                                          "roots: of each profile and sysroot)")
     gc.add_argument("--dry-run", action="store_true", help="only print what would be removed")
     gc.set_defaults(func=cmd_builds_gc)
 
 
 def cmd_builds_list(args: argparse.Namespace) -> int:
-    entries = list_entries(cache_dir() / "engines")
+    items = list_cache(cache_dir())
     if args.json:
-        print(json.dumps([e.model_dump(mode="json") for e in entries], indent=1))
+        print(json.dumps([i.model_dump(mode="json", exclude={"entry"}) for i in items], indent=1))
         return EXIT_OK
-    if not entries:
-        print(f"no builds in {cache_dir() / 'engines'}")
-    for e in entries:
-        state = f"{e.engine} {e.version}" if e.complete else "incomplete"
-        print(f"{e.key:<28} {state:<28} {e.size_bytes / 2**20:8.0f} MiB  {e.modified_at:%Y-%m-%d %H:%M}  {e.path}")
+    if not items:
+        print(f"nothing in {cache_dir()}")
+    for i in items:
+        state = i.detail + (" (in use)" if i.in_use else "")
+        print(f"{i.kind:<9} {i.key:<34} {state:<34} {_mib(i.size_bytes):>9}  {i.last_used:%Y-%m-%d %H:%M}  {i.path}")
     return EXIT_OK
 
 
 def cmd_builds_gc(args: argparse.Namespace) -> int:
-    root = cache_dir() / "engines"
-    entries = list_entries(root)
-    unknown = sorted(set(args.key) - {e.key for e in entries})
+    cache = cache_dir()
+    items = list_cache(cache)
+    unknown = sorted(set(args.key) - {i.key for i in items})
     if unknown:
-        print(f"servebench builds gc: no build {', '.join(unknown)} in {root}", file=sys.stderr)
+        print(f"servebench builds gc: no build or tree {', '.join(unknown)} in {cache}", file=sys.stderr)
         return EXIT_FAILED
     if not (args.key or args.older_than_days is not None or args.incomplete or args.keep is not None):
         print("servebench builds gc: say what to remove (--key, --older-than-days, --incomplete, --keep)",
               file=sys.stderr)
         return EXIT_FAILED
-    chosen = select_for_gc(entries, datetime.now(timezone.utc), keys=args.key, older_than_days=args.older_than_days,
-                           incomplete=args.incomplete, keep_per_engine=args.keep)
+    plan = plan_gc(items, datetime.now(timezone.utc), keys=args.key, older_than_days=args.older_than_days,
+                   incomplete=args.incomplete, keep=args.keep)
+    refused = [i.key for i, why in plan.kept if i.key in args.key or why.startswith("in use")]
+    for item, why in plan.kept:
+        print(f"kept {item.kind} {item.key}: {why}")
     freed, busy = 0, []
-    for entry in chosen:
+    for item in plan.remove:
         if args.dry_run:
-            print(f"would remove {entry.key} ({entry.size_bytes / 2**20:.0f} MiB)")
-        elif remove_entry(root, entry.key):
-            freed += entry.size_bytes
-            print(f"removed {entry.key} ({entry.size_bytes / 2**20:.0f} MiB)")
+            print(f"would remove {item.kind} {item.key} ({_mib(item.size_bytes)})")
+        elif remove_item(cache, item):
+            freed += item.size_bytes
+            print(f"removed {item.kind} {item.key} ({_mib(item.size_bytes)})")
         else:
-            busy.append(entry.key)
-            print(f"kept {entry.key}: in use (a build or a run holds its lock)")
+            busy.append(item.key)
+            print(f"kept {item.kind} {item.key}: in use (its lock is held, or a process runs under it)")
     if not args.dry_run:
-        print(f"{len(chosen) - len(busy)} build(s) removed, {freed / 2**20:.0f} MiB freed")
-    return EXIT_FAILED if busy else EXIT_OK
+        print(f"{len(plan.remove) - len(busy)} removed, {_mib(freed)} freed")
+    return EXIT_FAILED if busy or refused else EXIT_OK
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.0f} MiB"
 
 
 def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
