@@ -202,7 +202,7 @@ def deploy(ctx: RunContext) -> None:
         run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
         land_build(wh, ctx.run_id, build)
         reporter().stage(f"preparing the model{named and ' for' + named}")
-        model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.model_formats[0])
+        model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.kind)
         if run is ctx.primary:
             land_run_update(wh, ctx.run_id, model_path=model_dir)
         run.vocab = vocab_size(Path(model_dir))

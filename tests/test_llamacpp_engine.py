@@ -19,7 +19,7 @@ from servebench.engines.llamacpp.knobs import knob_args
 from servebench.engines.llamacpp.slots import kv_tokens
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.load.records import RequestRecord
-from servebench.load.sse import SseStream
+from servebench.load.sse import SseStream, count_paths
 from servebench.providers import Node
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2])]
@@ -132,9 +132,10 @@ def test_slots_in_use_are_the_processing_ones():
 
 def test_a_llama_cpp_stream_is_timed_by_its_running_predicted_count():
     """One chunk a token, timings.predicted_n running; a token ending inside a UTF-8 character
-    arrives with the next (predicted_n jumps by 2); usage only in the last chunk."""
+    arrives with the next (predicted_n jumps by 2); usage only in the last chunk. Where the count is,
+    the engine declares (`stream_token_counts`); the stream reads it there."""
     record = RequestRecord(index=0, warmup=False, scheduled_s=0.0)
-    stream = SseStream(record)
+    stream = SseStream(record, count_paths(get_engine("llamacpp").stream_token_counts))
     chunks = [({"choices": [{"text": "a"}], "timings": {"predicted_n": 1}}, 1.0),
               ({"choices": [{"text": "bc"}], "timings": {"predicted_n": 3}}, 2.0),
               ({"choices": [{"text": "", "finish_reason": "length"}], "timings": {"predicted_n": 3},
@@ -154,14 +155,15 @@ def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path)
 
     spec = GeneratedModelSpec(generate="tiny-llama", layers=2, hidden=64, heads=2, kv_heads=1,
                               intermediate=96, vocab_size=400, max_position=512)
-    path = ensure_model(spec, "", tmp_path, fmt="gguf")
-    assert path.suffix == ".gguf" and ensure_model(spec, "", tmp_path, fmt="gguf") == path  # cached
+    generator = get_engine("llamacpp").default_model  # the engine's own generator: a GGUF file
+    path = ensure_model(spec, "", tmp_path, generator=generator)
+    assert path.suffix == ".gguf" and ensure_model(spec, "", tmp_path, generator=generator) == path  # cached
     reader = GGUFReader(str(path))
     field = lambda name: reader.fields[name].contents()  # noqa: E731
     assert (field("llama.block_count"), field("llama.embedding_length"), field("llama.context_length")) == (2, 64, 512)
     assert vocab_size(path) == 400 and field("tokenizer.ggml.tokens")[3] == "<0x00>"
     assert reader.get_tensor(0).name == "token_embd.weight"
-    other = ensure_model(spec.model_copy(update={"seed": 1}), "", tmp_path, fmt="gguf")
+    other = ensure_model(spec.model_copy(update={"seed": 1}), "", tmp_path, generator=generator)
     assert other != path
 
 

@@ -229,6 +229,22 @@ def test_argv_round_trip_through_the_cli_parser():
                           requests=10, warmup=1, seed=4, slo_ttft_ms=100, token_counter=None)
     args = build_parser().parse_args(["load", *to_argv(original)])
     assert config_from_args(args) == original
+    declared = original.model_copy(update={"stream_token_counts": ["usage.completion_tokens", "timings.n"]})
+    assert config_from_args(build_parser().parse_args(["load", *to_argv(declared)])) == declared
+
+
+def test_the_engine_declares_where_its_stream_counts_tokens():
+    """`--engine` fills the stream's token-count paths as it fills the extras: plain data the load
+    generator reads, so a node with no engine code counts tokens as the engine says."""
+    from servebench.cli import build_parser
+    from servebench.cli.load import config_from_args
+    from servebench.engines import engine_kinds, get_engine
+
+    base = ["load", "--base-url", "http://h:1", "--model", "m", "--rate", "1", "--requests", "2"]
+    assert config_from_args(build_parser().parse_args(base)).stream_token_counts == ["usage.completion_tokens"]
+    for kind in engine_kinds():
+        config = config_from_args(build_parser().parse_args([*base, "--engine", kind]))
+        assert config.stream_token_counts == list(get_engine(kind).stream_token_counts)
 
 
 def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():

@@ -1,7 +1,8 @@
 """The model a campaign serves: a local directory (Hugging Face layout) or GGUF file, or a tiny
-random-weight Llama that is generated and cached by config and seed: as a Hugging Face
-directory by the engine venv's python (which has torch), or as a GGUF file by servebench's own
-(numpy and `gguf`, servebench/build/tiny_gguf.py)."""
+random-weight Llama that is generated and cached by config and seed. How it is generated is the
+engine's declaration (`Engine.default_model`, one of the generators here, one per model format):
+a Hugging Face directory by the engine venv's python (which has torch), or a GGUF file by
+servebench's own (numpy and `gguf`, servebench/build/tiny_gguf.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import hashlib
 import json
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from servebench.build import tiny_gguf
 from servebench.build.venv import source_digest
@@ -23,18 +26,73 @@ class ModelError(Exception):
     pass
 
 
-def model_cache_key(spec: GeneratedModelSpec, fmt: str = "hf") -> str:
-    # The generator's source is part of the key: a change to it must not reuse old weights.
-    if fmt == "gguf":
-        code = hashlib.sha256(Path(tiny_gguf.__file__).read_bytes()).hexdigest()
-        return f"tiny-gguf-{sha256_json({'spec': spec.model_dump(mode='json'), 'code': code})[:16]}"
-    return f"tiny-llama-{sha256_json({'spec': spec.model_dump(mode='json'), 'code': source_digest()})[:16]}"
+@dataclass(frozen=True)
+class ModelGenerator:
+    """How an engine's default model is made from `model: {generate: tiny-llama, ...}`: its format,
+    where it lives in the cache (keyed by the spec and the generator's code: a change to the code must
+    not reuse old weights) and what writes it. Engines declare one (`Engine.default_model`)."""
+
+    format: str                                            # a model format word: 'hf', 'gguf'
+    key_prefix: str                                        # the cache directory's name before the key
+    file_name: str | None                                  # the model is this file in its directory (None: the dir)
+    code_digest: Callable[[], str]                         # the generator's source, part of the key
+    write: Callable[[GeneratedModelSpec, str, Path], None]  # (spec, engine python, into this new directory)
+
+    def cache_key(self, spec: GeneratedModelSpec) -> str:
+        digest = sha256_json({"spec": spec.model_dump(mode="json"), "code": self.code_digest()})
+        return f"{self.key_prefix}-{digest[:16]}"
+
+    def path(self, spec: GeneratedModelSpec, cache: Path) -> Path:
+        """Where the generated model lives in the cache: a directory, or a file in one."""
+        directory = cache / "models" / self.cache_key(spec)
+        return directory / self.file_name if self.file_name else directory
+
+    def ensure(self, spec: GeneratedModelSpec, engine_python: str, cache: Path) -> Path:
+        """The model, generated first if the cache lacks it. Written into a directory of its own (nodes
+        get a model as a directory tree, placed by digest), renamed into place once complete."""
+        out = self.path(spec, cache)
+        directory = out.parent if self.file_name else out
+        if out.is_file() if self.file_name else (out / "servebench-model.json").exists():
+            return out
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            self.write(spec, engine_python, tmp)
+        except Exception:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        tmp.rename(directory)
+        return out
 
 
-def generated_model_path(spec: GeneratedModelSpec, cache: Path, fmt: str = "hf") -> Path:
-    """Where the generated model lives in the cache: a directory (hf), or a .gguf file in one."""
-    directory = cache / "models" / model_cache_key(spec, fmt)
-    return directory / GGUF_NAME if fmt == "gguf" else directory
+def _write_hf(spec: GeneratedModelSpec, engine_python: str, into: Path) -> None:
+    """By the engine venv's python: transformers and torch live there, not in servebench's venv."""
+    config = spec.model_dump(mode="json", exclude={"generate", "dtype"})
+    result = subprocess.run(
+        [engine_python, "-m", "servebench_engine.tiny_llama", "--out", str(into), "--config", json.dumps(config)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    if result.returncode != 0:
+        raise ModelError(f"generating the tiny Llama failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+
+
+def _write_gguf(spec: GeneratedModelSpec, engine_python: str, into: Path) -> None:
+    """By servebench's own python (numpy and `gguf`): no engine venv needed."""
+    into.mkdir(parents=True)
+    try:
+        tiny_gguf.write_tiny_gguf(spec, into / GGUF_NAME)
+    except Exception as exc:
+        raise ModelError(f"writing the tiny GGUF failed: {exc}") from exc
+
+
+def _gguf_code() -> str:
+    return hashlib.sha256(Path(tiny_gguf.__file__).read_bytes()).hexdigest()
+
+
+# A Hugging Face directory with a locally trained tokenizer; a GGUF file (the same weights' shapes)
+TINY_LLAMA_HF = ModelGenerator("hf", "tiny-llama", None, source_digest, _write_hf)
+TINY_LLAMA_GGUF = ModelGenerator("gguf", "tiny-gguf", GGUF_NAME, _gguf_code, _write_gguf)
 
 
 def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
@@ -43,8 +101,8 @@ def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
 
 
 def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Path | None = None,
-                 fmt: str = "hf") -> Path:
-    """Return the model directory (or GGUF file), generating it first if needed."""
+                 generator: ModelGenerator = TINY_LLAMA_HF) -> Path:
+    """Return the model directory (or GGUF file), generating it first by the engine's `generator` if needed."""
     if isinstance(spec, LocalModelSpec):
         path = _local_path(spec, base_dir)
         if path.suffix.lower() == ".gguf":
@@ -54,41 +112,7 @@ def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Pat
         if not (path / "config.json").exists():
             raise ModelError(f"model.path {path} has no config.json")
         return path
-    if fmt == "gguf":
-        return _ensure_gguf(spec, cache)
-    out = generated_model_path(spec, cache, "hf")
-    if (out / "servebench-model.json").exists():
-        return out
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    config = spec.model_dump(mode="json", exclude={"generate", "dtype"})
-    result = subprocess.run(
-        [engine_python, "-m", "servebench_engine.tiny_llama", "--out", str(tmp), "--config", json.dumps(config)],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )
-    if result.returncode != 0:
-        raise ModelError(f"generating the tiny Llama failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
-
-
-def _ensure_gguf(spec: GeneratedModelSpec, cache: Path) -> Path:
-    """The file in a directory of its own: nodes get a model as a directory tree (placed by digest)."""
-    out = generated_model_path(spec, cache, "gguf")
-    if out.is_file():
-        return out
-    tmp = out.parent.with_name(out.parent.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        tiny_gguf.write_tiny_gguf(spec, tmp / GGUF_NAME)
-    except Exception as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelError(f"writing the tiny GGUF failed: {exc}") from exc
-    shutil.rmtree(out.parent, ignore_errors=True)
-    tmp.rename(out.parent)
-    return out
+    return generator.ensure(spec, engine_python, cache)
 
 
 def model_tree(model_path: Path) -> Path:

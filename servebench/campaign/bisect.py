@@ -37,11 +37,12 @@ def bisected_point(campaign: Campaign, label: str | None) -> LoadPoint:
 
 
 def bisected_source(campaign: Campaign, mode: ModeSpec) -> GitSourceSpec:
-    """The git source the mode is built from; a clear error when there is none."""
+    """The git source the mode is built from (its engine block's declared one); a clear error when there is
+    none."""
     if campaign.engine_kind(mode) != campaign.engine.kind or mode.build:
         raise BisectError(f"mode {mode.name!r} is not built from the campaign's engine block: bisect one that is")
-    source = getattr(campaign.engine, "source", None)
-    if not isinstance(source, GitSourceSpec):
+    source = campaign.engine.git_source()
+    if source is None:
         raise BisectError(f"campaign {campaign.name}: the engine has no git source to bisect; give it "
                           "`source: {git: /path/to/repo, commit: ...}` (docs/builds.md)")
     return source
@@ -62,7 +63,7 @@ def step_campaign(data: dict, campaign: Campaign, campaign_dir: Path, mode_name:
     measured = bisected_point(campaign, point)
     data = copy.deepcopy(data)
     data["name"] = f"{data['name']}-bisect"
-    source = data["engine"]["source"]
+    source = data["engine"][campaign.engine.git_source_field]
     source.pop("commits", None)
     source["commit"] = commit
     data["modes"] = [mode.model_dump(mode="json", exclude_defaults=True) | {"executor": mode.executor}]

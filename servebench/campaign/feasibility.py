@@ -24,6 +24,8 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
     names = [mode.name for mode in campaign.modes]
     engines = {kind: engine_of(kind) for kind in campaign.engine_specs()}
     fmt = model_format(campaign.model, base_dir)
+    problems += [(("model",), problem) for engine in engines.values()
+                 if (problem := engine.model_problem(campaign.model))]
     for index, mode in enumerate(campaign.modes):
         engine = engines[campaign.engine_kind(mode)]
         if fmt is not None and fmt not in engine.model_formats:
@@ -100,7 +102,7 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
                              + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                              if hasattr(exc, "errors") else str(exc)))
             continue
-        target = getattr(spec, "target", None)
+        target = spec.build_target()
         build_arch = profile(target).arch if target else host_arch()
         for name in (mode.nodes or servers):
             if arches.get(name, build_arch) != build_arch:
@@ -134,7 +136,7 @@ def _knob_problems(campaign: Campaign, engine, kind: str) -> list[Problem]:
     from servebench.campaign.sweep import configurations
 
     problems: list[Problem] = []
-    engine_knobs = getattr(engine, "knobs", {})
+    engine_knobs = engine.knobs
     known = ", ".join(sorted(engine_knobs)) or "none"
     served = [(index, mode) for index, mode in enumerate(campaign.modes) if campaign.engine_kind(mode) == kind]
     settings = [(("knobs", name, index), name, value) for name, values in campaign.knobs.items()

@@ -21,11 +21,6 @@ from servebench.cpus import parse_cpu_list
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
-# head_dims the CPU attention kernels of the engines accept (facts file, "Runtime"): the
-# generated model is kept to them so every engine can serve it.
-CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
-
-
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -121,6 +116,9 @@ class EngineSpecBase(StrictModel):
     kind: str
     env: dict[str, str] = Field(default_factory=dict, description="Environment of every server process.")
     ready_timeout_s: float = Field(600.0, gt=0, description="Seconds a server may take to answer its health path.")
+    # the field holding a `GitSourceSpec` when the engine can be built from a git commit (None: it cannot):
+    # what the commit axis sweeps and a bisect steps through
+    git_source_field: ClassVar[str | None] = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -130,6 +128,24 @@ class EngineSpecBase(StrictModel):
     def describe(self) -> str:
         """One line for `servebench plan` and the run's build line."""
         return self.kind
+
+    def build_target(self) -> str | None:
+        """The target CPU profile its build is for (servebench/build/targets.py), None for this host's: what
+        the nodes' architectures are checked against."""
+        return None
+
+    def git_source(self) -> GitSourceSpec | None:
+        """The git source this block builds from (its declared field, when set), else None: a commit
+        axis and a bisect need one."""
+        source = getattr(self, self.git_source_field) if self.git_source_field else None
+        return source if isinstance(source, GitSourceSpec) else None
+
+    def at_commit(self, commit: str) -> dict:
+        """The `build:` fields that build this block at another commit of its git source."""
+        source = self.git_source()
+        if source is None or self.git_source_field is None:
+            raise ValueError(f"engine {self.kind!r}: no git source to build at commit {commit!r}")
+        return {self.git_source_field: source.at(commit).model_dump(exclude_defaults=True)}
 
 
 ServedDtype = Literal["auto", "bfloat16", "float32"]
@@ -158,13 +174,7 @@ class GeneratedModelSpec(StrictModel):
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
-        head_dim = self.hidden // self.heads
-        if head_dim not in CPU_ATTENTION_HEAD_DIMS:
-            raise ValueError(
-                f"head_dim = hidden/heads = {head_dim}; the engines' CPU attention kernels need one of "
-                f"{sorted(CPU_ATTENTION_HEAD_DIMS)}"
-            )
-        return self
+        return self  # a shape an engine's kernels do not take is that engine's to say (Engine.model_problem)
 
 
 class LocalModelSpec(StrictModel):
@@ -511,10 +521,10 @@ class Campaign(StrictModel):
         """The commits the mode is run at (its engine's `source: {commits: [...]}`), or [] (also for a
         mode whose `build:` is not a valid engine block: feasibility names its problem)."""
         try:
-            source = getattr(self.engine_spec_for(mode), "source", None)
+            source = self.engine_spec_for(mode).git_source()
         except ValueError:
             return []
-        return source.axis if isinstance(source, GitSourceSpec) else []
+        return source.axis if source is not None else []
 
     def engine_spec_for(self, mode: ModeSpec) -> EngineSpecBase:
         """The engine block this mode is built from: its engine's, with the mode's `build` fields."""

@@ -116,12 +116,12 @@ def at_each_commit(campaign: Campaign, point: dict[str, KnobValue],
     commits = campaign.commit_axis(mode)
     if not commits:
         return [(point, mode)]
-    source = campaign.engine_spec_for(mode).source  # type: ignore[attr-defined]
+    spec = campaign.engine_spec_for(mode)
     served = []
     for index, commit in enumerate(commits):
         update: dict = {"name": f"{mode.name}-{commit_label(commit)}"}
         if index > 0:
-            update["build"] = {**mode.build, "source": source.at(commit).model_dump(exclude_defaults=True)}
+            update["build"] = {**mode.build, **spec.at_commit(commit)}
         served.append(({**point, "commit": commit}, mode.model_copy(update=update)))
     return served
 

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
 
-ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters"}  # from --engine unless given
+# from --engine unless given
+ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters", "stream_token_counts"}
 
 HELP = {
     "--base-url": "server URL, e.g. http://127.0.0.1:8000",
@@ -52,6 +53,8 @@ HELP = {
     "--request-extras": "JSON object merged into every request body (default: the --engine's extensions)",
     "--prefix-cache-counters": "QUERIES,HITS: the server's prefix-cache counters on /metrics, read before and "
                                "after (summary: prefix_cache_hit_rate); default: the --engine's; '' for none",
+    "--stream-token-counts": "PATH[,PATH]: where a streamed chunk says the running count of generated tokens, "
+                             "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
     "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
 }
@@ -105,7 +108,7 @@ def add_load_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
-    """Flags -> LoadConfig; the --engine's extras and counter unless given; an empty
+    """Flags -> LoadConfig; the --engine's extras, counters and stream token count unless given; an empty
     --token-counter means no counter check."""
     values = {name: getattr(args, name, None) for name in FLAGS.values()}
     values = {k: v for k, v in values.items() if v is not None}
@@ -113,7 +116,8 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     if engine is not None:
         values.setdefault("request_extras", dict(engine.request_extras))
         values.setdefault("token_counter", engine.generation_tokens_metric)
-        values.setdefault("prefix_cache_counters", getattr(engine, "prefix_cache_metrics", None))
+        values.setdefault("prefix_cache_counters", engine.prefix_cache_metrics)
+        values.setdefault("stream_token_counts", list(engine.stream_token_counts))
     values["token_counter"] = values.get("token_counter") or None
     values["prefix_cache_counters"] = values.get("prefix_cache_counters") or None
     return LoadConfig(**values)

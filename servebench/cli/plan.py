@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from servebench.build.builders import inputs_and_key
-from servebench.build.model import generated_model_path
+from servebench.build.model import ModelGenerator
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.campaign.schema import GeneratedModelSpec
@@ -22,7 +22,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
     specs = campaign.engine_specs()
     engines = {kind: get_engine(kind) for kind in specs}
     keys = {kind: build_key_or_why(engines[kind], spec) for kind, spec in specs.items()}
-    models = {kind: model_path(campaign, file, engines[kind].model_formats[0]) for kind in specs}
+    models = {kind: model_path(campaign, file, engines[kind].default_model) for kind in specs}
     served = campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec) else Path(campaign.model.path).name
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
     nodes, _ = split_client_node(provider.nodes(), [n.name for n in campaign.provider.node_specs()],
@@ -36,7 +36,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
         + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else ""),
-        *(f"knobs    {kind}: " + (", ".join(sorted(getattr(engine, "knobs", {}))) or "none")
+        *(f"knobs    {kind}: " + (", ".join(sorted(engine.knobs)) or "none")
           + " (the engine's; docs/tuning.md)" for kind, engine in engines.items()),
         *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
         "",
@@ -77,10 +77,10 @@ def build_key_or_why(engine, spec) -> str:
         return "<no key: see servebench build --dry-run>"
 
 
-def model_path(campaign, file: Path, fmt: str) -> str:
-    """Where an engine serving models as `fmt` finds the campaign's model."""
+def model_path(campaign, file: Path, generator: ModelGenerator) -> str:
+    """Where an engine finds the campaign's model (a generated one: where its generator puts it)."""
     if isinstance(campaign.model, GeneratedModelSpec):
-        return str(generated_model_path(campaign.model, cache_dir(), fmt))
+        return str(generator.path(campaign.model, cache_dir()))
     return str((file.parent / campaign.model.path).resolve())
 
 

@@ -17,7 +17,15 @@ An engine is a folder under `servebench/engines/` and one line in the registry
   counter of generated tokens, the KV-cache capacity it logs at start-up, more server state
   sampled with the metrics (`state_sampler`), and the log line of a KV-cache failure;
 - what its OpenAI API needs beyond the standard (request extras of the load generator and
-  of the gate, and how it returns token ids).
+  of the gate, how it returns token ids, and where its streamed chunks say the running count of
+  generated tokens: plain data, since the load generator may run on a node with no engine code);
+- the model formats it serves, how its default model is generated, and which generated models
+  it cannot serve (`model_problem`); whether its spec has a git source for the commit axis is the
+  spec's own declaration (`EngineSpecBase.git_source`).
+
+An engine class subclasses `Engine`: the members with a default below are what most engines share
+(OpenAI's usage field, a Hugging Face model, no prefix-cache counters), so a minimal engine states
+only what is its own.
 
 Engines return commands and data; running them is the serving stage's business through
 the provider, so an engine is tested without starting anything.
@@ -29,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
+from servebench.build.model import TINY_LLAMA_HF, ModelGenerator
 from servebench.build.prerequisites import Prerequisite
 from servebench.build.recipe import BuildRecipe
-from servebench.campaign.schema import EngineSpecBase, ModeSpec
+from servebench.campaign.schema import EngineSpecBase, ModelSpec, ModeSpec
+from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.providers.base import Node, Provider
 from servebench.serving.correctness import GateChoice
 
@@ -129,10 +139,18 @@ class SharedServices(Protocol):
 
 
 class Engine(Protocol):
+    """What every engine says; subclass it (the defaults are inherited) and register the class."""
+
     kind: ClassVar[str]
     spec_model: ClassVar[type[EngineSpecBase]]
     executors: ClassVar[tuple[str, ...]]
-    model_formats: ClassVar[tuple[str, ...]]   # 'hf' (a Hugging Face directory), 'gguf' (a file)
+    model_formats: ClassVar[tuple[str, ...]] = ("hf",)  # 'hf' (a Hugging Face directory), 'gguf' (a file)
+    # how `model: {generate: tiny-llama}` is made for it (servebench/build/model.py), in its first format
+    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF
+    # where a streamed chunk says the running count of generated tokens: dotted paths, the first present wins
+    stream_token_counts: ClassVar[tuple[str, ...]] = OPENAI_TOKEN_COUNT
+    # [queries, hits] prompt-token counters of its prefix cache on /metrics (None: it has none to read)
+    prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
     metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
     generation_tokens_metric: ClassVar[str | None]
     state_sampler: ClassVar[str | None]         # 'module:function' (url) -> {column: value}, sampled with the metrics
@@ -140,7 +158,7 @@ class Engine(Protocol):
     request_extras: ClassVar[dict[str, Any]]    # merged into every load request body
     gate_extras: ClassVar[dict[str, Any]]       # merged into every correctness-gate request body
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]]  # `servebench load --export NAME=PATH` layouts
-    knobs: ClassVar[dict[str, Knob]]            # settings a mode may set or a campaign sweep; `launch` applies them
+    knobs: ClassVar[dict[str, Knob]] = {}       # settings a mode may set or a campaign sweep; `launch` applies them
 
     def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
         """What goes into the engine's content-addressed build."""
@@ -173,4 +191,8 @@ class Engine(Protocol):
 
     def gate_choice(self, choice: dict) -> GateChoice:
         """A gate answer's generated token ids, their logprobs and each position's top candidate ids."""
+
+    def model_problem(self, model: ModelSpec) -> str | None:
+        """Why it cannot serve this model (a generated one's shape its kernels do not take), or None."""
+        return None
 

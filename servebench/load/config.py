@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
@@ -73,6 +74,10 @@ class LoadConfig(BaseModel):
     request_extras: dict[str, Any] = Field(default_factory=dict,
                                            description="Merged into every request body (the engine's extensions: "
                                                        "exact output length, usage in every chunk).")
+    stream_token_counts: list[str] = Field(
+        default_factory=lambda: list(OPENAI_TOKEN_COUNT), min_length=1, description=(
+            "Where a streamed chunk says the running count of generated tokens: dotted paths into the chunk, the "
+            "first present wins (the engine's `stream_token_counts`; plain data, it travels as a flag)."))
 
     @field_validator("prefix_cache_counters", mode="before")
     @classmethod
@@ -80,6 +85,14 @@ class LoadConfig(BaseModel):
         """'QUERIES,HITS' (the flag's form) is the pair; '' is none."""
         if isinstance(value, str):
             return [name.strip() for name in value.split(",")] if value.strip() else None
+        return value
+
+    @field_validator("stream_token_counts", mode="before")
+    @classmethod
+    def _paths_text(cls, value: Any) -> Any:
+        """'A.B,C.D' (the flag's form) is the list of paths."""
+        if isinstance(value, str):
+            return [path.strip() for path in value.split(",") if path.strip()]
         return value
 
     @field_validator("workload", mode="before")
@@ -144,7 +157,7 @@ FLAGS: dict[str, str] = {
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
-    "--prefix-cache-counters": "prefix_cache_counters",
+    "--prefix-cache-counters": "prefix_cache_counters", "--stream-token-counts": "stream_token_counts",
 }
 
 
@@ -161,6 +174,8 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, value.model_dump_json()] if value is not None else []
         elif name == "prefix_cache_counters":
             argv += [flag, ",".join(value) if value else ""]
+        elif name == "stream_token_counts":
+            argv += [flag, ",".join(value)]
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

@@ -16,15 +16,17 @@ from urllib.parse import urlsplit
 import httptools
 
 from servebench.load.records import RequestRecord
-from servebench.load.sse import SseStream
+from servebench.load.sse import OPENAI_TOKEN_COUNT, SseStream, count_paths
 
 ERROR_BODY_KEPT = 4096  # bytes of a non-200 answer kept for its error row
 
 
 class Endpoint:
-    """Where requests go, with the request head pre-rendered once."""
+    """Where requests go, with the request head pre-rendered once, and where its streamed chunks
+    say the running token count (the engine's declaration, `LoadConfig.stream_token_counts`)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, token_counts: tuple[str, ...] | list[str] = OPENAI_TOKEN_COUNT):
+        self.token_counts = count_paths(token_counts)
         parts = urlsplit(url)
         if parts.scheme != "http":
             raise ValueError(f"only http:// URLs are supported, got {url!r}")
@@ -44,9 +46,9 @@ class _Exchange:
 
     __slots__ = ("record", "stream", "done", "status", "error_body")
 
-    def __init__(self, record: RequestRecord, done: asyncio.Future):
+    def __init__(self, record: RequestRecord, done: asyncio.Future, token_counts: tuple[tuple[str, ...], ...]):
         self.record = record
-        self.stream = SseStream(record)
+        self.stream = SseStream(record, token_counts)
         self.done = done
         self.status = 0
         self.error_body = bytearray()
@@ -123,7 +125,7 @@ class Connection(asyncio.Protocol):
 
     # --- used by the pool
     def send(self, payload: bytes, record: RequestRecord, done: asyncio.Future) -> None:
-        self.exchange = _Exchange(record, done)
+        self.exchange = _Exchange(record, done, self.pool.endpoint.token_counts)
         record.sent_s = time.monotonic()
         self.transport.write(payload)  # type: ignore[union-attr]
 

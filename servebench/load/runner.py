@@ -112,7 +112,7 @@ def load_result(path: Path) -> dict:
 
 async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
                prepared: list[Prepared] | None, live: LiveCounts, notes: list[str]) -> dict:
-    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint])
+    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts)
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
     exact: set[int] = set()  # requests whose prompt is token ids: the server must count exactly those

@@ -6,8 +6,10 @@ E2EL to the last, is wrong by milliseconds (and by a whole slow prefill step at 
 
 A token event is a `choices` entry that carries tokens:
 - where the server keeps a running count, the event where it rises, by as many tokens as it
-  rose: `usage.completion_tokens` (vLLM with `continuous_usage_stats`) or `timings.predicted_n`
-  (llama.cpp with `timings_per_token`) (`token_source = "usage"`);
+  rose (`token_source = "usage"`). Where a chunk says the count is the engine's to declare
+  (`Engine.stream_token_counts`, carried by `LoadConfig.stream_token_counts`): dotted paths into
+  the chunk, the first present wins; OpenAI's `usage.completion_tokens` (with
+  `continuous_usage_stats`) unless the engine says otherwise;
 - otherwise, an event whose choice has a token field at all, empty text included: a
   completion's `text`, a chat delta's `content` (a chat stream's opening role-only delta and an
   empty closing delta are not tokens); it carries as many tokens as its logprobs list where the
@@ -23,13 +25,36 @@ import orjson
 from servebench.load.records import RequestRecord
 
 MAX_EVENT_BYTES = 1 << 20  # a chunk is ~300 bytes (a few KB with logprobs): more, unended, is a hostile stream
+# where a chunk carries the running count of generated tokens when the engine declares nothing else
+OPENAI_TOKEN_COUNT = ("usage.completion_tokens",)
+
+
+def count_paths(paths: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:
+    """Dotted paths ('timings.predicted_n') split once, not per chunk: the hot path walks keys."""
+    return tuple(tuple(path.split(".")) for path in paths)
+
+
+def running_count(chunk: dict, paths: tuple[tuple[str, ...], ...]) -> int | None:
+    """The first of the paths present in the chunk (a number), or None: the server's running token count."""
+    for path in paths:
+        value: object = chunk
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+            if value is None:
+                break
+        if value is not None:
+            return value  # type: ignore[return-value]
+    return None
 
 
 class SseStream:
-    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events")
+    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events", "count_paths")
 
-    def __init__(self, record: RequestRecord):
+    def __init__(self, record: RequestRecord,
+                 token_counts: tuple[tuple[str, ...], ...] = count_paths(OPENAI_TOKEN_COUNT)):
+        """`token_counts`: where a chunk says the running token count (`count_paths` of the engine's)."""
         self.record = record
+        self.count_paths = token_counts
         self.buffer = b""
         self.tokens = 0
         self.done = False
@@ -97,9 +122,7 @@ class SseStream:
             return f"error event in stream: {str(chunk['error'])[:200]}"
         usage = chunk.get("usage") or {}
         choices = chunk.get("choices")
-        count = usage.get("completion_tokens")
-        if count is None:  # llama.cpp: its usage comes in the last chunk only, its timings in every one
-            count = (chunk.get("timings") or {}).get("predicted_n")
+        count = running_count(chunk, self.count_paths)
         if usage.get("prompt_tokens") is not None:
             record.input_tokens = usage["prompt_tokens"]
         if choices and record.first_text_s is None and _text(choices[0]):

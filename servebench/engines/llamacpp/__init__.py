@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from servebench.build.model import TINY_LLAMA_GGUF, ModelGenerator
 from servebench.build.recipe import BuildRecipe
 from servebench.campaign.schema import ModeSpec
-from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
+from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
 from servebench.build.prerequisites import Prerequisite
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
@@ -25,11 +26,12 @@ KV_CELLS = re.compile(r"llama_context: n_ctx\s+=\s+(\d+)")
 SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(Engine):
     kind: ClassVar[str] = "llamacpp"
     spec_model: ClassVar[type[LlamaCppEngineSpec]] = LlamaCppEngineSpec
     executors: ClassVar[tuple[str, ...]] = EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("gguf",)
+    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_GGUF  # a GGUF file, written by servebench itself
     metrics: ClassVar[dict[str, str]] = {
         "llamacpp:requests_processing": "running",
         "llamacpp:requests_deferred": "waiting",
@@ -46,6 +48,8 @@ class LlamaCppEngine:
     # count (usage comes only in the last chunk, and a token ending inside a UTF-8 character is
     # streamed with the next one)
     request_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "timings_per_token": True}
+    # usage first (the last chunk's total), then the running count of every chunk
+    stream_token_counts: ClassVar[tuple[str, ...]] = ("usage.completion_tokens", "timings.predicted_n")
     gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True}
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
     knobs: ClassVar[dict[str, Knob]] = KNOBS

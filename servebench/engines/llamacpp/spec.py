@@ -4,7 +4,7 @@ llama-cpp-python sdist, or a git commit), for which CPU, and the CMake flags tha
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -16,6 +16,7 @@ DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e
 
 class LlamaCppEngineSpec(EngineSpecBase):
     kind: Literal["llamacpp"] = "llamacpp"
+    git_source_field: ClassVar[str | None] = "source"  # a commit axis and bisect build from `source:`
     package: str = Field(DEFAULT_LLAMACPP_PACKAGE,
                          description="Pinned llama-cpp-python sdist; its vendored llama.cpp is what is built.")
     cpu: Literal["portable", "native"] = Field(
@@ -52,6 +53,10 @@ class LlamaCppEngineSpec(EngineSpecBase):
             if not arg.startswith("-D") or "=" not in arg or " " in arg:
                 raise ValueError(f"cmake_args takes CMake defines like '-DNAME=VALUE' (got {arg!r})")
         return value
+
+    def build_target(self) -> str | None:
+        """`target:`, the profile its build is for (servebench/build/targets.py)."""
+        return self.target
 
     def describe(self) -> str:
         cpu = f"target={self.target}" if self.target else ("cpu=native" if self.source else f"cpu={self.cpu}")

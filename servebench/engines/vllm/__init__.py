@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from servebench.build.model import TINY_LLAMA_HF, ModelGenerator
 from servebench.build.prerequisites import Prerequisite
 from servebench.build.recipe import TargetPlatform, VenvRecipe
 from servebench.build.targets import profile
 from servebench.paths import cache_dir
-from servebench.campaign.schema import ModeSpec
-from servebench.engines.base import Knob, LaunchRequest, ServerLaunch
+from servebench.campaign.schema import GeneratedModelSpec, ModelSpec, ModeSpec
+from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
 from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
@@ -27,13 +28,16 @@ from servebench.serving.correctness import GateChoice, legacy_logprobs
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]
 KV_CAPACITY = re.compile(r"KV cache size: ([\d,]+) tokens")
 TOKEN_ID_PREFIX = "token_id:"
+# head_dims vLLM's CPU attention kernels accept (facts file, "Runtime"): a generated model must have one
+CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     kind: ClassVar[str] = "vllm"
     spec_model: ClassVar[type[VllmEngineSpec]] = VllmEngineSpec
     executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)
+    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF  # a directory with a tokenizer, by the venv's torch
     metrics: ClassVar[dict[str, str]] = {
         "vllm:kv_cache_usage_perc": "kv_usage",
         "vllm:num_requests_running": "running",
@@ -51,6 +55,7 @@ class VllmEngine:
     # exactly max_tokens tokens, and the running token count in every streamed chunk
     request_extras: ClassVar[dict[str, Any]] = {
         "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    stream_token_counts: ClassVar[tuple[str, ...]] = ("usage.completion_tokens",)  # continuous_usage_stats
     gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "return_tokens_as_token_ids": True}
     # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {"vllm-bench": to_vllm_result}
@@ -116,6 +121,17 @@ class VllmEngine:
     def gate_choice(self, choice: dict) -> GateChoice:
         """Legacy-completions logprobs whose tokens are 'token_id:N' (return_tokens_as_token_ids)."""
         return legacy_logprobs(choice, token_id)
+
+    def model_problem(self, model: ModelSpec) -> str | None:
+        """A generated model's head_dim must be one the CPU attention kernels take (a local model is the
+        user's: vLLM says so itself at start-up)."""
+        if not isinstance(model, GeneratedModelSpec):
+            return None
+        head_dim = model.hidden // model.heads
+        if head_dim in CPU_ATTENTION_HEAD_DIMS:
+            return None
+        return (f"head_dim = hidden/heads = {head_dim}; vLLM's CPU attention kernels need one of "
+                f"{sorted(CPU_ATTENTION_HEAD_DIMS)}")
 
 
 def token_id(token: str) -> int:

@@ -82,6 +82,10 @@ class VllmEngineSpec(EngineSpecBase):
                              "vLLM from source is built for this host's CPU (leave one of them out)")
         return self
 
+    def build_target(self) -> str | None:
+        """`target:`, the profile its build is for (servebench/build/targets.py)."""
+        return self.target
+
     def describe(self) -> str:
         what = f"{self.source.sdist} from source" if self.source else self.package
         return f"{what} for {profile(self.target).arch}" if self.target else what

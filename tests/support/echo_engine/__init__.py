@@ -18,7 +18,7 @@ from pydantic import Field
 
 from servebench.build.recipe import VenvRecipe
 from servebench.campaign.schema import EngineSpecBase, ModeSpec
-from servebench.engines.base import Knob, LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.base import Engine, Knob, LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, Provider
 from servebench.serving.correctness import GateChoice, legacy_logprobs
 
@@ -33,7 +33,7 @@ class EchoEngineSpec(EngineSpecBase):
                               "server whose capacity is 1000 / prefill_ms requests per second.")
 
 
-class EchoEngine:
+class EchoEngine(Engine):
     kind: ClassVar[str] = "echo"
     spec_model: ClassVar[type[EchoEngineSpec]] = EchoEngineSpec
     executors: ClassVar[tuple[str, ...]] = ("local", "split")
