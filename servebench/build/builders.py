@@ -1,49 +1,53 @@
 """One entry to the build stage whatever the recipe's kind: its key, the inputs the key covers,
-the commands a build would run, and the build itself (reused from the cache when the key matches)."""
+the commands a build would run, and the build itself (reused from the cache when the key matches).
+
+Every recipe names its builder (`recipe.builder`, plain data in servebench/build/recipe.py) and every
+builder has the same three methods (`Builder`), so the stage dispatches in one place, `builder_for`:
+a new kind of build is a recipe naming a new builder and one entry in `BUILDERS`."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from servebench.build import cmake, git_source, target_venv, venv, wheel
-from servebench.build.recipe import BuildRecipe, CMakeRecipe
+from servebench.build.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
 from servebench.build.venv import EngineBuild
 
-
-def ensure(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
-    if isinstance(recipe, CMakeRecipe):
-        return cmake.ensure_cmake_build(recipe, cache, log)
-    if recipe.platform is not None:  # a venv for another architecture (and the host's twin it follows)
-        return target_venv.ensure_target_venv(recipe, cache, log)
-    if recipe.wheel is not None:  # the wheel first (its own key and artifact), then a venv with it
-        recipe = wheel.with_built_wheel(recipe, wheel.ensure_wheel(recipe.wheel, cache, log), log)
-    return venv.ensure_build(recipe, cache, log)
+Log = Callable[[str], None]
+Steps = tuple[dict[str, str], list[tuple[str, list[str]]]]  # (environment on top of this one, [(title, argv)])
 
 
 def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Callable[[str], None] = _to_stderr) -> tuple[dict, str]:
-    """What the build key covers, and the key (a cmake recipe's source is fetched to hash it)."""
-    if isinstance(recipe, CMakeRecipe):
+class Builder(Protocol):
+    """What the build stage asks of every kind of build."""
+
+    def ensure(self, recipe: BuildRecipe, cache: Path, log: Log) -> EngineBuild:
+        """The build, made unless the cache holds one of the same key."""
+
+    def inputs_and_key(self, recipe: BuildRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+        """What the build key covers, and the key (fetching a source to hash it if need be)."""
+
+    def steps(self, recipe: BuildRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        """The environment and commands a build of the recipe runs (for `servebench build --dry-run`)."""
+
+
+class CMakeBuilder:
+    """A CMake project from a pinned sdist or a git commit, for a target CPU (cmake.py)."""
+
+    def ensure(self, recipe: CMakeRecipe, cache: Path, log: Log) -> EngineBuild:
+        return cmake.ensure_cmake_build(recipe, cache, log)
+
+    def inputs_and_key(self, recipe: CMakeRecipe, cache: Path, log: Log) -> tuple[dict, str]:
         inputs = cmake.cmake_inputs(recipe, cmake.fetch(recipe, cache, log))
         return inputs, cmake.cmake_key(recipe, inputs)
-    if recipe.platform is not None:
-        return target_venv.inputs_and_key(recipe, cache, log)
-    if recipe.wheel is not None:  # the venv's key follows from the wheel's content: the wheel's key stands for it
-        inputs = wheel.wheel_inputs(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache, log))
-        return inputs, wheel.wheel_key(recipe.wheel, inputs)
-    return venv.build_inputs(recipe), venv.build_key(recipe)
 
-
-def steps(recipe: BuildRecipe, cache: Path, key: str,
-          inputs: dict) -> tuple[dict[str, str], list[tuple[str, list[str]]]]:
-    """(environment on top of this one, [(title, argv)]) a build of the recipe runs."""
-    artifact = cache / "engines" / key
-    if isinstance(recipe, CMakeRecipe):
+    def steps(self, recipe: CMakeRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        artifact = cache / "engines" / key
         fetched = cmake.fetch(recipe, cache)
         project = Path("<scratch>") / cmake.PROJECT_DIR
         if recipe.git is not None:
@@ -61,13 +65,44 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
                                                               else top), str(project)])]
         return {}, [*unpack, *cmake.cmake_steps(recipe, inputs, project, Path("<scratch>/build"),
                                                 artifact, cmake.build_jobs())]
-    if recipe.platform is not None:
+
+
+class TargetVenvBuilder:
+    """A venv for another architecture (and the host's twin it follows), target_venv.py."""
+
+    def ensure(self, recipe: VenvRecipe, cache: Path, log: Log) -> EngineBuild:
+        return target_venv.ensure_target_venv(recipe, cache, log)
+
+    def inputs_and_key(self, recipe: VenvRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+        return target_venv.inputs_and_key(recipe, cache, log)
+
+    def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        assert recipe.platform is not None
+        artifact = cache / "engines" / key
         sysroot = target_venv.ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache)
         return {}, [("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
                      ["<written by servebench>", str(artifact)]),
                     *target_venv.build_steps(recipe, artifact, Path("<scratch>"), Path("<a copy of engine/>"),
                                              target_venv.build_runner(sysroot))]
-    if recipe.wheel is not None:
+
+
+class WheelVenvBuilder:
+    """The wheel first (its own key and artifact, wheel.py), then a venv with it."""
+
+    def ensure(self, recipe: VenvRecipe, cache: Path, log: Log) -> EngineBuild:
+        assert recipe.wheel is not None
+        return venv.ensure_build(wheel.with_built_wheel(recipe, wheel.ensure_wheel(recipe.wheel, cache, log), log),
+                                 cache, log)
+
+    def inputs_and_key(self, recipe: VenvRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+        """The venv's key follows from the wheel's content: the wheel's key stands for it."""
+        assert recipe.wheel is not None
+        inputs = wheel.wheel_inputs(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache, log))
+        return inputs, wheel.wheel_key(recipe.wheel, inputs)
+
+    def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        assert recipe.wheel is not None
+        artifact = cache / "engines" / key
         scratch = Path("<scratch>")
         wheel_file = artifact / "<the built wheel>.whl"
         installed = recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel_file)],
@@ -75,4 +110,40 @@ def steps(recipe: BuildRecipe, cache: Path, key: str,
         return wheel.wheel_env(recipe.wheel, scratch, cache), [
             *wheel.wheel_steps(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache), scratch, artifact),
             *venv.build_steps(installed, cache / "engines" / "<engine venv key>", Path("<a copy of engine/>"))]
-    return dict(recipe.build_env), venv.build_steps(recipe, artifact, Path("<a copy of engine/>"))
+
+
+class VenvBuilder:
+    """A venv filled by pip on this host (venv.py)."""
+
+    def ensure(self, recipe: VenvRecipe, cache: Path, log: Log) -> EngineBuild:
+        return venv.ensure_build(recipe, cache, log)
+
+    def inputs_and_key(self, recipe: VenvRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+        return venv.build_inputs(recipe), venv.build_key(recipe)
+
+    def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        return dict(recipe.build_env), venv.build_steps(recipe, cache / "engines" / key, Path("<a copy of engine/>"))
+
+
+# a recipe's `builder` -> what builds it
+BUILDERS: dict[str, Builder] = {"cmake": CMakeBuilder(), "target-venv": TargetVenvBuilder(),
+                                "wheel-venv": WheelVenvBuilder(), "venv": VenvBuilder()}
+
+
+def builder_for(recipe: BuildRecipe) -> Builder:
+    """The one place the build stage picks a builder: the one the recipe names."""
+    return BUILDERS[recipe.builder]
+
+
+def ensure(recipe: BuildRecipe, cache: Path, log: Log = print) -> EngineBuild:
+    return builder_for(recipe).ensure(recipe, cache, log)
+
+
+def inputs_and_key(recipe: BuildRecipe, cache: Path, log: Log = _to_stderr) -> tuple[dict, str]:
+    """What the build key covers, and the key (a cmake recipe's source is fetched to hash it)."""
+    return builder_for(recipe).inputs_and_key(recipe, cache, log)
+
+
+def steps(recipe: BuildRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+    """(environment on top of this one, [(title, argv)]) a build of the recipe runs."""
+    return builder_for(recipe).steps(recipe, cache, key, inputs)

