@@ -4,9 +4,11 @@
   package, benchmarks/ and tests/);
 - nothing under servebench/ but the CLI imports the Prefect layers (flows/, tasks/);
 - no SQL in flows/ or tasks/: what they write or read of the warehouse, the library does for them;
-- no vLLM name outside servebench/engines/vllm/: no identifier and no string (docstrings
-  and comments aside, which may cite vLLM) mentions vllm or Ray, but for the one
-  registry line that names the engine;
+- no engine's or provider's name outside its folder (vLLM and Ray outside servebench/engines/vllm/,
+  llama.cpp outside servebench/engines/llamacpp/, ssh and Slurm outside servebench/providers/ssh|slurm/):
+  no identifier and no string of servebench/, flows/ or tasks/ names one, docstrings, comments and
+  field descriptions aside (prose may cite them), but for the registry lines that name them and the
+  testbed, which builds sshd and a Slurm cluster on this machine and is no provider;
 - engines and providers reach each other only through their interfaces: no module outside
   an engine's (provider's) folder imports from inside it, the registries aside;
 - no test module imports another (shared helpers: tests/support/, tests/conftest.py).
@@ -18,6 +20,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "servebench"
 # every folder of Python source in the repository, as imported (the engine-side package from engine/)
@@ -25,6 +29,20 @@ SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse", R
                   ROOT / "benchmarks", ROOT / "tests"]
 PREFECT_LAYERS = [ROOT / "flows", ROOT / "tasks"]
 VLLM_NAME = re.compile(r"vllm|\bray\b|ray_|_ray\b|\bRay", re.IGNORECASE)
+# The names behind each interface, by the folder that alone may say them. llama.cpp is its own name and its
+# programs' (`llama-server`, `ggml-rpc-server`); not `llama` (the Llama architecture: the generated tiny-llama
+# any engine may serve) nor `gguf`/`ggml` (a model format and its keys, like `hf`: an engine declares the
+# formats it serves, the format's code is shared). ssh is the provider's and OpenSSH's (`ssh`, `sshd`); Slurm's
+# its own and its commands'.
+KIND_NAMES = {
+    "servebench/engines/vllm/": VLLM_NAME,
+    "servebench/engines/llamacpp/": re.compile(r"llama[._ -]?cpp|llama-server|ggml-rpc|rpc-server", re.IGNORECASE),
+    "servebench/providers/ssh/": re.compile(r"ssh", re.IGNORECASE),
+    "servebench/providers/slurm/": re.compile(r"slurm|\bsrun\b|salloc|scancel|squeue|sbatch", re.IGNORECASE),
+}
+# the testbed builds sshd and Slurm hosts on this machine (tests, demos): it is not a provider
+TESTBED = ("servebench/testbed/", "servebench/cli/testbed.py")
+NAMED_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks"]
 REGISTRIES = {"servebench/engines/__init__.py", "servebench/providers/__init__.py"}
 
 
@@ -168,10 +186,16 @@ def test_the_sql_check_sees_sql(tmp_path):
         "SQL 'delete from faults where run_id = ?'", "SQL 'insert or replace into capacity (run_id) values (?)'"]
 
 
-def vllm_names(path: Path) -> list[str]:
-    """Identifiers and non-docstring strings of a file that name vLLM (or its Ray executor)."""
+def prose_ids(tree: ast.AST) -> set[int]:
+    """Docstrings and pydantic field descriptions (`Field(description=...)`), by node id: prose, not code."""
+    return docstring_ids(tree) | {id(keyword.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                                  for keyword in node.keywords if keyword.arg == "description"}
+
+
+def names_in(path: Path, pattern: re.Pattern = VLLM_NAME) -> list[str]:
+    """Identifiers and non-prose strings of a file that match the pattern (name an engine or provider)."""
     tree = ast.parse(path.read_text())
-    docstrings = docstring_ids(tree)
+    prose = prose_ids(tree)
     found = []
     for node in ast.walk(tree):
         texts: list[str] = []
@@ -187,28 +211,44 @@ def vllm_names(path: Path) -> list[str]:
             texts = [node.name, node.asname or ""]
         elif isinstance(node, ast.ImportFrom):
             texts = [node.module or ""]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
             texts = [node.value]
         found += [f"{path.name}:{node.lineno}: {text[:80]!r}" for text in texts
-                  if text and VLLM_NAME.search(text)]
+                  if text and pattern.search(text)]
     return found
 
 
-def test_no_vllm_name_outside_its_engine():
+def names_outside(folder: str, pattern: re.Pattern) -> list[str]:
+    """Where code outside `folder` (registries aside; the testbed too, for a provider) says its names."""
     offenders = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for source in NAMED_FOLDERS for p in source.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith("servebench/engines/vllm/") or relative in REGISTRIES:
+        if relative.startswith(folder) or relative in REGISTRIES:
             continue
-        offenders += [f"{relative.rsplit('/', 1)[0]}/{line}" for line in vllm_names(path)]
-    assert offenders == [], "vLLM names outside servebench/engines/vllm/:\n" + "\n".join(offenders)
+        if folder.startswith("servebench/providers/") and relative.startswith(TESTBED):
+            continue
+        offenders += [f"{relative.rsplit('/', 1)[0]}/{line}" for line in names_in(path, pattern)]
+    return offenders
 
 
-def test_the_check_sees_a_vllm_name(tmp_path):
+@pytest.mark.parametrize("folder", list(KIND_NAMES))
+def test_no_engine_or_provider_name_outside_its_folder(folder):
+    offenders = names_outside(folder, KIND_NAMES[folder])
+    assert offenders == [], f"names of {folder} outside it:\n" + "\n".join(offenders)
+
+
+def test_the_check_sees_engine_and_provider_names(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text('"""Cites vLLM in a docstring: allowed."""\n# vllm in a comment: allowed\n'
-                      'METRIC = "vllm:kv_cache_usage_perc"\nif executor == "ray":\n    pass\n')
-    assert [line.split(": ", 1)[1] for line in vllm_names(sample)] == ["'vllm:kv_cache_usage_perc'", "'ray'"]
+    sample.write_text('"""Cites vLLM and llama.cpp in a docstring: allowed."""\n# vllm in a comment: allowed\n'
+                      'METRIC = "vllm:kv_cache_usage_perc"\nif executor == "ray":\n    pass\n'
+                      'BINARY = "bin/llama-server"\nFIELD = Field(None, description="the ssh provider: allowed")\n'
+                      'def ssh_argv(host):\n    return ["srun", "--overlap"]\n'
+                      'MODEL = {"generate": "tiny-llama", "file": "model.gguf"}\n')
+    said = {name: [line.split(": ", 1)[1] for line in names_in(sample, KIND_NAMES[folder])]
+            for name, folder in (("vllm", "servebench/engines/vllm/"), ("llamacpp", "servebench/engines/llamacpp/"),
+                                 ("ssh", "servebench/providers/ssh/"), ("slurm", "servebench/providers/slurm/"))}
+    assert said == {"vllm": ["'vllm:kv_cache_usage_perc'", "'ray'"], "llamacpp": ["'bin/llama-server'"],
+                    "ssh": ["'ssh_argv'"], "slurm": ["'srun'"]}
 
 
 def test_engine_and_provider_folders_are_entered_only_through_their_registries():
