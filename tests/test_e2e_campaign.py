@@ -1,60 +1,113 @@
-"""End to end: a reduced campaign through the Prefect flow with real vLLM and DuckDB.
+"""End to end: a reduced campaign run as a user runs it, `servebench run` in a session of its own,
+with real vLLM, the Prefect flow and DuckDB, and Ctrl-C'd in its last cell.
 
-Slow (engine build on first use, ~1 min server start-up); everything is real: the engine
-venv, the vLLM server, the Prefect test server, the load generator and the warehouse.
+Slow (engine build on first use, ~30 s server start-up); everything is real: the engine venv, the
+vLLM server, the load generator, the warehouse, the report. The campaign is
+tests/campaigns/good/e2e.yaml (one tp1 server on CPU 0, the generator on CPU 1 at nice -10; a
+closed point of 2 clients and an open one of 4 req/s) with a third point, 8 req/s, during whose
+load SIGINT goes to the whole process group, as a terminal sends it. Asserted: the run exits 130
+saying it was interrupted and lands as `interrupted`; the cells measured before it landed complete
+(every request, exact token counts that equal the server's own counter, the generator's CPU and
+priority, valid, the gate's reference), with the server's row stopped, its telemetry sampled from
+launch and scraped within the cells, and the report rendered; the interrupted cell did not land as
+a measurement; and nothing is left behind (no engine or generator process, no listener on the
+server's port, no new /dev/shm entry).
+
+One vLLM server run proves both what tests/test_e2e_interrupt.py (Ctrl-C stops the servers and keeps
+the measured cells) and the in-process run of the whole campaign here proved before (issue 33).
 """
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 import warehouse
+from servebench.campaign.loading import load_campaign
 from servebench.processes import shm_entries
 from tests.support.processes import engine_processes
-from servebench.campaign.loading import load_campaign
+from tests.support.waiting import wait_until
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e.yaml"
+MEASURED = ["tp1.c2.r0", "tp1.rate4.r0"]   # e2e.yaml's two points: measured before the interrupt
+INTERRUPTED = "tp1.rate8.r0"                # the point added here, last (rates run low to high): Ctrl-C in its load
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.root]  # root: the generator's nice -10
 
 
-def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
-    from tests.support.prefect_session import session_api_url
+def campaign_with_a_last_point(tmp_path: Path) -> Path:
+    data = yaml.safe_load(CAMPAIGN.read_text())
+    data["load"]["rates"] = [*data["load"]["rates"], 8]
+    path = tmp_path / "e2e.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
-    from flows.campaign import campaign_run
+
+def test_ctrl_c_in_the_last_cell_keeps_the_measured_cells_complete_and_leaves_nothing_behind(isolated, tmp_path):
+    from tests.support.prefect_session import session_api_url
 
     assert engine_processes() == [], "an engine process was already running before the test"
     shm_before = shm_entries()
-    session_api_url()  # the flow reports to the session's Prefect server
-    outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(isolated))
-    assert outcome["status"] == "completed", outcome
+    campaign_file = campaign_with_a_last_point(tmp_path)
+    runs = Path(os.environ["SERVEBENCH_RUNS"])  # the isolated fixture's
+    env = {**os.environ, "SERVEBENCH_WAREHOUSE": str(isolated),
+           "PREFECT_API_URL": session_api_url()}  # the session's Prefect server, not a temporary one of its own
+    out = tmp_path / "servebench-run.out"
+    with open(out, "w") as output_file:
+        proc = subprocess.Popen([sys.executable, "-m", "servebench", "run", str(campaign_file)], env=env,
+                                stdout=output_file, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
-    campaign = load_campaign(CAMPAIGN)
+    def last_cell_under_way() -> list[Path]:
+        assert proc.poll() is None, out.read_text()
+        return list(runs.glob(f"*/cells/{INTERRUPTED}.progress"))  # its load generator writes it while it runs
+
+    try:
+        wait_until(last_cell_under_way, f"{INTERRUPTED}'s load to start", timeout_s=900, poll_s=0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # the whole group, as a terminal's Ctrl-C
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = out.read_text()
+    assert proc.returncode == 130, output
+    assert "interrupted" in output, output
+
+    campaign = load_campaign(campaign_file)
     con = warehouse.connect(isolated, read_only=True)
+    status, error, spec_hash, build_key = con.execute("select status, error, spec_hash, build_key from runs").fetchone()
+    assert status == "interrupted" and "interrupted" in error, (status, error)
+    assert spec_hash == campaign.spec_hash() and build_key
     cells = con.execute("select cell_key, status, client_output_tokens, server_output_tokens from cells "
-                        "where run_id = ? order by cell_key", [outcome["run_id"]]).fetchall()
-    assert [c[0] for c in cells] == ["tp1.c2.r0", "tp1.rate4.r0"]
-    assert all(c[1] == "completed" for c in cells)
+                        "order by cell_key").fetchall()
+    # what landed is complete: the two cells measured before, and the interrupted one only if its load
+    # had ended, its result written, by the time the signal arrived (then it is a whole measurement too)
+    landed = [c[0] for c in cells]
+    assert landed in (MEASURED, sorted([*MEASURED, INTERRUPTED])), cells
+    print(f"landed: {landed} ({INTERRUPTED} {'ended before' if INTERRUPTED in landed else 'cut by'} the interrupt)")
+    assert all(c[1] == "completed" for c in cells), cells
     counts = con.execute("select cell_key, count(*), min(output_tokens), max(output_tokens), "
                          "count(error_kind), min(input_tokens) from requests join cells using (cell_id) "
                          "group by cell_key order by cell_key").fetchall()
+    assert [c[0] for c in counts] == landed, counts
     for key, n, lo, hi, errors, input_tokens in counts:
         assert n == campaign.load.requests, key
         assert lo == hi == campaign.load.output_len, key
         assert errors == 0 and input_tokens == campaign.load.input_len, key
-    for key, status, client_tokens, server_tokens in cells:
+    for key, _, client_tokens, server_tokens in cells:
         # the client's usage-based count equals the server's own generation-token counter
         assert client_tokens == server_tokens == campaign.load.requests * campaign.load.output_len, key
-    # the server ran on CPU 0, the generator on CPU 1 (its own, at raised priority), and both cells are valid
+    # the server ran on CPU 0, the generator on CPU 1 (its own, at raised priority), and the cells are valid
     placed = con.execute("select cell_key, client_cpus, client_nice, client_cpu_fraction, valid, correctness "
                          "from cells order by cell_key").fetchall()
     for key, cpus, nice, busy, valid, correctness in placed:
         assert (cpus, nice, valid, correctness) == ("1", -10, True, "reference"), placed
         assert 0 < busy < 0.8, placed
     server = con.execute("select port, status, ready_seconds, stopped_at from servers").fetchone()
-    assert server[1] == "ready" and server[2] > 0 and server[3] is not None
-    run = con.execute("select status, spec_hash, build_key from runs").fetchone()
-    assert run[0] == "completed" and run[1] == campaign.spec_hash() and run[2]
+    assert server[1] == "ready" and server[2] > 0 and server[3] is not None  # stopped by the interrupt's unwinding
     assert con.execute("select count(*) from nodes").fetchone()[0] == 1
     assert con.execute("select count(*) from builds").fetchone()[0] == 1
     # telemetry: the node sampled from launch (model load included), scrapes placed in cells
@@ -68,10 +121,11 @@ def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     assert sum(samples for _, samples, _ in kv) >= 1, kv
     assert con.execute("select kv_capacity_tokens from servers").fetchone()[0] > 0
     con.close()
-    assert Path(outcome["report"]).exists()
-    assert len(list((Path(outcome["report"]).parent / "charts").glob("*.png"))) >= 5
+    reports = list(runs.glob("*/report.html"))  # rendered while the interrupt unwinds, too
+    assert len(reports) == 1, output
+    assert len(list((reports[0].parent / "charts").glob("*.png"))) >= 5
 
-    # nothing left behind: no engine process, no listener on the server's port, no new /dev/shm entry
+    # nothing left behind: no engine or generator process, no listener on the server's port, no new /dev/shm entry
     assert engine_processes() == []
     listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert server[0] not in listening
