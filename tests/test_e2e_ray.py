@@ -1,17 +1,19 @@
-"""End to end with real Ray and real vLLM: TP=2 and PP=2 across two Ray nodes (simulated
-on this host with distinct node keys), through the Prefect flow, and a Ray worker node lost.
+"""End to end with real Ray and real vLLM: PP=2 across two Ray nodes (simulated on this host with
+distinct node keys and loopback addresses of their own), through the Prefect flow.
 
-Asserts the correctness gate passed against the TP=1 reference, every cell landed, the
-plugin's cross-node guard kept shared memory out of the TP group, that each node had a Ray
-temp dir of its own, and that no Ray, vLLM or worker process, listening port or /dev/shm
-segment is left afterwards. The fault (issue 19): in TP=2's first cell every Ray process of
-node1 (its `ray start`, log monitor, the vLLM rank there; its raylet and agents die with them)
-is SIGKILLed after 2 requests; that cell fails naming the fault with all its requests' rows
-landed, node0's Ray is untouched (the head is never restarted), and before the mode's next cell
-the lost node is started again (fresh ports, temp dir `1.2`, or later if a start attempt was
-retried: the run says each) once the GCS has declared it dead,
-so TP=2's server restarts on the repaired cluster and its second cell and both PP=2 cells
-complete.
+Asserts the correctness gate passed against the TP=1 reference, the cell landed with exact token
+counts, the plugin's cross-node guard kept shared memory out of the pipeline group (it spans the two
+nodes; on one host their /dev/shm is shared, so without the guard the group would use it and this
+test fails), every process of the cluster announced its node's loopback address, each node had a
+Ray temp dir of its own, and that no Ray, vLLM or worker process, listening port or /dev/shm segment
+is left afterwards. PP=2 serves compiled graphs (no `enforce_eager`), the reference too: the suite's
+one compiled vLLM server.
+
+Issue 33 (each claim proved once): TP=2 over Ray, with the same guard on its TP group, and a lost Ray
+node repaired between cells (the fault of issue 19, which this test used to inject into TP=2 here)
+are tests/test_e2e_testbed.py's, across real testbed hosts. The fault stays on TP=2 there: with
+PP=2, the lost rank leaves vLLM's API server answering /health while the request in flight hangs
+until the load's request timeout (300 s), where TP=2's server fails in seconds.
 """
 
 import io
@@ -21,105 +23,100 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from rich.console import Console
 
 import warehouse
 from servebench.progress import live
 from servebench.processes import shm_entries
-from tests.support.ray_logs import assert_tp_across_nodes
+from servebench.providers.this_host import short_tmp_dir
+from tests.support.leaks import running_descendants
+from tests.support.ray_logs import assert_group_across_nodes
 
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e-ray.yaml"
-LOST_NODE = {"cell": "tp2-ray.c1.r0", "action": "kill", "node": "node1", "match": "ray", "after_requests": 2}
-
-
-def campaign_losing_a_node(tmp_path: Path) -> Path:
-    """The e2e campaign with a second load point, in whose TP=2 cell node1's Ray is killed."""
-    campaign = yaml.safe_load(CAMPAIGN.read_text())
-    campaign["load"]["clients"] = [2, 1]
-    campaign["faults"] = [LOST_NODE]
-    path = tmp_path / "e2e-ray-lost-node.yaml"
-    path.write_text(yaml.safe_dump(campaign, sort_keys=False))
-    return path
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
+
+
+MARKS = ("vllm.entrypoints", "ray::", "raylet", "gcs_server", "ray start", "servebench load", "VLLM::")
 
 
 def leftovers() -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline", "name"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if any(mark in cmdline for mark in ("vllm.entrypoints", "ray::", "raylet", "gcs_server", "ray start",
-                                             "servebench load", "VLLM::")):
+        if any(mark in cmdline for mark in MARKS):
             found.append(f"{proc.pid} {cmdline[:100]}")
     return found
 
 
-def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
+def listening() -> dict[int, int | None]:
+    """Every listening TCP port and the PID that holds it."""
+    return {c.laddr.port: c.pid for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def ours(pid: int | None) -> bool:
+    """A listener this test's run may have left: held by one of this process's descendants (not the
+    session's Prefect server) or by a Ray or vLLM process; not one of another program on the machine."""
+    if pid is None:
+        return True   # nobody to tell it by: counted
+    try:
+        cmdline = " ".join(psutil.Process(pid).cmdline())
+    except psutil.NoSuchProcess:
+        return False  # gone by now: it holds nothing
+    return pid in running_descendants() or any(mark in cmdline for mark in MARKS)
+
+
+def test_pp2_over_ray(tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
     from flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
+    session_api_url()  # the flow reports to the session's Prefect server: up (and listening) before the counts
     test_started = time.time()
     assert leftovers() == [], "Ray or vLLM processes were already running"
     shm_before = shm_entries()
-    listening_before = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    listening_before = set(listening())
     db = tmp_path / "w.duckdb"
     said = io.StringIO()  # the run's stage lines (plain, as in a CI log)
-    session_api_url()  # the flow reports to the session's Prefect server
     with live(Console(file=said)):
-        outcome = campaign_run(campaign_file=str(campaign_losing_a_node(tmp_path)), warehouse_path=str(db))
-    assert outcome["status"] == "partial", outcome   # one cell failed (the fault's), the others completed
+        outcome = campaign_run(campaign_file=str(CAMPAIGN), warehouse_path=str(db))
+    assert outcome["status"] == "completed", outcome
 
     con = warehouse.connect(db, read_only=True)
     servers = dict(con.execute("select mode, correctness from servers").fetchall())
     assert servers.pop("reference-tp1") == "reference"
     eager = {mode: "--enforce-eager" in command for mode, command in con.execute("select mode, command from servers")
-             .fetchall()}  # TP=2 eager, PP=2 compiled: the reference keeps compiled graphs (nothing all modes share)
-    assert eager == {"reference-tp1": False, "tp2-ray": True, "pp2-ray": False}, eager
+             .fetchall()}  # PP=2 compiled, so the reference too (it takes only the knobs every mode sets)
+    assert eager == {"reference-tp1": False, "pp2-ray": False}, eager
     # float32 makes equal tokens likely, but whether a near-tie flips depends on the CPU's kernels
     # (AMD EPYC vs Intel Xeon): passed or close (vLLM's criterion); a broken shard diverges at once
-    assert set(servers) == {"tp2-ray", "pp2-ray"} and set(servers.values()) <= {"passed", "close"}, servers
+    assert set(servers) == {"pp2-ray"} and set(servers.values()) <= {"passed", "close"}, servers
     cells = con.execute("select cell_key, status, correctness, client_output_tokens, server_output_tokens "
                         "from cells order by cell_key").fetchall()
-    assert [c[0] for c in cells] == ["pp2-ray.c1.r0", "pp2-ray.c2.r0", "tp2-ray.c1.r0", "tp2-ray.c2.r0"]
-    for key, status, correctness, client_tokens, server_tokens in cells:
-        if key == LOST_NODE["cell"]:
-            continue
-        assert status == "completed" and correctness == servers[key.split(".")[0]], key
-        assert client_tokens == server_tokens == 6 * 16, key
-
-    # the lost node: its cell failed naming the fault, every request of it has a row, only node1's Ray was hit
-    error, requests = con.execute("select any_value(cells.error), count(*) from requests join cells using (cell_id) "
-                                  "where cell_key = ?", [LOST_NODE["cell"]]).fetchone()
-    assert "fault kill on node1 after 2 requests" in error and requests == 6, (error, requests)
-    (hit,) = con.execute("select hit from faults").fetchone()
-    # `ray start` first; its raylet dies with it (Ray ties it to its parent) before the scan reaches it
-    commands = [command for _, command in __import__("json").loads(hit)]
-    assert len(commands) >= 2 and any(command.startswith("ray::") for command in commands), commands
+    assert cells == [("pp2-ray.c2.r0", "completed", servers["pp2-ray"], 6 * 16, 6 * 16)], cells
     logs = dict(con.execute("select mode, log_path from servers").fetchall())
     con.close()
 
-    # the guard: the TP group spans the two nodes, so it must not use /dev/shm all-reduce; every
-    # process of the cluster announced its node's loopback address, never the host's interface
-    assert_tp_across_nodes(Path(logs["tp2-ray"]).read_text(), "node1", "127.0.1.1")
+    # the guard: the pipeline group spans the two nodes, so it must not use /dev/shm; every process
+    # of the cluster announced its node's loopback address, never the host's interface
+    assert_group_across_nodes(Path(logs["pp2-ray"]).read_text(), "pp", "node1", "127.0.1.1")
 
     # each node ran with a Ray temp dir of its own (<index>.<attempt>); its logs were kept in the run's ray/.
-    # node1 started again once after it was lost, the head never; a start attempt that failed (a port
-    # taken meanwhile, a busy host) is retried, and said: it adds one attempt (and logs, if it wrote any)
+    # A start attempt that failed (a port taken meanwhile, a busy host) is retried, and said: it adds one
+    # attempt (and logs, if it wrote any)
     stages = said.getvalue()
-    retried = {node: len(re.findall(rf"Ray node {node} attempt \d+: .*starting it again", stages))
-               for node in ("node0", "node1")}
-    assert stages.count("Ray node node1 was lost") == 1 and "Ray node node0 was lost" not in stages, stages
-    attempts = {"0": 1 + retried["node0"], "1": 2 + retried["node1"]}
+    attempts = {index: 1 + len(re.findall(rf"Ray node {node} attempt \d+: .*starting it again", stages))
+                for index, node in (("0", "node0"), ("1", "node1"))}
     kept = {p.name: p for p in (tmp_path / "runs").glob("*/ray/ray-logs/*.*")}
     lasts = {f"{index}.{last}" for index, last in attempts.items()}   # what ran at the end: each with a raylet
     assert lasts <= set(kept) <= {f"{index}.{n}" for index, last in attempts.items() for n in range(1, last + 1)}, \
         (sorted(kept), stages)
     assert all((kept[name] / "raylet.out").exists() for name in lasts), sorted(kept)
-    assert not [p for p in Path("/tmp").glob("sb-ray-*") if p.stat().st_mtime >= test_started], "Ray temp left"
+    ray_temp = [p for root in {Path(short_tmp_dir()), Path("/tmp")} for p in root.glob("sb-ray-*")
+                if p.stat().st_mtime >= test_started]   # under the temp dir the cluster used (/tmp if TMPDIR is long)
+    assert not ray_temp, f"Ray temp left: {ray_temp}"
 
     assert leftovers() == []
-    listening_after = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
-    assert listening_after - listening_before == set()
+    left_listening = {port: pid for port, pid in listening().items() if port not in listening_before and ours(pid)}
+    assert left_listening == {}, left_listening
     assert shm_entries() - shm_before == set()
