@@ -4,9 +4,9 @@ the others, against the mode's server (restarted if a probe left it unhealthy)."
 
 from __future__ import annotations
 
-from flows.cells import land_result_file, run_one_cell
-from flows.context import RunContext
-from flows.servers import restart_server, server_problem
+from servebench.flows.cells import land_result_file, run_one_cell
+from servebench.flows.context import RunContext
+from servebench.flows.servers import restart_server, server_problem
 from servebench import warehouse_io
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, search_capacity
@@ -17,7 +17,7 @@ from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
 from servebench.warehouse_io import session
-from tasks.land import land_capacity
+from servebench.tasks.land import land_capacity
 
 
 def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,

@@ -83,7 +83,7 @@ def test_a_campaign_searches_each_modes_capacity_and_lands_every_probe_as_a_cell
     """Through the real flow (the test-only echo engine with one 100 ms prefill engine): after the
     mode's load point, the search's probes run as cells `single.cap.rate<r>.r0`; each lands with
     `search_probe` and `slo_met`, and `capacity` has the highest rate that met the SLO."""
-    import warehouse
+    from servebench import warehouse
     from tests.support.campaign_process import run_echo_campaign
 
     outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, CAMPAIGN)

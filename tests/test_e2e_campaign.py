@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.processes import shm_entries
 from tests.support.processes import engine_processes
 from servebench.campaign.loading import load_campaign
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.root]  # root: the 
 def test_campaign_lands_every_cell_and_leaves_nothing_behind(isolated):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     assert engine_processes() == [], "an engine process was already running before the test"
     shm_before = shm_entries()

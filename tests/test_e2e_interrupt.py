@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.processes import shm_entries
 from tests.support.processes import engine_processes
 from tests.support.waiting import wait_until

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-import warehouse
+from servebench import warehouse
 from servebench.progress import live
 from servebench.processes import shm_entries
 from tests.support.ray_logs import assert_tp_across_nodes
@@ -57,7 +57,7 @@ def leftovers() -> list[str]:
 def test_tp2_and_pp2_over_ray(tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     test_started = time.time()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.ray_logs import assert_tp_across_nodes
 from tests.support.testbed import campaign_on, marked_processes_on, on_host, own_testbed
 
@@ -33,7 +33,7 @@ EAGER = {"enforce_eager": True}
 def test_tp_and_pp_across_two_ssh_hosts(tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     with own_testbed("e2e", 3) as layout:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.providers import node_tools, run_tag
 from tests.support.campaign_process import CAPACITY_CAMPAIGN, cells_of, echo_campaign_dir, finish, servebench
 from tests.support.waiting import wait_until

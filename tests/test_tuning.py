@@ -194,7 +194,7 @@ def test_the_tuner_finds_the_faster_configuration_and_its_ratio_through_the_real
     """Two configurations of the echo engine (prefill 100 ms and 50 ms, one at a time): each gets its
     own server and capacity search; `tuning` names the faster one with a ratio near 2, the cells
     carry their knobs and the two configurations are two series."""
-    import warehouse
+    from servebench import warehouse
     from tests.support.campaign_process import run_echo_campaign
 
     outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, TUNE)
@@ -233,7 +233,7 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     night confirms a regression of metric 'capacity' starting at the first low one."""
     import random
 
-    import warehouse
+    from servebench import warehouse
     from servebench import landing
     from servebench.analysis.regression.history import analyze_run
     from servebench.analysis.regression.settings import DetectionSettings
@@ -283,7 +283,7 @@ OPTUNA = TUNE.replace("knobs: {prefill_ms: [100, 50]}    # the default serves 10
 def test_an_optuna_tuning_launches_only_its_trials_the_default_first(isolated, tmp_path, monkeypatch):
     """Four configurations, two trials: the default (prefill 100 ms) and the one Optuna proposes;
     only those two servers start, and the verdict compares them."""
-    import warehouse
+    from servebench import warehouse
     from tests.support.campaign_process import run_echo_campaign
 
     outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, OPTUNA)
