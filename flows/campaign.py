@@ -22,7 +22,7 @@ from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
 from servebench import warehouse
-from servebench.paths import default_warehouse
+from servebench.plugins import load_plugins
 from servebench.flows.cells import land_result_file
 from servebench.flows.context import EngineRun, RunContext, first_line, reference_mode_name
 from servebench.flows.modes import reference_answers, run_mode
@@ -40,7 +40,7 @@ from servebench.campaign.resume import cells_to_run, load_resumable, write_orche
 from servebench.campaign.schema import Campaign, ModeSpec
 from servebench.campaign.sweep import Cell, configurations, variant_specs
 from servebench.engines import get_engine
-from servebench.paths import runs_dir
+from servebench.paths import default_warehouse, runs_dir
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
@@ -64,6 +64,7 @@ def new_run_id() -> str:
 @flow(name="campaign-run", log_prints=False)
 def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     """Run every cell of a campaign file and land the results; return where they are."""
+    load_plugins()  # a worker's flow run sees the engines and providers SERVEBENCH_PLUGINS names, as the CLI does
     campaign = load_campaign(campaign_file)
     plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
     wh = str(warehouse_path or default_warehouse())
@@ -83,6 +84,7 @@ def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only:
     """Finish a run whose orchestrator was killed: what it left running is stopped, results in its
     run directory are landed, and only cells with no result are measured (`failed_only`: the
     failed cells of a finished run are measured again instead)."""
+    load_plugins()
     wh = str(warehouse_path or default_warehouse())
     run, campaign = load_resumable(wh, run_id, failed_only)
     run_dir = Path(run["run_dir"])
