@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import warehouse  # noqa: E402
+from servebench import warehouse  # noqa: E402
 from servebench import landing  # noqa: E402
 from servebench.load.records import write_requests_csv  # noqa: E402
 from servebench.analysis.report import run_report  # noqa: E402

@@ -18,8 +18,9 @@ from pathlib import Path
 import yaml
 from prefect import flow
 
-import warehouse
-from flows.campaign import campaign_run
+from servebench import warehouse
+from servebench.paths import default_warehouse
+from servebench.flows.campaign import campaign_run
 from servebench import warehouse_io
 from servebench.analysis.bisect import BisectError, Step, judge, most_builds, search
 from servebench.analysis.regression.series import METRICS
@@ -54,7 +55,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
     campaign_dir = Path(campaign_file).resolve().parent
     cache = cache_dir()
     repo, commits = commits_to_bisect(campaign, mode, good, bad, cache)
-    wh = str(warehouse_path or warehouse.default_path())
+    wh = str(warehouse_path or default_warehouse())
     data = yaml.safe_load(Path(campaign_file).read_text())
     bisect_id = f"bisect-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     folder = runs_dir() / bisect_id

@@ -21,11 +21,12 @@ from prefect import flow
 from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
-import warehouse
-from flows.cells import land_result_file
-from flows.context import EngineRun, RunContext, first_line, reference_mode_name
-from flows.modes import reference_answers, run_mode
-from flows.tuning import judge_tuning, landed_capacities, optuna_first_mode, remeasure_default, tune_with_optuna
+from servebench import warehouse
+from servebench.plugins import load_plugins
+from servebench.flows.cells import land_result_file
+from servebench.flows.context import EngineRun, RunContext, first_line, reference_mode_name
+from servebench.flows.modes import reference_answers, run_mode
+from servebench.flows.tuning import judge_tuning, landed_capacities, optuna_first_mode, remeasure_default, tune_with_optuna
 from servebench import landing
 from servebench.analysis.cell_dispersion import land_intervals
 from servebench.build.cache import hold_in_use
@@ -39,21 +40,21 @@ from servebench.campaign.resume import cells_to_run, load_resumable, write_orche
 from servebench.campaign.schema import Campaign, ModeSpec
 from servebench.campaign.sweep import Cell, configurations, variant_specs
 from servebench.engines import get_engine
-from servebench.paths import runs_dir
+from servebench.paths import default_warehouse, runs_dir
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving.deployment import ClientNode, Deployment
 from servebench.warehouse_io import session
-from tasks.build import build_engine
-from tasks.distribute import place_artifacts
-from tasks.land import land_build, land_nodes, land_placements, land_run_start, land_run_update
-from tasks.model import prepare_model
-from tasks.network import clear_links
-from tasks.provision import provision
-from tasks.regressions import detect_regressions, publish_regressions
-from tasks.report import render_report
-from tasks.shared import start_shared_services, stop_shared_services
+from servebench.tasks.build import build_engine
+from servebench.tasks.distribute import place_artifacts
+from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_start, land_run_update
+from servebench.tasks.model import prepare_model
+from servebench.tasks.network import clear_links
+from servebench.tasks.provision import provision
+from servebench.tasks.regressions import detect_regressions, publish_regressions
+from servebench.tasks.report import render_report
+from servebench.tasks.shared import start_shared_services, stop_shared_services
 
 
 def new_run_id() -> str:
@@ -63,9 +64,10 @@ def new_run_id() -> str:
 @flow(name="campaign-run", log_prints=False)
 def campaign_run(campaign_file: str, warehouse_path: str | None = None) -> dict:
     """Run every cell of a campaign file and land the results; return where they are."""
+    load_plugins()  # a worker's flow run sees the engines and providers SERVEBENCH_PLUGINS names, as the CLI does
     campaign = load_campaign(campaign_file)
     plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
-    wh = str(warehouse_path or warehouse.default_path())
+    wh = str(warehouse_path or default_warehouse())
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
     run_dir.mkdir(parents=True)
@@ -82,7 +84,8 @@ def campaign_resume(run_id: str, warehouse_path: str | None = None, failed_only:
     """Finish a run whose orchestrator was killed: what it left running is stopped, results in its
     run directory are landed, and only cells with no result are measured (`failed_only`: the
     failed cells of a finished run are measured again instead)."""
-    wh = str(warehouse_path or warehouse.default_path())
+    load_plugins()
+    wh = str(warehouse_path or default_warehouse())
     run, campaign = load_resumable(wh, run_id, failed_only)
     run_dir = Path(run["run_dir"])
     plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())

@@ -10,9 +10,9 @@ search stops there. A probe never lasts longer than MAX_PROBE_S: the search's lo
 
 from __future__ import annotations
 
-from flows.cells import land_result_file, result_file, run_one_cell
-from flows.context import RunContext
-from flows.servers import restart_server, server_problem
+from servebench.flows.cells import land_result_file, result_file, run_one_cell
+from servebench.flows.context import RunContext
+from servebench.flows.servers import restart_server, server_problem
 from servebench import warehouse_io
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, probe_floor, search_capacity
@@ -23,7 +23,7 @@ from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
 from servebench.warehouse_io import session
-from tasks.land import land_capacity
+from servebench.tasks.land import land_capacity
 
 
 def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,

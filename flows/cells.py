@@ -8,8 +8,8 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from flows.context import RunContext
-from flows.servers import server_problem
+from servebench.flows.context import RunContext
+from servebench.flows.servers import server_problem
 from servebench import landing
 from servebench.campaign.outcome import (CellOutcome, FaultEvidence, failed_outcome, measure_again,
                                          measured_outcome)
@@ -18,9 +18,9 @@ from servebench.load.runner import load_result
 from servebench.progress import reporter
 from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server
-from tasks.faults import land_faults, start_cell_faults
-from tasks.land import land_cell, land_cell_attempt
-from tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
+from servebench.tasks.faults import land_faults, start_cell_faults
+from servebench.tasks.land import land_cell, land_cell_attempt
+from servebench.tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
 
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,

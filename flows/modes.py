@@ -4,18 +4,18 @@ cell is recorded with its cause and the campaign goes on."""
 
 from __future__ import annotations
 
-from flows.capacity import search_mode_capacity
-from flows.cells import land_failed_cell, run_one_cell
-from flows.context import EngineRun, RunContext, first_line
-from flows.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
+from servebench.flows.capacity import search_mode_capacity
+from servebench.flows.cells import land_failed_cell, run_one_cell
+from servebench.flows.context import EngineRun, RunContext, first_line
+from servebench.flows.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.campaign.outcome import blocked_reason
 from servebench.campaign.schema import ModeSpec
 from servebench.campaign.sweep import Cell, reference_knobs
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
-from tasks.land import land_server
-from tasks.network import set_links
-from tasks.serve import correctness_gate, start_mode_server
+from servebench.tasks.land import land_server
+from servebench.tasks.network import set_links
+from servebench.tasks.serve import correctness_gate, start_mode_server
 
 
 def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) -> None:

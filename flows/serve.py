@@ -15,9 +15,10 @@ from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
-from flows.campaign import campaign_run
+from servebench.flows.campaign import campaign_run
+from servebench.paths import home
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = home()  # prefect.yaml: the checkout's, or the current directory's for an installed wheel
 ENTRYPOINT = "flows/campaign.py:campaign_run"
 
 

@@ -3,7 +3,7 @@ warehouse, a restart after a fault, and the stop (with its telemetry) whatever h
 
 from __future__ import annotations
 
-from flows.context import EngineRun, RunContext, first_line, log_text
+from servebench.flows.context import EngineRun, RunContext, first_line, log_text
 from servebench import landing
 from servebench.campaign.schema import ModeSpec
 from servebench.campaign.sweep import configurations
@@ -12,9 +12,9 @@ from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
 from servebench.serving.telemetry import Telemetry
 from servebench.warehouse_io import session
-from tasks.land import land_server
-from tasks.serve import start_mode_server, stop_mode_server
-from tasks.telemetry import stop_telemetry
+from servebench.tasks.land import land_server
+from servebench.tasks.serve import start_mode_server, stop_mode_server
+from servebench.tasks.telemetry import stop_telemetry
 
 
 def server_problem(server: Server) -> str | None:

@@ -4,8 +4,8 @@ run landed (`servebench.analysis.tuning`). Each configuration is a whole mode (`
 
 from __future__ import annotations
 
-from flows.context import RunContext
-from flows.modes import run_mode
+from servebench.flows.context import RunContext
+from servebench.flows.modes import run_mode
 from servebench import warehouse_io
 from servebench.analysis.capacity_report import times
 from servebench.analysis.tuning import AGAIN, point_key, propose_configuration
@@ -13,7 +13,7 @@ from servebench.campaign.schema import ModeSpec
 from servebench.campaign.sweep import Cell, configuration_space, configurations
 from servebench.progress import reporter
 from servebench.warehouse_io import session
-from tasks.land import land_tuning
+from servebench.tasks.land import land_tuning
 
 
 def remeasure_default(ctx: RunContext) -> None:

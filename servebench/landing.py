@@ -18,7 +18,7 @@ import duckdb
 
 from servebench.build.venv import EngineBuild
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
-from servebench.paths import PROJECT_ROOT
+from servebench.paths import CHECKOUT
 from servebench.campaign.sweep import Cell
 
 def now() -> datetime:
@@ -30,10 +30,17 @@ def cell_id(run_id: str, cell_key: str) -> str:
 
 
 def servebench_commit() -> str | None:
+    """The checkout's commit (`-dirty` with uncommitted changes); an installed wheel's version."""
+    if CHECKOUT is None:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return f"servebench {version('servebench')}"
+        except PackageNotFoundError:
+            return None
     try:
-        sha = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+        sha = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -5,8 +5,32 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-ENGINE_SOURCE_DIR = PROJECT_ROOT / "engine"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _checkout() -> Path | None:
+    """The source checkout servebench runs from (an editable install, or the tree itself), or
+    None for an installed wheel: then what a run reads that is not Python comes from the
+    package's `_shipped/` (pyproject.toml maps engine/ and campaigns/ there)."""
+    root = PACKAGE_DIR.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "flows").is_dir() else None
+
+
+CHECKOUT = _checkout()
+
+
+def shipped(name: str) -> Path:
+    """A top-level folder of the checkout that a run reads (`engine`, `campaigns`), wherever it is installed."""
+    return CHECKOUT / name if CHECKOUT else PACKAGE_DIR / "_shipped" / name
+
+
+def home() -> Path:
+    """Where runs/ (and the default warehouse in it) and prefect.yaml are: the checkout, or for an
+    installed wheel the current directory."""
+    return CHECKOUT or Path.cwd()
+
+
+ENGINE_SOURCE_DIR = shipped("engine")
 
 
 def cache_dir() -> Path:
@@ -19,5 +43,11 @@ def cache_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    """Per-run directories (server logs, load results): SERVEBENCH_RUNS, else runs/ in the project."""
-    return Path(os.environ.get("SERVEBENCH_RUNS") or PROJECT_ROOT / "runs")
+    """Per-run directories (server logs, load results): SERVEBENCH_RUNS, else runs/ under `home()`."""
+    return Path(os.environ.get("SERVEBENCH_RUNS") or home() / "runs")
+
+
+def default_warehouse() -> Path:
+    """SERVEBENCH_WAREHOUSE, else runs/servebench.duckdb under `home()`: beside the run directories,
+    never in the warehouse/ package (schema and migrations only); runs/ is ignored by git."""
+    return Path(os.environ.get("SERVEBENCH_WAREHOUSE") or home() / "runs" / "servebench.duckdb")

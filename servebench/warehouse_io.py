@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import duckdb
 
-import warehouse
+from servebench import warehouse
 from servebench import landing
 
 if TYPE_CHECKING:

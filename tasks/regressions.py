@@ -7,7 +7,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.regression.history import analyze_run, findings
 from servebench.analysis.regression.settings import DetectionSettings
 from servebench.analysis.regression.summary import markdown

@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.report import run_report
 
 

@@ -18,7 +18,7 @@ from servebench.serving.deployment import Deployment, mode_nodes
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
 from servebench.serving.telemetry import Telemetry
-from tasks.telemetry import start_telemetry, stop_telemetry
+from servebench.tasks.telemetry import start_telemetry, stop_telemetry
 
 
 @task(name="start-server", cache_policy=NONE)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
-from servebench.paths import PROJECT_ROOT
+from servebench import warehouse
+from servebench.paths import CHECKOUT
 from tests.support.campaign_process import run_shipped_campaign
 
-CAMPAIGN = PROJECT_ROOT / "campaigns" / "arm-emulated.yaml"
+CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64-static") if shutil.which(tool) is None]
 pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm, pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: "
                                                   "apt-get install g++-aarch64-linux-gnu qemu-user-static "
@@ -66,7 +66,7 @@ def test_arm_builds_serve_under_emulation_and_a_misfit_is_refused(isolated, tmp_
     assert nodes["graviton2"][0] == "aarch64" and "asimddp" in nodes["graviton2"][1]
     assert "sve" not in nodes["graviton2"][1] and "sve" in nodes["graviton3"][1] and nodes["x86"][0] == "x86_64"
 
-    env = os.environ | {"PYTHONPATH": str(PROJECT_ROOT)}
+    env = os.environ | {"PYTHONPATH": str(CHECKOUT)}
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "servebench", "build", str(CAMPAIGN)], env=env, capture_output=True,
                           text=True, timeout=300)

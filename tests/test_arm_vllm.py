@@ -27,13 +27,13 @@ from servebench.build.targets import profile
 from servebench.campaign.loading import SpecError, parse_campaign
 from servebench.engines.vllm import VllmEngine
 from servebench.engines.vllm.spec import VllmEngineSpec
-from servebench.paths import PROJECT_ROOT, cache_dir
+from servebench.paths import CHECKOUT, cache_dir
 from servebench.providers import Node
 from servebench.providers.local import LocalProvider
 from servebench.providers.local.spec import LocalProviderSpec
 from servebench.serving.preflight import ServerRefused, check_build_fits
 
-CAMPAIGN = PROJECT_ROOT / "campaigns" / "arm-emulated-vllm.yaml"
+CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated-vllm.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(tool) is None]
 needs_cross = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: apt-get install "
                                  "gcc-aarch64-linux-gnu qemu-user-static (README command 2 installs them)")
@@ -246,7 +246,7 @@ def test_the_aarch64_vllm_venv_builds_and_its_c_extension_loads_on_an_emulated_g
     "the emulated vLLM campaign takes about 25 minutes on 2 cores (each emulated server ~5.5 min to start): "
     "it runs in the nightly deployment arm-emulated-vllm-nightly (prefect.yaml); SERVEBENCH_NIGHTLY=1 runs it here"))
 def test_vllm_serves_on_emulated_arm_nodes_and_answers_as_x86(isolated, tmp_path):
-    import warehouse
+    from servebench import warehouse
     from tests.support.campaign_process import run_shipped_campaign
 
     outcome = run_shipped_campaign(CAMPAIGN, tmp_path, isolated, lambda data: None)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import warehouse
-from servebench.paths import PROJECT_ROOT, cache_dir
+from servebench import warehouse
+from servebench.paths import CHECKOUT, cache_dir
 from tests.support.llamacpp_repo import SLOWDOWN_MS, make_repository
 from tests.support.prefect_session import session_api_url
 
@@ -46,7 +46,7 @@ def servebench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = os.environ | {"SERVEBENCH_RUNS": str(tmp_path / "runs"), "SERVEBENCH_CACHE": str(cache_dir()),
                         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                         "PREFECT_API_URL": session_api_url()}  # each bisect step a run: not a server of its own each
-    return subprocess.run([sys.executable, "-m", "servebench", *args], env=env, cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "servebench", *args], env=env, cwd=CHECKOUT,
                           capture_output=True, text=True, timeout=2400)
 
 

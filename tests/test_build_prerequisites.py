@@ -27,7 +27,7 @@ from servebench.build.prerequisites import (GITHUB_URL_VARIABLE, Prerequisite, P
                                             version_tuple)
 from servebench.engines.vllm.source_build import ONEDNN_X86, compiler_floor, wheel_recipe
 from servebench.engines.vllm.spec import VllmSourceSpec
-from servebench.paths import PROJECT_ROOT
+from servebench.paths import CHECKOUT
 
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
@@ -54,7 +54,7 @@ def test_every_unmet_prerequisite_is_named_at_once():
 def test_vllm_asks_gcc_12_3_on_x86_unless_the_shipped_patch_relaxes_it():
     assert compiler_floor(VllmSourceSpec(patches=[]), "x86_64") == "12.3"
     assert compiler_floor(VllmSourceSpec(), "x86_64") == "12.2"   # the default patch set
-    patch = (PROJECT_ROOT / "servebench/engines/vllm/patches/gcc-12.2-x86.patch").read_text()
+    patch = (CHECKOUT / "servebench/engines/vllm/patches/gcc-12.2-x86.patch").read_text()
     assert "+            CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.2))" in patch
 
 
@@ -244,13 +244,13 @@ def dry_run(campaign: Path, github_url: str) -> subprocess.CompletedProcess:
     """`servebench build CAMPAIGN --dry-run` with the probe pointed at `github_url` (loopback only)."""
     env = {name: value for name, value in os.environ.items() if name not in PROXY_VARIABLES}
     return subprocess.run([sys.executable, "-m", "servebench", "build", str(campaign), "--dry-run"],
-                          env=env | {"PYTHONPATH": str(PROJECT_ROOT), GITHUB_URL_VARIABLE: github_url},
+                          env=env | {"PYTHONPATH": str(CHECKOUT), GITHUB_URL_VARIABLE: github_url},
                           capture_output=True, text=True, timeout=600)
 
 
 def campaign_copy(tmp_path: Path, onednn: Path, extra_patch: str | None = None) -> Path:
     """campaigns/vllm-source.yaml with oneDNN staged at `onednn` (and one more patch): whatever this host has."""
-    text = (PROJECT_ROOT / "campaigns" / "vllm-source.yaml").read_text().replace("/opt/src/oneDNN-3.13", str(onednn))
+    text = (CHECKOUT / "campaigns" / "vllm-source.yaml").read_text().replace("/opt/src/oneDNN-3.13", str(onednn))
     if extra_patch:
         text = text.replace("patches: [gcc-12.2-x86, gcc-12.2-flash-mla, cpu-slot-mapping]",
                             f"patches: [gcc-12.2-x86, gcc-12.2-flash-mla, cpu-slot-mapping, {extra_patch}]")

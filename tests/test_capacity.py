@@ -15,7 +15,7 @@ from servebench.analysis.capacity import (SearchSettings, judge, observed_from_s
                                           search_capacity)
 from servebench.load.config import LoadConfig
 from servebench.load.metrics import client_limited, validity
-from servebench.paths import PROJECT_ROOT
+from servebench.paths import CHECKOUT
 
 SLO = {"ttft_p99_ms": 200.0}
 SHAPES = {  # p99 TTFT (ms) at rate r for a server of capacity c, and the rate where it reaches 200 ms
@@ -155,7 +155,7 @@ def test_a_queueing_server_of_known_capacity_is_found_within_five_percent_in_eig
              "--arrival", "constant", "--requests", str(requests), "--input-len", "4", "--output-len", "4",
              "--vocab-size", "100", "--timeout", "10", "--seed", "1", "--slo", f"ttft_p99_ms={limit_s * 1000:g}",
              "--start", "2", "--max-probes", "10", "--output-json", str(output)],
-            env=os.environ | {"PYTHONPATH": str(PROJECT_ROOT)}, capture_output=True, text=True, timeout=600)
+            env=os.environ | {"PYTHONPATH": str(CHECKOUT)}, capture_output=True, text=True, timeout=600)
     said = done.stderr + done.stdout
     assert done.returncode == 0 and output.exists(), said
     result = json.loads(output.read_text())["result"]

@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.run_summary import summarize
 from tests.support.campaign_process import run_echo_campaign
 from tests.support.waiting import wait_until

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import warehouse
+from servebench import warehouse
 
 ROOT = Path(__file__).parents[1]
 

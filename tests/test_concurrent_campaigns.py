@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.campaign_process import cells_of, echo_campaign_dir, finish, servebench
 
 pytestmark = pytest.mark.e2e

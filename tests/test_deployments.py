@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from flows.serve import ROOT, nightly_deployments
+from servebench.flows.serve import ROOT, nightly_deployments
 from servebench.campaign.loading import load_campaign
 
 DECLARED = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.cell_dispersion import land_intervals, run_spreads
 from servebench.analysis.dispersion import coefficient_of_variation, median_interval, range_coverage, spread
 from servebench.analysis.regression.compare import compare_runs

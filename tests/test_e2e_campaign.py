@@ -27,7 +27,7 @@ import psutil
 import pytest
 import yaml
 
-import warehouse
+from servebench import warehouse
 from servebench.campaign.loading import load_campaign
 from servebench.processes import shm_entries
 from tests.support.processes import engine_processes

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.processes import free_port, shm_entries
 from tests.support.processes import engine_processes
 from tests.support.waiting import wait_until

@@ -25,7 +25,7 @@ import psutil
 import pytest
 from rich.console import Console
 
-import warehouse
+from servebench import warehouse
 from servebench.progress import live
 from servebench.processes import shm_entries
 from servebench.providers.this_host import short_tmp_dir
@@ -68,7 +68,7 @@ def ours(pid: int | None) -> bool:
 def test_pp2_over_ray(tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     session_api_url()  # the flow reports to the session's Prefect server: up (and listening) before the counts

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import warehouse
+from servebench import warehouse
 from servebench.progress import live
 from tests.support.ray_logs import assert_tp_across_nodes
 from tests.support.testbed import campaign_on, marked_processes_on, on_host, own_testbed
@@ -56,7 +56,7 @@ LOST_NODE = {"cell": "tp2-mp-multinode.c2.r0", "action": "kill", "node": "h2", "
 def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_node(tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     with own_testbed("e2e", 3) as layout:

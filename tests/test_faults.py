@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.campaign_process import echo_campaign_dir, run_echo_campaign
 from tests.support.waiting import wait_until
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.saturation import run_saturation
 from tests.support.campaign_process import run_shipped_campaign
 

@@ -183,7 +183,7 @@ def test_the_knee_is_the_last_client_count_before_kv_misses():
 def test_cell_kv_reads_either_engines_kv_signals_the_same_way(tmp_path):
     """One cell measured by each kind of engine: vLLM's usage gauge and preemptions, llama.cpp's tokens
     in flight over its logged capacity and its KV-full log lines; misses per decode attempt for both."""
-    import warehouse
+    from servebench import warehouse
 
     con = warehouse.connect(tmp_path / "w.duckdb")
     for mode, capacity in (("gauge", None), ("tokens", 1000)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.testbed import marked_processes_on, on_host, own_testbed, ssh_provider_yaml
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.testbed, pytest.mark.root]
@@ -34,7 +34,7 @@ validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this t
 def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     with own_testbed("lrp", 2) as layout:

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import pytest
 from rich.console import Console
 
-import warehouse
+from servebench import warehouse
 from servebench import cli
 from servebench.landing import insert_row
 from servebench.analysis.run_summary import summarize

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.synthetic_runs import synthetic_warehouse
 
 

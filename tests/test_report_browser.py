@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.report import run_report
 from tests.support.synthetic_runs import synthetic_warehouse
 

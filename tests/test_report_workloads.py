@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import vl_convert
 
-import warehouse
+from servebench import warehouse
 from servebench import landing
 from servebench.analysis.report import build_charts
 from servebench.analysis.workload_report import (length_bins, length_count_rows, length_histograms, prefix_cell_rows,

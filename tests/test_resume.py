@@ -24,7 +24,7 @@ from typing import Iterator
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench.providers import node_tools, run_tag
 from servebench.providers.this_host import scratch_path
 from tests.support.campaign_process import CAPACITY_CAMPAIGN, cells_of, echo_campaign_dir, finish, servebench

@@ -19,7 +19,7 @@ import pytest
 
 import servebench.engines
 import servebench.providers
-import warehouse
+from servebench import warehouse
 from tests.support.echo_engine import EchoEngine
 from tests.support.plain_provider import PlainProvider
 
@@ -55,7 +55,7 @@ def echo_and_plain(isolated, monkeypatch, tmp_path):
 def test_echo_engine_and_plain_provider_run_a_campaign_through_the_real_flow(echo_and_plain):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     db = echo_and_plain / "w.duckdb"
     session_api_url()  # the flow reports to the session's Prefect server

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import warehouse
+from servebench import warehouse
 from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "side-by-side.yaml"

@@ -104,7 +104,7 @@ def test_the_flag_parses_and_a_bad_value_is_named():
 
 
 def test_a_cell_lands_its_warm_up_and_an_unsteady_one_is_said_in_the_run_table(tmp_path):
-    import warehouse
+    from servebench import warehouse
     from servebench import landing
     from servebench.analysis.run_summary import summarize
     from servebench.campaign.loading import parse_campaign

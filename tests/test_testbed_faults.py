@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 import servebench.engines
-import warehouse
-from servebench.paths import PROJECT_ROOT
+from servebench import warehouse
+from servebench.paths import CHECKOUT
 from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
                                    own_testbed, ssh_provider_yaml)
@@ -57,7 +57,7 @@ def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> No
     """`servebench chaos RUN kill` on the API server once `cell`'s load is under way (its progress
     file): a step of its own in the campaign's allocation, from another process."""
     found = under_way(runs, cell)
-    env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "PYTHONPATH": str(PROJECT_ROOT)}
+    env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "PYTHONPATH": str(CHECKOUT)}
     done["chaos"] = subprocess.run(
         [sys.executable, "-m", "servebench", "chaos", found[0].parent.parent.name, "kill", "--match=--model-dir",
          "--warehouse", str(warehouse_path)], capture_output=True, text=True, timeout=120, env=env)
@@ -67,7 +67,7 @@ def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured
                                                                                       monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
     from servebench.testbed import slurm_client_env
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
@@ -133,7 +133,7 @@ def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: 
     (the run's outcome, what the fault recorded)."""
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     campaign = tmp_path / "campaign.yaml"
     campaign.write_text(campaign_text)

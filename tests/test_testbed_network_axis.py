@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import servebench.engines
-import warehouse
+from servebench import warehouse
 from tests.support.echo_engine import EchoEngine
 from tests.support.testbed import echo_model, own_testbed, ssh_provider_yaml
 
@@ -38,7 +38,7 @@ validity: {{on_invalid: warn}}
 def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated, tmp_path, monkeypatch):
     from tests.support.prefect_session import session_api_url
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
     from servebench.testbed.links import link_state
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)

@@ -209,7 +209,7 @@ def test_an_optuna_tuning_launches_the_default_first_then_its_trials_and_names_t
     search, then the default again (last); the 400 ms one never starts. `tuning` names the faster
     one with a ratio near 2 that the probes' brackets tell apart from 1, the cells carry their
     knobs, the two configurations are two series, and the report and `servebench best` name it."""
-    import warehouse
+    from servebench import warehouse
     from tests.support.campaign_process import run_echo_campaign
 
     outcome = run_echo_campaign(tmp_path, isolated, monkeypatch, TUNE)
@@ -253,7 +253,7 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     night confirms a regression of metric 'capacity' starting at the first low one."""
     import random
 
-    import warehouse
+    from servebench import warehouse
     from servebench import landing
     from servebench.analysis.regression.history import analyze_run
     from servebench.analysis.regression.settings import DetectionSettings

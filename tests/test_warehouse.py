@@ -4,7 +4,7 @@ import sys
 import duckdb
 import pytest
 
-import warehouse
+from servebench import warehouse
 from servebench import landing
 from servebench.campaign.loading import parse_campaign
 from servebench.campaign.sweep import expand
@@ -43,8 +43,12 @@ def test_read_only_connection_refuses_writes_and_missing_files(db, tmp_path):
 
 
 def test_env_var_overrides_default_path(monkeypatch, tmp_path):
+    from servebench.paths import CHECKOUT, default_warehouse
+
+    monkeypatch.delenv("SERVEBENCH_WAREHOUSE", raising=False)
+    assert default_warehouse() == CHECKOUT / "runs" / "servebench.duckdb"   # beside the runs, not in warehouse/
     monkeypatch.setenv("SERVEBENCH_WAREHOUSE", str(tmp_path / "x.duckdb"))
-    assert warehouse.default_path() == tmp_path / "x.duckdb"
+    assert default_warehouse() == tmp_path / "x.duckdb"
 
 
 def result_with(n: int) -> dict:

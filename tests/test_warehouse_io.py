@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-import warehouse
+from servebench import warehouse
 from servebench import landing, warehouse_io
 from servebench.analysis.capacity import CapacityResult, judge
 from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict

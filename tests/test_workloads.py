@@ -296,7 +296,7 @@ def test_a_bad_workload_block_names_the_campaign_file_line_and_field(tmp_path, w
 def land_first_cell(tmp_path, workload: str) -> tuple:
     """The campaign's first cell measured against the test server and landed: (its cells row's workload
     name and identity, its request rows)."""
-    import warehouse
+    from servebench import warehouse
     from servebench import landing
     from servebench.campaign.loading import parse_campaign
     from servebench.campaign.sweep import cell_workload_config, expand
@@ -392,8 +392,8 @@ def test_the_workloads_campaign_runs_one_valid_cell_of_each_kind_on_vllm(isolate
     prefixes hit vLLM's prefix cache."""
     from pathlib import Path
 
-    import warehouse
-    from flows.campaign import campaign_run
+    from servebench import warehouse
+    from servebench.flows.campaign import campaign_run
     from tests.support.prefect_session import session_api_url
 
     session_api_url()

@@ -19,8 +19,6 @@ from pathlib import Path
 import duckdb
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-# beside the run directories, never in this package (schema and migrations only): runs/ is ignored by git
-DEFAULT_PATH = Path(__file__).parent.parent / "runs" / "servebench.duckdb"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 WAIT_VARIABLE = "SERVEBENCH_WAREHOUSE_WAIT_S"
 DEFAULT_WAIT_S = 600.0
@@ -28,11 +26,6 @@ DEFAULT_WAIT_S = 600.0
 
 class WarehouseError(Exception):
     pass
-
-
-def default_path() -> Path:
-    """`SERVEBENCH_WAREHOUSE` if set, else runs/servebench.duckdb in the project."""
-    return Path(os.environ.get("SERVEBENCH_WAREHOUSE") or DEFAULT_PATH)
 
 
 def migrations() -> list[tuple[int, Path]]:
@@ -52,9 +45,9 @@ def latest_version() -> int:
     return len(migrations())
 
 
-def connect(path: str | Path | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the warehouse; a writable connection first brings the schema up to date."""
-    path = Path(path) if path is not None else default_path()
+    path = Path(path)
     if read_only:
         if not path.exists():
             raise WarehouseError(f"no warehouse at {path} (run a campaign first, or pass --warehouse)")

@@ -11,7 +11,7 @@ import shlex
 import altair as alt
 import duckdb
 
-from warehouse import rows
+from servebench.warehouse import rows
 
 LATENCY_NOTE = ("Latencies are measured from each request's scheduled send time, not from when it was "
                 "sent: a generator or server that falls behind is charged for it (no coordinated omission).")

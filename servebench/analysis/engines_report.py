@@ -14,7 +14,7 @@ import json
 import altair as alt
 import duckdb
 
-from warehouse import rows
+from servebench.warehouse import rows
 
 LATENCIES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"))
 

@@ -33,7 +33,7 @@ from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import run_saturation
 from servebench.analysis.workload_report import workload_charts
-from warehouse import rows
+from servebench.warehouse import rows
 
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,

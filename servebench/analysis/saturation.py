@@ -16,7 +16,7 @@ from statistics import mean
 import duckdb
 from pydantic import BaseModel
 
-import warehouse
+from servebench import warehouse
 
 MISS_THRESHOLD = 0.01   # a cell whose decode attempts missed more often than this is past the knee
 

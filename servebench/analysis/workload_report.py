@@ -17,7 +17,7 @@ import altair as alt
 import duckdb
 
 from servebench.load.metrics import percentile
-from warehouse import rows
+from servebench.warehouse import rows
 
 MAX_BINS = 30                       # a histogram panel a few hundred pixels wide shows no more
 PANEL_WIDTH, PANEL_HEIGHT = 300, 160

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 from servebench.campaign.feasibility import check_feasibility
 from servebench.campaign.schema import Campaign, EngineSpecBase
 from servebench.engines import default_engine_kind, engine_kinds, get_engine
+from servebench.paths import shipped
 from servebench.providers import get_provider_class, provider_kinds
 
 
@@ -45,6 +46,22 @@ class SpecError(Exception):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+def campaign_path(given: str | Path) -> Path:
+    """The campaign file a command line names: a path, else a campaign shipped with servebench by its
+    name (`smoke`, `smoke.yaml`; `servebench campaigns` lists them), so an installed wheel runs one
+    from any directory. A path that exists always wins."""
+    path = Path(given)
+    if path.exists() or path.parent != Path("."):
+        return path
+    shipped_file = shipped("campaigns") / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+    return shipped_file if shipped_file.is_file() else path
+
+
+def shipped_campaigns() -> list[Path]:
+    """The campaigns shipped with servebench (the checkout's campaigns/, or the wheel's copy)."""
+    return sorted(shipped("campaigns").glob("*.yaml"))
+
+
 def load_campaign(path: str | Path, host_cpus: set[int] | None = None) -> Campaign:
     """Parse, validate and check a campaign file; raise SpecError naming file, line and field.
 
@@ -54,7 +71,10 @@ def load_campaign(path: str | Path, host_cpus: set[int] | None = None) -> Campai
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SpecError([SpecProblem(file=str(path), line=None, field="", message=str(exc))]) from exc
+        names = ", ".join(p.stem for p in shipped_campaigns())
+        raise SpecError([SpecProblem(file=str(path), line=None, field="",
+                                     message=f"{exc.strerror or exc} (a shipped campaign is named without a "
+                                             f"directory: {names})")]) from exc
     return parse_campaign(text, source=str(path), base_dir=path.parent, host_cpus=host_cpus)
 
 

@@ -22,8 +22,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-import warehouse
-from servebench.campaign.loading import SpecError, load_campaign
+from servebench import warehouse
+from servebench.campaign.loading import SpecError, campaign_path, load_campaign, shipped_campaigns
 from servebench.cli.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
                                    warehouse_path)
 from servebench.plugins import load_plugins
@@ -37,10 +37,15 @@ STATUS_MEANING = {
 }
 
 
+CAMPAIGN_COMMANDS = {"plan", "build", "run"}  # their `file` may name a shipped campaign
+
+
 def main(argv: list[str] | None = None) -> int:
     load_plugins()  # before the parser: plugin engines are choices of `load --engine`
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in CAMPAIGN_COMMANDS and args.file:
+        args.file = str(campaign_path(args.file))
     try:
         return args.func(args) or EXIT_OK
     except SpecError as exc:
@@ -83,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     warehouse_arg(rerun)
     rerun.set_defaults(func=cmd_resume, failed_only=True)
 
+    campaigns = sub.add_parser("campaigns", help="list the campaigns shipped with servebench (plan, build and "
+                               "run take one by its name from any directory)")
+    campaigns.set_defaults(func=cmd_campaigns)
+
     serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this machine "
                            "(needs a running Prefect server: PREFECT_API_URL)")
     serve.add_argument("deployments", nargs="*", help="names from prefect.yaml (default: all)")
@@ -122,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_testbed_parser(sub)
     add_regression_parsers(sub)
     return parser
+
+
+def cmd_campaigns(args: argparse.Namespace) -> int:
+    for path in shipped_campaigns():
+        first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
+        print(f"{path.stem:24} {first}")
+    print(f"(in {shipped_campaigns()[0].parent})" if shipped_campaigns() else "no campaigns are shipped")
+    return EXIT_OK
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -175,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.file)  # fail fast, before Prefect starts
 
     def run() -> dict:
-        from flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
+        from servebench.flows.campaign import campaign_run  # after the API URL is set: prefect reads it at import
 
         return campaign_run(campaign_file=args.file, warehouse_path=str(warehouse_path(args)))
     return orchestrate(args, campaign.name, run)
@@ -193,7 +210,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
     def run() -> dict:
-        from flows.campaign import campaign_resume
+        from servebench.flows.campaign import campaign_resume
 
         return campaign_resume(run_id=args.run_id, warehouse_path=str(warehouse_path(args)),
                                failed_only=args.failed_only)
@@ -281,7 +298,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   "and export PREFECT_API_URL=http://127.0.0.1:4200/api, then run `servebench serve` again.",
                   file=sys.stderr)
             return EXIT_FAILED
-    from flows.serve import ROOT, serve_nightly
+    from servebench.flows.serve import ROOT, serve_nightly
 
     os.chdir(ROOT)  # prefect.yaml's parameters are paths relative to the checkout
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.best import CAPACITY_HISTORY, best_per_cluster
 from servebench.analysis.capacity_report import server_command
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path

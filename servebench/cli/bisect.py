@@ -61,7 +61,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     try:
         with temporary_api(), progress.live(console):
-            from flows.bisect import bisect_run
+            from servebench.flows.bisect import bisect_run
 
             outcome = bisect_run(campaign_file=args.file, good=args.good, bad=args.bad, metric=args.metric,
                                  mode=args.mode, threshold=args.threshold, repeats=args.repeats,

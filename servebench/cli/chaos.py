@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-import warehouse
+from servebench import warehouse
 from servebench.cli.common import warehouse_arg, warehouse_path
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import warehouse
+from servebench import warehouse
+from servebench.paths import default_warehouse
 
 EXIT_OK, EXIT_FAILED, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 3, 130
 
@@ -16,7 +17,7 @@ def warehouse_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def warehouse_path(args: argparse.Namespace) -> Path:
-    return Path(args.warehouse) if args.warehouse else warehouse.default_path()
+    return Path(args.warehouse) if args.warehouse else default_warehouse()
 
 
 def run_choice_args(parser: argparse.ArgumentParser) -> None:

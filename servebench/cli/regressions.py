@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from rich.console import Console
 from rich.table import Table
 
-import warehouse
+from servebench import warehouse
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_REGRESSION, warehouse_arg, warehouse_path
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-import warehouse
+from servebench import warehouse
 from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
 from servebench.cli.common import (EXIT_FAILED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
                                    warehouse_path)

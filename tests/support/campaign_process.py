@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import warehouse
-from servebench.paths import PROJECT_ROOT
+from servebench import warehouse
+from servebench.paths import CHECKOUT
 from tests.support.prefect_session import session_api_url
 
 
@@ -27,7 +27,7 @@ def echo_campaign_dir(tmp_path: Path, campaigns: dict[str, str]) -> Path:
 def servebench(tmp_path: Path, *args: str) -> subprocess.Popen:
     """`servebench ARGS` in a session of its own (stdout and stderr together, as text)."""
     env = os.environ | {"SERVEBENCH_PLUGINS": "tests.support.plugins", "SERVEBENCH_RUNS": str(tmp_path / "runs"),
-                        "SERVEBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(PROJECT_ROOT),
+                        "SERVEBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(CHECKOUT),
                         "PREFECT_API_URL": session_api_url()}  # not a temporary server of its own: 15 s each
     return subprocess.Popen([sys.executable, "-m", "servebench", *args], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -54,7 +54,7 @@ def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaig
     through the real flow in this process (reporting to the session's Prefect server); its outcome."""
     import servebench.engines
     import servebench.providers
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
     from tests.support.echo_engine import EchoEngine
     from tests.support.plain_provider import PlainProvider
 
@@ -86,7 +86,7 @@ def run_shipped_campaign(source: Path, tmp_path: Path, warehouse_path: Path, cha
     through the real flow in this process (reporting to the session's Prefect server); its outcome."""
     import yaml
 
-    from flows.campaign import campaign_run
+    from servebench.flows.campaign import campaign_run
 
     data = yaml.safe_load(source.read_text())
     change(data)

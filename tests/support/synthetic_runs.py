@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-import warehouse
+from servebench import warehouse
 from servebench import landing
 from servebench.analysis.regression.history import analyze_run
 from servebench.analysis.regression.settings import DetectionSettings

@@ -11,7 +11,7 @@ import duckdb
 from pydantic import BaseModel
 
 from servebench.analysis.regression.detect import Finding, analyze
-import warehouse
+from servebench import warehouse
 from servebench import landing
 from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, OPTIONAL_IDENTITY_FIELDS, Night,
                                                    capacity_series_id, cell_point, hardware_fingerprint, series_id,
