@@ -75,6 +75,32 @@ def test_a_retried_worker_gets_fresh_ports_and_temp_dir_and_keeps_the_head(temp_
     assert again[1].env == plans[1].env
 
 
+class CrowdedPorts:
+    """A node whose kernel keeps handing out ports inside the worker range it gave before, and the
+    same port twice: what made a head's `ray start` fail once ('worker_ports is trying to use a port
+    number ... that is used by other components')."""
+
+    def __init__(self) -> None:
+        self.picks = iter([20001, 30000, 30000, 30005, 20000] + list(range(40000, 40100)))
+
+    def free_port(self, node: Node) -> int:
+        return next(self.picks)
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        return 30000
+
+
+def test_no_port_of_a_node_falls_in_its_worker_range_or_is_picked_twice(temp_root):
+    (head,) = plan_cluster(NODES[:1], "ray", 1, {}, temp_root=temp_root, ports=CrowdedPorts())
+    low, high = int(flag(head.argv, "--min-worker-port")), int(flag(head.argv, "--max-worker-port"))
+    singles = [int(flag(head.argv, name)) for name in (
+        "--port", "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+        "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port",
+        "--ray-client-server-port")]
+    assert not [port for port in singles if low <= port <= high], (singles, low, high)
+    assert len(set(singles)) == len(singles), singles
+
+
 def test_a_retried_head_moves_every_node_to_its_new_gcs(temp_root):
     plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root)
     again = replan_node(plans, 0)

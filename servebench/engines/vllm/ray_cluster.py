@@ -79,6 +79,7 @@ RAY_STARTUP_ENV = {
 }
 
 # `ray start` output that a second attempt with the same venv would print again
+PORT_TRIES = 100  # kernel-picked ports tried before giving up on one clear of the others
 PERMANENT_FAILURES = ("ModuleNotFoundError", "ImportError", "No such option", "Invalid value for")
 CLICK_USAGE_ERROR = 2
 # A Unix socket path (session dir + "/sockets/plasma_store") may be 107 bytes at most;
@@ -214,10 +215,20 @@ def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[
                root: str, attempt: int, ports: PortSource) -> RayNodePlan:
     head = index == 0
     temp_dir = f"{root}/{index}.{attempt}"
-    worker_base = ports.free_port_range(node, WORKER_PORTS)
+    taken = {int(head_address.rsplit(":", 1)[1])} if head else set()
+    worker_base = _worker_range(ports, node, taken)
+    taken |= set(range(worker_base, worker_base + WORKER_PORTS))
 
     def free_port() -> int:
-        return ports.free_port(node)
+        """A free port outside the worker range and unlike the others picked: the kernel picks each
+        anew, and Ray refuses to start when one falls in its own worker range (seen: 'worker_ports is
+        trying to use a port number ... that is used by other components')."""
+        for _ in range(PORT_TRIES):
+            port = ports.free_port(node)
+            if port not in taken:
+                taken.add(port)
+                return port
+        raise RuntimeError(f"node {node.name}: no free port outside Ray's worker range in {PORT_TRIES} tries")
 
     argv = [ray_bin, "start", "--block", "--num-cpus", str(slots), "--num-gpus", "0",
             "--node-ip-address", node.address, "--object-store-memory", str(OBJECT_STORE_BYTES),
@@ -235,6 +246,15 @@ def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[
            "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
     return RayNodePlan(node=node, head=head, argv=argv, env=env, gcs_address=head_address, temp_dir=temp_dir,
                        attempt=attempt)
+
+
+def _worker_range(ports: PortSource, node: Node, taken: set[int]) -> int:
+    """The base of WORKER_PORTS free ports none of which is taken already (the head's GCS port)."""
+    for _ in range(PORT_TRIES):
+        base = ports.free_port_range(node, WORKER_PORTS)
+        if not taken & set(range(base, base + WORKER_PORTS)):
+            return base
+    raise RuntimeError(f"node {node.name}: no worker port range clear of {sorted(taken)} in {PORT_TRIES} tries")
 
 
 def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: str, log_dir: Path,
