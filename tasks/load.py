@@ -29,11 +29,13 @@ from servebench.engines import Engine
 from servebench.load.config import LoadConfig, deadline_s, to_argv
 from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
 from servebench.load.runner import load_result, write_result
+from servebench.logs import tail_text
 from servebench.providers.node_tools import INSTRUMENT_VARIABLE, MARK_VARIABLE
 from servebench.serving.deployment import ClientNode
 from servebench.telemetry.timebase import load_result_in_orchestrator_time
 
 POLL_S = 0.5
+LOG_TAIL_LINES = 20   # of the load generator's log, in the error of a cell whose generator failed on a node
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
@@ -109,11 +111,12 @@ def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> di
         code = provider.stop(process, grace_s=5)
     code = process.exit_code() if code is None else code
     if code != 0:
-        raise RuntimeError(f"load generator on node {node.name} exited {code}: {_tail(log)}")
+        raise RuntimeError(f"load generator on node {node.name} exited {code}: {tail_text(log, LOG_TAIL_LINES)}")
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.stem}.") as scratch:
         fetched = Path(scratch)
         if not provider.get_tree(node, remote, fetched) or not (fetched / RESULT_NAME).exists():
-            raise RuntimeError(f"load generator on node {node.name} left no result in {remote}: {_tail(log)}")
+            raise RuntimeError(f"load generator on node {node.name} left no result in {remote}: "
+                               f"{tail_text(log, LOG_TAIL_LINES)}")
         result = load_result(fetched / RESULT_NAME)
         if client.clock_offset_s is not None:
             result = load_result_in_orchestrator_time(result, client.clock_offset_s, time.monotonic() - time.time())
@@ -121,10 +124,3 @@ def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> di
         shutil.move(fetched / REQUESTS_NAME, requests_csv_path(str(output)))
         write_result(result, output)  # last: its presence means the cell's files are complete
     return result
-
-
-def _tail(log: Path) -> str:
-    try:
-        return log.read_text(errors="replace")[-2000:].strip() or "(empty log)"
-    except OSError:
-        return "(no log)"

@@ -17,7 +17,8 @@ from servebench.providers import Node
 from servebench.providers.this_host import ThisHostProcesses
 from servebench.engines.vllm.ray_cluster import (RAY_STARTUP_ENV, NodeStartFailure, RayClusterError, node_log_files,
                                     plan_cluster, ray_startup_env, replan_node, should_retry, start_cluster,
-                                    start_failure_message, tail_lines)
+                                    start_failure_message)
+from servebench.logs import tail
 
 NODES = [Node(name="node0", address="127.0.0.1", cpus=[0]), Node(name="node1", address="127.0.0.1", cpus=[1])]
 TIMED_OUT = ("Exception: The current node timed out during startup. This could happen because some of the "
@@ -171,11 +172,12 @@ def plan_stub(temp_dir: Path, head: bool = False):
 
 
 def test_tail_lines_keeps_the_last_non_blank_lines_cut_to_width(tmp_path):
+    # what a node's start failure shows of `ray start`'s output and each Ray log (servebench.logs.tail)
     path = tmp_path / "x.log"
     path.write_text("".join(f"line {i}\n\n" for i in range(40)) + "x" * 500 + "\n")
-    tail = tail_lines(path, count=3, width=100)
-    assert tail[:2] == ["line 38", "line 39"] and tail[2] == "x" * 100 + " ..."
-    assert tail_lines(tmp_path / "missing.log")[0].startswith("(could not read:")
+    last = tail(path, lines=3, width=100)
+    assert last[:2] == ["line 38", "line 39"] and last[2] == "x" * 100 + " ..."
+    assert tail(tmp_path / "missing.log")[0].startswith("(could not read:")
 
 
 # The retry loop, with stand-ins for `ray start`: the provider runs a small script instead

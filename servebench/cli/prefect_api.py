@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+from servebench.logs import tail_text
 from servebench.processes import ManagedProcess, free_port
 
 
@@ -100,7 +101,7 @@ def _wait_healthy(server: ManagedProcess, url: str, timeout_s: float, log: Path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not server.alive():
-            raise RuntimeError(f"the temporary Prefect API server exited: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"the temporary Prefect API server exited: {tail_text(log, 20)}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as response:
                 if response.status == 200:

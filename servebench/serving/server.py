@@ -21,6 +21,7 @@ from pathlib import Path
 
 from servebench.build.emulation import node_argv
 from servebench.engines.base import ProcessLaunch, ServerLaunch
+from servebench.logs import tail_text
 from servebench.providers.base import Node, NodeProcess, Provider
 
 
@@ -113,7 +114,7 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
         time.sleep(poll_s)
     server.api.process.fetch_log()
     raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s; "
-                       f"log {server.log_path}:\n{log_tail(server.log_path)}")
+                       f"log {server.log_path}:\n{tail_text(server.log_path)}")
 
 
 def is_healthy(server: Server) -> bool:
@@ -168,13 +169,6 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _raise_if_exited(server: Server) -> None:
     for running in server.processes:
         if not running.process.alive():
@@ -182,7 +176,7 @@ def _raise_if_exited(server: Server) -> None:
             what = "server" if running.launch.api else f"process {running.launch.label or running.node.name}"
             raise ServerFailed(f"{what} of mode {server.mode} exited with code "
                                f"{describe_exit(running.process.exit_code())} "
-                               f"before it was ready; log {running.log_path}:\n{log_tail(running.log_path)}")
+                               f"before it was ready; log {running.log_path}:\n{tail_text(running.log_path)}")
 
 
 def _wait_port(server: Server, running: RunningProcess, timeout_s: float, poll_s: float = 0.2) -> None:
@@ -198,7 +192,7 @@ def _wait_port(server: Server, running: RunningProcess, timeout_s: float, poll_s
     running.process.fetch_log()
     raise ServerFailed(f"process {running.launch.label} of mode {server.mode} did not accept on port "
                        f"{running.launch.ready_port} within {timeout_s:.0f} s; log {running.log_path}:\n"
-                       f"{log_tail(running.log_path)}")
+                       f"{tail_text(running.log_path)}")
 
 
 def _status(url: str) -> int | None:

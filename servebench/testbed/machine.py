@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 import psutil
 
+from servebench.logs import tail, tail_text
 from servebench.testbed import configs
 from servebench.testbed.layout import (
     NAME_PATTERN, PER_HOST_DIRS, STATE_PREFIX, Host, Layout, choose_slot, hidden_on_hosts, make_layout, slot_of,
@@ -360,11 +361,16 @@ def check_alive(daemons: list[Daemon]) -> None:
 
 
 def last_lines(path: str, count: int = 5) -> str:
-    try:
-        lines = [line for line in Path(path).read_text(errors="replace").splitlines() if "pmix" not in line.lower()]
-    except OSError:
-        return "(no log)"
-    return " | ".join(lines[-count:]) or "(empty log)"
+    """A dead daemon's last words on one line (Slurm's PMIx plugin complains on every start: left out)."""
+    return tail_text(path, count, keep=_not_pmix, sep=" | ")
+
+
+def _not_pmix(line: str) -> bool:
+    return "pmix" not in line.lower()
+
+
+def _error_line(line: str) -> bool:
+    return bool(re.search(r"\b(error|fatal)\b", line, re.IGNORECASE)) and _not_pmix(line)
 
 
 def listening(pid: int, port: int) -> bool:
@@ -426,10 +432,9 @@ def log_tails(layout: Layout, lines: int = 4) -> str:
     left out)."""
     out = []
     for path in sorted(layout.logs_dir.glob("*.log")) if layout.logs_dir.exists() else []:
-        errors = [line for line in path.read_text(errors="replace").splitlines()
-                  if re.search(r"\b(error|fatal)\b", line, re.IGNORECASE) and "pmix" not in line.lower()]
+        errors = tail(path, lines, keep=_error_line)
         if errors:
-            out.append(f"--- {path}\n" + "\n".join(errors[-lines:]))
+            out.append(f"--- {path}\n" + "\n".join(errors))
     return "\n".join(out)
 
 

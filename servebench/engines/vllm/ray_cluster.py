@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from servebench.logs import tail
 from servebench.providers import Node, NodeProcess, Provider
 from servebench.providers.this_host import ThisHostProcesses, short_tmp_dir
 
@@ -413,8 +414,8 @@ def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailu
     logs = node_log_files(plan, cluster.plans[0])
     return NodeStartFailure(node=plan.node.name, attempt=plan.attempt, exit_code=process.exit_code(),
                             waited_s=waited_s, output_path=str(process.log_path),
-                            output_tail=tail_lines(process.log_path) if process.log_path else [],
-                            log_tails={str(path): tail_lines(path) for path in logs if path.exists()})
+                            output_tail=tail(process.log_path, TAIL_LINES) if process.log_path else [],
+                            log_tails={str(path): tail(path, TAIL_LINES) for path in logs if path.exists()})
 
 
 def alive_node_manager_ports(provider: Provider, head: Node, engine_python: str, address: str) -> set[int] | None:
@@ -474,19 +475,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def tail_lines(path: Path | str, count: int = TAIL_LINES, width: int = 300) -> list[str]:
-    """The last `count` non-blank lines of a text file, each cut to `width` characters."""
-    try:
-        with open(path, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - 64 * 1024))
-            text = file.read().decode("utf-8", errors="replace")
-    except OSError as exc:
-        return [f"(could not read: {exc})"]
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    return [line if len(line) <= width else line[:width] + " ..." for line in lines[-count:]]
 
 
 def retry_note(failure: NodeStartFailure) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from servebench.logs import tail_text
 from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S, RemoteProcess
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import parse_status, status_argv
@@ -159,7 +160,5 @@ def read_started_line(stream: IO[bytes], process: subprocess.Popen, timeout_s: f
 
 
 def start_failure(what: str, node: str, client_log: Path | None, code: int | None) -> SlurmError:
-    tail = ""
-    if client_log is not None and client_log.exists():
-        tail = client_log.read_text(errors="replace").strip()[-2000:]
-    return SlurmError(f"{what} on {node}: the step printed no PID (srun exit {code}): {tail}")
+    said = tail_text(client_log, 20) if client_log is not None else "(no client log)"
+    return SlurmError(f"{what} on {node}: the step printed no PID (srun exit {code}): {said}")
