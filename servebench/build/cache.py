@@ -170,16 +170,20 @@ def _held_at(root: Path, key: str) -> datetime | None:
 
 def lock_held(root: Path, key: str) -> bool:
     """Whether a build holds the key's lock or a run its `.use` lock (probed, nothing created)."""
-    for suffix in (".lock", ".use"):
+    return any(file_lock_held(root / f"{key}{suffix}") for suffix in (".lock", ".use"))
+
+
+def file_lock_held(path: Path) -> bool:
+    """Whether someone holds a flock on this file (probed without creating it; absent: not held)."""
+    try:
+        probe = open(path, "rb")
+    except OSError:
+        return False
+    with probe:
         try:
-            probe = open(root / f"{key}{suffix}", "rb")
-        except OSError:
-            continue
-        with probe:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
     return False
 
 

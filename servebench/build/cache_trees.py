@@ -26,8 +26,8 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from servebench.build.cache import (MARKER, CacheEntry, _record, _size, list_entries, lock_held, remove_entry,
-                                    select_for_gc)
+from servebench.build.cache import (MARKER, CacheEntry, _record, _size, file_lock_held, list_entries, lock_held,
+                                    remove_entry, select_for_gc)
 from servebench.build.emulation import EMULATION
 from servebench.build.sysroot import MARKER as SYSROOT_MARKER
 from servebench.build.sysroot import SYSROOTS, use_file
@@ -103,7 +103,7 @@ def sysroot_items(cache: Path, named: set[str]) -> list[CacheItem]:
         items.append(CacheItem(kind="sysroot", key=d.name, path=str(d), size_bytes=_size(d),
                                last_used=_mtime(d / SYSROOT_MARKER if complete else d), complete=complete,
                                detail=f"Debian {arch} userland" if complete else "incomplete", lineage=arch,
-                               in_use=_use_held(use_file(cache, key)) or _named(d, named)))
+                               in_use=file_lock_held(use_file(cache, key)) or _named(d, named)))
     return items
 
 
@@ -333,19 +333,6 @@ def _sysroot_under(cache: Path, path: Path) -> str | None:
     if not path.is_relative_to(sysroots) or path == sysroots:
         return None
     return path.relative_to(sysroots).parts[0]
-
-
-def _use_held(path: Path) -> bool:
-    try:
-        probe = open(path, "rb")
-    except OSError:
-        return False
-    with probe:
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-    return False
 
 
 def _alive(pid: str) -> bool:
