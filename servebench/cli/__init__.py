@@ -134,10 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_campaigns(args: argparse.Namespace) -> int:
-    for path in shipped_campaigns():
+    shipped = shipped_campaigns()
+    for path in shipped:
         first = next((line.lstrip("# ").strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
         print(f"{path.stem:24} {first}")
-    print(f"(in {shipped_campaigns()[0].parent})" if shipped_campaigns() else "no campaigns are shipped")
+    print(f"(in {shipped[0].parent})" if shipped else "no campaigns are shipped")
     return EXIT_OK
 
 
