@@ -23,6 +23,7 @@ from typing import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from servebench.load import metrics
 from servebench.load.records import RequestRecord
 
 WARMUP_SEED_OFFSET = 1_000_003  # warm-up prompts: another data seed than any cell's
@@ -57,16 +58,13 @@ class WarmupOutcome(BaseModel):
 
 
 def ttft_ms(record: RequestRecord) -> float | None:
-    if record.ok and record.sent_s is not None and record.first_token_s is not None:
-        return (record.first_token_s - record.sent_s) * 1000
-    return None
+    value = metrics.ttft(record) if record.ok else None
+    return None if value is None else value * 1000
 
 
 def tpot_ms(record: RequestRecord) -> float | None:
-    tokens = record.output_tokens
-    if record.ok and tokens and tokens > 1 and record.first_token_s is not None and record.last_token_s is not None:
-        return (record.last_token_s - record.first_token_s) * 1000 / (tokens - 1)
-    return None
+    value = metrics.tpot(record) if record.ok else None
+    return None if value is None else value * 1000
 
 
 def window_medians(values: list[float | None], window: int) -> tuple[float | None, float | None]:
@@ -114,8 +112,7 @@ async def warm_until_steady(spec: SteadyWarmup, clients: int | None, rate: float
     deadline = started + spec.max_s
     records: list[RequestRecord] = [await send(0)]
     first = records[0]
-    e2el = first.last_token_s - first.sent_s if first.ok and first.last_token_s and first.sent_s else None
-    concurrency = warmup_concurrency(clients, rate, e2el)
+    concurrency = warmup_concurrency(clients, rate, metrics.e2el(first) if first.ok else None)
     next_index = 1
     steady_at: list[int] = []   # how many records had come back when the server was found steady
 
