@@ -53,7 +53,7 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
         return judge(value, observed_from_summary(summary, slo), slo,
                      valid=completed and bool(summary.get("valid", True)),
                      reasons=summary.get("invalid_reasons", []) if completed else [],
-                     attempts=measurements(ctx, cell))
+                     attempts=measurements(ctx, cell), client_lag_ms=(summary.get("schedule_lag_ms") or {}).get("p99"))
 
     def probe(value: float) -> CapacityProbe:
         """The point meets the SLO only if every repeat does (the first miss ends the repeats)."""
@@ -99,5 +99,6 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     completed = row["status"] == "completed"
     verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=completed and bool(row["valid"]),
                     reasons=(row["invalid_reasons"] or []) if completed else [],
-                    attempts=measurements(ctx, cell))  # cells keep p50 and p99 only
+                    attempts=measurements(ctx, cell), client_lag_ms=row.get("schedule_lag_p99_ms"))
+    # cells keep p50 and p99 only
     return verdict.model_copy(update={"met": bool(row["slo_met"])})

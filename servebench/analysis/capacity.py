@@ -25,7 +25,9 @@ alone (it fell behind its schedule, sent below the rate, was too busy on its cor
 `servebench.load.metrics.client_limited`) says nothing about the server: the point is measured
 again (`client_retries`, counted against `max_probes`), and if the client limits it again the
 search stops there, not converged, saying so. Taking it as a miss would descend on a busy
-machine's noise, each probe twice as long as the last.
+machine's noise, each probe twice as long as the last. Except where the server missed the SLO by
+more than the client's lag could add (`missed_despite_client`): that is the server's miss, and the
+search goes on as for any miss.
 
 How low a search may go is the caller's bound on a probe's duration: a probe of N requests at
 r req/s lasts N / r, so `probe_floor` gives the lowest rate whose probe lasts at most
@@ -39,7 +41,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servebench.load.metrics import client_limited
+from servebench.load.metrics import CLIENT_CPU, client_limited
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_PERCENTILES = ("p50", "p90", "p95", "p99")
@@ -110,15 +112,42 @@ def observed_from_summary(summary: dict, slo: dict[str, float]) -> dict[str, flo
 
 
 def judge(rate: float, observed: dict[str, float | None], slo: dict[str, float], valid: bool = True,
-          reasons: list[str] | tuple[str, ...] = (), attempts: int = 1) -> Probe:
+          reasons: list[str] | tuple[str, ...] = (), attempts: int = 1,
+          client_lag_ms: float | None = None) -> Probe:
     """A probe's margin and verdict: a missing percentile (no request completed) is a miss. An
     invalid probe whose `reasons` are all the client's is `client_limited` (the search measures
-    it again rather than take it as the server's miss)."""
+    it again rather than take it as the server's miss), unless `missed_despite_client` says the
+    server missed the SLO by more than the client's lag (`client_lag_ms`, its schedule lag p99)
+    could have added."""
     ratios = [math.inf if observed.get(key) is None else observed[key] / limit for key, limit in slo.items()]
     margin = 1.0 - max(ratios)
+    reasons = [] if valid else list(reasons)
+    limited = not valid and client_limited(reasons)
+    if limited and missed_despite_client(observed, slo, reasons, client_lag_ms):
+        limited = False
+        reasons.append(f"{SERVER_MISS} by more than the client's lag p99 ({client_lag_ms:.1f} ms) could add: "
+                       "the server's miss")
     return Probe(rate=rate, observed=observed, valid=valid, margin=margin if math.isfinite(margin) else -1.0,
-                 met=valid and margin >= 0, reasons=[] if valid else list(reasons),
-                 client_limited=not valid and client_limited(reasons), attempts=attempts)
+                 met=valid and margin >= 0, reasons=reasons, client_limited=limited, attempts=attempts)
+
+
+SERVER_MISS = "the SLO was missed"
+
+
+def missed_despite_client(observed: dict[str, float | None], slo: dict[str, float], reasons: list[str],
+                          client_lag_ms: float | None) -> bool:
+    """Whether a run invalid for the client's lag or rate still shows the server missing the SLO.
+
+    A client that fell behind its schedule sent later and so, if anything, less load than asked
+    (the "achieved rate" reason says so too); its own delays add at most about its lag to any
+    latency it stamps (TTFT counted from the scheduled time adds the lag itself). So when some
+    limit is exceeded even with the lag taken off every observed latency, the server would miss
+    it at the full rate as well: a miss, whatever the client's noise. A client that was busy on
+    its core ("the load generator used ...") may have delayed reading responses by an amount
+    nothing measured: never concluded on."""
+    if client_lag_ms is None or any(reason.startswith(CLIENT_CPU) for reason in reasons):
+        return False
+    return any(observed.get(key) is not None and observed[key] - client_lag_ms > limit for key, limit in slo.items())
 
 
 def probe_floor(requests: int | None, duration_s: float | None, max_probe_s: float = MAX_PROBE_S) -> float:

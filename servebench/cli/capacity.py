@@ -70,7 +70,8 @@ def find_capacity(base, slo: dict[str, float], settings: SearchSettings, say=pri
         update = {"clients": int(point), "rate": None} if settings.integer else {"rate": point, "clients": None}
         summary = run_load(base.model_copy(update=update))["summary"]
         verdict = judge(point, observed_from_summary(summary, slo), slo, valid=bool(summary.get("valid", True)),
-                        reasons=summary.get("invalid_reasons", []))
+                        reasons=summary.get("invalid_reasons", []),
+                        client_lag_ms=(summary.get("schedule_lag_ms") or {}).get("p99"))
         outcome = "client-limited" if verdict.client_limited else "met" if verdict.met else "missed"
         say(f"probe {point:g}: {outcome} "
             + ", ".join(f"{k} {v:.1f}" if v is not None else f"{k} -" for k, v in verdict.observed.items())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 from aiohttp import web
 
@@ -35,7 +36,9 @@ class FakeServer:
     def __init__(self, behaviour: str = "ok", token_delay_s: float = 0.0, service_s: float = 0.0,
                  recorded: bytes = b"", cold_requests: int = 0):
         """`service_s` (behaviour "queue"): each request's prefill holds one engine, first come first
-        served, for this long before its first token: a server whose capacity is 1 / service_s.
+        served, for this long before its first token: a server whose capacity is 1 / service_s. Each
+        prefill ends service_s after the previous one's end (or its own arrival), by the clock, so
+        the event loop's wake-up delays do not add up into a lower capacity.
         Behaviour "cold": a server that warms up, the n-th of its first `cold_requests` requests waiting
         service_s x (1 - n / cold_requests) before its first token, later ones not at all."""
         self.behaviour = behaviour
@@ -43,7 +46,7 @@ class FakeServer:
         self.service_s = service_s
         self.recorded = recorded
         self.cold_requests = cold_requests
-        self._engine: asyncio.Lock | None = None
+        self._engine_free_at = 0.0  # behaviour "queue": when the one engine is free (monotonic s)
         self.requests: list[dict] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -98,11 +101,10 @@ class FakeServer:
                 await response.write(b"x" * (1 << 20))
             await response.write_eof()
             return response
-        if self.behaviour == "queue":
-            if self._engine is None:
-                self._engine = asyncio.Lock()  # FIFO: waiters are woken in arrival order
-            async with self._engine:
-                await asyncio.sleep(self.service_s)
+        if self.behaviour == "queue":  # the engine's schedule, kept on the clock: a late wake-up never delays the next
+            now = time.monotonic()
+            self._engine_free_at = max(now, self._engine_free_at) + self.service_s
+            await asyncio.sleep(self._engine_free_at - now)
         if self.behaviour == "cold" and len(self.requests) <= self.cold_requests:
             await asyncio.sleep(self.service_s * (1 - (len(self.requests) - 1) / self.cold_requests))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
