@@ -2,12 +2,14 @@
 
 A fixed sleep is either too short on a loaded machine (the test fails for no reason) or too long
 everywhere else (the suite pays it every run); a poll returns as soon as the condition holds and
-fails, naming what it waited for, only when it never does."""
+fails, naming what it waited for, only when it never does. The loop is the library's
+(`servebench.waiting`): a failed wait here is a test's AssertionError."""
 
 from __future__ import annotations
 
-import time
 from typing import Callable, TypeVar
+
+from servebench.waiting import wait_for
 
 T = TypeVar("T")
 
@@ -17,9 +19,4 @@ def wait_until(check: Callable[[], T], what: str, timeout_s: float = 20.0, poll_
 
     An exception raised by `check` (an assertion that something else still holds, say) ends the
     wait at once: it is the test's failure, not a reason to keep polling."""
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()):
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"waited {timeout_s:g} s for {what}")
-        time.sleep(poll_s)
-    return value
+    return wait_for(check, what, timeout_s, interval_s=poll_s, error=AssertionError)
