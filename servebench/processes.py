@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from servebench.waiting import poll
+
 SHM_DIR = Path("/dev/shm")
 
 
@@ -137,10 +139,7 @@ class ManagedProcess:
         self.known_descendants |= _group_members(self.pid)  # one scan of /proc, not one per poll
         self._signal_group(signal.SIGTERM)
         self._signal_group(signal.SIGCONT)  # a stopped (hung) process handles its SIGTERM only once continued
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self._survivors():
-            time.sleep(0.1)
-            self.popen.poll()
+        poll(self._gone, grace_s, interval_s=0.1)
         survivors = self._survivors()
         if survivors:
             self._signal_group(signal.SIGKILL)
@@ -160,6 +159,10 @@ class ManagedProcess:
             os.killpg(self.pid, sig)  # the leader's pid is the group id (start_new_session)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def _gone(self) -> bool:
+        self.popen.poll()  # the leader reaped as soon as it ends
+        return not self._survivors()
 
     def _survivors(self) -> list[psutil.Process]:
         pids = {self.pid} | self.known_descendants

@@ -33,6 +33,7 @@ from servebench.logs import tail_text
 from servebench.providers.node_tools import INSTRUMENT_VARIABLE, MARK_VARIABLE
 from servebench.serving.deployment import ClientNode
 from servebench.telemetry.timebase import load_result_in_orchestrator_time
+from servebench.waiting import poll
 
 POLL_S = 0.5
 LOG_TAIL_LINES = 20   # of the load generator's log, in the error of a cell whose generator failed on a node
@@ -100,13 +101,10 @@ def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> di
     output.parent.mkdir(parents=True, exist_ok=True)
     limit = deadline_s(config)
     process = provider.start(node, argv, {"PYTHONPATH": client.tree, INSTRUMENT_VARIABLE: "1"}, log)
-    deadline = time.monotonic() + limit
     try:
-        while process.alive():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"load generator on node {node.name} still running after its deadline of "
-                                   f"{limit:.0f} s: stopped")
-            time.sleep(POLL_S)
+        if not poll(lambda: not process.alive(), limit, interval_s=POLL_S):
+            raise RuntimeError(f"load generator on node {node.name} still running after its deadline of "
+                               f"{limit:.0f} s: stopped")
     finally:
         code = provider.stop(process, grace_s=5)
     code = process.exit_code() if code is None else code

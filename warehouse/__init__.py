@@ -12,11 +12,12 @@ import os
 import random
 import re
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+
+from servebench.waiting import poll
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
@@ -73,22 +74,27 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     process holds it: DuckDB lets one process write a file at a time, and two campaigns landing
     into one warehouse take turns, each connection held only while it lands one thing. The
     first wait is said on stderr, with the holder DuckDB names."""
-    deadline = None
-    while True:
+    locked: duckdb.IOException | None = None
+
+    def opened() -> duckdb.DuckDBPyConnection | None:
+        nonlocal locked
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + wait_limit_s()
+            if locked is None:
                 print(f"servebench: waiting for the warehouse {path}: another process holds it "
                       f"({str(exc).split(': ', 1)[-1]})", file=sys.stderr)
-            if now >= deadline:
-                raise WarehouseError(f"{path} stayed locked by another process for {wait_limit_s():.0f} s "
-                                     f"(SERVEBENCH_WAREHOUSE_WAIT_S). DuckDB said: {exc}") from None
-            time.sleep(random.uniform(0.02, 0.1))
+            locked = exc
+            return None
+
+    # a random pause: two processes waiting for one file do not ask in step
+    con = poll(opened, wait_limit_s(), interval_s=lambda: random.uniform(0.02, 0.1))
+    if con is None:
+        raise WarehouseError(f"{path} stayed locked by another process for {wait_limit_s():.0f} s "
+                             f"(SERVEBENCH_WAREHOUSE_WAIT_S). DuckDB said: {locked}")
+    return con
 
 
 def wait_limit_s() -> float:

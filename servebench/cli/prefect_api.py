@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Iterator
 
 from servebench.logs import tail_text
 from servebench.processes import ManagedProcess, free_port
+from servebench.waiting import poll
 
 
 @contextlib.contextmanager
@@ -98,15 +98,14 @@ def _drain_prefect_services(timeout_s: float = 20.0) -> None:
 
 
 def _wait_healthy(server: ManagedProcess, url: str, timeout_s: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         if not server.alive():
             raise RuntimeError(f"the temporary Prefect API server exited: {tail_text(log, 20)}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return
+                return response.status == 200
         except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the temporary Prefect API server did not answer within {timeout_s:.0f} s")
+            return False
+
+    if not poll(healthy, timeout_s, interval_s=0.2):
+        raise RuntimeError(f"the temporary Prefect API server did not answer within {timeout_s:.0f} s")

@@ -13,12 +13,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
+
+from servebench.waiting import poll
 
 CLAIMS_VARIABLE = "SERVEBENCH_CLAIMS"
 POLL_S = 0.5
@@ -63,16 +65,20 @@ def hold(names: list[str], holder: dict, say: Callable[[str], None] = print) -> 
 def _take(path: Path, name: str, holder: dict, say: Callable[[str], None]) -> TextIO:
     file = open(path, "a+")
     told = False
-    while True:
+
+    def taken() -> bool:
+        nonlocal told
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return True
         except BlockingIOError:
             if not told:
                 file.seek(0)
                 say(f"waiting for {name}: held by {file.read().strip() or 'another run'}")
                 told = True
-            time.sleep(POLL_S)
+            return False
+
+    poll(taken, math.inf, interval_s=POLL_S)
     file.seek(0)
     file.truncate()
     file.write(json.dumps(holder) + "\n")

@@ -23,6 +23,7 @@ from servebench.build.emulation import node_argv
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.logs import tail_text
 from servebench.providers.base import Node, NodeProcess, Provider
+from servebench.waiting import poll
 
 
 class ServerFailed(Exception):
@@ -102,16 +103,17 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
     """Block until the health path answers 200; return seconds since the first process started."""
-    deadline = server.started_monotonic + timeout_s
     health = server.url + server.launch.health_path
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         _raise_if_exited(server)
-        if _status(health) == 200:
-            for running in server.processes:
-                running.process.remember_descendants()
-            server.ready_seconds = round(time.monotonic() - server.started_monotonic, 2)
-            return server.ready_seconds
-        time.sleep(poll_s)
+        return _status(health) == 200
+
+    if poll(ready, _time_left(server, timeout_s), interval_s=poll_s):
+        for running in server.processes:
+            running.process.remember_descendants()
+        server.ready_seconds = round(time.monotonic() - server.started_monotonic, 2)
+        return server.ready_seconds
     server.api.process.fetch_log()
     raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s; "
                        f"log {server.log_path}:\n{tail_text(server.log_path)}")
@@ -181,18 +183,26 @@ def _raise_if_exited(server: Server) -> None:
 
 def _wait_port(server: Server, running: RunningProcess, timeout_s: float, poll_s: float = 0.2) -> None:
     """Wait until a process that others connect to accepts on its port."""
-    deadline = server.started_monotonic + timeout_s
-    while time.monotonic() < deadline:
+
+    def accepts() -> bool:
         _raise_if_exited(server)
         try:
             with socket.create_connection((running.node.address, running.launch.ready_port), timeout=1):
-                return
+                return True
         except OSError:
-            time.sleep(poll_s)
+            return False
+
+    if poll(accepts, _time_left(server, timeout_s), interval_s=poll_s):
+        return
     running.process.fetch_log()
     raise ServerFailed(f"process {running.launch.label} of mode {server.mode} did not accept on port "
                        f"{running.launch.ready_port} within {timeout_s:.0f} s; log {running.log_path}:\n"
                        f"{tail_text(running.log_path)}")
+
+
+def _time_left(server: Server, timeout_s: float) -> float:
+    """What is left of a timeout counted from the server's start (its first process)."""
+    return server.started_monotonic + timeout_s - time.monotonic()
 
 
 def _status(url: str) -> int | None:

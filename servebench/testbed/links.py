@@ -37,7 +37,6 @@ import math
 import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from servebench.testbed.layout import Host, Layout
 from servebench.testbed.machine import (
     Daemon, TestbedError, batch, locked, netns_exists, read_state, require_root, run, stop_processes, write_state,
 )
+from servebench.waiting import poll
 
 DELAY_LINE = Path(__file__).with_name("delay_line.py")  # run by its path: standard library only
 MAX_DELAY_MS = 1000.0
@@ -403,15 +403,21 @@ def start_line(layout: Layout, host: Host, delay_ms: float, daemons: list[Daemon
         created = 0.0
     daemon = Daemon(host=SWITCH, name=line_daemon_name(host), pid=proc.pid, started=created, log=str(log_path))
     daemons.append(daemon)
-    deadline = time.monotonic() + LINE_READY_S
-    while True:
+
+    def failed() -> TestbedError:
         text = log_path.read_text(errors="replace")[offset:]
-        if "ready:" in text:
-            break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise TestbedError(f"the delay line of {host.name} did not start (see {log_path}): "
-                               + (" | ".join(text.strip().splitlines()[-3:]) or "no output"))
-        time.sleep(0.02)
+        return TestbedError(f"the delay line of {host.name} did not start (see {log_path}): "
+                            + (" | ".join(text.strip().splitlines()[-3:]) or "no output"))
+
+    def ready() -> bool:
+        if "ready:" in log_path.read_text(errors="replace")[offset:]:
+            return True
+        if proc.poll() is not None:
+            raise failed()
+        return False
+
+    if not poll(ready, LINE_READY_S, interval_s=0.02):
+        raise failed()
     proc.returncode = proc.returncode or 0  # not waited on here: it outlives this process (no ResourceWarning)
     return daemon
 

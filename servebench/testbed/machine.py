@@ -31,6 +31,7 @@ from servebench.testbed.layout import (
     NAME_PATTERN, PER_HOST_DIRS, STATE_PREFIX, Host, Layout, choose_slot, hidden_on_hosts, make_layout, slot_of,
     state_dir_for, state_root,
 )
+from servebench.waiting import poll, wait_for
 
 READY_TIMEOUT_S = 40.0
 STOP_GRACE_S = 5.0
@@ -338,13 +339,13 @@ def start_daemons(layout: Layout, daemons: list[Daemon]) -> None:
     for host in layout.hosts:
         mungeds.append(start(layout, daemons, host, "munged", configs.munged_argv(layout, host.name, host.address)))
     wait_for(lambda: all(Path(f"/proc/{d.pid}/root{layout.munge_socket}").exists() or not d.alive()
-                         for d in mungeds), 10.0, "munged sockets")
+                         for d in mungeds), "munged sockets", 10.0, error=TestbedError)
     check_alive(daemons)
     ctld = start(layout, daemons, first, "slurmctld", configs.slurmctld_argv(layout))
     for host in layout.hosts:
         start(layout, daemons, host, "sshd", configs.sshd_argv(layout, host))
-    wait_for(lambda: listening(ctld.pid, layout.slurmctld_port) or not daemons_alive(daemons), 20.0,
-             "slurmctld listening")
+    wait_for(lambda: listening(ctld.pid, layout.slurmctld_port) or not daemons_alive(daemons),
+             "slurmctld listening", 20.0, error=TestbedError)
     check_alive(daemons)
     for host in layout.hosts:
         start(layout, daemons, host, "slurmd", configs.slurmd_argv(layout, host))
@@ -388,14 +389,6 @@ def listening(pid: int, port: int) -> bool:
     return False
 
 
-def wait_for(ready: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise TestbedError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
 def slurm_client(layout: Layout, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
     """A Slurm client command from the machine itself, against the testbed's controller."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
@@ -424,7 +417,8 @@ def wait_ready(layout: Layout, daemons: list[Daemon]) -> None:
         states = node_states(layout)
         return all(states.get(h.name, "").rstrip("*") == "idle" for h in layout.hosts)
 
-    wait_for(ready, READY_TIMEOUT_S, "sshd on every host and every Slurm node idle", interval=0.2)
+    wait_for(ready, "sshd on every host and every Slurm node idle", READY_TIMEOUT_S, interval_s=0.2,
+             error=TestbedError)
 
 
 def log_tails(layout: Layout, lines: int = 4) -> str:
@@ -491,7 +485,6 @@ def stop_processes(procs: list[psutil.Process], grace: float = STOP_GRACE_S) -> 
             proc.send_signal(signal.SIGTERM)
         except psutil.Error:
             pass
-    deadline = time.monotonic() + grace
 
     def alive(proc: psutil.Process) -> bool:
         try:
@@ -499,17 +492,17 @@ def stop_processes(procs: list[psutil.Process], grace: float = STOP_GRACE_S) -> 
         except psutil.Error:
             return False
 
-    while any(alive(p) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def all_gone() -> bool:
+        return not any(alive(p) for p in procs)
+
+    poll(all_gone, grace, interval_s=0.05)
     for proc in procs:
         if alive(proc):
             try:
                 proc.send_signal(signal.SIGKILL)
             except psutil.Error:
                 pass
-    deadline = time.monotonic() + 2.0
-    while any(alive(p) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll(all_gone, 2.0, interval_s=0.05)
     for proc in procs:  # reaped when this process started it (`up` called in-process): no zombie left
         try:
             os.waitpid(proc.pid, os.WNOHANG)
@@ -566,7 +559,8 @@ def down(name: str, log: Callable[[str], None] = lambda text: None) -> list[str]
     if link_exists(layout.machine_link):
         run(["ip", "link", "del", layout.machine_link], check=False)
     try:
-        wait_for(lambda: not link_exists(layout.machine_link), 5.0, f"{layout.machine_link} to go", interval=0.05)
+        wait_for(lambda: not link_exists(layout.machine_link), f"{layout.machine_link} to go", 5.0, interval_s=0.05,
+                 error=TestbedError)
     except TestbedError as exc:
         left.append(str(exc))
     # 5. files: the machine's run directory and the state directory

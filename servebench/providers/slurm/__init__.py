@@ -34,6 +34,7 @@ from servebench.providers.slurm.client import AllocationEnded, SlurmClient, Slur
 from servebench.providers.slurm.lease import AllocationLease
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
+from servebench.waiting import poll
 
 RUNNING_TIMEOUT_S = 60.0   # from granted to RUNNING (a node may need to boot or be configured)
 START_TIMEOUT_S = 60.0     # from srun to the task's PID line
@@ -161,18 +162,21 @@ class SlurmProvider(RemoteNodes):
 
     def _wait_running(self) -> dict[str, str]:
         started = time.perf_counter()
-        deadline = time.monotonic() + RUNNING_TIMEOUT_S
-        while True:
+        state = "PENDING"
+
+        def running() -> dict[str, str] | None:
+            nonlocal state
             record = self.client.job_record(self.allocation.job_id)
             state = "GONE" if record is None else job_state(record)
-            if state == "RUNNING":
-                self.timings["running_s"] = time.perf_counter() - started
-                return record
-            if state not in ("PENDING", "CONFIGURING"):
+            if state not in ("RUNNING", "PENDING", "CONFIGURING"):
                 raise self.allocation.ended_error(state)
-            if time.monotonic() >= deadline:
-                raise SlurmError(f"slurm job {self.allocation.job_id} still {state} after {RUNNING_TIMEOUT_S:.0f} s")
-            time.sleep(0.1)
+            return record if state == "RUNNING" else None
+
+        record = poll(running, RUNNING_TIMEOUT_S, interval_s=0.1)
+        if record is None:
+            raise SlurmError(f"slurm job {self.allocation.job_id} still {state} after {RUNNING_TIMEOUT_S:.0f} s")
+        self.timings["running_s"] = time.perf_counter() - started
+        return record
 
     def _describe_nodes(self, record: dict[str, str]) -> list[Node]:
         """Names from the job's NodeList, addresses from each node's NodeAddr, CPUs from a probe step
@@ -303,9 +307,7 @@ class SlurmProvider(RemoteNodes):
         done = []
         for job in self.client.jobs_named(self.job_name):
             self.client.scancel(job)
-            deadline = time.monotonic() + RELEASE_TIMEOUT_S
-            while self.client.queued(job) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            poll(lambda: not self.client.queued(job), RELEASE_TIMEOUT_S, interval_s=0.5)
             done.append(f"slurm job {job} of the run cancelled")
         return done
 
@@ -350,11 +352,8 @@ class SlurmProvider(RemoteNodes):
             raise SlurmError(f"releasing slurm job {allocation.job_id}:\n  " + "\n  ".join(errors))
 
     def _wait_gone(self, job_id: int) -> None:
-        deadline = time.monotonic() + RELEASE_TIMEOUT_S
-        while self.client.queued(job_id):
-            if time.monotonic() >= deadline:
-                raise SlurmError(f"slurm job {job_id} still listed by squeue {RELEASE_TIMEOUT_S:.0f} s after scancel")
-            time.sleep(0.1)
+        if not poll(lambda: not self.client.queued(job_id), RELEASE_TIMEOUT_S, interval_s=0.1):
+            raise SlurmError(f"slurm job {job_id} still listed by squeue {RELEASE_TIMEOUT_S:.0f} s after scancel")
 
     def _cancel(self, job_id: int) -> None:
         try:

@@ -15,6 +15,7 @@ import time
 from servebench.providers.remote import CommandChannel
 from servebench.providers.slurm.argv import ended_message, job_state, step_argv, strip_srun_noise
 from servebench.providers.slurm.client import DEFAULT_TIMEOUT_S, AllocationEnded, SlurmClient, SlurmError
+from servebench.waiting import poll
 
 # A job that ends shows COMPLETING (its base state hidden) until every step on its nodes is gone:
 # up to KillWait (Slurm's default 30 s, the testbed's 5 s) after its processes were signalled.
@@ -48,19 +49,18 @@ class Allocation(CommandChannel):
         COMPLETING job is asked again (up to settle_s) until its final state shows."""
         if self._final is not None:
             return self._final
-        deadline = time.monotonic() + settle_s
-        while True:
-            record = self.client.job_record(self.job_id)
-            state = "GONE" if record is None else job_state(record)
-            if state == "RUNNING":
-                self._running_seen = time.monotonic()
-            if state != "COMPLETING" or time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
+        state = poll(self._read_state, settle_s, interval_s=0.2, until=lambda s: s != "COMPLETING")
         if state not in ("RUNNING", "COMPLETING"):
             with self._lock:
                 self._final = self._final or state
             return self._final
+        return state
+
+    def _read_state(self) -> str:
+        record = self.client.job_record(self.job_id)
+        state = "GONE" if record is None else job_state(record)
+        if state == "RUNNING":
+            self._running_seen = time.monotonic()
         return state
 
     def ended_error(self, state: str) -> AllocationEnded:

@@ -142,7 +142,7 @@ def read_started_line(stream: IO[bytes], process: subprocess.Popen, timeout_s: f
     the client ends or timeout_s passes first. The pipe stays open: closing it would end srun."""
     fd = stream.fileno()
     data = b""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s  # not servebench.waiting's poll: select() on the stream is the wait
     while b"\n" not in data:
         left = deadline - time.monotonic()
         if left <= 0:

@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import psutil
 from servebench.providers.remote import DEFAULT_TIMEOUT_S, CommandChannel
 from servebench.providers.ssh.argv import control_argv, ssh_argv, ssh_config_text
 from servebench.providers.ssh.spec import SshProviderSpec
+from servebench.waiting import poll
 
 SSH_FAILED = 255  # ssh's own failures (connection, authentication) exit with 255
 
@@ -136,12 +136,8 @@ def _signal(pid: int, sig: int) -> None:
 
 def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     """The PIDs still running (not zombies) after up to `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = [pid for pid in pids if psutil.pid_exists(pid) and _not_zombie(pid)]
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.05)
+    return poll(lambda: [pid for pid in pids if psutil.pid_exists(pid) and _not_zombie(pid)], seconds,
+                interval_s=0.05, until=lambda left: not left)
 
 
 def _not_zombie(pid: int) -> bool:
