@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,7 +26,7 @@ def counter(truthy_from: int, value: object = "ready"):
 def test_poll_returns_the_first_truthy_value_without_waiting_out_the_timeout():
     check, calls = counter(3, value={"state": "RUNNING"})
     started = time.monotonic()
-    assert poll(check, 5.0, interval_s=0.01) == {"state": "RUNNING"}
+    assert poll(check, 2.0, interval_s=0.01) == {"state": "RUNNING"}
     assert len(calls) == 3
     assert time.monotonic() - started < 1.0
 
@@ -35,7 +36,7 @@ def test_poll_returns_the_last_falsy_value_after_the_timeout():
     assert poll(lambda: next(answers, False), 0.05, interval_s=0.01) is False
     started = time.monotonic()
     assert poll(lambda: 0, 0.1, interval_s=0.02) == 0
-    assert 0.1 <= time.monotonic() - started < 0.5
+    assert 0.1 <= time.monotonic() - started < 1.0
 
 
 def test_poll_checks_once_more_at_the_deadline_and_never_sleeps_past_it():
@@ -57,10 +58,10 @@ def test_a_zero_timeout_is_a_single_look():
 
 def test_until_judges_the_value_and_poll_returns_it_either_way():
     states = iter(["COMPLETING", "COMPLETING", "CANCELLED"])
-    assert poll(lambda: next(states), 5.0, interval_s=0.01, until=lambda s: s != "COMPLETING") == "CANCELLED"
+    assert poll(lambda: next(states), 2.0, interval_s=0.01, until=lambda s: s != "COMPLETING") == "CANCELLED"
     # survivors: waited on until none is left; at the timeout, the ones still there
     assert poll(lambda: [41, 42], 0.05, interval_s=0.01, until=lambda left: not left) == [41, 42]
-    assert poll(lambda: [], 5.0, until=lambda left: not left) == []
+    assert poll(lambda: [], 2.0, until=lambda left: not left) == []
 
 
 def test_an_exception_from_the_check_ends_the_wait_at_once():
@@ -79,19 +80,17 @@ def test_an_exception_from_the_check_ends_the_wait_at_once():
     assert time.monotonic() - started < 1.0
 
 
-def test_the_interval_may_be_a_function_giving_each_next_pause():
+def test_the_interval_may_be_a_function_giving_each_next_pause(monkeypatch):
+    import servebench.waiting as waiting
+
+    slept = []
+    clock = SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: (slept.append(s), time.sleep(s)))
+    monkeypatch.setattr(waiting, "time", clock)  # this module's clock only: other threads sleep unseen
     pauses = iter([0.01, 0.02, 0.04, 0.08])
-    asked = []
-
-    def interval():
-        asked.append(1)
-        return next(pauses)
-
     check, calls = counter(4)
-    assert poll(check, 5.0, interval_s=interval) == "ready"
-    assert len(asked) == 3  # one pause between two checks, none after the last
-    gaps = [b - a for a, b in zip(calls, calls[1:])]
-    assert gaps[2] >= 0.04 > gaps[0]  # growing, as asked
+    assert poll(check, 2.0, interval_s=lambda: next(pauses)) == "ready"
+    assert slept == [0.01, 0.02, 0.04]  # growing, as asked; none after the last check
+    assert calls[3] - calls[0] >= 0.07
 
 
 def test_an_infinite_timeout_waits_as_long_as_it_takes():
@@ -109,11 +108,11 @@ def test_wait_for_raises_the_given_error_naming_what_it_waited_for():
     with pytest.raises(TimeoutError, match="the job to end"):
         wait_for(lambda: ["job"], "the job to end", 0.0, until=lambda left: not left)
     check, _ = counter(2, value=8000)
-    assert wait_for(check, "a port", 5.0, interval_s=0.01) == 8000
+    assert wait_for(check, "a port", 2.0, interval_s=0.01) == 8000
 
 
 def test_the_tests_wait_until_is_the_library_wait_failing_as_an_assertion():
     check, calls = counter(2)
-    assert wait_until(check, "ready", timeout_s=5.0, poll_s=0.01) == "ready"
+    assert wait_until(check, "ready", timeout_s=2.0, poll_s=0.01) == "ready"
     with pytest.raises(AssertionError, match="waiting for the server to answer"):
         wait_until(lambda: None, "the server to answer", timeout_s=0.05, poll_s=0.01)
