@@ -12,6 +12,7 @@ from pathlib import Path
 
 from servebench.build.cache import MARKER, compile_cache_dir, hold_in_use, list_entries, remove_entry, select_for_gc
 from servebench.engines.vllm.launch import compile_cache_env
+from tests.support.waiting import wait_until
 
 
 def artifact(root, key: str, engine: str | None, age_days: float = 0.0) -> None:
@@ -209,7 +210,7 @@ def test_a_sysroot_held_by_a_venv_build_or_a_root_used_by_a_process_stays(tmp_pa
     import sys
 
     from servebench.build import sysroot as sysroot_module
-    from servebench.build.cache_trees import remove_emulation_root, remove_sysroot
+    from servebench.build.cache_trees import process_paths, remove_emulation_root, remove_sysroot
     fake_cache(tmp_path)
     packages = {"python3.11": "3.11.2-6"}
     key = sysroot_module.sysroot_key("aarch64", packages)
@@ -223,7 +224,7 @@ def test_a_sysroot_held_by_a_venv_build_or_a_root_used_by_a_process_stays(tmp_pa
     root = tmp_path / "emulation" / "graviton3-new"
     qemu_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-L", str(root)])
     try:
-        time.sleep(0.2)
+        wait_until(lambda: str(root) in process_paths(), "the stand-in's -L root in its command line")
         assert remove_emulation_root(tmp_path, "graviton3-new") is False   # a process runs under it
     finally:
         qemu_like.kill()

@@ -9,12 +9,12 @@ import fnmatch
 import os
 import signal
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import psutil
 
 from servebench.providers import node_tools
+from servebench.waiting import poll
 
 HARNESS_MARKERS = ("prefect.server", "prefect/server")  # a Prefect test harness a fixture may keep
 # what may appear in the temp dir and stay: pytest's own, caches made once per machine (torch's
@@ -56,12 +56,7 @@ def snapshot() -> Snapshot:
 
 def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
     """What appeared since `before` and is still there after up to `grace_s` of waiting."""
-    deadline = time.monotonic() + grace_s
-    while True:
-        found = _found(before)
-        if not found or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.25)
+    return poll(lambda: _found(before), grace_s, interval_s=0.25, until=lambda found: not found)
 
 
 def stop_leaked(found: Leaks) -> None:
