@@ -14,8 +14,9 @@ levels, where a nice-19 generator beside spinning processes took 78 s on one mac
 The spinner holds the core only while it has to. Spinning from the test's start to the end of the
 first measurement, as it once did, it squeezed everything before the load (the build, the server,
 the gate; the session's Prefect server when this test came first) onto the other core and starved
-the generator's start-up (about a second of imports at 5 % of a core): 109 s on one run, 160 s in
-CI, against about 30 s now."""
+the generator's start-up (about a second of imports at 5 % of a core): 109 s alone on a 2-core
+Xeon (160 s in CI), 46 s now (both with 15-40 s of the session's Prefect server start), the
+starved attempt 5 s instead of 17."""
 
 from __future__ import annotations
 
