@@ -1,16 +1,22 @@
 """Two nights through a real Prefect server: deploy prefect.yaml, trigger runs with
 `prefect deployment run`, let a real process worker execute them, and find the regression
-planted in the second night (`--max-num-seqs 1` serializes the four clients).
+planted in the second night (the engine's tokens four times slower).
 
 Asserts: both flow runs complete and land rows; the CLI reports the regression and
 `--fail-on-regression` exits non-zero; the Prefect markdown artifact lists it; `compare`
 calls the second run worse; the report's history chart marks the change; nothing is left
 running (server, worker, engine) and no port stays open.
 
-What it costs is mostly the plumbing (the Prefect server, the deploy, the worker, two vLLM
-servers): the nights are as short as the detector allows (five repeats of twenty requests, the
-fewest that let its U test reach p < 0.005 against one earlier night), and the worker asks for
-work every second instead of every ten.
+What it proves is the nightly machinery (the deployments, their trigger, the worker, detection
+across nights, the report), not an engine: the nights serve the test-only echo engine (its
+server is standard library only, up in a second; the worker's flow runs load it through
+SERVEBENCH_PLUGINS), whose token delay is the planted change (2 ms, then 8 ms: output throughput
+down by three quarters, as `--max-num-seqs 1` against four clients did on vLLM). vLLM's serving
+is the other end-to-end tests' (test_e2e_campaign, test_e2e_load, test_workloads).
+What it costs is the plumbing (the Prefect server, the deploy, the worker, a flow run's start-up
+in a process of its own): the nights are as short as the detector allows (five repeats of twenty
+requests, the fewest that let its U test reach p < 0.005 against one earlier night), and the
+worker asks for work every second instead of every ten.
 """
 
 import json
@@ -26,23 +32,36 @@ import psutil
 import pytest
 
 from servebench import warehouse
+from servebench.paths import CHECKOUT
 from servebench.processes import free_port, shm_entries
+from tests.support.campaign_process import echo_campaign_dir
 from tests.support.processes import engine_processes
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-NIGHTLY = ROOT / "tests" / "campaigns" / "good" / "e2e-nightly.yaml"
 BIN = Path(sys.executable).parent
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
+pytestmark = [pytest.mark.e2e]
+
+# One server on CPU 1 (the generator and Prefect on the other). Five repeats: the fewest with which
+# the U test can reach p < 0.005 against a single earlier night (1/252 when every repeat of the
+# second night is below every one of the first). Twenty requests each, the first four a warm-up.
+NIGHT = """
+name: e2e-nightly
+provider: {{kind: local, nodes: [{{name: node0, cpus: "1"}}]}}
+engine: {{kind: echo, token_delay_ms: {delay_ms}}}
+model: {{path: model}}
+modes: [{{name: tp1, tp: 1}}]
+load: {{clients: [4], input_len: 32, output_len: 32, requests: 20, warmup: 4, repeats: 5}}
+"""
 
 
-def slower_copy(tmp_path: Path) -> Path:
-    """The same campaign (same series) with a setting that makes serving slower."""
-    text = NIGHTLY.read_text().replace("    tp: 1\n", '    tp: 1\n    args: ["--max-num-seqs", "1"]\n')
-    assert "--max-num-seqs" in text
-    path = tmp_path / "e2e-nightly.yaml"
-    path.write_text(text)
-    return path
+def nights(tmp_path: Path) -> tuple[Path, Path]:
+    """The two nights' campaign files: the same campaign (same series), the second with an engine
+    setting that makes serving slower (each token 8 ms instead of 2)."""
+    (tmp_path / "nights").mkdir()
+    folder = echo_campaign_dir(tmp_path / "nights", {"first.yaml": NIGHT.format(delay_ms=2),
+                                                     "second.yaml": NIGHT.format(delay_ms=8)})
+    return folder / "first.yaml", folder / "second.yaml"
 
 
 def prefect(env: dict, *args: str, timeout: float = 180) -> str:
@@ -116,10 +135,14 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL":
            f"http://127.0.0.1:{port}/api", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "SERVEBENCH_RUNS": str(tmp_path / "runs"), "PREFECT_LOGGING_LEVEL": "WARNING",
+           # the worker's flow runs register the echo engine (tests.support.plugins) and build it here
+           "SERVEBENCH_PLUGINS": "tests.support.plugins", "PYTHONPATH": str(CHECKOUT),
+           "SERVEBENCH_CACHE": str(tmp_path / "cache"),
            # Prefect's worker keeps the flow's code in <TMPDIR>/runner_storage/<uuid>, left there when
            # the worker is stopped: the test's own temp dir (a run's scratch still goes to /tmp: short)
            "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
+    first_night, second_night = nights(tmp_path)
     env.pop("SERVEBENCH_WAREHOUSE", None)
     shm_before = shm_entries()
     server = start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env,
@@ -142,9 +165,9 @@ def test_two_nights_through_deployments_report_the_planted_regression(tmp_path):
         assert schedules[0]["schedule"]["cron"] == "0 2 * * *"
         assert schedules[0]["schedule"]["timezone"] == "Europe/Lisbon"
 
-        first = trigger(env, NIGHTLY, db)
+        first = trigger(env, first_night, db)
         assert wait_for_run(env, first) == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
-        second = trigger(env, slower_copy(tmp_path), db)
+        second = trigger(env, second_night, db)
         assert wait_for_run(env, second) == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
 
         artifacts = api(env, "POST", "/artifacts/filter", {"artifacts": {"key": {"any_": ["campaign-regressions"]}},
