@@ -357,6 +357,28 @@ def test_a_cell_whose_responses_say_their_cached_prompt_tokens_lands_them_and_it
     assert rows == [(272, 256, 16)] * 4 and rate == round(256 / 272, 4)
 
 
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
+    """A cell's load config carries its engine's declarations: vLLM's /metrics counters, llama.cpp's paths
+    to the cached and processed prompt tokens of each answer."""
+    from servebench.campaign.loading import parse_campaign
+    from servebench.campaign.placement import ClientPlacement
+    from servebench.campaign.sweep import expand
+    from servebench.engines import get_engine
+    from servebench.tasks.load import cell_load_config
+
+    text = CAMPAIGN.replace("modes: [{name: tp1}]", f"engine: {{kind: {kind}}}\nmodes: [{{name: m}}]")
+    campaign = parse_campaign(text + "    {kind: shared-prefix, groups: 2, prefix_len: 64}\n", host_cpus={0, 1})
+    engine = get_engine(kind)
+    config = cell_load_config(campaign, expand(campaign)[0], "http://127.0.0.1:9", "tiny", 512,
+                              ClientPlacement(None, "shared"), engine)
+    declared = (engine.prefix_cache_metrics, engine.prompt_cache_tokens)
+    assert (config.prefix_cache_counters, config.prompt_cache_tokens) == tuple(
+        list(paths) if paths else None for paths in declared)
+    counters, per_answer = declared  # each engine one of the two
+    assert (counters is None, per_answer is None) == ((False, True) if kind == "vllm" else (True, False))
+
+
 def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
     from servebench.load.runner import hit_rate
 
