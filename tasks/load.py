@@ -56,6 +56,7 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
         health_url=base_url.rstrip("/") + health_path if health_path and load.hang_after_s else None,
         hang_after_s=load.hang_after_s if health_path else None,
         prefix_cache_counters=engine.prefix_cache_metrics, stream_token_counts=list(engine.stream_token_counts),
+        prompt_cache_tokens=engine.prompt_cache_tokens,
         **cell_workload_config(campaign, cell),  # docs/workloads.md
     )
 

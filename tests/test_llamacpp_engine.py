@@ -148,6 +148,57 @@ def test_a_llama_cpp_stream_is_timed_by_its_running_predicted_count():
     assert record.chunk_tokens == [1, 2] and record.first_token_s == 1.0 and record.last_token_s == 2.0
 
 
+STREAMS = Path(__file__).parent / "data" / "llamacpp_streams"
+
+
+def recorded(name: str) -> RequestRecord:
+    """A stream recorded from the warm build's llama-server (llama-cpp-python 0.3.36, llama.cpp 0c1e570; the
+    tiny GGUF, 4 tokens asked with the engine's request extras) for a 272-token prompt: `cold` the first
+    of a shared prefix of 256 tokens, `prefix_hit` the next one with another 16-token suffix. Read where the
+    engine declares its running count and its cache counts."""
+    record = RequestRecord(index=0, warmup=False, scheduled_s=0.0)
+    stream = SseStream(record, count_paths(ENGINE.stream_token_counts), count_paths(ENGINE.prompt_cache_tokens))
+    assert stream.feed((STREAMS / f"completions_{name}.sse").read_bytes(), 1.0) is None
+    assert stream.close() == (None, None)
+    return record
+
+
+def test_a_llama_cpp_response_says_its_prompt_tokens_cached_and_processed():
+    """The last chunk's timings: cache_n (reused from the slot's cache) and prompt_n (processed), which add
+    up to usage.prompt_tokens: 0 + 272 for the first request of a prefix, 256 + 16 for the next."""
+    assert ENGINE.prompt_cache_tokens == ("timings.cache_n", "timings.prompt_n")
+    for name, cached, processed in (("cold", 0, 272), ("prefix_hit", 256, 16)):
+        record = recorded(name)
+        assert (record.cached_input_tokens, record.processed_input_tokens, record.input_tokens) == \
+            (cached, processed, 272), name
+        assert record.output_tokens == sum(record.chunk_tokens) == 4 and record.token_source == "usage"
+    unread = RequestRecord(index=0, warmup=False)
+    stream = SseStream(unread, count_paths(ENGINE.stream_token_counts))  # an engine that declares nothing
+    stream.feed((STREAMS / "completions_prefix_hit.sse").read_bytes(), 1.0)
+    assert (unread.cached_input_tokens, unread.processed_input_tokens, unread.input_tokens) == (None, None, 272)
+
+
+def test_the_cells_hit_rate_is_cached_over_all_prompt_tokens_of_the_responses():
+    """The recorded prefix hit replayed over HTTP to `servebench load --engine llamacpp`'s config: every
+    request lands its counts, and the summary's prefix_cache_hit_rate is cached / (cached + processed)."""
+    from servebench.cli import build_parser
+    from servebench.cli.load import config_from_args
+    from servebench.load.runner import run_load
+    from tests.support.fake_openai_server import FakeServer
+
+    with FakeServer("replay", recorded=(STREAMS / "completions_prefix_hit.sse").read_bytes()) as server:
+        config = config_from_args(build_parser().parse_args([
+            "load", "--engine", "llamacpp", "--base-url", server.url, "--model", "tiny", "--clients", "2",
+            "--requests", "3", "--input-len", "272", "--output-len", "4", "--token-counter", ""]))
+        result = run_load(config)
+    assert config.prompt_cache_tokens == ["timings.cache_n", "timings.prompt_n"]
+    assert [(r["cached_input_tokens"], r["processed_input_tokens"]) for r in result["requests"]] == [(256, 16)] * 3
+    summary = result["summary"]
+    assert (summary["completed"], summary["prompt_token_mismatches"]) == (3, 0)
+    assert summary["prompt_cache_tokens"] == {"requests": 3, "cached": 768, "processed": 48}
+    assert summary["prefix_cache_hit_rate"] == round(256 / 272, 4)
+
+
 def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path):
     from gguf import GGUFReader
 

@@ -229,7 +229,8 @@ def test_argv_round_trip_through_the_cli_parser():
                           requests=10, warmup=1, seed=4, slo_ttft_ms=100, token_counter=None)
     args = build_parser().parse_args(["load", *to_argv(original)])
     assert config_from_args(args) == original
-    declared = original.model_copy(update={"stream_token_counts": ["usage.completion_tokens", "timings.n"]})
+    declared = original.model_copy(update={"stream_token_counts": ["usage.completion_tokens", "timings.n"],
+                                           "prompt_cache_tokens": ["timings.cached", "timings.computed"]})
     assert config_from_args(build_parser().parse_args(["load", *to_argv(declared)])) == declared
 
 

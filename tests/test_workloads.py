@@ -293,9 +293,15 @@ def test_a_bad_workload_block_names_the_campaign_file_line_and_field(tmp_path, w
         load_campaign(campaign_file(tmp_path, workload), host_cpus={0, 1})
 
 
-def land_first_cell(tmp_path, workload: str) -> tuple:
-    """The campaign's first cell measured against the test server and landed: (its cells row's workload
-    name and identity, its request rows)."""
+REQUEST_COLUMNS = ("expected_input_tokens, input_tokens, requested_output_tokens, output_tokens, prefix_group, "
+                   "session, turn")
+
+
+def land_first_cell(tmp_path, workload: str, server: FakeServer | None = None,
+                    cell_columns: str = "workload_name, workload", request_columns: str = REQUEST_COLUMNS,
+                    **load) -> tuple:
+    """The campaign's first cell measured against the test server (`server`, else one that answers) with
+    more `load` fields, and landed: (its cells row's `cell_columns`, its request rows' `request_columns`)."""
     from servebench import warehouse
     from servebench import landing
     from servebench.campaign.loading import parse_campaign
@@ -304,18 +310,17 @@ def land_first_cell(tmp_path, workload: str) -> tuple:
     text = CAMPAIGN + f"    {workload}\n"
     campaign = parse_campaign(text, host_cpus={0, 1})
     cell = expand(campaign)[0]
-    with FakeServer() as server:
-        result = run_load(LoadConfig(base_url=server.url, model="m", clients=cell.point.clients,
+    with server or FakeServer() as running:
+        result = run_load(LoadConfig(base_url=running.url, model="m", clients=cell.point.clients,
                                      requests=campaign.load.requests, vocab_size=100, seed=cell.seed,
-                                     **cell_workload_config(campaign, cell)))
+                                     **cell_workload_config(campaign, cell), **load))
     con = warehouse.connect(tmp_path / "w.duckdb")
     landing.insert_run(con, run_id="r1", campaign="w", spec_hash=campaign.spec_hash(), spec_text=text,
                        spec_normalized=campaign.normalized(), campaign_file="w.yaml", run_dir=tmp_path)
     cid = landing.land_cell(con, "r1", cell, input_len=0, output_len=0, status="completed", error=None,
                             started_at=None, ended_at=None, result=result, result_path=None)
-    landed = con.execute("select workload_name, workload from cells where cell_id = ?", [cid]).fetchone()
-    rows = con.execute("select expected_input_tokens, input_tokens, requested_output_tokens, output_tokens, "
-                       "prefix_group, session, turn from requests where cell_id = ? order by request_index",
+    landed = con.execute(f"select {cell_columns} from cells where cell_id = ?", [cid]).fetchone()
+    rows = con.execute(f"select {request_columns} from requests where cell_id = ? order by request_index",
                        [cid]).fetchall()
     con.close()
     return landed, rows
@@ -336,6 +341,44 @@ def test_a_sessions_cell_lands_each_turn(tmp_path):
                     (8, 8, 4, 4, None, 1, 0), (16, 16, 4, 4, None, 1, 1)]
 
 
+def test_a_cell_whose_responses_say_their_cached_prompt_tokens_lands_them_and_its_hit_rate(tmp_path):
+    """A shared-prefix cell against a server replaying llama.cpp's recorded answer to a prefix hit (256 of
+    272 prompt tokens cached): each request row holds both counts, the cell its hit rate."""
+    from pathlib import Path
+
+    from servebench.engines import get_engine
+
+    recorded = Path(__file__).parent / "data" / "llamacpp_streams" / "completions_prefix_hit.sse"
+    (rate,), rows = land_first_cell(
+        tmp_path, "{kind: shared-prefix, groups: 2, prefix_len: 256, suffix_len: 16}",
+        FakeServer("replay", recorded=recorded.read_bytes()), cell_columns="prefix_cache_hit_rate",
+        request_columns="input_tokens, cached_input_tokens, processed_input_tokens",
+        prompt_cache_tokens=get_engine("llamacpp").prompt_cache_tokens)
+    assert rows == [(272, 256, 16)] * 4 and rate == round(256 / 272, 4)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
+    """A cell's load config carries its engine's declarations: vLLM's /metrics counters, llama.cpp's paths
+    to the cached and processed prompt tokens of each answer."""
+    from servebench.campaign.loading import parse_campaign
+    from servebench.campaign.placement import ClientPlacement
+    from servebench.campaign.sweep import expand
+    from servebench.engines import get_engine
+    from servebench.tasks.load import cell_load_config
+
+    text = CAMPAIGN.replace("modes: [{name: tp1}]", f"engine: {{kind: {kind}}}\nmodes: [{{name: m}}]")
+    campaign = parse_campaign(text + "    {kind: shared-prefix, groups: 2, prefix_len: 64}\n", host_cpus={0, 1})
+    engine = get_engine(kind)
+    config = cell_load_config(campaign, expand(campaign)[0], "http://127.0.0.1:9", "tiny", 512,
+                              ClientPlacement(None, "shared"), engine)
+    declared = (engine.prefix_cache_metrics, engine.prompt_cache_tokens)
+    assert (config.prefix_cache_counters, config.prompt_cache_tokens) == tuple(
+        list(paths) if paths else None for paths in declared)
+    counters, per_answer = declared  # each engine one of the two
+    assert (counters is None, per_answer is None) == ((False, True) if kind == "vllm" else (True, False))
+
+
 def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
     from servebench.load.runner import hit_rate
 
@@ -343,6 +386,19 @@ def test_the_prefix_cache_hit_rate_is_hits_over_queries_between_the_two_reads():
     assert hit_rate((100.0, 40.0), (100.0, 40.0)) is None      # nothing looked up
     assert hit_rate((None, 40.0), (612.0, 424.0)) is None      # a server without the counter
     assert hit_rate((100.0, 40.0), None) is None               # not read after (a hung server)
+
+
+def test_a_hit_rate_from_the_responses_is_their_cached_over_all_their_prompt_tokens():
+    from servebench.load.records import RequestRecord
+    from servebench.load.runner import cache_counts, response_hit_rate
+
+    records = [RequestRecord(index=0, warmup=True, cached_input_tokens=0, processed_input_tokens=272),
+               RequestRecord(index=1, warmup=False, cached_input_tokens=256, processed_input_tokens=16),
+               RequestRecord(index=2, warmup=False, error_kind="http")]  # said nothing: left out
+    counts = cache_counts(records)
+    assert counts == {"requests": 2, "cached": 256, "processed": 288}
+    assert response_hit_rate(counts) == round(256 / 544, 4)
+    assert response_hit_rate(cache_counts(records[2:])) is None  # no response said
 
 
 def test_sessions_send_each_turn_after_the_answer_with_the_conversation_so_far():

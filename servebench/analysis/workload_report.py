@@ -54,7 +54,7 @@ def turn_request_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]
 
 def prefix_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     """The run's shared-prefix cells with their prefix-cache hit rate (NULL: nothing looked up, or
-    a server without the counters) and TTFT."""
+    a server that says nothing of its cache: neither counters nor per-response counts) and TTFT."""
     return rows(con, """select cell_key, mode, workload_name workload, prefix_cache_hit_rate, ttft_p50_ms,
             ttft_p99_ms, valid, workload
         from cells where run_id = ? and json_extract_string(workload, '$.kind') = 'shared-prefix'

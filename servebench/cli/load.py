@@ -16,7 +16,8 @@ from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
 
 # from --engine unless given
-ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters", "stream_token_counts"}
+ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters", "prompt_cache_tokens",
+                   "stream_token_counts"}
 
 HELP = {
     "--base-url": "server URL, e.g. http://127.0.0.1:8000",
@@ -53,6 +54,9 @@ HELP = {
     "--request-extras": "JSON object merged into every request body (default: the --engine's extensions)",
     "--prefix-cache-counters": "QUERIES,HITS: the server's prefix-cache counters on /metrics, read before and "
                                "after (summary: prefix_cache_hit_rate); default: the --engine's; '' for none",
+    "--prompt-cache-tokens": "CACHED,PROCESSED: where a response's usage chunk says its prompt tokens reused from "
+                             "the prefix cache and processed, dotted paths (per request; without counters the "
+                             "summary's prefix_cache_hit_rate); default: the --engine's; '' for none",
     "--stream-token-counts": "PATH[,PATH]: where a streamed chunk says the running count of generated tokens, "
                              "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
@@ -108,8 +112,8 @@ def add_load_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
-    """Flags -> LoadConfig; the --engine's extras, counters and stream token count unless given; an empty
-    --token-counter means no counter check."""
+    """Flags -> LoadConfig; the --engine's extras, counters, stream token count and per-response cache counts
+    unless given; an empty --token-counter means no counter check."""
     values = {name: getattr(args, name, None) for name in FLAGS.values()}
     values = {k: v for k, v in values.items() if v is not None}
     engine = get_engine(args.engine) if getattr(args, "engine", None) else None
@@ -117,9 +121,11 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         values.setdefault("request_extras", dict(engine.request_extras))
         values.setdefault("token_counter", engine.generation_tokens_metric)
         values.setdefault("prefix_cache_counters", engine.prefix_cache_metrics)
+        values.setdefault("prompt_cache_tokens", engine.prompt_cache_tokens)
         values.setdefault("stream_token_counts", list(engine.stream_token_counts))
     values["token_counter"] = values.get("token_counter") or None
     values["prefix_cache_counters"] = values.get("prefix_cache_counters") or None
+    values["prompt_cache_tokens"] = values.get("prompt_cache_tokens") or None
     return LoadConfig(**values)
 
 

@@ -14,8 +14,9 @@ An engine is a folder under `servebench/engines/` and one line in the registry
 - campaign-wide services its modes share (a Ray cluster), started once and stopped last;
 - which engine settings a campaign may sweep (`knobs`: name -> `Knob`), applied by `launch`;
 - what it reports: its Prometheus metric names mapped to servebench's columns, the
-  counter of generated tokens, the KV-cache capacity it logs at start-up, more server state
-  sampled with the metrics (`state_sampler`), and the log line of a KV-cache failure;
+  counter of generated tokens, its prefix cache's effect (counters on /metrics, or counts in
+  each response), the KV-cache capacity it logs at start-up, more server state sampled with the
+  metrics (`state_sampler`), and the log line of a KV-cache failure;
 - what its OpenAI API needs beyond the standard (request extras of the load generator and
   of the gate, how it returns token ids, and where its streamed chunks say the running count of
   generated tokens: plain data, since the load generator may run on a node with no engine code);
@@ -24,8 +25,8 @@ An engine is a folder under `servebench/engines/` and one line in the registry
   spec's own declaration (`EngineSpecBase.git_source`).
 
 An engine class subclasses `Engine`: the members with a default below are what most engines share
-(OpenAI's usage field, a Hugging Face model, no prefix-cache counters), so a minimal engine states
-only what is its own.
+(OpenAI's usage field, a Hugging Face model, no prefix-cache counters or per-response cache
+counts), so a minimal engine states only what is its own.
 
 Engines return commands and data; running them is the serving stage's business through
 the provider, so an engine is tested without starting anything.
@@ -151,6 +152,9 @@ class Engine(Protocol):
     stream_token_counts: ClassVar[tuple[str, ...]] = OPENAI_TOKEN_COUNT
     # [queries, hits] prompt-token counters of its prefix cache on /metrics (None: it has none to read)
     prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
+    # else per response: [cached, processed] prompt tokens, dotted paths into the streamed chunk that carries
+    # the usage (None: its responses do not say); the cell's hit rate is then cached / (cached + processed)
+    prompt_cache_tokens: ClassVar[tuple[str, str] | None] = None
     metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
     generation_tokens_metric: ClassVar[str | None]
     state_sampler: ClassVar[str | None]         # 'module:function' (url) -> {column: value}, sampled with the metrics

@@ -66,6 +66,10 @@ class LoadConfig(BaseModel):
     prefix_cache_counters: list[str] | None = Field(None, min_length=2, max_length=2, description=(
         "The server's prefix-cache counters on /metrics, [queries, hits] (tokens looked up, tokens found), read "
         "before and after: the summary's prefix_cache_hit_rate; None: not read."))
+    prompt_cache_tokens: list[str] | None = Field(None, min_length=2, max_length=2, description=(
+        "Where a response's usage chunk says its prompt tokens [cached, processed] (dotted paths, the engine's "
+        "`prompt_cache_tokens`): per request, and without prefix_cache_counters the summary's "
+        "prefix_cache_hit_rate = cached / (cached + processed); None: not read."))
     health_url: str | None = Field(None, description="The server's health path, probed during the load to catch a "
                                    "hung server (with hang_after_s).")
     hang_after_s: float | None = Field(None, gt=0, description="The server is hung when its health path has not "
@@ -79,10 +83,10 @@ class LoadConfig(BaseModel):
             "Where a streamed chunk says the running count of generated tokens: dotted paths into the chunk, the "
             "first present wins (the engine's `stream_token_counts`; plain data, it travels as a flag)."))
 
-    @field_validator("prefix_cache_counters", mode="before")
+    @field_validator("prefix_cache_counters", "prompt_cache_tokens", mode="before")
     @classmethod
     def _counters_text(cls, value: Any) -> Any:
-        """'QUERIES,HITS' (the flag's form) is the pair; '' is none."""
+        """'QUERIES,HITS' or 'CACHED,PROCESSED' (the flags' form) is the pair; '' is none."""
         if isinstance(value, str):
             return [name.strip() for name in value.split(",")] if value.strip() else None
         return value
@@ -157,7 +161,8 @@ FLAGS: dict[str, str] = {
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
-    "--prefix-cache-counters": "prefix_cache_counters", "--stream-token-counts": "stream_token_counts",
+    "--prefix-cache-counters": "prefix_cache_counters", "--prompt-cache-tokens": "prompt_cache_tokens",
+    "--stream-token-counts": "stream_token_counts",
 }
 
 
@@ -172,7 +177,7 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, json.dumps(value, sort_keys=True)] if value else []
         elif name in ("workload", "warm_until_steady"):
             argv += [flag, value.model_dump_json()] if value is not None else []
-        elif name == "prefix_cache_counters":
+        elif name in ("prefix_cache_counters", "prompt_cache_tokens"):
             argv += [flag, ",".join(value) if value else ""]
         elif name == "stream_token_counts":
             argv += [flag, ",".join(value)]

@@ -23,10 +23,13 @@ ERROR_BODY_KEPT = 4096  # bytes of a non-200 answer kept for its error row
 
 class Endpoint:
     """Where requests go, with the request head pre-rendered once, and where its streamed chunks
-    say the running token count (the engine's declaration, `LoadConfig.stream_token_counts`)."""
+    say the running token count and, if they do, the prompt tokens cached and processed (the engine's
+    declarations, `LoadConfig.stream_token_counts` and `prompt_cache_tokens`)."""
 
-    def __init__(self, url: str, token_counts: tuple[str, ...] | list[str] = OPENAI_TOKEN_COUNT):
+    def __init__(self, url: str, token_counts: tuple[str, ...] | list[str] = OPENAI_TOKEN_COUNT,
+                 cache_tokens: tuple[str, ...] | list[str] | None = None):
         self.token_counts = count_paths(token_counts)
+        self.cache_tokens = count_paths(cache_tokens) if cache_tokens else None
         parts = urlsplit(url)
         if parts.scheme != "http":
             raise ValueError(f"only http:// URLs are supported, got {url!r}")
@@ -46,9 +49,9 @@ class _Exchange:
 
     __slots__ = ("record", "stream", "done", "status", "error_body")
 
-    def __init__(self, record: RequestRecord, done: asyncio.Future, token_counts: tuple[tuple[str, ...], ...]):
+    def __init__(self, record: RequestRecord, done: asyncio.Future, endpoint: Endpoint):
         self.record = record
-        self.stream = SseStream(record, token_counts)
+        self.stream = SseStream(record, endpoint.token_counts, endpoint.cache_tokens)
         self.done = done
         self.status = 0
         self.error_body = bytearray()
@@ -125,7 +128,7 @@ class Connection(asyncio.Protocol):
 
     # --- used by the pool
     def send(self, payload: bytes, record: RequestRecord, done: asyncio.Future) -> None:
-        self.exchange = _Exchange(record, done, self.pool.endpoint.token_counts)
+        self.exchange = _Exchange(record, done, self.pool.endpoint)
         record.sent_s = time.monotonic()
         self.transport.write(payload)  # type: ignore[union-attr]
 

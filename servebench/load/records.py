@@ -36,6 +36,8 @@ class RequestRecord:
     prefix_group: int | None = None     # shared-prefix workloads: the request's group
     session: int | None = None          # sessions workloads: the conversation ...
     turn: int | None = None             # ... and the turn in it (0 first)
+    cached_input_tokens: int | None = None     # prompt tokens the server reused from its prefix cache ...
+    processed_input_tokens: int | None = None  # ... and those it computed (where its responses say: llama.cpp)
 
     @property
     def ok(self) -> bool:
@@ -60,7 +62,7 @@ REQUEST_CSV_TYPES = {
     "chunks": "INTEGER", "token_source": "VARCHAR", "http_status": "INTEGER", "error_kind": "VARCHAR",
     "error": "VARCHAR", "first_text_s": "DOUBLE",
     "expected_input_tokens": "INTEGER", "requested_output_tokens": "INTEGER", "prefix_group": "INTEGER",
-    "session": "INTEGER", "turn": "INTEGER",
+    "session": "INTEGER", "turn": "INTEGER", "cached_input_tokens": "INTEGER", "processed_input_tokens": "INTEGER",
 }
 
 

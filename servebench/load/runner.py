@@ -112,7 +112,8 @@ def load_result(path: Path) -> dict:
 
 async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
                prepared: list[Prepared] | None, live: LiveCounts, notes: list[str]) -> dict:
-    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts)
+    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts,
+                        config.prompt_cache_tokens)
     pool = ConnectionPool(endpoint)
     records: list[RequestRecord] = []
     exact: set[int] = set()  # requests whose prompt is token ids: the server must count exactly those
@@ -180,6 +181,10 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     _add_counter_check(summary, server_tokens)
     if config.prefix_cache_counters:
         summary["prefix_cache_hit_rate"] = hit_rate(cache_before, _prefix_cache(config) if hung is None else None)
+    if config.prompt_cache_tokens:
+        summary["prompt_cache_tokens"] = cache_counts(records)
+        if not config.prefix_cache_counters:
+            summary["prefix_cache_hit_rate"] = response_hit_rate(summary["prompt_cache_tokens"])
     if hung is not None:
         summary["hung"] = _hung_summary(hung, t0, config, records, finished)
         summary["valid"] = False
@@ -366,6 +371,21 @@ def hit_rate(before: tuple[float | None, float | None] | None,
         return None
     queries, hits = after[0] - before[0], after[1] - before[1]
     return round(hits / queries, 4) if queries > 0 else None
+
+
+def cache_counts(records: list[RequestRecord]) -> dict:
+    """The prompt tokens the server's responses say it reused from its prefix cache and processed, summed over
+    the run's requests that said both (as the counters', the run's every request: warm-up ones too)."""
+    told = [r for r in records if r.cached_input_tokens is not None and r.processed_input_tokens is not None]
+    return {"requests": len(told), "cached": sum(r.cached_input_tokens for r in told),
+            "processed": sum(r.processed_input_tokens for r in told)}
+
+
+def response_hit_rate(counts: dict) -> float | None:
+    """Prompt tokens reused from the cache / prompt tokens (cached + processed), over the responses that said
+    (None: none did, or their prompts were empty)."""
+    total = counts["cached"] + counts["processed"]
+    return round(counts["cached"] / total, 4) if total > 0 else None
 
 
 def _add_prompt_check(summary: dict, token_id_requests: list[RequestRecord]) -> None:

@@ -16,6 +16,11 @@ A token event is a `choices` entry that carries tokens:
   server sends logprobs, else one (`token_source = "chunks"`, flagged: one event may carry
   several tokens).
 The first event with non-empty text is recorded apart (`first_text_s`): visible-text TTFT.
+
+Where the engine's responses say how many prompt tokens its prefix cache supplied and how many it
+processed (`Engine.prompt_cache_tokens`, carried by `LoadConfig.prompt_cache_tokens`: two dotted
+paths, llama.cpp's `timings.cache_n` and `timings.prompt_n`), they are read from the chunk that
+carries the usage (the last) into `cached_input_tokens` and `processed_input_tokens`.
 """
 
 from __future__ import annotations
@@ -48,13 +53,16 @@ def running_count(chunk: dict, paths: tuple[tuple[str, ...], ...]) -> int | None
 
 
 class SseStream:
-    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events", "count_paths")
+    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events", "count_paths", "cache_paths")
 
     def __init__(self, record: RequestRecord,
-                 token_counts: tuple[tuple[str, ...], ...] = count_paths(OPENAI_TOKEN_COUNT)):
-        """`token_counts`: where a chunk says the running token count (`count_paths` of the engine's)."""
+                 token_counts: tuple[tuple[str, ...], ...] = count_paths(OPENAI_TOKEN_COUNT),
+                 cache_tokens: tuple[tuple[str, ...], ...] | None = None):
+        """`token_counts`: where a chunk says the running token count (`count_paths` of the engine's);
+        `cache_tokens`: where the usage chunk says the prompt tokens [cached, processed] (None: nowhere)."""
         self.record = record
         self.count_paths = token_counts
+        self.cache_paths = cache_tokens
         self.buffer = b""
         self.tokens = 0
         self.done = False
@@ -125,6 +133,10 @@ class SseStream:
         count = running_count(chunk, self.count_paths)
         if usage.get("prompt_tokens") is not None:
             record.input_tokens = usage["prompt_tokens"]
+            if self.cache_paths is not None:
+                cached, processed = self.cache_paths
+                record.cached_input_tokens = running_count(chunk, (cached,))
+                record.processed_input_tokens = running_count(chunk, (processed,))
         if choices and record.first_text_s is None and _text(choices[0]):
             record.first_text_s = now
         if choices and count is not None:  # running usage: the server says how many tokens so far

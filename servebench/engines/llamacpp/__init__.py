@@ -50,6 +50,10 @@ class LlamaCppEngine(Engine):
     request_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "timings_per_token": True}
     # usage first (the last chunk's total), then the running count of every chunk
     stream_token_counts: ClassVar[tuple[str, ...]] = ("usage.completion_tokens", "timings.predicted_n")
+    # the prefix cache's effect per request (no queries/hits counters): the last chunk's timings say the prompt
+    # tokens reused from a slot's cache (`cache_n`, the longest common prefix with what the slot or the prompt
+    # cache held) and those processed (`prompt_n`); together they are usage.prompt_tokens
+    prompt_cache_tokens: ClassVar[tuple[str, str] | None] = ("timings.cache_n", "timings.prompt_n")
     gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True}
     result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
     knobs: ClassVar[dict[str, Knob]] = KNOBS
