@@ -8,7 +8,7 @@ prints, side by side:
 The server answers in ~0.1 ms, so any TTFT above that is the client's own overhead.
 
     flock /tmp/servebench-heavy.lock python benchmarks/loadgen.py [--engine-python PATH] [--requests N]
-        [--seconds S] [--workloads] [--no-vllm]
+        [--seconds S] [--workloads] [--no-vllm] [--idle-poll] [--tree DIR]
 
 `--engine-python` is the engine venv's python (default: the smoke campaign's cached
 build) for `vllm bench serve`; without it (or with `--no-vllm`), only servebench is measured.
@@ -17,6 +17,10 @@ a dataset (JSONL of token ids, 16-200 tokens, mean ~108: 7x the fixed prompt) at
 loads, and a Mooncake trace of Poisson arrivals (prompts 16-200 tokens, shared 512-token blocks
 left out) replayed at 500 and 1000 req/s and, for its capacity, all at once under 64 clients; and
 prints each one's capacity as a fraction of the fixed one's (issue 34: at least 80 %).
+`--tree DIR` measures the `servebench load` of another checkout (e.g. a `git worktree` of an
+older commit, run with this environment's python): an A/B of the generator's own cost.
+`--idle-poll` holds /dev/cpu_dma_latency at 0 during the runs (benchmarks/cpu_latency.py): idle
+CPUs poll instead of halting, which on a VM takes the vCPU's wake-up out of the client's TTFT.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cpu_latency import idle_states, zero_wakeup_latency  # noqa: E402
 from servebench.processes import ManagedProcess, free_port  # noqa: E402
 
 TOKENS = 64
+TREE = ROOT  # the checkout whose `servebench load` is measured (--tree)
 GENERATOR_CPU, SERVER_CPU = "0", "1"
 
 
@@ -139,7 +145,7 @@ def servebench_load(port: int, workdir: Path, *, clients: int | None = None, rat
             "--output-json", str(out), "--quiet"]
     argv += ["--clients", str(clients)] if clients else []
     argv += ["--rate", str(rate)] if rate else []
-    subprocess.run(argv, check=True, cwd=ROOT)
+    subprocess.run(argv, check=True, cwd=TREE)  # `-m` imports servebench from the working directory first
     summary = json.loads(out.read_text())["summary"]
     return {"req_s": summary["request_throughput"], "ttft_p50": summary["ttft_ms"]["p50"],
             "ttft_p99": summary["ttft_ms"]["p99"], "lag_p99": summary["schedule_lag_ms"]["p99"],
@@ -206,6 +212,11 @@ def default_engine() -> tuple[str | None, str | None]:
     return (str(runs[0]) if runs else None), (str(models[-1]) if models else None)
 
 
+def git_head(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return done.stdout.strip()[:72] or "not a git checkout"
+
+
 def fmt(value, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -220,11 +231,16 @@ def main() -> None:
     parser.add_argument("--workloads", action="store_true",
                         help="also servebench with a dataset and a trace workload (issue 34)")
     parser.add_argument("--no-vllm", action="store_true", help="servebench only")
+    parser.add_argument("--idle-poll", action="store_true", help="idle CPUs poll during the runs (root)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the servebench checkout to measure")
     args = parser.parse_args()
+    global TREE
+    TREE = args.tree.resolve()
     if shutil.which("nginx") is None:
         sys.exit("nginx is needed: apt-get install -y nginx")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    print(idle_states(int(GENERATOR_CPU)))
+    with tempfile.TemporaryDirectory() as tmp, zero_wakeup_latency(args.idle_poll) as idle:
         workdir = Path(tmp)
         nginx, port = start_nginx(workdir)
         try:
@@ -244,7 +260,9 @@ def main() -> None:
                 rows += workload_rows(port, workdir, args.requests, args.seconds)
         finally:
             nginx.stop()
-    print(f"\nload generator on CPU {GENERATOR_CPU}, nginx on CPU {SERVER_CPU}; {TOKENS} streamed tokens per request")
+    print(f"\nservebench load of {TREE} ({git_head(TREE)})")
+    print(f"load generator on CPU {GENERATOR_CPU}, nginx on CPU {SERVER_CPU}; {TOKENS} streamed tokens per request; "
+          f"{idle}")
     print(f"{'tool':<18} {'load':<20} {'req/s':>9} {'achieved':>9} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
           f"{'lag p99 ms':>11} {'failed':>7} {'valid':>6}")
     for name, load, r in rows:
