@@ -7,10 +7,20 @@ prints, side by side:
 - client-added TTFT p50/p99 and schedule lag p99 at 500 and 1000 req/s (Poisson).
 The server answers in ~0.1 ms, so any TTFT above that is the client's own overhead.
 
-    python benchmarks/loadgen.py [--engine-python PATH] [--requests N] [--quick]
+    flock /tmp/servebench-heavy.lock python benchmarks/loadgen.py [--engine-python PATH] [--requests N]
+        [--seconds S] [--workloads] [--no-vllm] [--idle-poll] [--tree DIR]
 
 `--engine-python` is the engine venv's python (default: the smoke campaign's cached
-build) for `vllm bench serve`; without it, only servebench is measured.
+build) for `vllm bench serve`; without it (or with `--no-vllm`), only servebench is measured.
+`--workloads` adds servebench's rows for two workloads (docs/workloads.md) beside the fixed one:
+a dataset (JSONL of token ids, 16-200 tokens, mean ~108: 7x the fixed prompt) at the same three
+loads, and a Mooncake trace of Poisson arrivals (prompts 16-200 tokens, shared 512-token blocks
+left out) replayed at 500 and 1000 req/s and, for its capacity, all at once under 64 clients; and
+prints each one's capacity as a fraction of the fixed one's (issue 34: at least 80 %).
+`--tree DIR` measures the `servebench load` of another checkout (e.g. a `git worktree` of an
+older commit, run with this environment's python): an A/B of the generator's own cost.
+`--idle-poll` holds /dev/cpu_dma_latency at 0 during the runs (benchmarks/cpu_latency.py): idle
+CPUs poll instead of halting, which on a VM takes the vCPU's wake-up out of the client's TTFT.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -29,9 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cpu_latency import idle_states, zero_wakeup_latency  # noqa: E402
 from servebench.processes import ManagedProcess, free_port  # noqa: E402
 
 TOKENS = 64
+TREE = ROOT  # the checkout whose `servebench load` is measured (--tree)
 GENERATOR_CPU, SERVER_CPU = "0", "1"
 
 
@@ -49,6 +62,31 @@ def sse_body(tokens: int = TOKENS, prompt_tokens: int = 16) -> str:
                                                        "total_tokens": prompt_tokens + tokens,
                                                        "completion_tokens": tokens}}))
     return "".join(f"data: {e}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
+def dataset_file(workdir: Path, lines: int = 2000, seed: int = 0) -> Path:
+    """JSONL of `{"prompt_ids": [...], "output_len": 64}`, prompts of 16-200 random token ids."""
+    rng = random.Random(seed)
+    path = workdir / "dataset.jsonl"
+    with path.open("w") as f:
+        for _ in range(lines):
+            ids = [rng.randrange(3, 32000) for _ in range(rng.randint(16, 200))]
+            f.write(json.dumps({"prompt_ids": ids, "output_len": TOKENS}) + "\n")
+    return path
+
+
+def trace_file(workdir: Path, requests: int, seed: int = 0) -> Path:
+    """A Mooncake trace of `requests` Poisson arrivals (mean gap 1 ms; `--rate` rescales it), prompts
+    of 16-200 tokens without hash ids (every prompt its own), 64 answer tokens each."""
+    rng = random.Random(seed)
+    path = workdir / "trace.jsonl"
+    t_ms = 0.0
+    with path.open("w") as f:
+        for _ in range(requests):
+            f.write(json.dumps({"timestamp": round(t_ms, 3), "input_length": rng.randint(16, 200),
+                                "output_length": TOKENS, "hash_ids": []}) + "\n")
+            t_ms += rng.expovariate(1.0)
+    return path
 
 
 def start_nginx(workdir: Path) -> tuple[ManagedProcess, int]:
@@ -97,20 +135,22 @@ http {{
 
 
 def servebench_load(port: int, workdir: Path, *, clients: int | None = None, rate: float | None = None,
-                    requests: int) -> dict:
+                    requests: int, workload: str | None = None) -> dict:
+    """One run; `workload` a --workload block (else the fixed 16-token prompts)."""
     out = workdir / "servebench.json"
+    lengths = ["--workload", workload] if workload else ["--input-len", "16", "--output-len", str(TOKENS)]
     argv = ["taskset", "-c", GENERATOR_CPU, sys.executable, "-m", "servebench", "load", "--engine", "vllm",
-            "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny", "--input-len", "16",
-            "--output-len", str(TOKENS), "--requests", str(requests), "--token-counter", "", "--timeout", "30",
+            "--base-url", f"http://127.0.0.1:{port}", "--model", "tiny", *lengths,
+            "--requests", str(requests), "--token-counter", "", "--timeout", "30",
             "--output-json", str(out), "--quiet"]
     argv += ["--clients", str(clients)] if clients else []
     argv += ["--rate", str(rate)] if rate else []
-    subprocess.run(argv, check=True, cwd=ROOT)
+    subprocess.run(argv, check=True, cwd=TREE)  # `-m` imports servebench from the working directory first
     summary = json.loads(out.read_text())["summary"]
     return {"req_s": summary["request_throughput"], "ttft_p50": summary["ttft_ms"]["p50"],
             "ttft_p99": summary["ttft_ms"]["p99"], "lag_p99": summary["schedule_lag_ms"]["p99"],
             "achieved": summary["achieved_rate"], "offered": summary["scheduled_rate"],
-            "failed": summary["failed"], "valid": summary["valid"]}
+            "failed": summary["failed"], "valid": summary["valid"], "why": summary.get("invalid_reasons") or []}
 
 
 def vllm_bench(engine_python: str, tokenizer: str, port: int, workdir: Path, *, clients: int | None = None,
@@ -126,7 +166,7 @@ def vllm_bench(engine_python: str, tokenizer: str, port: int, workdir: Path, *, 
             "--request-rate", str(rate) if rate else "inf"]
     argv += ["--max-concurrency", str(clients)] if clients else []
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env)
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"vllm bench serve failed ({done.returncode}): {done.stderr[-1500:]}")
     result = json.loads(out.read_text())
@@ -136,11 +176,45 @@ def vllm_bench(engine_python: str, tokenizer: str, port: int, workdir: Path, *, 
             "failed": result.get("failed", 0), "valid": None}
 
 
+def workload_rows(port: int, workdir: Path, requests: int, seconds: float) -> list[tuple[str, str, dict]]:
+    """servebench with a dataset (the fixed rows' three loads) and with a trace (all at once under 64
+    clients, then rescaled to 500 and 1000 req/s mean)."""
+    rows = []
+    dataset = f"{{kind: dataset, format: jsonl, path: {dataset_file(workdir)}}}"
+    rows.append(("servebench dataset", "concurrency 64",
+                 servebench_load(port, workdir, clients=64, requests=requests, workload=dataset)))
+    for rate in (500, 1000):
+        rows.append(("servebench dataset", f"Poisson {rate} req/s",
+                     servebench_load(port, workdir, rate=rate, requests=int(rate * seconds), workload=dataset)))
+    trace_path = trace_file(workdir, max(requests, int(1000 * seconds)))
+    at_once = f"{{kind: trace, format: mooncake, path: {trace_path}, time_scale: 0.000001}}"
+    rows.append(("servebench trace", "concurrency 64",
+                 servebench_load(port, workdir, clients=64, requests=requests, workload=at_once)))
+    trace = f"{{kind: trace, format: mooncake, path: {trace_path}}}"
+    for rate in (500, 1000):
+        rows.append(("servebench trace", f"trace {rate} req/s",
+                     servebench_load(port, workdir, rate=rate, requests=int(rate * seconds), workload=trace)))
+    return rows
+
+
+def starts(python: Path) -> bool:
+    try:
+        return subprocess.run([python, "-c", ""], capture_output=True).returncode == 0
+    except OSError:  # Exec format error: a build for another architecture
+        return False
+
+
 def default_engine() -> tuple[str | None, str | None]:
     cache = Path(os.environ.get("SERVEBENCH_CACHE", Path.home() / ".cache" / "servebench"))
-    pythons = sorted(cache.glob("engines/vllm-*/bin/python"), key=lambda p: p.stat().st_mtime)
-    models = sorted(cache.glob("models/tiny-llama-*"), key=lambda p: p.stat().st_mtime)
-    return (str(pythons[-1]) if pythons else None), (str(models[-1]) if models else None)
+    pythons = sorted(cache.glob("engines/vllm-*/bin/python"), key=lambda p: p.stat().st_mtime, reverse=True)
+    runs = [p for p in pythons if starts(p)]  # not another architecture's build
+    models = sorted((p for p in cache.glob("models/tiny-llama-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    return (str(runs[0]) if runs else None), (str(models[-1]) if models else None)
+
+
+def git_head(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return done.stdout.strip()[:72] or "not a git checkout"
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -154,16 +228,26 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=tokenizer, help="model dir for vllm bench serve's tokenizer")
     parser.add_argument("--requests", type=int, default=20000, help="requests per capacity measurement")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each rate measurement")
+    parser.add_argument("--workloads", action="store_true",
+                        help="also servebench with a dataset and a trace workload (issue 34)")
+    parser.add_argument("--no-vllm", action="store_true", help="servebench only")
+    parser.add_argument("--idle-poll", action="store_true", help="idle CPUs poll during the runs (root)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the servebench checkout to measure")
     args = parser.parse_args()
+    global TREE
+    TREE = args.tree.resolve()
     if shutil.which("nginx") is None:
         sys.exit("nginx is needed: apt-get install -y nginx")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    print(idle_states(int(GENERATOR_CPU)))
+    with tempfile.TemporaryDirectory() as tmp, zero_wakeup_latency(args.idle_poll) as idle:
         workdir = Path(tmp)
         nginx, port = start_nginx(workdir)
         try:
             tools = [("servebench", lambda **kw: servebench_load(port, workdir, **kw))]
-            if args.engine_python and args.tokenizer:
+            if args.no_vllm:
+                pass
+            elif args.engine_python and args.tokenizer:
                 tools.append(("vllm bench serve",
                               lambda **kw: vllm_bench(args.engine_python, args.tokenizer, port, workdir, **kw)))
             else:
@@ -172,16 +256,25 @@ def main() -> None:
                 rows.append((name, "concurrency 64", run(clients=64, requests=args.requests)))
                 for rate in (500, 1000):
                     rows.append((name, f"Poisson {rate} req/s", run(rate=rate, requests=int(rate * args.seconds))))
+            if args.workloads:
+                rows += workload_rows(port, workdir, args.requests, args.seconds)
         finally:
             nginx.stop()
-    print(f"\nload generator on CPU {GENERATOR_CPU}, nginx on CPU {SERVER_CPU}; {TOKENS} streamed tokens per request")
+    print(f"\nservebench load of {TREE} ({git_head(TREE)})")
+    print(f"load generator on CPU {GENERATOR_CPU}, nginx on CPU {SERVER_CPU}; {TOKENS} streamed tokens per request; "
+          f"{idle}")
     print(f"{'tool':<18} {'load':<20} {'req/s':>9} {'achieved':>9} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
           f"{'lag p99 ms':>11} {'failed':>7} {'valid':>6}")
     for name, load, r in rows:
         print(f"{name:<18} {load:<20} {fmt(r['req_s'], 0):>9} {fmt(r['achieved'], 1):>9} {fmt(r['ttft_p50'], 3):>12} "
               f"{fmt(r['ttft_p99'], 3):>12} {fmt(r['lag_p99'], 3):>11} {r['failed']:>7} {str(r['valid']):>6}")
+    for name, load, r in rows:
+        for reason in r.get("why", []):
+            print(f"  {name}, {load}: invalid: {reason}")
     capacity = {name: r["req_s"] for name, load, r in rows if load == "concurrency 64"}
-    if len(capacity) == 2:
+    for name in [n for n in capacity if n.startswith("servebench ")]:
+        print(f"capacity {name} / servebench fixed: {capacity[name] / capacity['servebench']:.2f} (target >= 0.80)")
+    if "vllm bench serve" in capacity:
         print(f"\ncapacity ratio servebench / vllm bench serve: "
               f"{capacity['servebench'] / capacity['vllm bench serve']:.2f}x (target >= 2.5x)")
 

@@ -24,6 +24,7 @@ TPOT <= 0.1) are judged PASS/FAIL, and the TTFT (E2EL) target again on the reque
 yet exactly where a definition on visible text is a whole token off. Any FAIL exits 1.
 
     flock /tmp/servebench-heavy.lock python benchmarks/wire_truth.py [--requests 60] [--rate 2] [--keep DIR]
+        [--idle-poll]     # idle CPUs poll during the load (benchmarks/cpu_latency.py)
     python benchmarks/wire_truth.py --replay DIR     # judge a kept run again (no server, no root)
 
 Needs root and tcpdump (without them: a printed reason, exit 0) and the campaign's vLLM build
@@ -48,6 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cpu_latency import zero_wakeup_latency  # noqa: E402
 from benchmarks.wire_streams import WireExchange, exchanges  # noqa: E402
 from servebench.build.model import ensure_model, vocab_size  # noqa: E402
 from servebench.build.venv import ensure_build  # noqa: E402
@@ -328,6 +330,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help=f"keep the run here ({', '.join(RUN_FILES)}; removed otherwise)")
     parser.add_argument("--replay", type=Path, metavar="DIR", help="judge a run kept with --keep again (no server)")
+    parser.add_argument("--idle-poll", action="store_true", help="idle CPUs poll during the load (root)")
     args = parser.parse_args()
     if args.replay:
         return judge(args.replay)
@@ -357,15 +360,16 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
         capture_log = workdir / "tcpdump.log"
         capture = start_capture(server.port, workdir / CAPTURE, capture_log)
         try:
-            clock_before = ClockOffset.sample()
-            run_load(config, workdir / RESULT)
-            clock_after = ClockOffset.sample()
+            with zero_wakeup_latency(args.idle_poll) as idle:
+                clock_before = ClockOffset.sample()
+                run_load(config, workdir / RESULT)
+                clock_after = ClockOffset.sample()
         finally:
             counts = stop_capture(capture, workdir / CAPTURE, capture_log)
     finally:
         stop_server(provider, server)
         provider.release()
-    facts = {"mode": server.mode, "port": server.port, "ready_s": server.ready_seconds, "tcpdump": counts,
+    facts = {"mode": server.mode, "port": server.port, "ready_s": server.ready_seconds, "tcpdump": counts, "idle": idle,
              "clock_before": clock_before.__dict__, "clock_after": clock_after.__dict__}
     (workdir / FACTS).write_text(json.dumps(facts, indent=1))
 
@@ -419,7 +423,7 @@ def print_context(good: list[Comparison], summary: dict, facts: dict, capture_by
     before, after = facts["clock_before"], facts["clock_after"]
     print(f"capture: {capture_bytes / 1e6:.1f} MB, tcpdump: {facts['tcpdump']}; wall - monotonic moved "
           f"{(after['offset_ns'] - before['offset_ns']) / 1e3:+.1f} us over the run (read within "
-          f"{before['width_ns']} ns); server ready in {facts['ready_s']} s")
+          f"{before['width_ns']} ns); server ready in {facts['ready_s']} s; {facts.get('idle', 'idle CPUs halt')}")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,17 @@ def test_a_campaign_without_a_network_axis_keeps_its_keys_and_hash():
                                                                  ).spec_hash()
 
 
+def test_a_named_second_entry_measures_the_first_setting_again_last_on_the_same_workload():
+    campaign = parse_campaign(NETWORK.replace("hosts: [n0]}]", "hosts: [n0]}, {delay_ms: 0, name: plain-again}]"))
+    cells = expand(campaign)
+    assert [c.key for c in cells if c.point.clients == 1 and c.repeat == 0] == [
+        "tp2.plain.c1.r0", "tp2.d5ms.c1.r0", "tp2.r100mbit.c1.r0", "tp2.plain-again.c1.r0"]
+    by_key = {c.key: c for c in cells}
+    assert by_key["tp2.plain-again.c4.r1"].seed == by_key["tp2.plain.c4.r1"].seed
+    assert by_key["tp2.plain-again.c4.r1"].link.delay_ms == 0
+    assert "name" not in parse_campaign(NETWORK).normalized()["network"]["links"][0]  # unnamed: the hash it had
+
+
 def test_two_link_settings_with_one_label_are_refused_by_line():
     import pytest
 

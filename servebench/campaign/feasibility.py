@@ -171,7 +171,8 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
     problem = capability_problem(campaign.provider.kind, LINK_SHAPING, "the network axis")
     labels = [link.label for link in campaign.network.links]
     return ([(("network",), problem)] if problem else []) + [
-        (("network", "links", index), f"link setting {label!r} is given more than once")
+        (("network", "links", index), f"link setting {label!r} is given more than once (to measure a setting "
+                                      "again, give the second one a `name:`)")
         for index, label in enumerate(labels) if label in labels[:index]]
 
 

@@ -373,10 +373,15 @@ class LinkSetting(StrictModel):
                                     "most this (Ethernet frames); none: no cap.")
     hosts: list[str] | None = Field(None, description="The testbed hosts whose links get it (default: every "
                                     "node of the campaign).")
+    name: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]{0,23}$", description=(
+        "The setting's label (cell keys, the cells' `link`, its series) instead of the one made from its values: "
+        "lets a setting be given twice, e.g. the first one measured again after the others (`plain-again`)."))
 
     @property
     def label(self) -> str:
-        """'plain', 'd5ms', 'r100mbit', 'd1ms-r100mbit': part of the cell key."""
+        """'plain', 'd5ms', 'r100mbit', 'd1ms-r100mbit' (or its `name`): part of the cell key."""
+        if self.name is not None:
+            return self.name
         parts = ([f"d{self.delay_ms:g}ms"] if self.delay_ms else []) + \
                 ([f"r{self.rate_mbit:g}mbit"] if self.rate_mbit is not None else [])
         return "-".join(parts) or "plain"
@@ -594,6 +599,9 @@ class Campaign(StrictModel):
                 mode.pop("knobs", None)
             if mode.get("engine") is None:
                 mode.pop("engine", None)
+        for link in (data.get("network") or {}).get("links", []):
+            if link.get("name") is None:  # a link setting without a name, as before it could have one
+                link.pop("name", None)
         search = data.get("search") or {}
         for name, default in (("repeats", 1), ("strategy", "grid"), ("trials", None), ("seed", 0)):
             if name in search and search[name] == default:  # a search as it was before these existed
