@@ -59,6 +59,7 @@ def test_the_cross_recipe_adds_its_patch_keeps_acl_unless_told_and_says_the_targ
     assert env["VLLM_CPU_ARM_MARCH"] == "-march=armv8.4-a+sve+i8mm+bf16+dotprod+fp16+rcpc"
     assert env["VLLM_CPU_ARM_BF16"] == env["VLLM_CPU_ARM_I8MM"] == "1"
     assert env["VLLM_CPU_CPUINFO"] == "{files}/cpuinfo"
+    assert env["VLLM_CROSS_TARGET_MACHINE"] == "aarch64"     # setup.py's extensions are the target's
     assert "-DTorch_DIR={files}/torch" in env["CMAKE_ARGS"].split()
 
     # without ACL (the patch): no ACL tree asked for or handed to CMake

@@ -101,13 +101,16 @@ def cross_compile_env(source: VllmSourceSpec) -> dict[str, str]:
     """vLLM's compile step for the target (cross.expand fills the places in): CMake's toolchain, the
     target torch's config and the target Python's headers (CMAKE_ARGS, which setup.py passes on), the
     target's cpuinfo and -march, its bf16/i8mm switches (cmake/cpu_extension.cmake's own, for
-    cross-compiling), the target torch's directory (its libgomp; patch `aarch64-cross`)."""
+    cross-compiling), the target torch's directory (its libgomp) and the target's machine (setup.py
+    picks the extensions by `platform.machine()`: x86's _C_AVX512 and _C_AVX2 are not targets of an
+    aarch64 configure; and it bundles this host's tcmalloc); the last three through patch `aarch64-cross`."""
     assert source.target is not None
     target = profile(source.target)
     cmake_args = ["-DCMAKE_TOOLCHAIN_FILE={files}/toolchain.cmake", "-DTorch_DIR={files}/torch",
                   "-DPython_INCLUDE_DIR={sysroot}/usr/include/python{python_minor}"]
     env = {"CMAKE_ARGS": " ".join(cmake_args), "VLLM_CPU_CPUINFO": "{files}/cpuinfo",
-           "VLLM_CPU_ARM_MARCH": cross.march(target), "VLLM_TORCH_PACKAGE_DIR": "{torch_site}/torch"}
+           "VLLM_CPU_ARM_MARCH": cross.march(target), "VLLM_TORCH_PACKAGE_DIR": "{torch_site}/torch",
+           "VLLM_CROSS_TARGET_MACHINE": target.arch}
     if "bf16" in target.features:
         env["VLLM_CPU_ARM_BF16"] = "1"
     if "i8mm" in target.features:
