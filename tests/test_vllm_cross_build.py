@@ -198,3 +198,18 @@ def test_the_engine_cross_builds_against_the_prebuilt_target_venvs_torch():
     # the same venv a `target: graviton3` block builds from the prebuilt wheel (one cache entry for both)
     assert recipe.wheel.cross.torch_venv == engine.build_recipe(VllmEngineSpec(target="graviton3"))
     assert recipe.version_distribution == "vllm" and not recipe.post_install
+
+
+def test_the_target_venv_takes_the_built_wheel_with_its_own_platform_tag():
+    from servebench.build import target_venv
+    built = TORCH_VENV.model_copy(update={"local_wheels": ["/cache/engines/w/vllm-0.32.0+cpu-cp38-abi3-linux_aarch64.whl"],
+                                          "engine_package": False, "built_from": {"wheel_key": "vllm-wheel-graviton3-x"}})
+    steps = dict(target_venv.build_steps(built, Path("/venv"), Path("/scratch"), Path("/engine"), ["qemu"]))
+    assert "download the main wheel for the target" not in steps
+    assert steps["take the built wheel"][-1].endswith("linux_aarch64.whl")
+    assert "--platform=linux_aarch64" in steps["install the main wheel"]                # setuptools' tag for it
+    assert "--platform=linux_aarch64" not in steps["install the requirements for the target"]   # PyPI's are manylinux
+    sysroot = Sysroot(path="/s", arch="aarch64", python_minor="3.11", packages={"python3.11": "3.11.2-6"}, key="k")
+    assert target_venv.target_inputs(built, sysroot)["built_from"] == {"wheel_key": "vllm-wheel-graviton3-x"}
+    assert "built_from" not in target_venv.target_inputs(TORCH_VENV.model_copy(update={"engine_package": False}),
+                                                          sysroot)
