@@ -173,7 +173,8 @@ def test_the_cross_preflight_names_the_missing_acl_and_where_to_stage_it(tmp_pat
     assert not acl.met and acl.found.startswith(f"{tmp_path / 'ComputeLibrary-52.6.0'} has no SConstruct, and ")
     assert "stage ComputeLibrary v52.6.0" in acl.fix and WITHOUT_ACL_PATCH in acl.fix
     assert checks[f"patch {CROSS_PATCH}"].met
-    without = VllmSourceSpec(target="graviton3", onednn_dir=str(onednn), patches=["cpu-slot-mapping", WITHOUT_ACL_PATCH])
+    without = VllmSourceSpec(target="graviton3", onednn_dir=str(onednn),
+                             patches=["cpu-slot-mapping", WITHOUT_ACL_PATCH])
     assert "Arm Compute Library source" not in {p.name for p in source_prerequisites(without, tmp_path)}
 
 
@@ -202,8 +203,9 @@ def test_the_engine_cross_builds_against_the_prebuilt_target_venvs_torch():
 
 def test_the_target_venv_takes_the_built_wheel_with_its_own_platform_tag():
     from servebench.build import target_venv
-    built = TORCH_VENV.model_copy(update={"local_wheels": ["/cache/engines/w/vllm-0.32.0+cpu-cp38-abi3-linux_aarch64.whl"],
-                                          "engine_package": False, "built_from": {"wheel_key": "vllm-wheel-graviton3-x"}})
+    wheel_file = "/cache/engines/w/vllm-0.32.0+cpu-cp38-abi3-linux_aarch64.whl"
+    built = TORCH_VENV.model_copy(update={"local_wheels": [wheel_file], "engine_package": False,
+                                          "built_from": {"wheel_key": "vllm-wheel-graviton3-x"}})
     steps = dict(target_venv.build_steps(built, Path("/venv"), Path("/scratch"), Path("/engine"), ["qemu"]))
     assert "download the main wheel for the target" not in steps
     assert steps["take the built wheel"][-1].endswith("linux_aarch64.whl")

@@ -99,8 +99,8 @@ def torch_config_text(torch_site: str, arch: str) -> str:
             "add_library(c10 SHARED IMPORTED)\n"
             'set_target_properties(c10 PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libc10.so")\n'
             "add_library(torch_cpu SHARED IMPORTED)\n"
-            'set_target_properties(torch_cpu PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so"\n'
-            "    INTERFACE_LINK_LIBRARIES c10)\n"
+            "set_target_properties(torch_cpu PROPERTIES\n"
+            '    IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch_cpu.so" INTERFACE_LINK_LIBRARIES c10)\n'
             "add_library(torch SHARED IMPORTED)\n"
             'set_target_properties(torch PROPERTIES IMPORTED_LOCATION "${TORCH_INSTALL_PREFIX}/lib/libtorch.so"\n'
             '    INTERFACE_INCLUDE_DIRECTORIES "${TORCH_INCLUDE_DIRS}" INTERFACE_LINK_LIBRARIES "torch_cpu;c10"\n'

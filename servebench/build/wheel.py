@@ -34,6 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from servebench.build import cross as cross_build
+from servebench.build import target_venv
 from servebench.build.cache import file_sha256
 from servebench.build.cmake import compiler_cache_env, compiler_identity, verified_or_built
 from servebench.build.cpu_features import cpuinfo_features
@@ -57,7 +58,6 @@ def cross_inputs(cross: CrossCompile, cache: Path, log: Callable[[str], None] = 
     """What a cross build adds to the key: the target (name, architecture, flags, features), the cross
     compiler, the sysroot's package list, and the key of the target venv whose torch it links (that
     venv is not built to compute this: its key follows from its own inputs)."""
-    from servebench.build import target_venv   # target_venv imports venv, as this module does
     target = profile(cross.target)
     c_compiler, cxx_compiler = cross_build.compilers(target)
     sysroot = ensure_sysroot(target.arch, cross.python_minor, cache, log, tuple(cross.sysroot_packages))
@@ -157,7 +157,6 @@ def cross_paths(recipe: WheelRecipe, cache: Path, scratch: Path, log: Callable[[
                 torch_build: EngineBuild | None = None) -> cross_build.CrossPaths:
     """Where a cross build finds its sysroot and target torch (the target venv built first unless
     given); for the dry run, `torch_build` None and the venv not built, its place named by key."""
-    from servebench.build import target_venv
     assert recipe.cross is not None
     target = profile(recipe.cross.target)
     sysroot = ensure_sysroot(target.arch, recipe.cross.python_minor, cache, log, tuple(recipe.cross.sysroot_packages))
@@ -181,7 +180,6 @@ def ensure_wheel(recipe: WheelRecipe, cache: Path, log: Callable[[str], None] = 
     key = wheel_key(recipe, inputs)
     torch_build = None
     if recipe.cross is not None:
-        from servebench.build import target_venv
         torch_build = target_venv.ensure_target_venv(recipe.cross.torch_venv, cache, log)
 
     def make(artifact: Path, log_path: Path) -> EngineBuild:
@@ -271,7 +269,7 @@ def with_cross_wheel(recipe: VenvRecipe, build: EngineBuild) -> VenvRecipe:
     """The target venv's recipe once its cross-compiled wheel is built: the wheel in place of the
     platform's main wheel (its METADATA says what the rest is, resolved for the target by
     target_venv.py), the wheel build's key parts as `built_from` (in the venv's key and its row)."""
-    made = {name: build.inputs[name] for name in ("source_sha256", "compiler", "artifact_sha256", "patches",
-                                                   "staged_sources", "target", "compiler_flags") if name in build.inputs}
+    parts = ("source_sha256", "compiler", "artifact_sha256", "patches", "staged_sources", "target", "compiler_flags")
+    made = {name: build.inputs[name] for name in parts if name in build.inputs}
     return recipe.model_copy(update={"wheel": None, "local_wheels": [str(built_wheel(build))],
                                      "built_from": {"wheel_key": build.key, "sdist": recipe.wheel.sdist, **made}})

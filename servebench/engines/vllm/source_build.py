@@ -118,7 +118,8 @@ def cross_compile_env(source: VllmSourceSpec) -> dict[str, str]:
     return env
 
 
-def wheel_recipe(source: VllmSourceSpec, arch: str | None = None, torch_venv: VenvRecipe | None = None) -> WheelRecipe:
+def wheel_recipe(source: VllmSourceSpec, arch: str | None = None,
+                 torch_venv: VenvRecipe | None = None) -> WheelRecipe:
     """The sdist compiled for this CPU against the pinned CPU torch, with the staged trees and patches;
     with `source.target`, cross-compiled for that profile against the torch of `torch_venv` (the
     target venv of the prebuilt wheel, whose torch the aarch64 vLLM runs with). A tree that is not
@@ -156,7 +157,8 @@ def debian_packages(name: str, arch: str, packages: list[str]) -> Prerequisite:
         return Prerequisite(name=name, met=False, found=str(error)[:300], needed=", ".join(packages),
                             fix=f"dpkg --add-architecture {debian_arch(arch)} && apt-get update")
     return Prerequisite(name=name, met=True, needed=", ".join(packages),
-                        found="apt has " + ", ".join(f"{p} {v}" for p, v in versions.items()) + " (unpacked into the sysroot)")
+                        found="apt has " + ", ".join(f"{p} {v}" for p, v in versions.items())
+                        + " (unpacked into the sysroot)")
 
 
 def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None = None) -> list[Prerequisite]:
