@@ -215,7 +215,7 @@ def test_a_sysroot_held_by_a_venv_build_or_a_root_used_by_a_process_stays(tmp_pa
     packages = {"python3.11": "3.11.2-6"}
     key = sysroot_module.sysroot_key("aarch64", packages)
     (tmp_path / "sysroots" / "debian-arm64-old").rename(tmp_path / "sysroots" / key)
-    monkeypatch.setattr(sysroot_module, "closure", lambda arch, minor: packages)   # no apt: the tree is there
+    monkeypatch.setattr(sysroot_module, "closure", lambda arch, minor, extra=(): packages)   # no apt: the tree is there
     with sysroot_module.sysroot_in_use("aarch64", "3.11", tmp_path, log=print) as held:
         assert held.key == key
         assert remove_sysroot(tmp_path, key) is False          # a venv is being built on it

@@ -112,6 +112,38 @@ class WheelVenvBuilder:
             *venv.build_steps(installed, cache / "engines" / "<engine venv key>", Path("<a copy of engine/>"))]
 
 
+class TargetWheelVenvBuilder:
+    """A wheel cross-compiled for the target first (its own key and artifact, wheel.py with cross.py),
+    then the venv for the target with it (target_venv.py)."""
+
+    def ensure(self, recipe: VenvRecipe, cache: Path, log: Log) -> EngineBuild:
+        assert recipe.wheel is not None
+        built = wheel.ensure_wheel(recipe.wheel, cache, log)
+        return target_venv.ensure_target_venv(wheel.with_cross_wheel(recipe, built), cache, log)
+
+    def inputs_and_key(self, recipe: VenvRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+        """The venv's key follows from the wheel's content: the wheel's key stands for it."""
+        assert recipe.wheel is not None
+        inputs = wheel.wheel_inputs(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache, log), cache, log)
+        return inputs, wheel.wheel_key(recipe.wheel, inputs)
+
+    def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+        assert recipe.wheel is not None
+        artifact = cache / "engines" / key
+        scratch = Path("<scratch>")
+        paths = wheel.cross_paths(recipe.wheel, cache, scratch, _to_stderr)
+        wheel_file = artifact / "<the built wheel>.whl"
+        installed = recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel_file)]})
+        sysroot = target_venv.ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache)
+        venv_dir = cache / "engines" / "<engine venv key>"
+        return wheel.wheel_env(recipe.wheel, scratch, cache), [
+            *wheel.wheel_steps(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache), scratch, artifact, paths),
+            ("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
+             ["<written by servebench>", str(venv_dir)]),
+            *target_venv.build_steps(installed, venv_dir, Path("<scratch>"), Path("<a copy of engine/>"),
+                                     target_venv.build_runner(sysroot))]
+
+
 class VenvBuilder:
     """A venv filled by pip on this host (venv.py)."""
 
@@ -127,7 +159,8 @@ class VenvBuilder:
 
 # a recipe's `builder` -> what builds it
 BUILDERS: dict[str, Builder] = {"cmake": CMakeBuilder(), "target-venv": TargetVenvBuilder(),
-                                "wheel-venv": WheelVenvBuilder(), "venv": VenvBuilder()}
+                                "target-wheel-venv": TargetWheelVenvBuilder(), "wheel-venv": WheelVenvBuilder(),
+                                "venv": VenvBuilder()}
 
 
 def builder_for(recipe: BuildRecipe) -> Builder:

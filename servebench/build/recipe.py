@@ -7,7 +7,8 @@ engines only return recipes:
   CMake flags); with a `wheel` recipe inside, the venv installs the wheel that recipe builds;
   with a `platform`, the venv is for another architecture (servebench/build/target_venv.py):
   wheels resolved for its platform tags, its python a CPython of that architecture;
-- `wheel`: a Python sdist compiled into a wheel on this host for this CPU (vLLM from source);
+- `wheel`: a Python sdist compiled into a wheel on this host for this CPU (vLLM from source), or
+  with `cross` for a target profile of another architecture (vLLM from source for Graviton);
 - `cmake`: a CMake project from a pinned sdist or a git commit, compiled for a named target CPU,
   by a cross compiler when the target is another architecture (llama.cpp for Graviton on x86).
 """
@@ -42,10 +43,10 @@ class VenvRecipe(BaseModel):
 
     @property
     def builder(self) -> str:
-        """Which builder makes it (servebench/build/builders.py `BUILDERS`): for another architecture, a
-        wheel built first, or a plain venv."""
+        """Which builder makes it (servebench/build/builders.py `BUILDERS`): for another architecture (with
+        a wheel cross-compiled first, or not), a wheel built first, or a plain venv."""
         if self.platform is not None:
-            return "target-venv"
+            return "target-wheel-venv" if self.wheel is not None else "target-venv"
         return "wheel-venv" if self.wheel is not None else "venv"
 
 
@@ -72,6 +73,21 @@ class TargetPlatform(BaseModel):
         return tags + [f"manylinux2014_{self.arch}"]
 
 
+class CrossCompile(BaseModel):
+    """A wheel compiled here for a target profile of another architecture (servebench/build/cross.py):
+    Debian's cross compiler, a sysroot of the target's Debian packages with the build's headers and
+    libraries, torch from a venv of the target's architecture, the profile's flags."""
+
+    model_config = ConfigDict(frozen=True)
+
+    target: str                                            # a profile of servebench/build/targets.py
+    torch_venv: "VenvRecipe"                               # the target venv whose torch it compiles against
+    sysroot_packages: list[str] = Field(default_factory=list)  # Debian packages added to the sysroot's closure
+    python_minor: str = "3.11"                             # the target CPython (headers from the sysroot)
+    compile_env: dict[str, str] = Field(default_factory=dict)  # the compile step's variables; {files},
+    #                                         {sysroot}, {torch_site}, {python_minor} are filled in (cross.expand)
+
+
 class WheelRecipe(BaseModel):
     """A pinned sdist compiled into a wheel by `pip wheel --no-build-isolation` in a build venv
     (servebench/build/wheel.py). The key covers the sdist's sha256, the build requirements and
@@ -87,6 +103,7 @@ class WheelRecipe(BaseModel):
     build_env: dict[str, str] = Field(default_factory=dict)      # VLLM_TARGET_DEVICE=cpu, MAX_JOBS
     staged_sources: dict[str, str] = Field(default_factory=dict)  # variable -> a local source tree
     patches: list[str] = Field(default_factory=list)      # patch files applied with `patch -p1`, in order
+    cross: CrossCompile | None = None                      # cross-compiled for another architecture
 
 
 class GitSource(BaseModel):
@@ -129,4 +146,6 @@ class CMakeRecipe(BaseModel):
 
 VenvRecipe.model_rebuild()
 TargetPlatform.model_rebuild()
+CrossCompile.model_rebuild()
+WheelRecipe.model_rebuild()
 BuildRecipe = VenvRecipe | CMakeRecipe

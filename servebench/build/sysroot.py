@@ -84,11 +84,12 @@ def check_foreign_arch(arch: str) -> None:
                            "(nothing is installed for it; servebench unpacks the packages into its cache)")
 
 
-def closure(arch: str, python_minor: str) -> dict[str, str]:
-    """The packages (name -> candidate version) of the dependency closure of ROOT_PACKAGES for `arch`."""
+def closure(arch: str, python_minor: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """The packages (name -> candidate version) of the dependency closure of ROOT_PACKAGES for `arch`,
+    and of `extra` (a build's headers and link libraries: libnuma-dev, libpython3.11-dev)."""
     check_foreign_arch(arch)
     suffix = f":{debian_arch(arch)}"
-    roots = [name.format(minor=python_minor) + suffix for name in ROOT_PACKAGES]
+    roots = [name.format(minor=python_minor) + suffix for name in (*ROOT_PACKAGES, *extra)]
     done = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
                            "--no-breaks", "--no-replaces", "--no-enhances", *roots], capture_output=True, text=True)
     if done.returncode != 0:
@@ -125,13 +126,13 @@ def use_file(cache: Path, key: str) -> Path:
 
 
 @contextlib.contextmanager
-def sysroot_in_use(arch: str, python_minor: str, cache: Path,
-                   log: Callable[[str], None] = print) -> Iterator[Sysroot]:
+def sysroot_in_use(arch: str, python_minor: str, cache: Path, log: Callable[[str], None] = print,
+                   extra: tuple[str, ...] = ()) -> Iterator[Sysroot]:
     """The sysroot, made if needed and held for the block (a venv build on it): `builds gc` cannot
     remove it between the key's computation and the venv's link to it. Marked used (its marker's
     mtime: `builds list`'s last use)."""
     while True:
-        sysroot = ensure_sysroot(arch, python_minor, cache, log)
+        sysroot = ensure_sysroot(arch, python_minor, cache, log, extra)
         with open(use_file(cache, sysroot.key), "a") as use:
             fcntl.flock(use, fcntl.LOCK_SH)
             marker = Path(sysroot.path) / MARKER
@@ -141,10 +142,12 @@ def sysroot_in_use(arch: str, python_minor: str, cache: Path,
                 return
 
 
-def ensure_sysroot(arch: str, python_minor: str, cache: Path, log: Callable[[str], None] = print) -> Sysroot:
-    """The userland for `arch` with CPython `python_minor`, unpacked once per package list (its lock
-    held shared while it is made: gc leaves the partial tree alone)."""
-    packages = closure(arch, python_minor)
+def ensure_sysroot(arch: str, python_minor: str, cache: Path, log: Callable[[str], None] = print,
+                   extra: tuple[str, ...] = ()) -> Sysroot:
+    """The userland for `arch` with CPython `python_minor` (and the `extra` packages' closure: a cross
+    build's sysroot), unpacked once per package list (its lock held shared while it is made: gc leaves
+    the partial tree alone)."""
+    packages = closure(arch, python_minor, extra)
     key = sysroot_key(arch, packages)
     root = cache / SYSROOTS / key
     sysroot = Sysroot(path=str(root), arch=arch, python_minor=python_minor, packages=packages, key=key)

@@ -174,6 +174,8 @@ def target_inputs(recipe: VenvRecipe, sysroot: Sysroot) -> dict:
     }
     if platform.constraints_from is not None:
         inputs["constraints_from"] = venv.build_key(platform.constraints_from)
+    if recipe.local_wheels:   # built here: the wheel build's key stands for its content
+        inputs["built_from"] = dict(recipe.built_from)
     if recipe.engine_package:
         inputs["engine_source"] = venv.source_digest()
     return inputs
@@ -197,14 +199,21 @@ def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     site = str(site_packages(venv_dir, platform))
     resolve = pip_platform_options(platform)
-    steps = [("download the main wheel for the target", [*pip, "download", "--no-deps", *resolve, "-d",
-                                                         str(scratch / "main"), platform.requirements_from]),
+    if recipe.local_wheels:   # a wheel built here for the target (cross-compiled): its own platform tag too
+        (built,) = recipe.local_wheels
+        take = ("take the built wheel", ["install", "-D", "-t", str(scratch / "main"), built])
+        main_resolve = [f"--platform=linux_{platform.arch}", *resolve]
+    else:
+        take = ("download the main wheel for the target", [*pip, "download", "--no-deps", *resolve, "-d",
+                                                           str(scratch / "main"), platform.requirements_from])
+        main_resolve = resolve
+    steps = [take,
              ("install the requirements for the target", [*pip, "install", "--target", site, *resolve,
                                                          "--no-warn-script-location", "--no-warn-conflicts",
                                                          *recipe.pip_options,
                                                          "-r", str(scratch / "requirements.txt"),
                                                          "-c", str(scratch / "constraints.txt")]),
-             ("install the main wheel", [*pip, "install", "--target", site, *resolve, "--no-deps",
+             ("install the main wheel", [*pip, "install", "--target", site, *main_resolve, "--no-deps",
                                          "--no-warn-script-location", "--no-warn-conflicts",
                                          str(scratch / "main" / MAIN_WHEEL)])]
     if recipe.engine_package:

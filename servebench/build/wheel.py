@@ -18,6 +18,7 @@ patch, recompiles only what changed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -32,11 +33,15 @@ from typing import Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from servebench.build import cross as cross_build
+from servebench.build import target_venv
 from servebench.build.cache import file_sha256
 from servebench.build.cmake import compiler_cache_env, compiler_identity, verified_or_built
 from servebench.build.cpu_features import cpuinfo_features
-from servebench.build.recipe import VenvRecipe, WheelRecipe
+from servebench.build.recipe import CrossCompile, VenvRecipe, WheelRecipe
 from servebench.build.sdist import fetch_sdist
+from servebench.build.sysroot import ensure_sysroot, sysroot_in_use
+from servebench.build.targets import profile
 from servebench.build.venv import BuildError, EngineBuild, run_step
 from servebench.campaign.schema import sha256_json
 
@@ -49,12 +54,31 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def wheel_inputs(recipe: WheelRecipe, sdist: Path) -> dict:
-    """Everything that goes into the wheel; its hash is the key."""
+def cross_inputs(cross: CrossCompile, cache: Path, log: Callable[[str], None] = print) -> dict:
+    """What a cross build adds to the key: the target (name, architecture, flags, features), the cross
+    compiler, the sysroot's package list, and the key of the target venv whose torch it links (that
+    venv is not built to compute this: its key follows from its own inputs)."""
+    target = profile(cross.target)
+    c_compiler, cxx_compiler = cross_build.compilers(target)
+    sysroot = ensure_sysroot(target.arch, cross.python_minor, cache, log, tuple(cross.sysroot_packages))
+    return {"target": target.name, "arch": target.arch, "compiler_flags": list(target.compiler_flags),
+            "features": list(target.features),
+            "compiler": compiler_identity(cxx_compiler) | {"c": compiler_identity(c_compiler)["version"]},
+            "python": sysroot.python_version, "sysroot": {"key": sysroot.key, "packages": sysroot.packages},
+            "torch_from": target_venv.inputs_and_key(cross.torch_venv, cache, log)[1],
+            "compile_env": dict(cross.compile_env),
+            "build_host": f"{sys.platform}-{platform.machine()}"}
+
+
+def wheel_inputs(recipe: WheelRecipe, sdist: Path, cache: Path | None = None,
+                 log: Callable[[str], None] = print) -> dict:
+    """Everything that goes into the wheel; its hash is the key. A cross build's target, cross compiler,
+    sysroot and target torch replace this host's compiler, Python and CPU flags (it does not depend
+    on this host's CPU)."""
     for variable, directory in recipe.staged_sources.items():
         if not Path(directory).is_dir():
             raise BuildError(f"staged source {variable}={directory}: no such directory")
-    return {
+    common = {
         "engine": recipe.engine,
         "recipe": "wheel",
         "sdist": recipe.sdist,
@@ -64,6 +88,12 @@ def wheel_inputs(recipe: WheelRecipe, sdist: Path) -> dict:
         "staged_sources": {variable: tree_digest(Path(directory))
                            for variable, directory in sorted(recipe.staged_sources.items())},
         "patches": {Path(patch).name: file_sha256(Path(patch)) for patch in recipe.patches},
+    }
+    if recipe.cross is not None:
+        if cache is None:
+            raise BuildError("a cross-compiled wheel's key needs the cache (its sysroot and target venv)")
+        return common | cross_inputs(recipe.cross, cache, log)
+    return common | {
         "compiler": compiler_identity("g++") | {"c": compiler_identity("gcc")["version"]},
         "python": platform.python_version(),
         "arch": platform.machine(),
@@ -73,7 +103,8 @@ def wheel_inputs(recipe: WheelRecipe, sdist: Path) -> dict:
 
 
 def wheel_key(recipe: WheelRecipe, inputs: dict) -> str:
-    return f"{recipe.engine}-wheel-{sha256_json(inputs)[:16]}"
+    target = f"{recipe.cross.target}-" if recipe.cross is not None else ""
+    return f"{recipe.engine}-wheel-{target}{sha256_json(inputs)[:16]}"
 
 
 def wheel_env(recipe: WheelRecipe, scratch: Path, cache: Path) -> dict[str, str]:
@@ -84,14 +115,25 @@ def wheel_env(recipe: WheelRecipe, scratch: Path, cache: Path) -> dict[str, str]
             **compiler_cache_env(cache, str(scratch))}
 
 
-def wheel_steps(recipe: WheelRecipe, sdist: Path, scratch: Path, artifact: Path) -> list[tuple[str, list[str]]]:
-    """The build's commands in order (title, argv); `servebench build --dry-run` prints them."""
+def wheel_steps(recipe: WheelRecipe, sdist: Path, scratch: Path, artifact: Path,
+                cross_paths: cross_build.CrossPaths | None = None) -> list[tuple[str, list[str]]]:
+    """The build's commands in order (title, argv); `servebench build --dry-run` prints them. A cross
+    build first writes its toolchain, torch config and target cpuinfo, and its compile step alone gets
+    the cross environment (`env ...`: pip installing the build venv must resolve for this host)."""
     python = str(scratch / "venv" / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     source = scratch / "src"
     requirements = [arg for requirement in recipe.build_requirements
                     for arg in (["-r", str(source / requirement.removeprefix("-r").strip())]
                                 if requirement.startswith("-r") else [requirement])]
+    build = [*pip, "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", str(artifact), str(source)]
+    cross_steps: list[tuple[str, list[str]]] = []
+    if recipe.cross is not None:
+        assert cross_paths is not None, "a cross build's steps need its paths"
+        target = profile(recipe.cross.target)
+        cross_steps = [(f"write {path.relative_to(scratch)}", cross_build.write_file_argv(path, text))
+                       for path, text in cross_build.cross_files(target, cross_paths).items()]
+        build = cross_build.env_argv(cross_build.compile_env(target, cross_paths, recipe.cross.compile_env), build)
     return [
         ("create the build venv", [sys.executable, "-m", "venv", str(scratch / "venv")]),
         ("make the source directory", ["mkdir", "-p", str(source)]),
@@ -99,8 +141,8 @@ def wheel_steps(recipe: WheelRecipe, sdist: Path, scratch: Path, artifact: Path)
         *([("install the build requirements", [*pip, "install", *requirements])] if requirements else []),
         *[(f"apply {Path(patch).name}", ["patch", "-p1", "--forward", "--batch", "-d", str(source), "-i", patch])
           for patch in recipe.patches],
-        ("build the wheel", [*pip, "wheel", "--no-build-isolation", "--no-deps", "-v", "-w", str(artifact),
-                             str(source)]),
+        *cross_steps,
+        ("build the wheel", build),
     ]
 
 
@@ -111,19 +153,48 @@ def scratch_root(cache: Path) -> Path:
     return root
 
 
+def cross_paths(recipe: WheelRecipe, cache: Path, scratch: Path, log: Callable[[str], None] = print,
+                torch_build: EngineBuild | None = None) -> cross_build.CrossPaths:
+    """Where a cross build finds its sysroot and target torch (the target venv built first unless
+    given); for the dry run, `torch_build` None and the venv not built, its place named by key."""
+    assert recipe.cross is not None
+    target = profile(recipe.cross.target)
+    sysroot = ensure_sysroot(target.arch, recipe.cross.python_minor, cache, log, tuple(recipe.cross.sysroot_packages))
+    if torch_build is not None:
+        site = target_venv.site_packages(Path(torch_build.venv_path), recipe.cross.torch_venv.platform)
+        version = target_venv.installed_version(site, "torch")
+    else:
+        key = target_venv.inputs_and_key(recipe.cross.torch_venv, cache, log)[1]
+        site = target_venv.site_packages(cache / "engines" / key, recipe.cross.torch_venv.platform)
+        version = next((p.split("==")[1] for p in recipe.cross.torch_venv.platform.pins.values()
+                        if p.startswith("torch==")), "<torch's version>")
+    return cross_build.CrossPaths(sysroot=sysroot.path, torch_site=str(site), torch_version=version,
+                                  python_minor=recipe.cross.python_minor, scratch=str(scratch))
+
+
 def ensure_wheel(recipe: WheelRecipe, cache: Path, log: Callable[[str], None] = print) -> EngineBuild:
-    """The recipe's wheel, built first if no verified one is cached."""
+    """The recipe's wheel, built first if no verified one is cached (a cross build's target venv, whose
+    torch it links, first)."""
     sdist = fetch_sdist(recipe.sdist, cache, log)
-    inputs = wheel_inputs(recipe, sdist)
+    inputs = wheel_inputs(recipe, sdist, cache, log)
     key = wheel_key(recipe, inputs)
+    torch_build = None
+    if recipe.cross is not None:
+        torch_build = target_venv.ensure_target_venv(recipe.cross.torch_venv, cache, log)
 
     def make(artifact: Path, log_path: Path) -> EngineBuild:
         started = time.monotonic()
         artifact.mkdir(parents=True)
-        with open(log_path, "w") as out, \
+        with open(log_path, "w") as out, contextlib.ExitStack() as held, \
                 tempfile.TemporaryDirectory(prefix="servebench-wheel-", dir=scratch_root(cache)) as scratch:
             env = wheel_env(recipe, Path(scratch), cache)
-            for title, argv in wheel_steps(recipe, sdist, Path(scratch), artifact):
+            paths = None
+            if recipe.cross is not None:   # its sysroot held: `builds gc` leaves it alone meanwhile
+                arch = profile(recipe.cross.target).arch
+                held.enter_context(sysroot_in_use(arch, recipe.cross.python_minor, cache, log,
+                                                  tuple(recipe.cross.sysroot_packages)))
+                paths = cross_paths(recipe, cache, Path(scratch), log, torch_build)
+            for title, argv in wheel_steps(recipe, sdist, Path(scratch), artifact, paths):
                 log(f"engine build {key}: {title}")
                 if run_step(argv, out, log, title, started, env=env) != 0:
                     raise BuildError(f"engine build step '{title}' failed; see {log_path}")
@@ -191,4 +262,14 @@ def with_built_wheel(recipe: VenvRecipe, build: EngineBuild, log: Callable[[str]
                                                    "staged_sources", "build_env") if name in build.inputs}
     return recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel)],
                                      "packages": [*keep, *recipe.packages],
+                                     "built_from": {"wheel_key": build.key, "sdist": recipe.wheel.sdist, **made}})
+
+
+def with_cross_wheel(recipe: VenvRecipe, build: EngineBuild) -> VenvRecipe:
+    """The target venv's recipe once its cross-compiled wheel is built: the wheel in place of the
+    platform's main wheel (its METADATA says what the rest is, resolved for the target by
+    target_venv.py), the wheel build's key parts as `built_from` (in the venv's key and its row)."""
+    parts = ("source_sha256", "compiler", "artifact_sha256", "patches", "staged_sources", "target", "compiler_flags")
+    made = {name: build.inputs[name] for name in parts if name in build.inputs}
+    return recipe.model_copy(update={"wheel": None, "local_wheels": [str(built_wheel(build))],
                                      "built_from": {"wheel_key": build.key, "sdist": recipe.wheel.sdist, **made}})

@@ -19,7 +19,7 @@ from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
-from servebench.engines.vllm.source_build import source_prerequisites, wheel_recipe
+from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node, Provider
 from servebench.serving.correctness import GateChoice, legacy_logprobs
@@ -62,6 +62,14 @@ class VllmEngine(Engine):
     knobs: ClassVar[dict[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
+        if spec.source is not None and spec.source.target is not None:
+            # cross-compiled for the target against the torch of the prebuilt wheel's target venv (whose
+            # recipe is the one `target:` gives), then a venv for the target with it (source_build.py)
+            torch_venv = self.target_torch_recipe(spec)
+            return VenvRecipe(engine=self.kind, packages=[spec.ray, *spec.extra_packages],
+                              remove=list(BROKEN_COMPANIONS), version_distribution="vllm",
+                              wheel=wheel_recipe(spec.source, torch_venv=torch_venv),
+                              platform=torch_venv.platform)
         if spec.source is not None:  # the wheel compiled here (source_build.py), then a venv with it and Ray
             return VenvRecipe(engine=self.kind, packages=[spec.ray, *spec.extra_packages],
                               remove=list(BROKEN_COMPANIONS), version_distribution="vllm",
@@ -81,11 +89,23 @@ class VllmEngine(Engine):
             arch=profile(spec.target).arch, requirements_from=spec.package,
             pins={"torch": spec.target_torch}, constraints_from=recipe, lazy_binding=True)})
 
+    def target_torch_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
+        """The venv of the prebuilt wheel for the source's target architecture: its torch is what a
+        cross-compiled vLLM compiles against and runs with (the same build as `target:` makes)."""
+        assert spec.source is not None and spec.source.target is not None
+        prebuilt = VllmEngineSpec(package=spec.package, ray=spec.ray, extra_packages=spec.extra_packages,
+                                  target=spec.source.target, target_torch=spec.target_torch)
+        return self.build_recipe(prebuilt)
+
     def build_prerequisites(self, spec: VllmEngineSpec) -> list[Prerequisite]:
-        """The prebuilt wheel needs only pip; a source build, everything source_build.py lists."""
+        """The prebuilt wheel needs only pip; a source build, everything source_build.py lists (a cross
+        build also the target venv whose torch it links: found, or built first)."""
         if spec.source is None:
             return []
-        return source_prerequisites(spec.source, cache_dir())
+        checks = source_prerequisites(spec.source, cache_dir())
+        if spec.source.target is not None:
+            checks.append(target_torch(self.target_torch_recipe(spec), cache_dir()))
+        return checks
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         return placement.mode_problem(mode, server_cpus, node_names)

@@ -1,5 +1,5 @@
-"""vLLM from source for this CPU (seed 004's path): the wheel recipe, and what the build host must
-have before an hour-long build starts.
+"""vLLM from source for this CPU (seed 004's path), or cross-compiled for an aarch64 target profile:
+the wheel recipe, and what the build host must have before an hour-long build starts.
 
 Measured on this machine kind (issue 17): vLLM 0.32.0's CMake refuses gcc < 12.3 on x86 (Debian
 12 has 12.2: the shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers and
@@ -20,9 +20,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from servebench.build import cross
+from servebench.build.cache import ArtifactCache
 from servebench.build.prerequisites import (Prerequisite, RemoteSource, fetchable_source, file_present, free_disk,
                                             github_mirror_env, memory_for_jobs, staged, tool)
-from servebench.build.recipe import WheelRecipe
+from servebench.build.recipe import CrossCompile, VenvRecipe, WheelRecipe
+from servebench.build.sysroot import SysrootError, candidate_versions, check_foreign_arch, debian_arch
+from servebench.build.targets import profile
 from servebench.engines.vllm.spec import VllmSourceSpec
 
 PATCH_DIR = Path(__file__).parent / "patches"
@@ -39,6 +43,15 @@ ONEDNN_AARCH64 = RemoteSource(repository="https://github.com/oneapi-src/oneDNN.g
 ACL = RemoteSource(repository="https://github.com/ARM-software/ComputeLibrary.git", ref="v52.6.0")
 ONEDNN_MARKER = "CMakeLists.txt"
 ACL_MARKER = "SConstruct"
+
+# Cross-compiling for aarch64 (docs/builds.md, "vLLM from source for aarch64"): the patch that makes
+# vLLM's CMake take the target's CPU (it reads the build host's /proc/cpuinfo) and the target torch's
+# libgomp, and hands the toolchain to ACL's own CMake; the patch that builds oneDNN without ACL (opt-in:
+# for a host that cannot get ACL's source); the Debian packages the build sysroot adds.
+CROSS_PATCH = "aarch64-cross"
+WITHOUT_ACL_PATCH = "aarch64-without-acl"
+CROSS_SYSROOT_PACKAGES = ("libnuma-dev", "libpython{minor}-dev")
+CROSS_PYTHON_MINOR = "3.11"      # the target venv's CPython (PyPI's aarch64 wheels for cp311)
 
 
 def patch_path(name: str) -> Path:
@@ -65,47 +78,139 @@ def pip_finds(name: str, requirement: str) -> Prerequisite:
                         needed=requirement, fix="a PyPI mirror or a local wheel directory with it (pip find-links)")
 
 
-def wheel_recipe(source: VllmSourceSpec, arch: str | None = None) -> WheelRecipe:
-    """The sdist compiled for this CPU against the pinned CPU torch, with the staged trees and patches.
-    A tree that is not staged is left out, so vLLM's CMake fetches it (the preflight found its
-    repository reachable); then the build's git goes where the probe went (SERVEBENCH_GITHUB_URL's
-    mirror, if set, is in the build environment and so in the key)."""
-    arch = arch or platform.machine()
+def build_arch(source: VllmSourceSpec, arch: str | None = None) -> str:
+    """The architecture the wheel is for: the source's target's, else this host's."""
+    return profile(source.target).arch if source.target else (arch or platform.machine())
+
+
+def uses_acl(source: VllmSourceSpec, arch: str) -> bool:
+    """vLLM's CMake builds oneDNN on ACL on aarch64, unless the patch `aarch64-without-acl` is applied."""
+    return arch == "aarch64" and WITHOUT_ACL_PATCH not in source.patches
+
+
+def patch_names(source: VllmSourceSpec) -> list[str]:
+    """The source's patches, and for a cross build `aarch64-cross` (it cannot build without)."""
+    return [*source.patches, *([CROSS_PATCH] if source.target and CROSS_PATCH not in source.patches else [])]
+
+
+def sysroot_packages(minor: str = CROSS_PYTHON_MINOR) -> list[str]:
+    return [name.format(minor=minor) for name in CROSS_SYSROOT_PACKAGES]
+
+
+def cross_compile_env(source: VllmSourceSpec) -> dict[str, str]:
+    """vLLM's compile step for the target (cross.expand fills the places in): CMake's toolchain, the
+    target torch's config and the target Python's headers (CMAKE_ARGS, which setup.py passes on), the
+    target's cpuinfo and -march, its bf16/i8mm switches (cmake/cpu_extension.cmake's own, for
+    cross-compiling), the target torch's directory (its libgomp) and the target's machine (setup.py
+    picks the extensions by `platform.machine()`: x86's _C_AVX512 and _C_AVX2 are not targets of an
+    aarch64 configure; and it bundles this host's tcmalloc); the last three through patch `aarch64-cross`."""
+    assert source.target is not None
+    target = profile(source.target)
+    cmake_args = ["-DCMAKE_TOOLCHAIN_FILE={files}/toolchain.cmake", "-DTorch_DIR={files}/torch",
+                  "-DPython_INCLUDE_DIR={sysroot}/usr/include/python{python_minor}"]
+    env = {"CMAKE_ARGS": " ".join(cmake_args), "VLLM_CPU_CPUINFO": "{files}/cpuinfo",
+           "VLLM_CPU_ARM_MARCH": cross.march(target), "VLLM_TORCH_PACKAGE_DIR": "{torch_site}/torch",
+           "VLLM_CROSS_TARGET_MACHINE": target.arch}
+    if "bf16" in target.features:
+        env["VLLM_CPU_ARM_BF16"] = "1"
+    if "i8mm" in target.features:
+        env["VLLM_CPU_ARM_I8MM"] = "1"
+    return env
+
+
+def wheel_recipe(source: VllmSourceSpec, arch: str | None = None,
+                 torch_venv: VenvRecipe | None = None) -> WheelRecipe:
+    """The sdist compiled for this CPU against the pinned CPU torch, with the staged trees and patches;
+    with `source.target`, cross-compiled for that profile against the torch of `torch_venv` (the
+    target venv of the prebuilt wheel, whose torch the aarch64 vLLM runs with). A tree that is not
+    staged is left out, so vLLM's CMake fetches it (the preflight found its repository reachable);
+    then the build's git goes where the probe went (SERVEBENCH_GITHUB_URL's mirror, if set, is in the
+    build environment and so in the key)."""
+    arch = build_arch(source, arch)
     trees = {"FETCHCONTENT_SOURCE_DIR_ONEDNN": (source.onednn_dir, ONEDNN_MARKER)}
-    if arch == "aarch64":
+    if uses_acl(source, arch):
         trees["ACL_ROOT_DIR"] = (source.acl_dir, ACL_MARKER)
     staged_sources = {name: str(Path(path)) for name, (path, marker) in trees.items() if staged(path, marker)}
     fetched = len(staged_sources) < len(trees)
+    cross_compile = None
+    if source.target is not None:
+        if torch_venv is None:
+            raise ValueError("a cross-compiled vLLM needs the target venv whose torch it links")
+        cross_compile = CrossCompile(target=source.target, torch_venv=torch_venv, sysroot_packages=sysroot_packages(),
+                                     python_minor=CROSS_PYTHON_MINOR, compile_env=cross_compile_env(source))
     return WheelRecipe(engine="vllm", sdist=source.sdist,
                        build_requirements=[source.torch, f"-r {BUILD_REQUIREMENTS}"],
                        build_env={"VLLM_TARGET_DEVICE": "cpu", "MAX_JOBS": str(source.jobs),
                                   **(github_mirror_env(os.environ) if fetched else {})},
                        staged_sources=staged_sources,
-                       patches=[str(patch_path(name).resolve()) for name in source.patches])
+                       patches=[str(patch_path(name).resolve()) for name in patch_names(source)],
+                       cross=cross_compile)
+
+
+def debian_packages(name: str, arch: str, packages: list[str]) -> Prerequisite:
+    """apt can fetch these packages for `arch` (dpkg knows the architecture, apt has a candidate):
+    what a cross build's sysroot adds (nothing is installed on this host)."""
+    try:
+        check_foreign_arch(arch)
+        versions = candidate_versions(packages, f":{debian_arch(arch)}")
+    except SysrootError as error:
+        return Prerequisite(name=name, met=False, found=str(error)[:300], needed=", ".join(packages),
+                            fix=f"dpkg --add-architecture {debian_arch(arch)} && apt-get update")
+    return Prerequisite(name=name, met=True, needed=", ".join(packages),
+                        found="apt has " + ", ".join(f"{p} {v}" for p, v in versions.items())
+                        + " (unpacked into the sysroot)")
 
 
 def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None = None) -> list[Prerequisite]:
-    """Every prerequisite of building `source` on this host, met or not."""
-    arch = arch or platform.machine()
+    """Every prerequisite of building `source` on this host, met or not (for its target, when it has one)."""
+    arch = build_arch(source, arch)
     floor = compiler_floor(source, arch)
-    checks = [
-        tool("C++ compiler", "g++", "apt-get install g++ (Debian 12: 12.2; with the patch gcc-12.2-x86 that is enough)",
-             ["g++", "-dumpfullversion"], floor),
-        file_present("libnuma headers", Path("/usr/include/numa.h"), "apt-get install libnuma-dev"),
-        file_present("Python headers", Path(sysconfig.get_paths()["include"]) / "Python.h",
-                     "the Python development headers (apt-get install python3-dev, or a full pyenv build)"),
-        fetchable_source("oneDNN source", source.onednn_dir, ONEDNN_MARKER,
-                         ONEDNN_AARCH64 if arch == "aarch64" else ONEDNN_X86,
-                         "stage oneDNN v3.13 (x86) or the pinned commit (aarch64) and give `source.onednn_dir`"),
-    ]
-    if arch == "aarch64":
+    if source.target is not None:   # Debian's cross compiler; numa.h and Python.h from arm64 .debs
+        compiler = cross.compilers(profile(source.target))[1]
+        checks = [
+            tool("C++ cross compiler", compiler, f"apt-get install g++-{arch.replace('_', '-')}-linux-gnu",
+                 [compiler, "-dumpfullversion"], floor),
+            debian_packages(f"{arch} headers and libraries (libnuma, Python)", arch, sysroot_packages()),
+        ]
+    else:
+        checks = [
+            tool("C++ compiler", "g++", "apt-get install g++ (Debian 12: 12.2; with the patch gcc-12.2-x86 that is "
+                 "enough)", ["g++", "-dumpfullversion"], floor),
+            file_present("libnuma headers", Path("/usr/include/numa.h"), "apt-get install libnuma-dev"),
+            file_present("Python headers", Path(sysconfig.get_paths()["include"]) / "Python.h",
+                         "the Python development headers (apt-get install python3-dev, or a full pyenv build)"),
+        ]
+    checks.append(fetchable_source("oneDNN source", source.onednn_dir, ONEDNN_MARKER,
+                                   ONEDNN_AARCH64 if arch == "aarch64" else ONEDNN_X86,
+                                   "stage oneDNN v3.13 (x86) or the pinned commit 9c5be1cc (aarch64) and give "
+                                   "`source.onednn_dir`"))
+    if uses_acl(source, arch):
         checks.append(fetchable_source("Arm Compute Library source", source.acl_dir, ACL_MARKER, ACL,
-                                       "stage ComputeLibrary v52.6.0 and give `source.acl_dir`"))
+                                       "stage ComputeLibrary v52.6.0 (oneDNN's pin needs ACL >= 52.4) and give "
+                                       f"`source.acl_dir`, or build without ACL (patch {WITHOUT_ACL_PATCH})"))
     checks += [file_present(f"patch {name}", patch_path(name), "a shipped patch name or an existing file")
-               for name in source.patches]
+               for name in patch_names(source)]
     if source.patches:
         checks.append(tool("patch", "patch", "apt-get install patch"))
     checks += [pip_finds("torch pin", source.torch), pip_finds("cmake", "cmake>=3.26.1"), pip_finds("ninja", "ninja"),
                free_disk("free disk", cache, DISK_GIB),
                memory_for_jobs(source.jobs, GIB_PER_JOB)]
     return checks
+
+
+def target_torch(torch_venv: VenvRecipe, cache: Path) -> Prerequisite:
+    """The target venv whose torch a cross build links: found in the cache, or built first (pip resolves
+    it for the target's platform: minutes, ~6 GB with PyPI's aarch64 torch and its CUDA wheels)."""
+    from servebench.build import target_venv
+    try:
+        key = target_venv.inputs_and_key(torch_venv, cache, lambda _: None)[1]
+    except (SysrootError, OSError) as error:
+        return Prerequisite(name="target torch", met=False, found=str(error)[:300],
+                            needed=f"a {torch_venv.platform.arch} venv with {torch_venv.platform.pins.get('torch')}",
+                            fix=f"dpkg --add-architecture {debian_arch(torch_venv.platform.arch)} && apt-get update")
+    found = ArtifactCache(cache / "engines").get(key) is not None
+    venv_dir = cache / "engines" / key
+    return Prerequisite(name="target torch", met=True, needed=f"{torch_venv.platform.pins.get('torch')} for "
+                        f"{torch_venv.platform.arch}",
+                        found=f"{venv_dir} (built)" if found else f"{venv_dir}: built first (the prebuilt wheel's "
+                        f"{torch_venv.platform.arch} venv, ~6 GB)")

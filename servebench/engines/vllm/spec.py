@@ -31,11 +31,31 @@ class VllmSourceSpec(StrictModel):
                                description=(
         "Patches applied before building: names of servebench/engines/vllm/patches/*.patch or paths."))
     jobs: int = Field(2, ge=1, le=256, description="Parallel compile jobs (MAX_JOBS); about 2.5 GiB each.")
+    target: str | None = Field(None, description=(
+        "A target profile of another architecture (graviton3, graviton2, a64fx: servebench/build/targets.py): "
+        "the wheel is cross-compiled for it with Debian's cross compiler, against torch from the target's "
+        "venv (docs/builds.md, \"vLLM from source for aarch64\"). Unset: this host's CPU."))
 
     @field_validator("sdist", "torch")
     @classmethod
     def _pinned(cls, value: str) -> str:
         return pinned_requirement(value)
+
+    @field_validator("target")
+    @classmethod
+    def _cross_target(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            target = profile(value)
+        except TargetError as exc:
+            raise ValueError(str(exc)) from None
+        if target.arch == host_arch():
+            raise ValueError(f"{value} is this host's architecture ({target.arch}): a source build for this host "
+                             "is the default (leave `target` out)")
+        if target.arch != "aarch64":
+            raise ValueError(f"{value} ({target.arch}): only aarch64 targets can be cross-compiled")
+        return value
 
 
 class VllmEngineSpec(EngineSpecBase):
@@ -83,9 +103,12 @@ class VllmEngineSpec(EngineSpecBase):
         return self
 
     def build_target(self) -> str | None:
-        """`target:`, the profile its build is for (servebench/build/targets.py)."""
-        return self.target
+        """`target:` (or the source build's), the profile its build is for (servebench/build/targets.py)."""
+        return self.target or (self.source.target if self.source is not None else None)
 
     def describe(self) -> str:
         what = f"{self.source.sdist} from source" if self.source else self.package
-        return f"{what} for {profile(self.target).arch}" if self.target else what
+        target = self.build_target()
+        if self.source is not None and target:
+            return f"{what} for {target} ({profile(target).arch}, cross-compiled)"
+        return f"{what} for {profile(target).arch}" if target else what
