@@ -35,6 +35,7 @@ from typing import Protocol
 from servebench.logs import tail
 from servebench.providers import Node, NodeProcess, Provider
 from servebench.providers.this_host import ThisHostProcesses, short_tmp_dir
+from servebench.waiting import poll
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
 WORKER_PORTS = 100
@@ -311,14 +312,16 @@ def restart_lost_nodes(provider: Provider, cluster: RayCluster, timeout_s: float
 def _wait_forgotten(provider: Provider, cluster: RayCluster, lost: list[int], timeout_s: float) -> None:
     """Until the GCS lists none of the lost nodes as alive (its health checks: tens of seconds)."""
     ports = {cluster.plans[index].node_manager_port for index in lost}
-    started = time.monotonic()
     answered = False
-    while time.monotonic() - started < timeout_s:
+
+    def forgotten() -> bool:
+        nonlocal answered
         alive = alive_node_manager_ports(provider, cluster.head, cluster.engine_python, cluster.address)
         answered = answered or alive is not None
-        if alive is not None and not alive & ports:
-            return
-        time.sleep(POLL_S)
+        return alive is not None and not alive & ports
+
+    if poll(forgotten, timeout_s, interval_s=POLL_S):
+        return
     names = ", ".join(cluster.plans[i].node.name for i in lost)
     if not answered:  # a driver on the head could not even connect: the head itself is not well
         raise RayClusterError(f"the Ray head did not answer whether the lost node(s) {names} are gone, for "
@@ -391,7 +394,9 @@ def _wait_node_alive(provider: Provider, cluster: RayCluster, index: int, engine
     """Wait until the head lists node `index` as alive; its failure if it exits or times out."""
     plan, process = cluster.plans[index], cluster.processes[index]
     started = time.monotonic()
-    while True:
+
+    def state() -> str | None:
+        """"alive", "exited", or None while it is starting; an earlier node's exit raises."""
         process.remember_descendants()  # a `ray start` that fails may leave its raylet behind
         for earlier in range(index):
             if not cluster.processes[earlier].alive():  # no retry of this node can help
@@ -400,13 +405,13 @@ def _wait_node_alive(provider: Provider, cluster: RayCluster, index: int, engine
                     [lost], f"Ray node {lost.node} exited with code {lost.exit_code} while node "
                             f"{plan.node.name} was starting:"))
         if not process.alive():
-            return _failure(cluster, index, time.monotonic() - started)
-        if plan.node_manager_port in (alive_node_manager_ports(provider, cluster.head, engine_python,
-                                                               cluster.address) or set()):
-            return None
-        if time.monotonic() - started > timeout_s:
-            return _failure(cluster, index, time.monotonic() - started)
-        time.sleep(POLL_S)
+            return "exited"
+        alive = alive_node_manager_ports(provider, cluster.head, engine_python, cluster.address) or set()
+        return "alive" if plan.node_manager_port in alive else None
+
+    if poll(state, timeout_s, interval_s=POLL_S) == "alive":
+        return None
+    return _failure(cluster, index, time.monotonic() - started)  # exited, or not alive in time
 
 
 def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailure:
