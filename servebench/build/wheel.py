@@ -40,7 +40,7 @@ from servebench.build.cmake import compiler_cache_env, compiler_identity, verifi
 from servebench.build.cpu_features import cpuinfo_features
 from servebench.build.recipe import CrossCompile, VenvRecipe, WheelRecipe
 from servebench.build.sdist import fetch_sdist
-from servebench.build.sysroot import ensure_sysroot, sysroot_in_use
+from servebench.build.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.build.targets import profile
 from servebench.build.venv import BuildError, EngineBuild, run_step
 from servebench.campaign.schema import sha256_json
@@ -154,12 +154,15 @@ def scratch_root(cache: Path) -> Path:
 
 
 def cross_paths(recipe: WheelRecipe, cache: Path, scratch: Path, log: Callable[[str], None] = print,
-                torch_build: EngineBuild | None = None) -> cross_build.CrossPaths:
-    """Where a cross build finds its sysroot and target torch (the target venv built first unless
-    given); for the dry run, `torch_build` None and the venv not built, its place named by key."""
+                torch_build: EngineBuild | None = None, sysroot: Sysroot | None = None) -> cross_build.CrossPaths:
+    """Where a cross build finds its sysroot (the one the build holds, or found by its package list)
+    and target torch (the target venv built first unless given); for the dry run, `torch_build` None
+    and the venv not built, its place named by key."""
     assert recipe.cross is not None
-    target = profile(recipe.cross.target)
-    sysroot = ensure_sysroot(target.arch, recipe.cross.python_minor, cache, log, tuple(recipe.cross.sysroot_packages))
+    if sysroot is None:
+        target = profile(recipe.cross.target)
+        sysroot = ensure_sysroot(target.arch, recipe.cross.python_minor, cache, log,
+                                 tuple(recipe.cross.sysroot_packages))
     if torch_build is not None:
         site = target_venv.site_packages(Path(torch_build.venv_path), recipe.cross.torch_venv.platform)
         version = target_venv.installed_version(site, "torch")
@@ -191,9 +194,9 @@ def ensure_wheel(recipe: WheelRecipe, cache: Path, log: Callable[[str], None] = 
             paths = None
             if recipe.cross is not None:   # its sysroot held: `builds gc` leaves it alone meanwhile
                 arch = profile(recipe.cross.target).arch
-                held.enter_context(sysroot_in_use(arch, recipe.cross.python_minor, cache, log,
-                                                  tuple(recipe.cross.sysroot_packages)))
-                paths = cross_paths(recipe, cache, Path(scratch), log, torch_build)
+                sysroot = held.enter_context(sysroot_in_use(arch, recipe.cross.python_minor, cache, log,
+                                                            tuple(recipe.cross.sysroot_packages)))
+                paths = cross_paths(recipe, cache, Path(scratch), log, torch_build, sysroot)
             for title, argv in wheel_steps(recipe, sdist, Path(scratch), artifact, paths):
                 log(f"engine build {key}: {title}")
                 if run_step(argv, out, log, title, started, env=env) != 0:
