@@ -1,4 +1,4 @@
-"""Hold the machine's CPU wake-up latency at zero while a benchmark runs (`--idle-poll`).
+"""Hold the machine's CPU wake-up latency at zero while a benchmark runs (`--all-cpus-poll`).
 
 On a KVM guest an idle vCPU halts (HLT exits to the host; here `cpuidle` is haltpoll with
 `guest_halt_poll_ns` 0, so it never polls first) and waking it again for a timer or a packet

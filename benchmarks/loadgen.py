@@ -8,7 +8,7 @@ prints, side by side:
 The server answers in ~0.1 ms, so any TTFT above that is the client's own overhead.
 
     flock /tmp/servebench-heavy.lock python benchmarks/loadgen.py [--engine-python PATH] [--requests N]
-        [--seconds S] [--workloads] [--no-vllm] [--idle-poll] [--tree DIR]
+        [--seconds S] [--workloads] [--no-vllm] [--all-cpus-poll] [--generator-halts] [--tree DIR]
 
 `--engine-python` is the engine venv's python (default: the smoke campaign's cached
 build) for `vllm bench serve`; without it (or with `--no-vllm`), only servebench is measured.
@@ -19,8 +19,12 @@ left out) replayed at 500 and 1000 req/s and, for its capacity, all at once unde
 prints each one's capacity as a fraction of the fixed one's (issue 34: at least 80 %).
 `--tree DIR` measures the `servebench load` of another checkout (e.g. a `git worktree` of an
 older commit, run with this environment's python): an A/B of the generator's own cost.
-`--idle-poll` holds /dev/cpu_dma_latency at 0 during the runs (benchmarks/cpu_latency.py): idle
-CPUs poll instead of halting, which on a VM takes the vCPU's wake-up out of the client's TTFT.
+`servebench load` itself keeps its own CPU polling when idle while it measures (`--idle-poll auto`,
+servebench/load/pinning.py: it runs pinned apart from nginx): a halted vCPU's wake-up is not stamped
+into its TTFT. `--generator-halts` turns that off (`--idle-poll off`) to show what it is worth;
+`--all-cpus-poll` holds /dev/cpu_dma_latency at 0 (benchmarks/cpu_latency.py): every idle CPU polls,
+nginx's too, which takes the server's own wake-up out of what this table calls client-added TTFT.
+`vllm bench serve` runs with the machine's idle behaviour unless `--all-cpus-poll`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from servebench.processes import ManagedProcess, free_port  # noqa: E402
 
 TOKENS = 64
 TREE = ROOT  # the checkout whose `servebench load` is measured (--tree)
+GENERATOR_HALTS = False  # --generator-halts: servebench load --idle-poll off
 GENERATOR_CPU, SERVER_CPU = "0", "1"
 
 
@@ -145,9 +150,10 @@ def servebench_load(port: int, workdir: Path, *, clients: int | None = None, rat
             "--output-json", str(out), "--quiet"]
     argv += ["--clients", str(clients)] if clients else []
     argv += ["--rate", str(rate)] if rate else []
+    argv += ["--idle-poll", "off"] if GENERATOR_HALTS else []
     subprocess.run(argv, check=True, cwd=TREE)  # `-m` imports servebench from the working directory first
     summary = json.loads(out.read_text())["summary"]
-    return {"req_s": summary["request_throughput"], "ttft_p50": summary["ttft_ms"]["p50"],
+    return {"idle_poll": summary["client"].get("idle_poll_cpus"), "req_s": summary["request_throughput"], "ttft_p50": summary["ttft_ms"]["p50"],
             "ttft_p99": summary["ttft_ms"]["p99"], "lag_p99": summary["schedule_lag_ms"]["p99"],
             "achieved": summary["achieved_rate"], "offered": summary["scheduled_rate"],
             "failed": summary["failed"], "valid": summary["valid"], "why": summary.get("invalid_reasons") or []}
@@ -231,16 +237,18 @@ def main() -> None:
     parser.add_argument("--workloads", action="store_true",
                         help="also servebench with a dataset and a trace workload (issue 34)")
     parser.add_argument("--no-vllm", action="store_true", help="servebench only")
-    parser.add_argument("--idle-poll", action="store_true", help="idle CPUs poll during the runs (root)")
+    parser.add_argument("--all-cpus-poll", action="store_true", help="every idle CPU polls during the runs (root)")
+    parser.add_argument("--generator-halts", action="store_true",
+                        help="servebench load --idle-poll off: its CPU halts when idle, as the machine has it")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the servebench checkout to measure")
     args = parser.parse_args()
-    global TREE
-    TREE = args.tree.resolve()
+    global TREE, GENERATOR_HALTS
+    TREE, GENERATOR_HALTS = args.tree.resolve(), args.generator_halts
     if shutil.which("nginx") is None:
         sys.exit("nginx is needed: apt-get install -y nginx")
     rows = []
     print(idle_states(int(GENERATOR_CPU)))
-    with tempfile.TemporaryDirectory() as tmp, zero_wakeup_latency(args.idle_poll) as idle:
+    with tempfile.TemporaryDirectory() as tmp, zero_wakeup_latency(args.all_cpus_poll) as idle:
         workdir = Path(tmp)
         nginx, port = start_nginx(workdir)
         try:
@@ -263,6 +271,9 @@ def main() -> None:
     print(f"\nservebench load of {TREE} ({git_head(TREE)})")
     print(f"load generator on CPU {GENERATOR_CPU}, nginx on CPU {SERVER_CPU}; {TOKENS} streamed tokens per request; "
           f"{idle}")
+    held = sorted({str(r.get("idle_poll")) for name, _, r in rows if name.startswith("servebench")})
+    print(f"servebench load's own CPU polling when idle: {', '.join(held)} "
+          f"({'--idle-poll off' if GENERATOR_HALTS else 'CPU list held; None: not held or an older tree'})")
     print(f"{'tool':<18} {'load':<20} {'req/s':>9} {'achieved':>9} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
           f"{'lag p99 ms':>11} {'failed':>7} {'valid':>6}")
     for name, load, r in rows:

@@ -24,7 +24,7 @@ TPOT <= 0.1) are judged PASS/FAIL, and the TTFT (E2EL) target again on the reque
 yet exactly where a definition on visible text is a whole token off. Any FAIL exits 1.
 
     flock /tmp/servebench-heavy.lock python benchmarks/wire_truth.py [--requests 60] [--rate 2] [--keep DIR]
-        [--idle-poll]     # idle CPUs poll during the load (benchmarks/cpu_latency.py)
+        [--all-cpus-poll]     # every idle CPU polls during the load, the server's too (benchmarks/cpu_latency.py)
     python benchmarks/wire_truth.py --replay DIR     # judge a kept run again (no server, no root)
 
 Needs root and tcpdump (without them: a printed reason, exit 0) and the campaign's vLLM build
@@ -330,7 +330,9 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help=f"keep the run here ({', '.join(RUN_FILES)}; removed otherwise)")
     parser.add_argument("--replay", type=Path, metavar="DIR", help="judge a run kept with --keep again (no server)")
-    parser.add_argument("--idle-poll", action="store_true", help="idle CPUs poll during the load (root)")
+    parser.add_argument("--all-cpus-poll", action="store_true",
+                        help="every idle CPU polls during the load, the server's too (root); servebench load's own "
+                             "CPU polls anyway (--idle-poll auto)")
     args = parser.parse_args()
     if args.replay:
         return judge(args.replay)
@@ -360,7 +362,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
         capture_log = workdir / "tcpdump.log"
         capture = start_capture(server.port, workdir / CAPTURE, capture_log)
         try:
-            with zero_wakeup_latency(args.idle_poll) as idle:
+            with zero_wakeup_latency(args.all_cpus_poll) as idle:
                 clock_before = ClockOffset.sample()
                 run_load(config, workdir / RESULT)
                 clock_after = ClockOffset.sample()
@@ -419,7 +421,8 @@ def print_context(good: list[Comparison], summary: dict, facts: dict, capture_by
           f"{sum(t.empty_text[0] for t in timings)} requests, the last in {sum(t.empty_text[-1] for t in timings)}")
     print(f"servebench's own verdict (not part of this check): valid {summary['valid']}, schedule lag p99 "
           f"{summary['schedule_lag_ms']['p99']:.3f} ms, TTFT p50 {summary['ttft_ms']['p50']:.2f} ms, "
-          f"server counter {summary.get('server_output_tokens')} vs client {summary.get('client_output_tokens')}")
+          f"server counter {summary.get('server_output_tokens')} vs client {summary.get('client_output_tokens')}; "
+          f"its CPU polling when idle: {(summary.get('client') or {}).get('idle_poll_cpus') or 'no'}")
     before, after = facts["clock_before"], facts["clock_after"]
     print(f"capture: {capture_bytes / 1e6:.1f} MB, tcpdump: {facts['tcpdump']}; wall - monotonic moved "
           f"{(after['offset_ns'] - before['offset_ns']) / 1e3:+.1f} us over the run (read within "

@@ -61,6 +61,8 @@ HELP = {
                              "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
     "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
+    "--idle-poll": "auto: while measuring, the generator's own CPUs (pinned with --cpus or taskset, apart from the "
+                   "server's) poll when idle instead of halting (root); off: leave them halting",
 }
 
 

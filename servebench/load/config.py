@@ -60,6 +60,10 @@ class LoadConfig(BaseModel):
     # where the generator runs
     cpus: str | None = Field(None, description="Pin the generator to these CPUs ('1', '2-3'), apart from the server.")
     nice: int | None = Field(None, ge=-20, le=19, description="Run at this nice value (negative needs root).")
+    idle_poll: Literal["auto", "off"] = Field("auto", description=(
+        "'auto': while measuring, the generator's own CPUs (pinned apart from the rest) poll when idle instead of "
+        "halting, so a halted core's wake-up is not stamped into TTFT (needs root; the summary's client block says "
+        "whether it held); 'off': the machine's idle behaviour."))
     # what the engine needs (a campaign passes its engine's; `servebench load --engine KIND` too)
     token_counter: str | None = Field(None, description="Server counter of generated tokens on /metrics, "
                                                         "checked against the client's count; None: no check.")
@@ -160,6 +164,7 @@ FLAGS: dict[str, str] = {
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
     "--max-schedule-lag-ms": "max_schedule_lag_ms", "--min-achieved-fraction": "min_achieved_fraction",
     "--max-client-cpu": "max_client_cpu", "--token-counter": "token_counter", "--cpus": "cpus", "--nice": "nice",
+    "--idle-poll": "idle_poll",
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
     "--prefix-cache-counters": "prefix_cache_counters", "--prompt-cache-tokens": "prompt_cache_tokens",
     "--stream-token-counts": "stream_token_counts",

@@ -4,13 +4,25 @@ A generator that shares cores with the server it measures starves exactly when t
 is busiest (an open-loop cell near capacity), and its lag then looks like server latency.
 So the generator pins itself to CPUs no server process uses and raises its priority, and
 every run records how busy it was: above ~80% of one core it may itself be the bottleneck.
+
+An idle core halts, and a response arriving for a halted core waits for it to wake: on a VM that
+wake-up is a round trip through the host (0.05-0.7 ms measured on a KVM guest, docs/load-generator.md),
+added to the TTFT the generator stamps. So while measuring, the generator's own CPUs poll when idle
+(the kernel's per-CPU PM QoS resume latency, "n/a"), held by a guard process that restores the
+machine's setting when the generator ends, however it ends. Only CPUs the generator has to itself
+(pinned, a subset of the machine's): the server's cores keep the machine's idle behaviour.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from servebench.cpus import format_cpu_list, parse_cpu_list
 
@@ -26,6 +38,42 @@ def place_self(cpus: str | None, nice: int | None) -> list[str]:
         except PermissionError:
             notes.append(f"nice {nice} refused (not root): running at nice {os.getpriority(os.PRIO_PROCESS, 0)}")
     return notes
+
+
+CPU_ROOT = Path("/sys/devices/system/cpu")
+IDLE_GUARD = Path(__file__).with_name("idle_guard.py")
+
+
+@dataclass
+class IdlePolling:
+    """What `polling_when_idle` did: the CPUs held polling ('' for none) and, if none, why."""
+
+    cpus: str = ""
+    why_not: str | None = None
+
+
+@contextmanager
+def polling_when_idle(mode: str, cpu_root: Path = CPU_ROOT) -> Iterator[IdlePolling]:
+    """Hold this process's CPUs polling when idle ('auto'), if they are its own and the kernel lets us;
+    'off' leaves them as the machine has them."""
+    if mode == "off":
+        yield IdlePolling(why_not="off (--idle-poll off)")
+        return
+    mine = sorted(os.sched_getaffinity(0))
+    online = parse_cpu_list((cpu_root / "online").read_text()) if (cpu_root / "online").exists() else mine
+    if set(mine) >= set(online):
+        yield IdlePolling(why_not="the generator is not pinned apart from other CPUs (--cpus): idle CPUs halt")
+        return
+    paths = [cpu_root / f"cpu{cpu}" / "power" / "pm_qos_resume_latency_us" for cpu in mine]
+    guard = subprocess.Popen([sys.executable, str(IDLE_GUARD), *map(str, paths)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    answer = guard.stdout.readline().strip() or f"the idle guard exited {guard.wait()}"
+    try:
+        yield IdlePolling(cpus=format_cpu_list(mine)) if answer == "polling" else IdlePolling(why_not=answer)
+    finally:
+        guard.stdin.close()  # the guard restores the machine's setting on end of file
+        guard.wait()
+        guard.stdout.close()
 
 
 @dataclass

@@ -19,7 +19,7 @@ from servebench.load.config import LoadConfig
 from servebench.load.health import hung_since
 from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import summarize
-from servebench.load.pinning import CpuMeter, place_self
+from servebench.load.pinning import CpuMeter, IdlePolling, place_self, polling_when_idle
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
 from servebench.load.server_metrics import scrape_counter
@@ -67,8 +67,8 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     live = live or LiveCounts()
     live.total = count
     notes = place_self(config.cpus, config.nice)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, workload, offsets, prepared, live, notes))
+    with polling_when_idle(config.idle_poll) as idle, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(config, workload, offsets, prepared, live, notes, idle))
 
 
 def replay_schedule(offsets: list[float], requests: int | None, duration: float | None) -> list[float]:
@@ -111,7 +111,7 @@ def load_result(path: Path) -> dict:
 
 
 async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
-               prepared: list[Prepared] | None, live: LiveCounts, notes: list[str]) -> dict:
+               prepared: list[Prepared] | None, live: LiveCounts, notes: list[str], idle: IdlePolling) -> dict:
     endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts,
                         config.prompt_cache_tokens)
     pool = ConnectionPool(endpoint)
@@ -162,7 +162,7 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         pool.close()
     if hung is not None:
         _mark_hung(records, finished, hung, t0, config)
-    client = meter.usage(notes)
+    client = meter.usage(notes) | {"idle_poll_cpus": idle.cpus, "idle_poll_off": idle.why_not}
     tokens_after = _server_tokens(config) if hung is None else None  # a hung server answers no /metrics
     records.sort(key=lambda r: r.index)
     for record in records:
