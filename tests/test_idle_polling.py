@@ -7,6 +7,7 @@ and its restore on the generator's death are the real ones.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from servebench.load.pinning import polling_when_idle
+from tests.support.fake_openai_server import FakeServer
 from tests.support.waiting import wait_until
 
 
@@ -96,3 +98,39 @@ def test_a_killed_generator_still_gets_the_machines_setting_back(tmp_path: Path)
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+KERNEL = Path("/sys/devices/system/cpu")
+
+
+def _kernel_refusal() -> str | None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "one CPU: the generator cannot be pinned apart"
+    path = KERNEL / f"cpu{cpus[-1]}" / "power" / "pm_qos_resume_latency_us"
+    if not path.exists() or not os.access(path, os.W_OK):
+        return f"{path} is not writable here (not root, or no per-CPU PM QoS)"
+    return None
+
+
+def test_servebench_load_pinned_holds_its_real_cpu_polling_and_gives_it_back(tmp_path: Path):
+    """The kernel's own file, during and after a `servebench load --cpus N` run."""
+    why = _kernel_refusal()
+    if why:
+        pytest.skip(why)
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    path = KERNEL / f"cpu{cpu}" / "power" / "pm_qos_resume_latency_us"
+    before = path.read_text().strip()
+    out = tmp_path / "load.json"
+    with FakeServer(token_delay_s=0.05) as server:
+        load = subprocess.Popen([sys.executable, "-m", "servebench", "load", "--base-url", server.url,
+                                 "--model", "m", "--clients", "1", "--requests", "2", "--input-len", "4",
+                                 "--output-len", "20", "--token-counter", "", "--cpus", str(cpu), "--quiet",
+                                 "--output-json", str(out)], cwd=Path(__file__).parents[1])
+        try:
+            wait_until(lambda: path.read_text().strip() == "n/a", "the generator's CPU polling", timeout_s=30)
+        finally:
+            assert load.wait(timeout=60) == 0
+    assert path.read_text().strip() == before
+    client = json.loads(out.read_text())["summary"]["client"]
+    assert client["cpus"] == str(cpu) and client["idle_poll_cpus"] == str(cpu) and client["idle_poll_off"] is None

@@ -1,11 +1,13 @@
 """What a test may leave behind, seen from this machine: processes, /dev/shm entries, network
-namespaces, ssh masters, entries in the temp dir (a killed engine's sockets, a run's scratch). Only what appeared during the test counts (a module's fixture, a
+namespaces, ssh masters, entries in the temp dir (a killed engine's sockets, a run's scratch), a CPU's idle
+setting (the load generator's idle polling, servebench/load/pinning.py). Only what appeared during the test counts (a module's fixture, a
 testbed, may hold things across its tests). `snapshot` before the test, `leaks_since` after it (waiting a little
 for what is still ending), `stop_leaked` by PID."""
 
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
 import signal
 import tempfile
@@ -30,6 +32,7 @@ class Snapshot:
     netns: frozenset[str]
     masters: frozenset[int]
     tmp: frozenset[str]
+    cpu_idle: frozenset[tuple[str, str]]
 
 
 @dataclass
@@ -39,19 +42,22 @@ class Leaks:
     shm: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     tmp: list[str] = field(default_factory=list)
+    cpu_idle: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.shm or self.netns or self.tmp)
+        return bool(self.processes or self.shm or self.netns or self.tmp or self.cpu_idle)
 
     def describe(self) -> list[str]:
         return ([f"process {pid}: {what}" for pid, what in sorted(self.processes.items())]
                 + [f"/dev/shm/{name}" for name in self.shm] + [f"network namespace {name}" for name in self.netns]
-                + [os.path.join(tempfile.gettempdir(), name) for name in self.tmp])
+                + [os.path.join(tempfile.gettempdir(), name) for name in self.tmp]
+                + [f"idle setting {what}" for what in self.cpu_idle])
 
 
 def snapshot() -> Snapshot:
     return Snapshot(frozenset(p.pid for p in psutil.Process().children(recursive=True)), frozenset(_marked()),
-                    frozenset(_shm()), frozenset(_netns()), frozenset(_masters()), frozenset(_tmp()))
+                    frozenset(_shm()), frozenset(_netns()), frozenset(_masters()), frozenset(_tmp()),
+                    frozenset(_cpu_idle()))
 
 
 def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
@@ -95,6 +101,7 @@ def _found(before: Snapshot) -> Leaks:
     leaks.shm = sorted(set(_shm()) - before.shm)
     leaks.netns = sorted(set(_netns()) - before.netns)
     leaks.tmp = sorted(set(_tmp()) - before.tmp)
+    leaks.cpu_idle = [f"{path} = {value!r}" for path, value in sorted(set(_cpu_idle()) - before.cpu_idle)]
     return leaks
 
 
@@ -133,6 +140,17 @@ def _tmp() -> list[str]:
         return []
     return [name for name in names if not any(fnmatch.fnmatch(name, kept) for kept in KEPT_IN_TMP)
             and not _prefect_harness_db(name)]
+
+
+def _cpu_idle() -> list[tuple[str, str]]:
+    """Each CPU's PM QoS resume latency ('0': the machine's default; 'n/a': polling when idle)."""
+    found = []
+    for path in sorted(glob.glob("/sys/devices/system/cpu/cpu[0-9]*/power/pm_qos_resume_latency_us")):
+        try:
+            found.append((path, open(path).read().strip()))
+        except OSError:
+            pass
+    return found
 
 
 def _prefect_harness_db(name: str) -> bool:
