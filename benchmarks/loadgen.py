@@ -8,7 +8,7 @@ prints, side by side:
 The server answers in ~0.1 ms, so any TTFT above that is the client's own overhead.
 
     flock /tmp/servebench-heavy.lock python benchmarks/loadgen.py [--engine-python PATH] [--requests N]
-        [--seconds S] [--workloads] [--no-vllm] [--all-cpus-poll] [--generator-halts] [--tree DIR]
+        [--seconds S] [--workloads] [--no-vllm] [--wire] [--all-cpus-poll] [--generator-halts] [--tree DIR]
 
 `--engine-python` is the engine venv's python (default: the smoke campaign's cached
 build) for `vllm bench serve`; without it (or with `--no-vllm`), only servebench is measured.
@@ -45,11 +45,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cpu_latency import idle_states, zero_wakeup_latency  # noqa: E402
+from benchmarks.wire_streams import exchanges  # noqa: E402
+from benchmarks.wire_truth import ClockOffset, differences, match, skip_reason, start_capture, stop_capture  # noqa: E402
+from servebench.load.config import LoadConfig  # noqa: E402
+from servebench.load.metrics import percentile  # noqa: E402
 from servebench.processes import ManagedProcess, free_port  # noqa: E402
 
 TOKENS = 64
 TREE = ROOT  # the checkout whose `servebench load` is measured (--tree)
 GENERATOR_HALTS = False  # --generator-halts: servebench load --idle-poll off
+WIRE = False  # --wire: open-loop runs captured on lo, the client's own share of TTFT measured on packets
 GENERATOR_CPU, SERVER_CPU = "0", "1"
 
 
@@ -141,7 +146,37 @@ http {{
 
 def servebench_load(port: int, workdir: Path, *, clients: int | None = None, rate: float | None = None,
                     requests: int, workload: str | None = None) -> dict:
-    """One run; `workload` a --workload block (else the fixed 16-token prompts)."""
+    """One run; `workload` a --workload block (else the fixed 16-token prompts). With --wire, an open-loop
+    run of the fixed workload is captured on lo and its client-added TTFT measured against the packets."""
+    if WIRE and rate and not workload:
+        return on_the_wire(port, workdir, lambda: _servebench_load(port, workdir, clients=clients, rate=rate,
+                                                                  requests=requests, workload=workload))
+    return _servebench_load(port, workdir, clients=clients, rate=rate, requests=requests, workload=workload)
+
+
+def on_the_wire(port: int, workdir: Path, run) -> dict:
+    """`run()` under a loopback capture (tcpdump on nginx's CPU); adds the client's own share of each TTFT:
+    servebench's TTFT minus the wire's (its send stamp before the request's first packet, its first-token
+    stamp after the first token event's packet), which leaves out nginx's and its CPU's delays."""
+    pcap, log = workdir / "lo.pcap", workdir / "tcpdump.log"
+    log.unlink(missing_ok=True)
+    capture = start_capture(port, pcap, log, cpu=int(SERVER_CPU))
+    try:
+        row = run()
+    finally:
+        counts = stop_capture(capture, pcap, log)
+    result = json.loads((workdir / "servebench.json").read_text())
+    pairs, problems = match(result, LoadConfig(**result["config"]), exchanges(pcap, port))
+    pcap.unlink()
+    added = sorted(differences(pairs, result["t0"]["monotonic"], ClockOffset.sample())["TTFT"])
+    row.update(wire_n=len(added), wire_p50=percentile(added, 50), wire_p99=percentile(added, 99),
+               wire_problems=problems[:3] + ([f"... {len(problems) - 3} more"] if len(problems) > 3 else []),
+               tcpdump=counts)
+    return row
+
+
+def _servebench_load(port: int, workdir: Path, *, clients: int | None = None, rate: float | None = None,
+                     requests: int, workload: str | None = None) -> dict:
     out = workdir / "servebench.json"
     lengths = ["--workload", workload] if workload else ["--input-len", "16", "--output-len", str(TOKENS)]
     argv = ["taskset", "-c", GENERATOR_CPU, sys.executable, "-m", "servebench", "load", "--engine", "vllm",
@@ -238,12 +273,16 @@ def main() -> None:
                         help="also servebench with a dataset and a trace workload (issue 34)")
     parser.add_argument("--no-vllm", action="store_true", help="servebench only")
     parser.add_argument("--all-cpus-poll", action="store_true", help="every idle CPU polls during the runs (root)")
+    parser.add_argument("--wire", action="store_true",
+                        help="capture the open-loop runs on lo (root, tcpdump): the client's own share of TTFT")
     parser.add_argument("--generator-halts", action="store_true",
                         help="servebench load --idle-poll off: its CPU halts when idle, as the machine has it")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the servebench checkout to measure")
     args = parser.parse_args()
-    global TREE, GENERATOR_HALTS
-    TREE, GENERATOR_HALTS = args.tree.resolve(), args.generator_halts
+    global TREE, GENERATOR_HALTS, WIRE
+    TREE, GENERATOR_HALTS, WIRE = args.tree.resolve(), args.generator_halts, args.wire
+    if WIRE and skip_reason():
+        sys.exit(f"--wire: {skip_reason()}")
     if shutil.which("nginx") is None:
         sys.exit("nginx is needed: apt-get install -y nginx")
     rows = []
@@ -279,6 +318,17 @@ def main() -> None:
     for name, load, r in rows:
         print(f"{name:<18} {load:<20} {fmt(r['req_s'], 0):>9} {fmt(r['achieved'], 1):>9} {fmt(r['ttft_p50'], 3):>12} "
               f"{fmt(r['ttft_p99'], 3):>12} {fmt(r['lag_p99'], 3):>11} {r['failed']:>7} {str(r['valid']):>6}")
+    wired = [(name, load, r) for name, load, r in rows if r.get("wire_n") is not None]
+    if wired:
+        print("\nthe client's own share of TTFT, on the wire (servebench's TTFT - the packets': its send stamp before "
+              "the request's first packet + its first-token stamp after the first token event's packet; nginx's "
+              "and its CPU's delays left out)")
+        print(f"{'tool':<18} {'load':<20} {'matched':>8} {'p50 ms':>9} {'p99 ms':>9}  capture")
+        for name, load, r in wired:
+            print(f"{name:<18} {load:<20} {r['wire_n']:>8} {fmt(r['wire_p50'], 3):>9} {fmt(r['wire_p99'], 3):>9}  "
+                  f"{r['tcpdump']}")
+            for problem in r["wire_problems"]:
+                print(f"  {name}, {load}: wire: {problem}")
     for name, load, r in rows:
         for reason in r.get("why", []):
             print(f"  {name}, {load}: invalid: {reason}")

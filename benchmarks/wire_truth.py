@@ -138,10 +138,10 @@ def start_vllm(campaign_path: Path, mode_name: str, log_dir: Path):
     return provider, server, engine, model_dir
 
 
-def start_capture(port: int, pcap: Path, log: Path) -> ManagedProcess:
+def start_capture(port: int, pcap: Path, log: Path, cpu: int = SERVER_CPU) -> ManagedProcess:
     """tcpdump on lo for the server's port, packet-buffered (-U), full packets, nanosecond stamps when
     this tcpdump has them; on the server's CPU, so the generator's core stays its own."""
-    argv = ["taskset", "-c", str(SERVER_CPU), "tcpdump", "-i", "lo", "-n", "-s", str(SNAPLEN), "-U",
+    argv = ["taskset", "-c", str(cpu), "tcpdump", "-i", "lo", "-n", "-s", str(SNAPLEN), "-U",
             "-B", "65536", "-Z", "root", "-w", str(pcap)]
     usage = subprocess.run(["tcpdump", "--help"], capture_output=True, text=True).stderr
     if "--time-stamp-precision" in usage:
