@@ -102,3 +102,14 @@ def test_the_cell_saturation_view_gives_no_point_from_the_lengths_a_workload_cel
     found = dict(con.execute("select cell_key, saturation_clients from cell_saturation").fetchall())
     con.close()
     assert found == {"m.c4.r0": 8.0, "m.turns2.c4.r0": None}
+
+
+def test_rare_misses_pass_the_default_threshold_and_a_threshold_of_zero_finds_the_first():
+    """vLLM under long answers preempts a few sequences per thousand engine steps past the point."""
+    cells = [{"mode": "tp1", "clients": c, "kv_capacity_tokens": 1024, "cache_miss_probability": 0.004 if c > 2 else 0.0,
+              "normalized_throughput": 1.0, "workload": json.dumps({**SESSIONS, "turns": 2}), "workload_name": "t2"}
+             for c in range(1, 9)]
+    (default,) = saturation_by_mode(cells)
+    (any_miss,) = saturation_by_mode(cells, threshold=0.0)
+    assert (default.measured_knee, default.first_miss_clients) == (None, None)
+    assert (any_miss.measured_knee, any_miss.first_miss_clients) == (2, 3)

@@ -131,8 +131,8 @@ def normalized_per_series(cells: list[dict]) -> list[dict]:
     return result
 
 
-def saturation_by_mode(cells: list[dict], input_len: int | None = None,
-                       output_len: int | None = None) -> list[Saturation]:
+def saturation_by_mode(cells: list[dict], input_len: int | None = None, output_len: int | None = None,
+                       threshold: float = MISS_THRESHOLD) -> list[Saturation]:
     """One Saturation per mode and workload from closed-loop `cell_kv` rows (with normalized throughput,
     or output throughput, and optionally `workload`/`workload_name`). A cell without a workload holds
     `input_len` + `output_len` tokens a client (its own `input_len`/`output_len` where it has them)."""
@@ -145,7 +145,7 @@ def saturation_by_mode(cells: list[dict], input_len: int | None = None,
         for row in rows:
             if row.get("cache_miss_probability") is not None:
                 misses[row["clients"]].append(row["cache_miss_probability"])
-        knee, first_miss = measured_knee({clients: mean(values) for clients, values in misses.items()})
+        knee, first_miss = measured_knee({clients: mean(values) for clients, values in misses.items()}, threshold)
         capacity = next((r["kv_capacity_tokens"] for r in rows if r.get("kv_capacity_tokens")), None)
         first = rows[0]
         workload = first.get("workload")
@@ -164,11 +164,11 @@ def saturation_by_mode(cells: list[dict], input_len: int | None = None,
     return result
 
 
-def run_saturation(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Saturation]:
+def run_saturation(con: duckdb.DuckDBPyConnection, run_id: str, threshold: float = MISS_THRESHOLD) -> list[Saturation]:
     """The run's saturation per mode and workload, from the warehouse."""
     cells = warehouse.rows(con, """
         select k.mode, k.clients, k.cache_miss_probability, k.kv_capacity_tokens, n.normalized_throughput,
                c.output_throughput, c.input_len, c.output_len, c.workload, c.workload_name
         from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id)
         where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
-    return saturation_by_mode(cells)
+    return saturation_by_mode(cells, threshold=threshold)

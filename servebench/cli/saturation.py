@@ -19,6 +19,9 @@ def add_saturation_parser(sub) -> None:
                        "workload: per session at its longest)")
     run_choice_args(p)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--miss-threshold", type=float, default=MISS_THRESHOLD, metavar="P",
+                   help=f"a client count whose cache-miss probability exceeds P is past the knee (default "
+                        f"{MISS_THRESHOLD:g}; 0: the first miss at all, e.g. vLLM's rare preemptions under long answers)")
     warehouse_arg(p)
     p.set_defaults(func=cmd_saturation)
 
@@ -27,7 +30,7 @@ def cmd_saturation(args: argparse.Namespace) -> int:
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
         run_id = chosen_run_id(con, args)
-        found = run_saturation(con, run_id) if run_id else []
+        found = run_saturation(con, run_id, args.miss_threshold) if run_id else []
     finally:
         con.close()
     if not found:
@@ -36,7 +39,7 @@ def cmd_saturation(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**s.model_dump(), "series": s.series, "knee_gap": s.knee_gap} for s in found], indent=1))
         return EXIT_OK
-    print(f"run {run_id}: knee = the most clients with cache-miss probability <= {MISS_THRESHOLD:g}")
+    print(f"run {run_id}: knee = the most clients with cache-miss probability <= {args.miss_threshold:g}")
     for s in found:
         unit = "sessions" if s.workload_kind == "sessions" else "clients"
         per = "a session's peak context" if s.workload_kind == "sessions" else "per sequence"
