@@ -21,7 +21,7 @@ def add_saturation_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--miss-threshold", type=float, default=MISS_THRESHOLD, metavar="P",
                    help=f"a client count whose cache-miss probability exceeds P is past the knee (default "
-                        f"{MISS_THRESHOLD:g}; 0: the first miss at all, e.g. vLLM's rare preemptions under long answers)")
+                        f"{MISS_THRESHOLD:g}; 0: the first miss at all, for an engine whose misses are rare per step)")
     warehouse_arg(p)
     p.set_defaults(func=cmd_saturation)
 
