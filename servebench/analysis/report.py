@@ -164,8 +164,7 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
             tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=".2f"),
                      alt.Tooltip("kv_capacity_tokens:Q", title="KV capacity (tokens)", format=",")])
         line = line + rule
-        subtitle += ("; dashed: theoretical KV saturation = capacity / tokens a client holds at its longest "
-                     "(input + output; a session: its whole conversation at its last turn)")
+        subtitle += "; dashed: theoretical KV saturation = capacity / a client's peak tokens"
         if any(s["saturation_clients"] > max_clients * 1.5 for s in marks):
             subtitle += " (drawn at the edge when beyond the chart)"
     measured = [k for k in knees if k.get("measured_knee") is not None]
