@@ -55,3 +55,32 @@ def test_the_knee_follows_the_kv_capacity(isolated, tmp_path):
     report = (Path(outcome["report"])).read_text()
     for chart in ("Cache-miss probability vs clients", "KV-cache usage vs clients", "Normalized throughput"):
         assert chart in report, chart
+
+
+SESSIONS_CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "kv-saturation-sessions.yaml"
+
+
+def test_sessions_saturate_the_kv_cache_where_their_last_turns_fill_it(isolated, tmp_path):
+    """Issue 34, item 4: the shipped sessions campaign cut to one capacity (1024 tokens) and 1-3 sessions at
+    once. A session of 2 turns holds 384 tokens at its longest, one of 3 turns 576: the theory (from the
+    workload block, not the cell's input_len/output_len) is 2.67 and 1.78 sessions, and the measured knees
+    are 2 and 1 (the full campaign, both engines: docs/llamacpp.md)."""
+    def lighter(data: dict) -> None:
+        data["knobs"]["ctx_size"] = [1024]
+        data["load"]["clients"] = [1, 2, 3]
+
+    outcome = run_shipped_campaign(SESSIONS_CAMPAIGN, tmp_path, isolated, lighter)
+    assert outcome["status"] == "completed", outcome
+    con = warehouse.connect(isolated, read_only=True)
+    found = {s.series: s for s in run_saturation(con, outcome["run_id"])}
+    turns = dict(con.execute("select c.workload_name, max(r.expected_input_tokens + r.requested_output_tokens) "
+                             "from requests r join cells c using (cell_id) group by all").fetchall())
+    con.close()
+    print({series: (s.theoretical_clients, s.measured_knee) for series, s in found.items()})
+    assert turns == {"turns2": 384, "turns3": 576}                 # what the sessions asked of the cache at most
+    assert set(found) == {"rpc2-cs1024.turns2", "rpc2-cs1024.turns3"}
+    for series, per_session, knee in (("rpc2-cs1024.turns2", 384, 2), ("rpc2-cs1024.turns3", 576, 1)):
+        s = found[series]
+        assert (s.kv_capacity_tokens, s.tokens_per_sequence, s.workload_kind) == (1024, per_session, "sessions")
+        assert s.theoretical_clients == pytest.approx(1024 / per_session)
+        assert (s.measured_knee, s.first_miss_clients) == (knee, knee + 1), s   # the knee at floor(theory)

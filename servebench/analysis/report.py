@@ -31,7 +31,7 @@ from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
-from servebench.analysis.saturation import run_saturation
+from servebench.analysis.saturation import normalized_per_series, run_saturation
 from servebench.analysis.workload_report import workload_charts
 from servebench.warehouse import rows
 
@@ -161,10 +161,10 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
         shown = [{**s, "x": min(s["saturation_clients"], max_clients * 1.5)} for s in marks]
         rule = alt.Chart(_data(shown)).mark_rule(strokeDash=[6, 4]).encode(
             x="x:Q", color="mode:N",
-            tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=",.0f"),
+            tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=".2f"),
                      alt.Tooltip("kv_capacity_tokens:Q", title="KV capacity (tokens)", format=",")])
         line = line + rule
-        subtitle += "; dashed: theoretical KV saturation = capacity / (input + output tokens)"
+        subtitle += "; dashed: theoretical KV saturation = capacity / a client's peak tokens"
         if any(s["saturation_clients"] > max_clients * 1.5 for s in marks):
             subtitle += " (drawn at the edge when beyond the chart)"
     measured = [k for k in knees if k.get("measured_knee") is not None]
@@ -179,6 +179,14 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
         line = line + knee
         subtitle += "; green diamond: the measured knee (most clients without KV misses)"
     return _titled(line, title, subtitle)
+
+
+def saturation_series(kv: list[dict]) -> list[dict]:
+    """`cell_kv` rows as the saturation charts draw them: one line per mode and workload (`mode` becomes
+    `<mode>.<workload>` for a workload's cells, as `servebench saturation` names the series), each
+    normalized against its own best cell."""
+    return [{**row, "mode": f"{row['mode']}.{row['workload_name']}" if row.get("workload_name") else row["mode"]}
+            for row in normalized_per_series(kv)]
 
 
 def thin_timeline(points: list[dict], most: int = TIMELINE_POINTS) -> list[dict]:
@@ -353,14 +361,14 @@ def history(nights: list[dict], changes: list[dict]) -> alt.Chart | None:
 
 def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.TopLevelMixin]:
     cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
-    kv = rows(con, "select k.*, n.normalized_throughput from cell_kv k join cell_normalized n using (cell_id) "
-                   "where k.run_id = ?", [run_id])
-    saturation = rows(con, "select mode, any_value(kv_capacity_tokens) kv_capacity_tokens, "
-                           "any_value(saturation_clients) saturation_clients from cell_saturation "
-                           "where run_id = ? group by mode", [run_id])
+    kv = saturation_series(rows(con, "select k.*, n.normalized_throughput, c.output_throughput, c.workload_name "
+                                     "from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id) "
+                                     "where k.run_id = ?", [run_id]))
     samples = rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
                         "where run_id = ? order by t_mono", [run_id])
-    knees = [k.model_dump() for k in run_saturation(con, run_id)]
+    knees = [{**k.model_dump(), "mode": k.series} for k in run_saturation(con, run_id)]
+    saturation = [{"mode": k["mode"], "kv_capacity_tokens": k["kv_capacity_tokens"],
+                   "saturation_clients": k["theoretical_clients"]} for k in knees]
     charts = {
         "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT p50"),
         "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT p50"),

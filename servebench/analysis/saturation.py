@@ -1,17 +1,23 @@
 """KV-cache saturation (seed 002): where a server's KV cache stops holding every sequence in flight.
 
-The theoretical saturation point is the KV capacity divided by the tokens one sequence holds at
-its longest (prompt + output): that many closed-loop clients fill the cache. The measured knee is
-the most clients the cache held without misses: the last client count before the first whose
+The theoretical saturation point is the KV capacity divided by the tokens one closed-loop client
+holds at its longest: that many clients fill the cache. With fixed lengths a client's sequence is
+prompt + output; with multi-turn sessions (`clients` = conversations at once) it is the session's
+whole conversation at the end of its last turn, since every turn's prompt re-sends every earlier
+prompt and answer (`tokens_per_client`, from the cell's workload block). The measured knee is the
+most clients the cache held without misses: the last client count before the first whose
 cache-miss probability (misses per decode attempt) exceeds MISS_THRESHOLD, going up from one
 client. Engine-neutral: the inputs are the warehouse's `cell_kv` rows, which hold llama.cpp's
-failed batches and vLLM's preemptions alike.
+failed batches and vLLM's preemptions alike. A run's cells are grouped per mode and workload (a
+series): two workloads on one server have two theoretical points.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from statistics import mean
+from typing import Any
 
 import duckdb
 from pydantic import BaseModel
@@ -23,13 +29,15 @@ MISS_THRESHOLD = 0.01   # a cell whose decode attempts missed more often than th
 
 class Saturation(BaseModel):
     mode: str
+    workload: str | None = None           # the cells' workload name (None: the fixed input_len/output_len)
+    workload_kind: str | None = None      # 'sessions': a client is a conversation
     kv_capacity_tokens: int | None
-    tokens_per_sequence: int
-    theoretical_clients: float | None    # capacity / tokens per sequence
-    measured_knee: int | None            # the most clients held without misses (None: no point had misses)
-    first_miss_clients: int | None       # the first client count past the knee
+    tokens_per_sequence: int | None       # KV tokens a client holds at its longest (None: lengths drawn)
+    theoretical_clients: float | None     # capacity / tokens per sequence
+    measured_knee: int | None             # the most clients held without misses (None: no point had misses)
+    first_miss_clients: int | None        # the first client count past the knee
     clients_measured: list[int]
-    peak_normalized_throughput_past_knee: float | None  # the best throughput past the knee, 1.0 = the mode's best
+    peak_normalized_throughput_past_knee: float | None  # the best throughput past the knee, 1.0 = the series' best
     mean_normalized_throughput_past_knee: float | None
 
     @property
@@ -38,6 +46,61 @@ class Saturation(BaseModel):
         if self.measured_knee is None or self.theoretical_clients is None:
             return None
         return self.measured_knee - self.theoretical_clients
+
+    @property
+    def series(self) -> str:
+        """The mode, with the workload when there is one: what a chart line and a printed row are of."""
+        return f"{self.mode}.{self.workload}" if self.workload else self.mode
+
+
+def session_turn_tokens(first_input: int, turn_input: int, output: int, turn: int) -> int:
+    """KV tokens a session holds at the end of turn `turn` (0 = the first): its prompt is the first
+    message, then per earlier turn its answer and the next message, and the answer is added to it."""
+    return first_input + turn * (output + turn_input) + output
+
+
+def session_peak_tokens(first_input: int, turn_input: int, output: int, turns: int) -> int:
+    """KV tokens a session holds at its longest, the end of its last turn: the conversation grows every
+    turn, so its last turn, not one request's prompt + output, is what a session needs from the cache."""
+    return session_turn_tokens(first_input, turn_input, output, turns - 1)
+
+
+def fixed_length(length: Any) -> int | None:
+    """A workload length block's value when it is fixed (`64` or `{dist: fixed, value: 64}`); None when
+    drawn from a distribution, which has no one peak."""
+    if isinstance(length, int) and not isinstance(length, bool):
+        return length
+    if isinstance(length, dict) and length.get("dist") == "fixed":
+        return length.get("value")
+    return None
+
+
+def tokens_per_client(workload: dict | str | None, input_len: int | None, output_len: int | None) -> int | None:
+    """KV tokens one closed-loop client holds at its longest, from a cell's workload block (as landed:
+    a mapping or its JSON). No workload: input_len + output_len. A synthetic workload with fixed lengths:
+    input + output; a sessions workload with fixed lengths: a session's peak context. None otherwise:
+    drawn lengths have no single peak, and shared prefixes, datasets and traces are not one sequence a
+    client (a prefix shared in the cache, a schedule of its own), so there is no theoretical point."""
+    if isinstance(workload, str):
+        workload = json.loads(workload)
+    if not workload:
+        return input_len + output_len if input_len and output_len else None
+    kind = workload.get("kind")
+    if kind == "synthetic":
+        lengths = [fixed_length(workload.get(key)) for key in ("input", "output")]
+        return None if None in lengths else sum(lengths)
+    if kind == "sessions":
+        lengths = [fixed_length(workload.get(key)) for key in ("first_input", "turn_input", "output")]
+        turns = workload.get("turns")
+        return None if None in lengths or not turns else session_peak_tokens(*lengths, turns)
+    return None
+
+
+def theoretical_clients(capacity_tokens: int | None, per_client_tokens: int | None) -> float | None:
+    """Clients (or sessions) whose longest sequences fill the KV capacity: capacity / tokens a client."""
+    if not capacity_tokens or not per_client_tokens:
+        return None
+    return capacity_tokens / per_client_tokens
 
 
 def measured_knee(miss_by_clients: dict[int, float], threshold: float = MISS_THRESHOLD) -> tuple[int | None, int | None]:
@@ -50,38 +113,62 @@ def measured_knee(miss_by_clients: dict[int, float], threshold: float = MISS_THR
     return None, None
 
 
-def saturation_by_mode(cells: list[dict], input_len: int, output_len: int) -> list[Saturation]:
-    """One Saturation per mode from closed-loop `cell_kv` rows (joined with normalized throughput)."""
-    by_mode: dict[str, list[dict]] = defaultdict(list)
+def normalized_per_series(cells: list[dict]) -> list[dict]:
+    """Each cell's output throughput over the best of its series (mode and workload), where the rows say
+    it; else the `normalized_throughput` they carry (the mode's best). Two workloads on one server differ
+    in throughput by their lengths alone, so each is normalized against its own best."""
+    best: dict[tuple, float] = defaultdict(float)
     for cell in cells:
-        if cell.get("clients") is not None:
-            by_mode[cell["mode"]].append(cell)
+        if cell.get("output_throughput") is not None:
+            key = (cell["mode"], cell.get("workload_name"))
+            best[key] = max(best[key], cell["output_throughput"])
     result = []
-    per_sequence = input_len + output_len
-    for mode, rows in sorted(by_mode.items()):
+    for cell in cells:
+        top = best.get((cell["mode"], cell.get("workload_name")))
+        if cell.get("output_throughput") is not None and top:
+            cell = {**cell, "normalized_throughput": cell["output_throughput"] / top}
+        result.append(cell)
+    return result
+
+
+def saturation_by_mode(cells: list[dict], input_len: int | None = None, output_len: int | None = None,
+                       threshold: float = MISS_THRESHOLD) -> list[Saturation]:
+    """One Saturation per mode and workload from closed-loop `cell_kv` rows (with normalized throughput,
+    or output throughput, and optionally `workload`/`workload_name`). A cell without a workload holds
+    `input_len` + `output_len` tokens a client (its own `input_len`/`output_len` where it has them)."""
+    by_series: dict[tuple, list[dict]] = defaultdict(list)
+    for cell in normalized_per_series([c for c in cells if c.get("clients") is not None]):
+        by_series[(cell["mode"], cell.get("workload_name"))].append(cell)
+    result = []
+    for (mode, workload_name), rows in sorted(by_series.items(), key=lambda item: (item[0][0], item[0][1] or "")):
         misses: dict[int, list[float]] = defaultdict(list)
         for row in rows:
             if row.get("cache_miss_probability") is not None:
                 misses[row["clients"]].append(row["cache_miss_probability"])
-        knee, first_miss = measured_knee({clients: mean(values) for clients, values in misses.items()})
+        knee, first_miss = measured_knee({clients: mean(values) for clients, values in misses.items()}, threshold)
         capacity = next((r["kv_capacity_tokens"] for r in rows if r.get("kv_capacity_tokens")), None)
+        first = rows[0]
+        workload = first.get("workload")
+        if isinstance(workload, str):
+            workload = json.loads(workload)
+        per_client = tokens_per_client(workload, first.get("input_len") or input_len,
+                                       first.get("output_len") or output_len)
         past = [r.get("normalized_throughput") or 0.0 for r in rows if first_miss and r["clients"] >= first_miss]
         result.append(Saturation(
-            mode=mode, kv_capacity_tokens=capacity, tokens_per_sequence=per_sequence,
-            theoretical_clients=capacity / per_sequence if capacity else None, measured_knee=knee,
+            mode=mode, workload=workload_name, workload_kind=(workload or {}).get("kind"),
+            kv_capacity_tokens=capacity, tokens_per_sequence=per_client,
+            theoretical_clients=theoretical_clients(capacity, per_client), measured_knee=knee,
             first_miss_clients=first_miss, clients_measured=sorted({r["clients"] for r in rows}),
             peak_normalized_throughput_past_knee=max(past) if past else None,
             mean_normalized_throughput_past_knee=mean(past) if past else None))
     return result
 
 
-def run_saturation(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Saturation]:
-    """The run's saturation per mode, from the warehouse."""
+def run_saturation(con: duckdb.DuckDBPyConnection, run_id: str, threshold: float = MISS_THRESHOLD) -> list[Saturation]:
+    """The run's saturation per mode and workload, from the warehouse."""
     cells = warehouse.rows(con, """
         select k.mode, k.clients, k.cache_miss_probability, k.kv_capacity_tokens, n.normalized_throughput,
-               c.input_len, c.output_len
+               c.output_throughput, c.input_len, c.output_len, c.workload, c.workload_name
         from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id)
         where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
-    if not cells:
-        return []
-    return saturation_by_mode(cells, cells[0]["input_len"], cells[0]["output_len"])
+    return saturation_by_mode(cells, threshold=threshold)
