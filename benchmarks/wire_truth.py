@@ -24,6 +24,7 @@ TPOT <= 0.1) are judged PASS/FAIL, and the TTFT (E2EL) target again on the reque
 yet exactly where a definition on visible text is a whole token off. Any FAIL exits 1.
 
     flock /tmp/servebench-heavy.lock python benchmarks/wire_truth.py [--requests 60] [--rate 2] [--keep DIR]
+        [--generator-halts]   # servebench load --idle-poll off: its own CPU halts when idle
         [--all-cpus-poll]     # every idle CPU polls during the load, the server's too (benchmarks/cpu_latency.py)
     python benchmarks/wire_truth.py --replay DIR     # judge a kept run again (no server, no root)
 
@@ -330,6 +331,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help=f"keep the run here ({', '.join(RUN_FILES)}; removed otherwise)")
     parser.add_argument("--replay", type=Path, metavar="DIR", help="judge a run kept with --keep again (no server)")
+    parser.add_argument("--generator-halts", action="store_true",
+                        help="servebench load --idle-poll off: its CPU halts when idle, as the machine has it")
     parser.add_argument("--all-cpus-poll", action="store_true",
                         help="every idle CPU polls during the load, the server's too (root); servebench load's own "
                              "CPU polls anyway (--idle-poll auto)")
@@ -358,7 +361,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
             base_url=server.url, model="tiny", rate=args.rate, arrival="poisson", input_len=args.input_len,
             output_len=args.output_len, vocab_size=vocab_size(model_dir), requests=args.requests, seed=args.seed,
             cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.request_extras),
-            token_counter=engine.generation_tokens_metric)
+            token_counter=engine.generation_tokens_metric, idle_poll="off" if args.generator_halts else "auto")
         capture_log = workdir / "tcpdump.log"
         capture = start_capture(server.port, workdir / CAPTURE, capture_log)
         try:
