@@ -53,7 +53,7 @@ def running_count(chunk: dict, paths: tuple[tuple[str, ...], ...]) -> int | None
 
 
 class SseStream:
-    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events", "count_paths", "cache_paths")
+    __slots__ = ("record", "buffer", "tokens", "done", "chunk_events", "count_paths", "cache_paths", "usage_count")
 
     def __init__(self, record: RequestRecord,
                  token_counts: tuple[tuple[str, ...], ...] = count_paths(OPENAI_TOKEN_COUNT),
@@ -62,6 +62,7 @@ class SseStream:
         `cache_tokens`: where the usage chunk says the prompt tokens [cached, processed] (None: nowhere)."""
         self.record = record
         self.count_paths = token_counts
+        self.usage_count = token_counts == (("usage", "completion_tokens"),)  # OpenAI's: the hot path's shortcut
         self.cache_paths = cache_tokens
         self.buffer = b""
         self.tokens = 0
@@ -78,7 +79,11 @@ class SseStream:
             end = data.find(b"\n\n", start)
             if end < 0:
                 break
-            problem = self._event(data[start:end], now)
+            event = data[start:end]
+            if event[:6] == b"data: " and b"\n" not in event:  # one data line: nearly every event, the hot path
+                problem = self._data(event[6:], now)
+            else:
+                problem = self._event(event, now)
             if problem is not None:
                 return problem
             start = end + 2
@@ -108,51 +113,62 @@ class SseStream:
                 if line[:6] in (b"event:", b"id: ", b"retry:") or line[:3] == b"id:":
                     continue
                 return f"not an SSE data line: {line[:80]!r}"
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                return f"chunk is not JSON: {payload[:80]!r}"
-            if not isinstance(chunk, dict):
-                return f"chunk is not a JSON object: {payload[:80]!r}"
-            problem = self._chunk(chunk, now)
+            problem = self._data(line[5:], now)
             if problem is not None:
                 return problem
         return None
 
+    def _data(self, payload: bytes, now: float) -> str | None:
+        payload = payload.strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return None
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return f"chunk is not JSON: {payload[:80]!r}"
+        if not isinstance(chunk, dict):
+            return f"chunk is not a JSON object: {payload[:80]!r}"
+        return self._chunk(chunk, now)
+
     def _chunk(self, chunk: dict, now: float) -> str | None:
         record = self.record
         record.chunks += 1
-        if chunk.get("error"):
+        if "error" in chunk and chunk["error"]:
             return f"error event in stream: {str(chunk['error'])[:200]}"
-        usage = chunk.get("usage") or {}
+        usage = chunk.get("usage")
         choices = chunk.get("choices")
-        count = running_count(chunk, self.count_paths)
-        if usage.get("prompt_tokens") is not None:
-            record.input_tokens = usage["prompt_tokens"]
-            if self.cache_paths is not None:
-                cached, processed = self.cache_paths
-                record.cached_input_tokens = running_count(chunk, (cached,))
-                record.processed_input_tokens = running_count(chunk, (processed,))
-        if choices and record.first_text_s is None and _text(choices[0]):
-            record.first_text_s = now
-        if choices and count is not None:  # running usage: the server says how many tokens so far
-            record.token_source = "usage"
-            if count > self.tokens:
-                self._tokens_arrived(count - self.tokens, now)
-                self.tokens = count
-        elif choices and record.token_source != "usage":
-            carried = _tokens_in(choices[0])
-            if carried:
-                record.token_source = "chunks"
-                self.chunk_events += carried
-                self._tokens_arrived(carried, now)
-        elif not choices and count is not None:  # the closing usage-only chunk: the server's total
+        if self.usage_count:  # usage.completion_tokens: one lookup in the usage already in hand
+            count = usage.get("completion_tokens") if usage.__class__ is dict else None
+        else:
+            count = running_count(chunk, self.count_paths)
+        if usage and usage.get("prompt_tokens") is not None:
+            self._prompt_tokens(chunk, usage["prompt_tokens"])
+        if choices:
+            if record.first_text_s is None and _text(choices[0]):
+                record.first_text_s = now
+            if count is not None:  # running usage: the server says how many tokens so far
+                record.token_source = "usage"
+                if count > self.tokens:
+                    self._tokens_arrived(count - self.tokens, now)
+                    self.tokens = count
+            elif record.token_source != "usage":
+                carried = _tokens_in(choices[0])
+                if carried:
+                    record.token_source = "chunks"
+                    self.chunk_events += carried
+                    self._tokens_arrived(carried, now)
+        elif count is not None:  # the closing usage-only chunk: the server's total
             record.output_tokens = count
         return None
+
+    def _prompt_tokens(self, chunk: dict, prompt_tokens: int) -> None:
+        record = self.record
+        record.input_tokens = prompt_tokens
+        if self.cache_paths is not None:
+            cached, processed = self.cache_paths
+            record.cached_input_tokens = running_count(chunk, (cached,))
+            record.processed_input_tokens = running_count(chunk, (processed,))
 
     def _tokens_arrived(self, count: int, now: float) -> None:
         record = self.record
