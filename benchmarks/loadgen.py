@@ -25,6 +25,9 @@ into its TTFT. `--generator-halts` turns that off (`--idle-poll off`) to show wh
 `--all-cpus-poll` holds /dev/cpu_dma_latency at 0 (benchmarks/cpu_latency.py): every idle CPU polls,
 nginx's too, which takes the server's own wake-up out of what this table calls client-added TTFT.
 `vllm bench serve` runs with the machine's idle behaviour unless `--all-cpus-poll`.
+`--wire` (root, tcpdump) captures servebench's open-loop runs on lo and prints the client's own share
+of TTFT per request: servebench's TTFT minus the wire's, so nginx's and its CPU's delays, which the
+stamped TTFT p99 includes, are left out (docs/load-generator.md, "What a TTFT p99 against nginx is made of").
 """
 
 from __future__ import annotations
