@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from servebench import warehouse
 from servebench import landing
 from servebench.analysis.report import build_charts
 from servebench.analysis.workload_report import (length_bins, length_count_rows, length_histograms, prefix_cell_rows,
-                                                 prefix_chart, turn_points, turn_request_rows)
+                                                 prefix_chart, turn_chart, turn_points, turn_request_rows)
 from servebench.campaign.loading import parse_campaign
 from servebench.campaign.sweep import Cell, expand
 from servebench.load.records import RequestRecord
@@ -143,6 +144,24 @@ def test_wide_lengths_share_bins_between_sent_and_served():
     assert "w: input tokens" in spec and '"filled": false' in spec
 
 
+def test_short_axes_of_whole_numbers_tick_only_whole_numbers():
+    """Counts of 2 requests and 3 turns (a llama.cpp run's sessions cell: 2 sessions x 3 turns): Vega's
+    tickMinStep alone drew ticks at 0.5 and 1.5 (labelled '0 1 1 2 2' on the count axis)."""
+    def ticks(chart, title: str) -> list[str]:         # an axis's tick labels: the numbers drawn just before its title
+        texts = re.findall(r"<text[^>]*>([^<]*)</text>", vl_convert.vegalite_to_svg(chart.to_json(indent=None)))
+        before = texts[:texts.index(title)]
+        start = len(before)
+        while start and re.fullmatch(r"-?[\d.]+", before[start - 1]):
+            start -= 1
+        return before[start:]
+    bins = length_bins([{"workload": "s", "length": "input", "source": source, "tokens": tokens, "requests": 2}
+                        for source in ("sent", "served") for tokens in (64, 88, 112)])
+    assert ticks(length_histograms(bins), "requests") == ["0", "1", "2"]
+    points = [{"cell_key": "c", "mode": "m", "workload": "sessions", "turn": t, "requests": 2, "answered": 2,
+               "ttft_p50_ms": 8.0 - t, "input_tokens_p50": 64 + 24 * t} for t in range(3)]
+    assert ticks(turn_chart(points), "turn (0: the first)") == ["0", "1", "2"]
+
+
 def test_each_turns_p50_is_the_median_of_its_answered_requests(db):
     path, landed = db
     points = turn_points(read(path, turn_request_rows))
@@ -183,3 +202,6 @@ def test_a_workload_run_has_the_charts_and_a_run_without_workloads_has_none(db):
     for name, title in titles.items():
         svg = vl_convert.vegalite_to_svg(charts[name].to_json(indent=None, validate=False))
         assert title in svg and "<svg" in svg, name
+    # the workloads share their load points: each its own bar beside the others, not drawn over them
+    side = json.dumps(charts["modes_side_by_side"].to_dict())
+    assert all(f'"tp1 (mp) {w}"' in side for w in ("mixed", "prefix", "sessions"))

@@ -38,7 +38,7 @@ from servebench.warehouse import rows
 CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction, link, link_delay_ms, link_rate_mbit"""
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name"""
 WIDTH, HEIGHT = 380, 240
 TIMELINE_POINTS = 400        # per node, server and metric: about one per two pixels of the timeline
 
@@ -253,7 +253,9 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = 
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
-    done = [{**c, "mode_executor": f"{c['mode']} ({c['executor']})" + (f" {c['link']}" if c.get("link") else "")}
+    # one bar per mode, link setting and workload: a workload campaign's cells share their load point
+    done = [{**c, "mode_executor": f"{c['mode']} ({c['executor']})" + (f" {c['link']}" if c.get("link") else "")
+             + (f" {c['workload_name']}" if c.get("workload_name") else "")}
             for c in cells if c["output_throughput"]]
     if not done:
         return None

@@ -21,6 +21,7 @@ from servebench.warehouse import rows
 
 MAX_BINS = 30                       # a histogram panel a few hundred pixels wide shows no more
 PANEL_WIDTH, PANEL_HEIGHT = 300, 160
+WHOLE_TICKS = 5                     # an axis of whole numbers spanning no more is given every one as a tick
 SOURCES = {"sent": "#1f77b4", "served": "#ff7f0e"}
 LENGTHS = {  # (length, source) -> the requests column holding it
     ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
@@ -114,15 +115,26 @@ def _histogram(bins: list[dict], title: str) -> alt.LayerChart:
     low, high = min(b["left"] for b in drawn), max(b["right"] for b in drawn)
     if high - low < 10:
         low, high = (low + high) / 2 - 5, (low + high) / 2 + 5
-    whole = alt.Axis(format="d", tickMinStep=1)
-    encoding = dict(x=alt.X("left:Q", title="tokens", scale=alt.Scale(domain=[low, high], nice=False), axis=whole),
-                    x2="right:Q", y=alt.Y("requests:Q", title="requests", stack=None, axis=whole), y2=alt.datum(0),
+    encoding = dict(x=alt.X("left:Q", title="tokens", scale=alt.Scale(domain=[low, high], nice=False),
+                            axis=whole_axis(low, high)),
+                    x2="right:Q", y=alt.Y("requests:Q", title="requests", stack=None,
+                                          axis=whole_axis(0, max(b["requests"] for b in bins))), y2=alt.datum(0),
                     color=color, tooltip=["source:N", alt.Tooltip("tokens:N", title="tokens"), "requests:Q"])
     bins = drawn
     served = alt.Chart(_data([b for b in bins if b["source"] == "served"])).mark_bar(opacity=0.55).encode(**encoding)
     sent = alt.Chart(_data([b for b in bins if b["source"] == "sent"])).mark_bar(
         filled=False, strokeWidth=1.5).encode(**encoding)
     return alt.layer(served, sent).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT, title=title)
+
+
+def whole_axis(lowest: float, highest: float) -> alt.Axis:
+    """An axis of whole numbers (counts, turns) over [lowest, highest]. `tickMinStep` alone is not
+    enough: over a span of 1 or 2 Vega still asks d3 for 2 or 3 ticks, which steps by 0.5 (a sessions
+    run of 3 turns had ticks at turn 0.5 and 1.5, and a histogram of 2 requests an axis labelled
+    0 1 1 2 2), so a short span gets its whole numbers as the tick values (turns and counts from 0)."""
+    if highest - lowest <= WHOLE_TICKS:
+        return alt.Axis(format="d", values=list(range(math.ceil(lowest), math.floor(highest) + 1)))
+    return alt.Axis(format="d", tickMinStep=1)
 
 
 def turn_points(requests: list[dict]) -> list[dict]:
@@ -152,7 +164,7 @@ def turn_chart(points: list[dict]) -> alt.TopLevelMixin | None:
     panels = []
     for field, axis in (("ttft_p50_ms", "TTFT p50 (ms)"), ("input_tokens_p50", "prompt tokens p50 (served)")):
         panels.append(alt.Chart(_data(points)).mark_line(point=True).encode(
-            x=alt.X("turn:Q", title="turn (0: the first)", axis=alt.Axis(tickMinStep=1)),
+            x=alt.X("turn:Q", title="turn (0: the first)", axis=whole_axis(0, max(p["turn"] for p in points))),
             y=alt.Y(f"{field}:Q", title=axis), color=alt.Color("cell_key:N", title="cell"),
             tooltip=["cell_key:N", "turn:Q", "requests:Q", "answered:Q", alt.Tooltip(f"{field}:Q", format=".1f")],
         ).properties(width=PANEL_WIDTH + 80, height=PANEL_HEIGHT + 40, title=axis))
