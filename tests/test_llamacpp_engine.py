@@ -258,6 +258,30 @@ def test_cell_kv_reads_either_engines_kv_signals_the_same_way(tmp_path):
     assert kv["tokens"]["cache_miss_probability"] == pytest.approx(30 / 120)   # attempts: 90 decoded + 30 failed
 
 
+def test_a_cell_too_short_for_a_step_count_reads_its_misses_not_saturation(tmp_path):
+    """One telemetry sample (or none) gives no counter change: the probability falls back to misses per
+    completed request, 0 for a llama.cpp cell without failed batches (DuckDB's least(1.0, NULL) is 1.0,
+    which once read such a cell as saturated), NULL when no miss count exists (vLLM's preemptions from
+    one sample are unknown, not 0)."""
+    from servebench import warehouse
+
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    for mode, failures, sampled, preempted in (("none-failed", 0, True, None), ("three-failed", 3, True, None),
+                                               ("vllm", None, True, 2), ("nothing-known", None, False, None)):
+        con.execute("""insert into cells (run_id, cell_id, cell_key, mode, tp, pp, executor, load_kind, clients,
+                       "repeat", input_len, output_len, seed, status, completed, t0_monotonic, t_end_monotonic,
+                       kv_failures) values ('r', ?, ?, ?, 1, 1, 'x', 'closed', 2, 0, 8, 8, 0, 'completed', 6,
+                       100, 100.2, ?)""", [f"r/{mode}", f"{mode}.c2.r0", mode, failures])
+        if sampled:
+            con.execute("insert into server_samples (run_id, mode, t_mono, t_wall, kv_tokens, preemptions_total, "
+                        "decode_steps_total) values ('r', ?, 100.1, 100.1, 50, ?, 40)", [mode, preempted])
+    kv = {r["mode"]: r["cache_miss_probability"] for r in warehouse.rows(con, "select * from cell_kv")}
+    con.close()
+    assert kv["none-failed"] == 0.0
+    assert kv["three-failed"] == pytest.approx(3 / 6)    # no step count from one sample: misses per request
+    assert kv["vllm"] is None and kv["nothing-known"] is None  # one sample says nothing of a counter's change
+
+
 def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypatch, tmp_path):
     import servebench.build.venv as venv
 
