@@ -39,7 +39,8 @@ WORKLOADS = HEAD.format(name="wl") + """  workload:
 """
 PLAIN = HEAD.format(name="plain") + "  input_len: 32\n  output_len: 16\n"
 WORKLOAD_CHARTS = {"workload_lengths", "session_turns", "prefix_cache"}
-HIT_RATES = {"tp1.prefix.c1.r0": 0.8, "tp1.prefix.c2.r0": None}   # c2: a server without the counters
+HIT_RATES = {"tp1.mixed.c1.r0": 0.0, "tp1.prefix.c1.r0": 0.8, "tp1.prefix.c2.r0": None,  # c2: a server without
+             "tp1.sessions.c1.r0": 0.55, "tp1.sessions.c2.r0": 0.6}                       # the counters
 
 
 def synthetic_requests(cell: Cell) -> list[dict]:
@@ -177,12 +178,16 @@ def test_each_turns_p50_is_the_median_of_its_answered_requests(db):
     assert [p["requests"] for p in last] == [3, 3] and [p["answered"] for p in last] == [2, 2]  # the failed one
 
 
-def test_shared_prefix_cells_show_their_hit_rate_beside_ttft(db):
+def test_repeating_prefix_cells_show_their_hit_rate_beside_ttft_with_the_unshared_baseline(db):
+    """Shared-prefix and sessions cells, and in their run every other cell with a hit rate (the mixed
+    cell at 0 %: prompts that share nothing); a mixed cell without one, and the plain run, not at all."""
     path, _ = db
     cells = read(path, prefix_cell_rows)
     assert [(c["cell_key"], c["prefix_cache_hit_rate"]) for c in cells] == list(HIT_RATES.items())
+    assert read(path, prefix_cell_rows, "plain") == []
     spec = json.dumps(prefix_chart(cells).to_dict())
-    assert '"80%"' in spec and '"none"' in spec and "ttft_p50_ms" in spec and "2 groups x 64 + 8 tokens" in spec
+    assert '"80%"' in spec and '"none"' in spec and '"55%"' in spec and "ttft_p50_ms" in spec
+    assert "2 groups x 64 + 8 tokens" in spec and "3 sessions x 4 turns" in spec and "synthetic: no shared prefix" in spec
 
 
 def test_a_workload_run_has_the_charts_and_a_run_without_workloads_has_none(db):
@@ -198,7 +203,7 @@ def test_a_workload_run_has_the_charts_and_a_run_without_workloads_has_none(db):
     assert plain and not WORKLOAD_CHARTS & set(plain)
     assert WORKLOAD_CHARTS <= set(charts)
     titles = {"workload_lengths": "Request lengths per workload", "session_turns": "Multi-turn sessions: per turn",
-              "prefix_cache": "Shared prefixes: prefix-cache hit rate and TTFT"}
+              "prefix_cache": "Prefix reuse: prefix-cache hit rate and TTFT"}
     for name, title in titles.items():
         svg = vl_convert.vegalite_to_svg(charts[name].to_json(indent=None, validate=False))
         assert title in svg and "<svg" in svg, name

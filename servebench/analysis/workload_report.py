@@ -54,11 +54,18 @@ def turn_request_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]
 
 
 def prefix_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    """The run's shared-prefix cells with their prefix-cache hit rate (NULL: nothing looked up, or
-    a server that says nothing of its cache: neither counters nor per-response counts) and TTFT."""
-    return rows(con, """select cell_key, mode, workload_name workload, prefix_cache_hit_rate, ttft_p50_ms,
-            ttft_p99_ms, valid, workload
-        from cells where run_id = ? and json_extract_string(workload, '$.kind') = 'shared-prefix'
+    """The cells whose prefixes repeat (shared-prefix and sessions workloads) with their prefix-cache hit
+    rate (NULL: nothing looked up, or a server that says nothing of its cache: neither counters nor
+    per-response counts) and TTFT; in such a run, also every other cell with a hit rate: the baseline of
+    prompts that share nothing. A run without repeating prefixes has none (no chart)."""
+    return rows(con, """with shaped as (
+            select *, json_extract_string(workload, '$.kind') kind from cells where run_id = ?)
+        select cell_key, mode, workload_name workload, prefix_cache_hit_rate, ttft_p50_ms, ttft_p99_ms, valid,
+               workload workload_block
+        from shaped
+        where kind in ('shared-prefix', 'sessions')
+           or (prefix_cache_hit_rate is not null
+               and exists (select 1 from shaped where kind in ('shared-prefix', 'sessions')))
         order by cell_key""", [run_id])
 
 
@@ -174,12 +181,12 @@ def turn_chart(points: list[dict]) -> alt.TopLevelMixin | None:
 
 
 def prefix_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
-    """Each shared-prefix cell's prefix-cache hit rate next to its TTFT (p50 bar, p99 tick), on one
-    shared cell axis: a cell that reuses its prefixes answers sooner than one that cannot."""
+    """Each cell's prefix-cache hit rate next to its TTFT (p50 bar, p99 tick), on one shared cell axis:
+    a cell that reuses its prefixes answers sooner than one that cannot."""
     if not cells:
         return None
     shown = [{**c, "hit_rate": c["prefix_cache_hit_rate"] or 0.0, "hit_text": _hit_text(c["prefix_cache_hit_rate"]),
-              "shape": _prefix_shape(c["workload"])} for c in cells]
+              "shape": prefix_shape(c["workload_block"])} for c in cells]
     y = alt.Y("cell_key:N", title="cell", sort=[c["cell_key"] for c in shown])
     tooltip = ["cell_key:N", "shape:N", alt.Tooltip("hit_text:N", title="hit rate"),
                alt.Tooltip("ttft_p50_ms:Q", format=".1f"), alt.Tooltip("ttft_p99_ms:Q", format=".1f"), "valid:N"]
@@ -192,17 +199,23 @@ def prefix_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
             + base.mark_tick(color="black", thickness=2).encode(x="ttft_p99_ms:Q"))
     return alt.hconcat(hits.properties(width=PANEL_WIDTH, title="prefix-cache hit rate"),
                        ttft.properties(width=PANEL_WIDTH, title="TTFT")).properties(title=alt.TitleParams(
-        "Shared prefixes: prefix-cache hit rate and TTFT", subtitle="hits / queries of the server's prefix cache "
-        "over the cell; 'none': nothing was looked up (caching off) or the server has no such counters"))
+        "Prefix reuse: prefix-cache hit rate and TTFT", subtitle="prompt tokens the server's prefix cache supplied, "
+        "over the cell; 'none': nothing was looked up (caching off) or the server does not say"))
 
 
 def _hit_text(rate: float | None) -> str:
     return "none" if rate is None else f"{rate:.0%}"
 
 
-def _prefix_shape(workload: str | dict | None) -> str:
-    """'G groups x P + Q tokens' from the cell's workload block (its JSON as landed)."""
+def prefix_shape(workload: str | dict | None) -> str:
+    """What repeats in a cell's prompts, from its workload block (its JSON as landed): 'G groups x P + Q
+    tokens', 'S sessions x T turns', or that nothing is shared."""
     block = json.loads(workload) if isinstance(workload, str) else (workload or {})
+    kind = block.get("kind")
+    if kind == "sessions":
+        return f"{block.get('sessions')} sessions x {block.get('turns')} turns"
+    if kind != "shared-prefix":
+        return f"{kind or 'fixed lengths'}: no shared prefix"
     suffix = block.get("suffix_len")
     if isinstance(suffix, dict):      # a length as landed: fixed (its value) or drawn (its distribution)
         suffix = suffix.get("value") or suffix.get("dist")
