@@ -75,7 +75,8 @@ def test_a_file_the_kernel_refuses_says_why_and_holds_nothing(one_cpu_of_four):
 
 
 def test_a_killed_generator_still_gets_the_machines_setting_back(tmp_path: Path):
-    """SIGKILL runs no finally: the guard's end of file restores."""
+    """SIGKILL to the generator's whole process group runs no finally: the guard, in a session of its
+    own, restores on its pipe's end of file."""
     root = cpu_tree(tmp_path, max(4, max(os.sched_getaffinity(0)) + 2))
     mine = min(os.sched_getaffinity(0))
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -86,11 +87,11 @@ def test_a_killed_generator_still_gets_the_machines_setting_back(tmp_path: Path)
         with polling_when_idle("auto", cpu_root=Path({str(root)!r})) as idle:
             print(idle.cpus, flush=True)
             time.sleep(60)
-        """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+        """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1], start_new_session=True)
     try:
         assert child.stdout.readline().strip() == str(mine)
         assert qos(root, mine) == "n/a"
-        child.send_signal(signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         wait_until(lambda: qos(root, mine) == "0", "the guard restoring the setting", timeout_s=10)
     finally:

@@ -65,8 +65,9 @@ def polling_when_idle(mode: str, cpu_root: Path = CPU_ROOT) -> Iterator[IdlePoll
         yield IdlePolling(why_not="the generator is not pinned apart from other CPUs (--cpus): idle CPUs halt")
         return
     paths = [cpu_root / f"cpu{cpu}" / "power" / "pm_qos_resume_latency_us" for cpu in mine]
+    # a session of its own: a SIGKILL to the generator's process group must leave the guard to restore
     guard = subprocess.Popen([sys.executable, str(IDLE_GUARD), *map(str, paths)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     answer = guard.stdout.readline().strip() or f"the idle guard exited {guard.wait()}"
     try:
         yield IdlePolling(cpus=format_cpu_list(mine)) if answer == "polling" else IdlePolling(why_not=answer)
