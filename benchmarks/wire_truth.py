@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.cpu_latency import zero_wakeup_latency  # noqa: E402
 from benchmarks.wire_streams import WireExchange, exchanges  # noqa: E402
-from servebench.build.model import ensure_model, vocab_size  # noqa: E402
-from servebench.build.venv import ensure_build  # noqa: E402
+from servebench.builds.model import ensure_model, vocab_size  # noqa: E402
+from servebench.builds.venv import ensure_build  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
 from servebench.engines import LaunchRequest, get_engine  # noqa: E402
 from servebench.load.config import LoadConfig, deadline_s, to_argv  # noqa: E402

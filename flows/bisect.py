@@ -21,15 +21,15 @@ from prefect import flow
 from servebench import warehouse
 from servebench.paths import default_warehouse
 from servebench.flows.campaign import campaign_run
-from servebench import warehouse_io
+from servebench.warehouse import store
 from servebench.analysis.bisect import BisectError, Step, judge, most_builds, search
 from servebench.analysis.regression.series import METRICS
-from servebench.build import git_source
+from servebench.builds import git_source
 from servebench.campaign.bisect import commits_to_bisect, step_campaign
 from servebench.campaign.loading import load_campaign
 from servebench.paths import cache_dir, runs_dir
 from servebench.progress import reporter
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 
 BISECT_METRICS = [name for name in METRICS if name != "capacity"]
 
@@ -38,7 +38,7 @@ def step_results(wh: str, run_id: str, mode: str, metric: str) -> tuple[list[flo
     """A step's run as the bisect reads it: the metric of each completed cell, and its build key."""
     con = warehouse.connect(wh, read_only=True)
     try:
-        return warehouse_io.completed_metric(con, run_id, mode, metric), warehouse_io.run_build_key(con, run_id)
+        return store.completed_metric(con, run_id, mode, metric), store.run_build_key(con, run_id)
     finally:
         con.close()
 
@@ -97,7 +97,7 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
                    verdict="baseline" if step is None else step.verdict,
                    measured_at=datetime.now(timezone.utc))
         with session(wh) as con:
-            warehouse_io.land_bisect_step(con, row)
+            store.land_bisect_step(con, row)
         steps.append(row)
         (folder / "bisect.json").write_text(json.dumps(steps, default=str, indent=1))
 

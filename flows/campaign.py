@@ -27,25 +27,25 @@ from servebench.flows.cells import land_result_file
 from servebench.flows.context import EngineRun, RunContext, first_line, reference_mode_name
 from servebench.flows.modes import reference_answers, run_mode
 from servebench.flows.tuning import judge_tuning, landed_capacities, optuna_first_mode, remeasure_default, tune_with_optuna
-from servebench import landing
+from servebench.warehouse import landing
 from servebench.analysis.cell_dispersion import land_intervals
-from servebench.build.cache import hold_in_use
-from servebench.build.model import vocab_size
-from servebench.build.prerequisites import require
+from servebench.builds.cache import hold_in_use
+from servebench.builds.model import vocab_size
+from servebench.builds.prerequisites import require
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.outcome import run_status
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan, group_by_mode, make_plan
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
-from servebench.campaign.schema import Campaign, ModeSpec
-from servebench.campaign.sweep import Cell, configurations, variant_specs
+from servebench.spec.campaign import Campaign, ModeSpec
+from servebench.spec.sweep import Cell, configurations, variant_specs
 from servebench.engines import get_engine
 from servebench.paths import default_warehouse, runs_dir
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving.deployment import ClientNode, Deployment
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 from servebench.tasks.build import build_engine
 from servebench.tasks.distribute import place_artifacts
 from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_start, land_run_update

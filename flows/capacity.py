@@ -13,16 +13,16 @@ from __future__ import annotations
 from servebench.flows.cells import land_result_file, result_file, run_one_cell
 from servebench.flows.context import RunContext
 from servebench.flows.servers import restart_server, server_problem
-from servebench import warehouse_io
+from servebench.warehouse import store
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, probe_floor, search_capacity
-from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import Cell, search_cell
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import Cell, search_cell
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 from servebench.tasks.land import land_capacity
 
 
@@ -95,7 +95,7 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     whether it met the SLO, as landed (nothing is measured twice)."""
     slo = ctx.campaign.slo
     with session(ctx.warehouse) as con:
-        row = warehouse_io.landed_cell(con, ctx.run_id, cell.key)
+        row = store.landed_cell(con, ctx.run_id, cell.key)
     completed = row["status"] == "completed"
     verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=completed and bool(row["valid"]),
                     reasons=(row["invalid_reasons"] or []) if completed else [],

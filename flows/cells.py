@@ -10,10 +10,10 @@ from pathlib import Path
 
 from servebench.flows.context import RunContext
 from servebench.flows.servers import server_problem
-from servebench import landing
+from servebench.warehouse import landing
 from servebench.campaign.outcome import (CellOutcome, FaultEvidence, failed_outcome, measure_again,
                                          measured_outcome)
-from servebench.campaign.sweep import Cell
+from servebench.spec.sweep import Cell
 from servebench.load.runner import load_result
 from servebench.progress import reporter
 from servebench.serving.faults import FaultTimer

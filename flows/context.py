@@ -9,8 +9,8 @@ from typing import IO
 
 from servebench.campaign.outcome import CellOutcome
 from servebench.campaign.plan import Plan
-from servebench.campaign.schema import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
-from servebench.campaign.sweep import Cell, configurations
+from servebench.spec.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
+from servebench.spec.sweep import Cell, configurations
 from servebench.engines import Engine
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims

@@ -9,8 +9,8 @@ from servebench.flows.cells import land_failed_cell, run_one_cell
 from servebench.flows.context import EngineRun, RunContext, first_line
 from servebench.flows.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.campaign.outcome import blocked_reason
-from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import Cell, reference_knobs
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import Cell, reference_knobs
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
 from servebench.tasks.land import land_server

@@ -4,14 +4,14 @@ warehouse, a restart after a fault, and the stop (with its telemetry) whatever h
 from __future__ import annotations
 
 from servebench.flows.context import EngineRun, RunContext, first_line, log_text
-from servebench import landing
-from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import configurations
+from servebench.warehouse import landing
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import configurations
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
 from servebench.serving.telemetry import Telemetry
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 from servebench.tasks.land import land_server
 from servebench.tasks.serve import start_mode_server, stop_mode_server
 from servebench.tasks.telemetry import stop_telemetry

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from servebench.flows.context import RunContext
 from servebench.flows.modes import run_mode
-from servebench import warehouse_io
+from servebench.warehouse import store
 from servebench.analysis.capacity_report import times
 from servebench.analysis.tuning import AGAIN, point_key, propose_configuration
-from servebench.campaign.schema import ModeSpec
-from servebench.campaign.sweep import Cell, configuration_space, configurations
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import Cell, configuration_space, configurations
 from servebench.progress import reporter
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 from servebench.tasks.land import land_tuning
 
 
@@ -85,6 +85,6 @@ def landed_capacities(ctx: RunContext) -> dict[str, float | None]:
     whose server failed to start or was stopped without a search (a blocking gate): a resume does
     not launch those again."""
     with session(ctx.warehouse) as con:
-        finished = warehouse_io.finished_modes(con, ctx.run_id)
-        searched = warehouse_io.capacities(con, ctx.run_id)
+        finished = store.finished_modes(con, ctx.run_id)
+        searched = store.capacities(con, ctx.run_id)
     return {**dict.fromkeys(finished), **dict(searched)}

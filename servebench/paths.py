@@ -11,7 +11,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 def _checkout() -> Path | None:
     """The source checkout servebench runs from (an editable install, or the tree itself), or
     None for an installed wheel: then what a run reads that is not Python comes from the
-    package's `_shipped/` (pyproject.toml maps engine/ and campaigns/ there)."""
+    package's `_shipped/` (pyproject.toml maps engine_side/ and campaigns/ there)."""
     root = PACKAGE_DIR.parent
     return root if (root / "pyproject.toml").is_file() and (root / "flows").is_dir() else None
 
@@ -20,7 +20,7 @@ CHECKOUT = _checkout()
 
 
 def shipped(name: str) -> Path:
-    """A top-level folder of the checkout that a run reads (`engine`, `campaigns`), wherever it is installed."""
+    """A top-level folder of the checkout that a run reads (`engine_side`, `campaigns`), wherever it is installed."""
     return CHECKOUT / name if CHECKOUT else PACKAGE_DIR / "_shipped" / name
 
 
@@ -30,7 +30,7 @@ def home() -> Path:
     return CHECKOUT or Path.cwd()
 
 
-ENGINE_SOURCE_DIR = shipped("engine")
+ENGINE_SOURCE_DIR = shipped("engine_side")
 
 
 def cache_dir() -> Path:

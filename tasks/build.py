@@ -5,9 +5,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.builders import ensure
-from servebench.build.recipe import BuildRecipe
-from servebench.build.venv import EngineBuild
+from servebench.builds.builders import ensure
+from servebench.builds.recipe import BuildRecipe
+from servebench.builds.venv import EngineBuild
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.distribute import (TreePlacement, arch_problem, check_load_generator_runs, node_tools_tree,
+from servebench.distribution.distribute import (TreePlacement, arch_problem, check_load_generator_runs, node_tools_tree,
                                          place_on_nodes, project_dir)
-from servebench.build.load_tree import load_generator_tree
-from servebench.build.model import model_tree
-from servebench.build.venv import EngineBuild
+from servebench.distribution.load_tree import load_generator_tree
+from servebench.builds.model import model_tree
+from servebench.builds.venv import EngineBuild
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers import Node, Provider

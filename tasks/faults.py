@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servebench import warehouse_io
-from servebench.campaign.schema import FaultSpec
+from servebench.warehouse import store
+from servebench.spec.campaign import FaultSpec
 from servebench.providers import Node, Provider
 from servebench.serving.faults import FaultTimer, InjectedFault
-from servebench.warehouse_io import session
+from servebench.warehouse.store import session
 
 
 def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node, nodes: list[Node],
@@ -24,4 +24,4 @@ def start_cell_faults(faults: list[FaultSpec], cell_key: str, default_node: Node
 
 def land_faults(path: str, run_id: str, cell_key: str, mode: str, injected: list[InjectedFault]) -> None:
     with session(path) as con:
-        warehouse_io.land_faults(con, run_id, cell_key, mode, injected)
+        store.land_faults(con, run_id, cell_key, mode, injected)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench import landing, warehouse_io
+from servebench.warehouse import landing, store
 from servebench.analysis.capacity import CapacityResult
 from servebench.analysis.tuning import AGAIN, ConfigurationCapacity, TuneVerdict, tune_verdict
-from servebench.campaign.schema import ModeSpec
-from servebench.warehouse_io import session
+from servebench.spec.campaign import ModeSpec
+from servebench.warehouse.store import session
 
 
 @task(name="land-run", cache_policy=NONE)
@@ -61,7 +61,7 @@ def land_capacity(path: str, run_id: str, mode: ModeSpec, over: str, slo: dict, 
                   probe_cells: list[str]) -> None:
     """A mode's capacity search (`servebench.analysis.capacity.CapacityResult`) and its probe cells."""
     with session(path) as con:
-        warehouse_io.land_capacity(con, run_id, mode, over, slo, result, probe_cells)
+        store.land_capacity(con, run_id, mode, over, slo, result, probe_cells)
 
 
 def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict) -> TuneVerdict:
@@ -69,7 +69,7 @@ def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict)
     with session(path) as con:
         found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, run_id)]
         verdict = tune_verdict(found, default_mode)
-        warehouse_io.land_tuning(con, run_id, over, slo, verdict,
+        store.land_tuning(con, run_id, over, slo, verdict,
                                  configurations=len([c for c in found if c.mode != default_mode + AGAIN]))
     return verdict
 

@@ -3,7 +3,7 @@ orchestrator's host or on the campaign's client node.
 
 A separate process keeps the flow's own threads (Prefect's logging and events) off the
 generator's event loop; the cell's JSON result stays in the run directory. On a client node
-the generator runs from its own tree (`servebench.build.load_tree`) and its files are brought
+the generator runs from its own tree (`servebench.distribution.load_tree`) and its files are brought
 back, its start moved onto the orchestrator's clocks. Either way a run that outlives its
 deadline (`servebench.load.config.deadline_s`) is stopped and the cell fails saying so.
 """
@@ -22,8 +22,8 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.campaign.placement import ClientPlacement
-from servebench.campaign.schema import Campaign
-from servebench.campaign.sweep import Cell, cell_workload_config
+from servebench.spec.campaign import Campaign
+from servebench.spec.sweep import Cell, cell_workload_config
 from servebench.cpus import format_cpu_list
 from servebench.engines import Engine
 from servebench.load.config import LoadConfig, deadline_s, to_argv

@@ -8,9 +8,9 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.model import ensure_model
-from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import ModelSpec
+from servebench.builds.model import ensure_model
+from servebench.builds.venv import EngineBuild
+from servebench.spec.campaign import ModelSpec
 from servebench.engines import get_engine
 from servebench.paths import cache_dir
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.campaign.schema import LinkSetting
+from servebench.spec.campaign import LinkSetting
 from servebench.providers import Node, Provider
 
 

@@ -9,7 +9,7 @@ from prefect.cache_policies import NONE
 
 from servebench import warehouse
 from servebench.analysis.regression.history import analyze_run, findings
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 from servebench.analysis.regression.summary import markdown
 
 

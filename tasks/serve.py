@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.campaign.schema import ModeSpec
+from servebench.spec.campaign import ModeSpec
 from servebench.engines import Engine, LaunchRequest
 from servebench.paths import cache_dir
 from servebench.progress import reporter

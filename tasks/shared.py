@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import EngineSpecBase, ModeSpec
+from servebench.builds.venv import EngineBuild
+from servebench.spec.campaign import EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider

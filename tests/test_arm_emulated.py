@@ -80,7 +80,7 @@ def test_arm_builds_serve_under_emulation_and_a_misfit_is_refused(isolated, tmp_
 def test_a_build_for_missing_features_dies_with_sigill_and_says_so(tmp_path):
     """Past the preflight (a node that lies about its CPU), the Graviton3 build on a Neoverse N1
     dies at its first SVE instruction: qemu re-raises SIGILL, which the server's error names."""
-    from servebench.build.builders import ensure
+    from servebench.builds.builders import ensure
     from servebench.engines import get_engine
     from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
     from servebench.paths import cache_dir

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build import venv
-from servebench.build.emulation import cpuinfo_text, guest_argv, node_root, userland_of
-from servebench.build.recipe import TargetPlatform
-from servebench.build.sysroot import SysrootError, check_foreign_arch
-from servebench.build.target_venv import host_constraints, pip_platform_options, target_requirements
-from servebench.build.targets import profile
+from servebench.builds import venv
+from servebench.platform.emulation import cpuinfo_text, guest_argv, node_root, userland_of
+from servebench.builds.recipe import TargetPlatform
+from servebench.platform.sysroot import SysrootError, check_foreign_arch
+from servebench.builds.target_venv import host_constraints, pip_platform_options, target_requirements
+from servebench.platform.targets import profile
 from servebench.campaign.loading import SpecError, parse_campaign
 from servebench.engines.vllm import VllmEngine
 from servebench.engines.vllm.spec import VllmEngineSpec
@@ -215,8 +215,8 @@ def test_the_aarch64_vllm_venv_builds_and_its_c_extension_loads_on_an_emulated_g
     Graviton3 profile, in the node's root, its `_C` loads only with lazy binding."""
     import subprocess
 
-    from servebench.build.builders import ensure
-    from servebench.build.emulation import node_argv
+    from servebench.builds.builders import ensure
+    from servebench.platform.emulation import node_argv
 
     build = ensure(VllmEngine().build_recipe(VllmEngineSpec(target="graviton3")), cache_dir())
     assert build.platform == "linux-aarch64" and build.inputs["arch"] == "aarch64"
@@ -294,8 +294,8 @@ def test_a_target_venv_is_resolved_for_aarch64_and_runs_under_qemu(tmp_path: Pat
     """The target venv's whole build on a project of three small wheels from a local index: the
     main wheel's requirements with markers for aarch64 (an x86-only one left out, a pin replaced,
     a companion dropped), the target's CPython runs the post-install step, a second ensure finds it."""
-    from servebench.build.builders import ensure
-    from servebench.build.recipe import VenvRecipe
+    from servebench.builds.builders import ensure
+    from servebench.builds.recipe import VenvRecipe
 
     index = tmp_path / "index"
     index.mkdir()

@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from servebench.analysis.bisect import BisectError, judge, most_builds, search
-from servebench.build import git_source
-from servebench.build.cmake import cmake_inputs, cmake_key, fetch
+from servebench.builds import git_source
+from servebench.builds.cmake import cmake_inputs, cmake_key, fetch
 from servebench.campaign.bisect import step_campaign
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.sweep import build_specs, configurations, expand
+from servebench.spec.sweep import build_specs, configurations, expand
 from servebench.engines import get_engine
 
 

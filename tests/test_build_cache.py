@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from servebench.build.cache import MARKER, compile_cache_dir, hold_in_use, list_entries, remove_entry, select_for_gc
+from servebench.builds.cache import MARKER, compile_cache_dir, hold_in_use, list_entries, remove_entry, select_for_gc
 from servebench.engines.vllm.launch import compile_cache_env
 from tests.support.waiting import wait_until
 
@@ -42,7 +42,7 @@ def test_gc_removes_only_what_is_asked():
     now = datetime.now(timezone.utc)
 
     def entry(key, engine, days, complete=True, target=None):
-        from servebench.build.cache import CacheEntry
+        from servebench.builds.cache import CacheEntry
         stamp = datetime.fromtimestamp(now.timestamp() - days * 86400, timezone.utc)
         return CacheEntry(key=key, engine=engine, version="1", complete=complete, size_bytes=1, created_at=None,
                           modified_at=stamp, path=key, target=target)
@@ -86,7 +86,7 @@ def test_a_builds_compile_cache_sits_beside_it_and_goes_with_it(tmp_path):
     assert not (tmp_path / "compile" / "vllm-a").exists()
 
 
-# The other trees of the cache (servebench/build/cache_trees.py): a fake cache with two aarch64 venvs on
+# The other trees of the cache (servebench/builds/cache_trees.py): a fake cache with two aarch64 venvs on
 # two sysroots, their emulation roots, a compile cache, and what is only listed.
 
 def fake_cache(cache: Path) -> None:
@@ -129,14 +129,14 @@ def _age(path: Path, days: float) -> None:
 
 def gc(cache: Path, *args: str) -> tuple[int, set[str]]:
     """`servebench builds gc` in this process; its exit code and the (kind, key) of what is left."""
-    from servebench.build.cache_trees import list_cache
+    from servebench.builds.cache_trees import list_cache
     from servebench.cli import main
     code = main(["builds", "gc", *args])
     return code, {f"{i.kind} {i.key}" for i in list_cache(cache)}
 
 
 def test_builds_list_shows_every_tree_of_the_cache(tmp_path, monkeypatch, capsys):
-    from servebench.build.cache_trees import list_cache
+    from servebench.builds.cache_trees import list_cache
     from servebench.cli import main
     fake_cache(tmp_path)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path))
@@ -209,8 +209,8 @@ def test_a_sysroot_held_by_a_venv_build_or_a_root_used_by_a_process_stays(tmp_pa
     import subprocess
     import sys
 
-    from servebench.build import sysroot as sysroot_module
-    from servebench.build.cache_trees import process_paths, remove_emulation_root, remove_sysroot
+    from servebench.builds import sysroot as sysroot_module
+    from servebench.builds.cache_trees import process_paths, remove_emulation_root, remove_sysroot
     fake_cache(tmp_path)
     packages = {"python3.11": "3.11.2-6"}
     key = sysroot_module.sysroot_key("aarch64", packages)

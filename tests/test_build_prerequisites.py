@@ -1,4 +1,4 @@
-"""What a build needs from the host, checked before it starts (servebench/build/prerequisites.py),
+"""What a build needs from the host, checked before it starts (servebench/builds/prerequisites.py),
 and vLLM's source build preflight: `servebench build campaigns/vllm-source.yaml --dry-run` names
 every unmet prerequisite and exits non-zero; a staged oneDNN tree turns its line to ok, and so
 does a oneDNN repository that git can reach ("fetched at configure time").
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build.prerequisites import (GITHUB_URL_VARIABLE, Prerequisite, PrerequisiteError, RemoteSource,
+from servebench.builds.prerequisites import (GITHUB_URL_VARIABLE, Prerequisite, PrerequisiteError, RemoteSource,
                                             describe, fetchable_source, github_mirror_env, probe_git, require, tool,
                                             version_tuple)
 from servebench.engines.vllm.source_build import ONEDNN_X86, compiler_floor, wheel_recipe

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build.cmake import FetchedSource, cmake_inputs, cmake_key, cmake_steps, compiler_cache_env, file_sha256
-from servebench.build.cpu_features import build_refusal, cpuinfo_features, decode_hwcaps, emulated_features
-from servebench.build.recipe import CMakeRecipe
-from servebench.build.targets import PROFILES, emulator_argv, profile
+from servebench.builds.cmake import FetchedSource, cmake_inputs, cmake_key, cmake_steps, compiler_cache_env, file_sha256
+from servebench.platform.cpu_features import build_refusal, cpuinfo_features, decode_hwcaps, emulated_features
+from servebench.builds.recipe import CMakeRecipe
+from servebench.platform.targets import PROFILES, emulator_argv, profile
 from servebench.engines import get_engine
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.paths import cache_dir
@@ -123,8 +123,8 @@ def _tarball(path: Path, top: str, files: dict[str, str]) -> Path:
 def test_an_sdist_and_a_git_commit_unpack_their_project_at_the_same_path(tmp_path: Path):
     """ccache finds a file compiled from the sdist again for a commit of the same files only when its
     path relative to the scratch directory is the same: `src/...` for both."""
-    from servebench.build.cmake import BuildError, unpack_project
-    from servebench.build.recipe import GitSource
+    from servebench.builds.cmake import BuildError, unpack_project
+    from servebench.builds.recipe import GitSource
 
     sdist = _tarball(tmp_path / "pkg-1.0.tar.gz", "pkg-1.0", {"vendor/proj/CMakeLists.txt": "project(p)",
                                                               "vendor/proj/a.c": "int a;", "setup.py": ""})
@@ -145,12 +145,12 @@ def test_cmake_builds_of_a_cache_share_one_scratch_path_one_at_a_time(tmp_path: 
     import subprocess
     import sys
 
-    from servebench.build.cmake import build_scratch
+    from servebench.builds.cmake import build_scratch
 
     with build_scratch(tmp_path, print) as first:
         (first / "left-over").write_text("x")
     assert not first.exists()
-    waiter_code = ("import sys; from pathlib import Path; from servebench.build.cmake import build_scratch\n"
+    waiter_code = ("import sys; from pathlib import Path; from servebench.builds.cmake import build_scratch\n"
                    "say = lambda line: print(line, flush=True)\n"
                    "with build_scratch(Path(sys.argv[1]), say) as s: say(f'got {s}')")
     said = tmp_path / "waiter.log"

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from servebench.analysis.capacity import (SERVER_MISS, SearchSettings, judge, observed_from_summary, parse_slo, probe_floor,
+from servebench.spec.slo import parse_slo
+from servebench.analysis.capacity import (SERVER_MISS, SearchSettings, judge, observed_from_summary, probe_floor,
                                           search_capacity)
 from servebench.load.config import LoadConfig
 from servebench.load.metrics import CLIENT_REASONS, client_limited, validity

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from servebench.build.distribute import (NodeRefused, arch_problem, check_python_runs, local_digest,
+from servebench.distribution.distribute import (NodeRefused, arch_problem, check_python_runs, local_digest,
                                          node_tools_tree, place_tree, project_dir)
 from servebench.providers import Node, node_tools
 from servebench.providers.local import LocalProvider
@@ -172,7 +172,7 @@ def test_a_load_result_of_a_client_node_moves_onto_our_clocks():
 def test_the_load_generator_tree_runs_without_servebench_or_its_environment(tmp_path):
     """Its own packages (copied from this environment, pydantic's compiled core included) and the
     generator's source: `-S` leaves every site-packages out, so nothing else could be found."""
-    from servebench.build.load_tree import IMPORT_CHECK, load_generator_tree, requirement_closure
+    from servebench.distribution.load_tree import IMPORT_CHECK, load_generator_tree, requirement_closure
 
     assert {"pydantic", "pydantic-core", "annotated-types", "orjson", "uvloop"} <= set(
         requirement_closure(("pydantic", "orjson", "uvloop")))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build.model import ensure_model
-from servebench.build.venv import ensure_build
+from servebench.builds.model import ensure_model
+from servebench.builds.venv import ensure_build
 from servebench.campaign.loading import load_campaign
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir

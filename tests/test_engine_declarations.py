@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.build.builders import BUILDERS, builder_for
-from servebench.build.model import TINY_LLAMA_GGUF, TINY_LLAMA_HF
-from servebench.build.recipe import CMakeRecipe, GitSource, TargetPlatform, VenvRecipe, WheelRecipe
-from servebench.campaign.schema import GeneratedModelSpec, GitSourceSpec
+from servebench.builds.builders import BUILDERS, builder_for
+from servebench.builds.model import TINY_LLAMA_GGUF, TINY_LLAMA_HF
+from servebench.builds.recipe import CMakeRecipe, GitSource, TargetPlatform, VenvRecipe, WheelRecipe
+from servebench.spec.campaign import GeneratedModelSpec, GitSourceSpec
 from servebench.engines import get_engine
 from servebench.engines.base import Engine
 from servebench.load.sse import OPENAI_TOKEN_COUNT

@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from servebench.campaign.schema import FaultSpec
+from servebench.spec.campaign import FaultSpec
 from servebench.cli.load import progress_file
 from servebench.load.runner import LiveCounts
 from servebench.providers import Node

@@ -1,5 +1,7 @@
 """The architecture's rules, read from the source tree (issues 14 and 33):
 
+- the packages of servebench/ form layers (LAYERS, bottom first): a module imports only from its own
+  package or from a lower layer, so the house can be drawn; an upward import fails, naming it;
 - no import cycle anywhere in the repository (servebench/, flows/, tasks/, warehouse/, the engine-side
   package, benchmarks/ and tests/);
 - nothing under servebench/ but the CLI imports the Prefect layers (flows/, tasks/);
@@ -24,8 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "servebench"
-# every folder of Python source in the repository, as imported (the engine-side package from engine/)
-SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse", ROOT / "engine" / "servebench_engine",
+# every folder of Python source in the repository, as imported (the engine-side package from engine_side/)
+SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse", ROOT / "engine_side" / "servebench_engine",
                   ROOT / "benchmarks", ROOT / "tests"]
 PREFECT_LAYERS = [ROOT / "flows", ROOT / "tasks"]
 # top-level folders installed inside the servebench namespace (pyproject.toml's package-dir)
@@ -114,6 +116,89 @@ def test_no_import_cycles():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
+# The packages of servebench/, bottom first. A module may import its own package and any package of a lower
+# layer; packages of one layer do not import each other. The utilities at the root of servebench/ are the
+# floor; the load generator and the node sampler run on nodes with the standard library and their own
+# folder; `spec` holds the campaign's plain data models. Lazy and TYPE_CHECKING imports count.
+LAYERS: list[tuple[str, ...]] = [
+    ("servebench.paths", "servebench.cpus", "servebench.logs", "servebench.waiting", "servebench.processes",
+     "servebench.plugins", "servebench.progress"),
+    ("servebench.load", "servebench.telemetry"),
+    ("servebench.spec",),
+    ("servebench.platform",),
+    ("servebench.providers",),
+    ("servebench.testbed",),
+    ("servebench.builds",),
+    ("servebench.engines",),
+    ("servebench.distribution",),
+    ("servebench.warehouse",),
+    ("servebench.serving",),
+    ("servebench.analysis",),
+    ("servebench.campaign",),
+    ("servebench.orchestration",),
+    ("servebench.tasks",),
+    ("servebench.flows",),
+    ("servebench.cli",),
+    ("servebench.__main__",),
+]
+FLOOR = LAYERS[0]
+
+
+def package_of(module: str) -> tuple[int, str] | None:
+    """(layer index, package) of a servebench module; the floor's utilities count as one package."""
+    for index, packages in enumerate(LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return index, ("floor" if packages is FLOOR else package)
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up a layer or sideways into another package of the same layer."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        source = package_of(name)
+        if source is None:
+            continue
+        for target in sorted(targets):
+            into = package_of(target)
+            if into is None or into[1] == source[1]:
+                continue
+            if into[0] >= source[0]:
+                found.append(f"{name} imports {target} ({into[1]} is not below {source[1]})")
+    return found
+
+
+def test_every_package_has_a_layer():
+    packages = {name.split(".")[1] for name in modules() if name.count(".") >= 1}
+    packages |= {"flows", "tasks", "warehouse"}
+    unplaced = sorted(p for p in packages if package_of(f"servebench.{p}") is None)
+    assert not unplaced, f"packages with no layer in LAYERS: {unplaced}"
+
+
+def test_imports_go_down_the_layers():
+    known = {name: path for folder in (PACKAGE, *PREFECT_LAYERS, ROOT / "warehouse")
+             for name, path in modules(folder).items()}
+    graph = {name: imports(path, name, known) for name, path in known.items()}
+    offenders = upward_imports(graph)
+    assert not offenders, "imports that go up the layers:\n" + "\n".join(offenders)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    package = tmp_path / "servebench"
+    (package / "spec").mkdir(parents=True)
+    (package / "analysis").mkdir()
+    (package / "spec" / "__init__.py").write_text("")
+    (package / "analysis" / "__init__.py").write_text("")
+    (package / "analysis" / "report.py").write_text("from servebench.spec import campaign\n")
+    (package / "spec" / "campaign.py").write_text("from servebench.analysis.report import chart\n")
+    known = modules(package)
+    graph = {name: imports(path, name, known) for name, path in known.items()}
+    offenders = upward_imports(graph)
+    assert offenders == ["servebench.spec.campaign imports servebench.analysis.report "
+                         "(servebench.analysis is not below servebench.spec)"]
+
+
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
@@ -170,7 +255,7 @@ def sql_in(path: Path) -> list[str]:
 
 
 def test_no_sql_in_flows_or_tasks():
-    """Every write to the warehouse is in servebench/landing.py or servebench/warehouse_io.py, every
+    """Every write to the warehouse is in servebench/warehouse/landing.py or servebench/warehouse/store.py, every
     read a flow needs a function of the library: flows and tasks compose, the library owns the data."""
     offenders = [line for folder in PREFECT_LAYERS for path in sorted(folder.rglob("*.py")) for line in sql_in(path)]
     assert offenders == [], "SQL in the Prefect layers:\n" + "\n".join(offenders)

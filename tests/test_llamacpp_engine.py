@@ -10,9 +10,9 @@ import pytest
 
 import platform
 
-from servebench.build.cmake import FetchedSource, cmake_inputs, cmake_key, file_sha256
-from servebench.build.venv import build_key
-from servebench.campaign.schema import GeneratedModelSpec, ModeSpec
+from servebench.builds.cmake import FetchedSource, cmake_inputs, cmake_key, file_sha256
+from servebench.builds.venv import build_key
+from servebench.spec.campaign import GeneratedModelSpec, ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.llamacpp.knobs import knob_args
@@ -202,7 +202,7 @@ def test_the_cells_hit_rate_is_cached_over_all_prompt_tokens_of_the_responses():
 def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path):
     from gguf import GGUFReader
 
-    from servebench.build.model import ensure_model, vocab_size
+    from servebench.builds.model import ensure_model, vocab_size
 
     spec = GeneratedModelSpec(generate="tiny-llama", layers=2, hidden=64, heads=2, kv_heads=1,
                               intermediate=96, vocab_size=400, max_position=512)
@@ -283,7 +283,7 @@ def test_a_cell_too_short_for_a_step_count_reads_its_misses_not_saturation(tmp_p
 
 
 def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypatch, tmp_path):
-    import servebench.build.venv as venv
+    import servebench.builds.venv as venv
 
     sdist = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
     sdist.write_bytes(b"a stand-in sdist")
@@ -297,8 +297,8 @@ def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environm
     from servebench.campaign.loading import load_campaign
     from servebench.cli.builds import dry_run_text
 
-    from servebench.build.builders import inputs_and_key
-    from servebench.build.sdist import fetch_sdist
+    from servebench.builds.builders import inputs_and_key
+    from servebench.builds.sdist import fetch_sdist
     from servebench.paths import cache_dir
 
     sdist = fetch_sdist(LlamaCppEngineSpec().package, cache_dir())   # the one download, kept by the shared cache

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from servebench import progress
-from servebench.build.venv import run_step
+from servebench.builds.venv import run_step
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from servebench import warehouse
 from servebench import cli
-from servebench.landing import insert_row
+from servebench.warehouse.landing import insert_row
 from servebench.analysis.run_summary import summarize
 
 

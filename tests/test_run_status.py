@@ -5,7 +5,7 @@ measurement is not a completed campaign unless the campaign says so (validity.on
 from servebench.campaign.loading import parse_campaign
 from servebench.campaign.outcome import (FAULT_INJECTED, FAULT_PLANNED, CellOutcome, FaultEvidence, blocked_reason,
                                          failed_outcome, measured_outcome, run_status)
-from servebench.campaign.sweep import expand
+from servebench.spec.sweep import expand
 from servebench.serving.correctness import GateResult
 from tests.support.small_campaign import small_campaign_text
 

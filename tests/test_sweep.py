@@ -1,5 +1,5 @@
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.sweep import expand
+from servebench.spec.sweep import expand
 
 CAMPAIGN = """
 name: t

@@ -11,7 +11,7 @@ import pytest
 
 from servebench.analysis.tuning import ConfigurationCapacity, pareto_front, tune_verdict
 from servebench.campaign.loading import SpecError, parse_campaign
-from servebench.campaign.sweep import configurations, expand, knob_label
+from servebench.spec.sweep import configurations, expand, knob_label
 
 
 def _capacity(mode: str, capacity: float | None, upper: float | None, tpot: float | None = 10.0, probes: int = 6):
@@ -136,8 +136,8 @@ def test_the_knobs_reach_the_server_command_and_environment():
 def test_the_reference_is_served_with_the_arithmetic_knobs_every_judged_mode_shares():
     """Eager PyTorch and compiled graphs round differently: modes that all run eager are judged
     against an eager TP=1 reference; a knob that only changes speed never reaches it."""
-    from servebench.campaign.schema import ModeSpec
-    from servebench.campaign.sweep import reference_knobs
+    from servebench.spec.campaign import ModeSpec
+    from servebench.spec.sweep import reference_knobs
     from servebench.engines.vllm.knobs import KNOBS
 
     numerics = {name for name, knob in KNOBS.items() if knob.numerics}
@@ -193,7 +193,7 @@ def optuna_second_trial(campaign_text: str, base_dir: Path) -> str:
     whatever the default's capacity), by the same pure function the flow calls (the campaign read
     from `base_dir`, which holds its model)."""
     from servebench.analysis.tuning import propose_configuration
-    from servebench.campaign.sweep import configuration_space
+    from servebench.spec.sweep import configuration_space
 
     space = configuration_space(parse_campaign(campaign_text, base_dir=base_dir, host_cpus={0, 1}))
     points = [point for point, _ in space]
@@ -254,10 +254,10 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     import random
 
     from servebench import warehouse
-    from servebench import landing
+    from servebench.warehouse import landing
     from servebench.analysis.regression.history import analyze_run
-    from servebench.analysis.regression.settings import DetectionSettings
-    from servebench.campaign.sweep import search_cell
+    from servebench.spec.detection import DetectionSettings
+    from servebench.spec.sweep import search_cell
     from tests.support.synthetic_runs import NODE
 
     text = TUNE.replace("kind: echo, token_delay_ms: 1", "kind: vllm").replace("{kind: plain, nodes: [{name: a, cpus: \"0\"}]}",

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from servebench.build import cross, wheel
-from servebench.build.recipe import TargetPlatform, VenvRecipe
-from servebench.build.sysroot import Sysroot
-from servebench.build.targets import profile
+from servebench.builds import cross, wheel
+from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.platform.sysroot import Sysroot
+from servebench.platform.targets import profile
 from servebench.engines.vllm import source_build
 from servebench.engines.vllm.source_build import (CROSS_PATCH, WITHOUT_ACL_PATCH, cross_compile_env, debian_packages,
                                                   source_prerequisites, wheel_recipe)
@@ -130,7 +130,7 @@ def test_the_key_covers_the_target_its_sysroot_and_torch_not_this_hosts_cpu(tmp_
         return Sysroot(path=str(tmp_path / "sysroot"), arch=arch, python_minor=minor, packages=packages, key="k1")
 
     monkeypatch.setattr(wheel, "ensure_sysroot", fake_sysroot)
-    from servebench.build import target_venv
+    from servebench.builds import target_venv
     monkeypatch.setattr(target_venv, "inputs_and_key", lambda recipe, cache, log: ({}, "vllm-aarch64-torchkey"))
     recipe = wheel_recipe(VllmSourceSpec(target="graviton3", onednn_dir=str(onednn),
                                          patches=["cpu-slot-mapping", WITHOUT_ACL_PATCH]), torch_venv=TORCH_VENV)
@@ -202,7 +202,7 @@ def test_the_engine_cross_builds_against_the_prebuilt_target_venvs_torch():
 
 
 def test_the_target_venv_takes_the_built_wheel_with_its_own_platform_tag():
-    from servebench.build import target_venv
+    from servebench.builds import target_venv
     wheel_file = "/cache/engines/w/vllm-0.32.0+cpu-cp38-abi3-linux_aarch64.whl"
     built = TORCH_VENV.model_copy(update={"local_wheels": [wheel_file], "engine_package": False,
                                           "built_from": {"wheel_key": "vllm-wheel-graviton3-x"}})

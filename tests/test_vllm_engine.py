@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.campaign.schema import ModeSpec
+from servebench.spec.campaign import ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.vllm.spec import VllmEngineSpec

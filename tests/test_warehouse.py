@@ -5,9 +5,9 @@ import duckdb
 import pytest
 
 from servebench import warehouse
-from servebench import landing
+from servebench.warehouse import landing
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.sweep import expand
+from servebench.spec.sweep import expand
 
 CAMPAIGN = """
 name: t
@@ -98,7 +98,7 @@ def test_a_ctrl_c_during_a_landing_is_the_users_interrupt(db):
     KeyboardInterrupt so the run ends `interrupted` instead of counting the cell as failed."""
     import threading
 
-    from servebench.warehouse_io import session
+    from servebench.warehouse.store import session
 
     with pytest.raises(KeyboardInterrupt, match="during a warehouse write"):
         with session(str(db)) as con:

@@ -1,4 +1,4 @@
-"""servebench/warehouse_io.py against a real DuckDB warehouse: the writes flows and tasks leave to
+"""servebench/warehouse/store.py against a real DuckDB warehouse: the writes flows and tasks leave to
 it (capacity, tuning, faults, a bisect step) land what the flows used to write themselves, and its
 reads give back what a resume, a search going on and a bisect step read of a run."""
 
@@ -8,12 +8,12 @@ import json
 from datetime import datetime, timezone
 
 from servebench import warehouse
-from servebench import landing, warehouse_io
+from servebench.warehouse import landing, store
 from servebench.analysis.capacity import CapacityResult, judge
 from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.schema import FaultSpec
-from servebench.campaign.sweep import expand
+from servebench.spec.campaign import FaultSpec
+from servebench.spec.sweep import expand
 from servebench.serving.faults import InjectedFault
 from tests.support.small_campaign import small_campaign_text
 
@@ -42,11 +42,11 @@ def landed_run(tmp_path):
 def test_a_runs_landed_state_reads_back(tmp_path):
     con, _, cells = landed_run(tmp_path)
     try:
-        assert warehouse_io.completed_metric(con, "r1", "tp1", "tpot_p50_ms") == [10.0]
-        assert warehouse_io.run_build_key(con, "r1") == "echo-abc" and warehouse_io.run_build_key(con, "r2") is None
-        assert warehouse_io.finished_modes(con, "r1") == {"tp1"}
-        assert warehouse_io.landed_cell(con, "r1", cells[1].key)["status"] == "failed"
-        assert warehouse_io.capacities(con, "r1") == []
+        assert store.completed_metric(con, "r1", "tp1", "tpot_p50_ms") == [10.0]
+        assert store.run_build_key(con, "r1") == "echo-abc" and store.run_build_key(con, "r2") is None
+        assert store.finished_modes(con, "r1") == {"tp1"}
+        assert store.landed_cell(con, "r1", cells[1].key)["status"] == "failed"
+        assert store.capacities(con, "r1") == []
     finally:
         con.close()
 
@@ -56,14 +56,14 @@ def test_a_capacity_and_the_tuners_verdict_land_with_the_probes_tpot(tmp_path):
     try:
         probes = [judge(2.0, {"ttft_p99_ms": 100.0}, SLO), judge(4.0, {"ttft_p99_ms": 900.0}, SLO)]
         result = CapacityResult(capacity=2.0, upper=4.0, probes=probes, converged=True, why="bracketed")
-        warehouse_io.land_capacity(con, "r1", campaign.modes[0], "rate", SLO, result, [c.key for c in cells])
-        assert warehouse_io.capacities(con, "r1") == [("tp1", 2.0)]
+        store.land_capacity(con, "r1", campaign.modes[0], "rate", SLO, result, [c.key for c in cells])
+        assert store.capacities(con, "r1") == [("tp1", 2.0)]
         row = warehouse.rows(con, "select * from capacity where run_id = 'r1'")[0]
         assert (row["tpot_p50_ms"], row["probes"], json.loads(row["probe_cells"])) == (10.0, 2, [c.key for c in cells])
 
         found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, "r1")]
         verdict = tune_verdict(found, "tp1")
-        warehouse_io.land_tuning(con, "r1", "rate", SLO, verdict, configurations=1)
+        store.land_tuning(con, "r1", "rate", SLO, verdict, configurations=1)
         tuning = warehouse.rows(con, "select * from tuning where run_id = 'r1'")[0]
         assert (tuning["default_mode"], tuning["configurations"], tuning["launches"]) == ("tp1", 1, 1)
     finally:
@@ -75,7 +75,7 @@ def test_faults_and_a_bisect_step_land_by_column_name(tmp_path):
     try:
         fault = InjectedFault(spec=FaultSpec(cell=cells[0].key, action="kill", at_s=1.0), node="n0",
                               at=datetime.now(timezone.utc), t_mono=2.0, hit=[[123, "echo serve"]], fired_s=1.5)
-        warehouse_io.land_faults(con, "r1", cells[0].key, "tp1", [fault])
+        store.land_faults(con, "r1", cells[0].key, "tp1", [fault])
         landed = warehouse.rows(con, "select * from faults where run_id = 'r1'")[0]
         assert (landed["action"], landed["node"], landed["at_s"], json.loads(landed["hit"])) == (
             "kill", "n0", 1.5, [[123, "echo serve"]])
@@ -84,7 +84,7 @@ def test_faults_and_a_bisect_step_land_by_column_name(tmp_path):
                     good="a" * 40, bad="b" * 40, commit_hash="a" * 40, subject="first", run_id="r1",
                     build_key="echo-abc", repeat_values=[10.0], value=10.0, change=None, separation=None,
                     verdict="baseline", measured_at=datetime.now(timezone.utc))
-        warehouse_io.land_bisect_step(con, step)
+        store.land_bisect_step(con, step)
         assert warehouse.rows(con, "select verdict, repeat_values from bisect_steps")[0] == {
             "verdict": "baseline", "repeat_values": [10.0]}
     finally:

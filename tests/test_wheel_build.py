@@ -1,4 +1,4 @@
-"""The `wheel` recipe (servebench/build/wheel.py), vLLM-from-source's machinery, on a project small
+"""The `wheel` recipe (servebench/builds/wheel.py), vLLM-from-source's machinery, on a project small
 enough to build in seconds: a real sdist with a C extension, taken from a file:// package index,
 patched, given a staged source tree through an environment variable, compiled by `pip wheel
 --no-build-isolation` in its build venv, cached by key, and installed into an engine venv with
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from servebench.build import builders
-from servebench.build.recipe import VenvRecipe, WheelRecipe
-from servebench.build.venv import BuildError
-from servebench.build import sdist as sdist_module
-from servebench.build.sdist import fetch_sdist, sdist_links
-from servebench.build.wheel import wheel_requirements
+from servebench.builds import builders
+from servebench.builds.recipe import VenvRecipe, WheelRecipe
+from servebench.builds.venv import BuildError
+from servebench.builds import sdist as sdist_module
+from servebench.builds.sdist import fetch_sdist, sdist_links
+from servebench.builds.wheel import wheel_requirements
 
 SETUP = '''import os
 from setuptools import Extension, setup

@@ -252,7 +252,7 @@ def campaign_file(tmp_path, workload: str, name: str = "c.yaml"):
 
 def test_workloads_are_a_sweep_axis_with_their_names_in_cell_keys(tmp_path):
     from servebench.campaign.loading import load_campaign
-    from servebench.campaign.sweep import expand
+    from servebench.spec.sweep import expand
 
     mooncake(tmp_path, [{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]},
                         {"timestamp": 400, "input_length": 50, "output_length": 4, "hash_ids": [1, 2]}])
@@ -303,9 +303,9 @@ def land_first_cell(tmp_path, workload: str, server: FakeServer | None = None,
     """The campaign's first cell measured against the test server (`server`, else one that answers) with
     more `load` fields, and landed: (its cells row's `cell_columns`, its request rows' `request_columns`)."""
     from servebench import warehouse
-    from servebench import landing
+    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
-    from servebench.campaign.sweep import cell_workload_config, expand
+    from servebench.spec.sweep import cell_workload_config, expand
 
     text = CAMPAIGN + f"    {workload}\n"
     campaign = parse_campaign(text, host_cpus={0, 1})
@@ -363,7 +363,7 @@ def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
     to the cached and processed prompt tokens of each answer."""
     from servebench.campaign.loading import parse_campaign
     from servebench.campaign.placement import ClientPlacement
-    from servebench.campaign.sweep import expand
+    from servebench.spec.sweep import expand
     from servebench.engines import get_engine
     from servebench.tasks.load import cell_load_config
 

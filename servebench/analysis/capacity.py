@@ -42,9 +42,8 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.load.metrics import CLIENT_CPU, client_limited
+from servebench.spec.slo import SLO_METRICS, SLO_PERCENTILES
 
-SLO_METRICS = ("ttft", "tpot", "itl", "e2el")
-SLO_PERCENTILES = ("p50", "p90", "p95", "p99")
 MAX_PROBE_S = 300.0  # the longest probe a search schedules (docs/capacity.md): 8 probes, at most 40 minutes
 
 
@@ -84,18 +83,6 @@ class CapacityResult(BaseModel):
     probes: list[Probe]
     converged: bool                         # the bracket is within `precision`
     why: str
-
-
-def parse_slo(items: dict[str, float]) -> dict[str, float]:
-    """{'ttft_p99_ms': 500, ...}: every key a metric and percentile the load generator reports."""
-    for key, limit in items.items():
-        parts = key.split("_")
-        if len(parts) != 3 or parts[0] not in SLO_METRICS or parts[1] not in SLO_PERCENTILES or parts[2] != "ms":
-            raise ValueError(f"SLO {key!r}: give METRIC_PCT_ms, METRIC one of {', '.join(SLO_METRICS)}, PCT one "
-                             f"of {', '.join(SLO_PERCENTILES)} (e.g. ttft_p99_ms)")
-        if not limit > 0:
-            raise ValueError(f"SLO {key!r}: the limit must be positive, not {limit}")
-    return dict(items)
 
 
 def observed_from_summary(summary: dict, slo: dict[str, float]) -> dict[str, float | None]:

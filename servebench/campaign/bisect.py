@@ -9,9 +9,9 @@ import copy
 from pathlib import Path
 
 from servebench.analysis.bisect import BisectError
-from servebench.build import git_source
-from servebench.campaign.schema import Campaign, GitSourceSpec, ModeSpec
-from servebench.campaign.sweep import LoadPoint, configurations, load_points
+from servebench.builds import git_source
+from servebench.spec.campaign import Campaign, GitSourceSpec, ModeSpec
+from servebench.spec.sweep import LoadPoint, configurations, load_points
 
 
 def bisected_mode(campaign: Campaign, mode_name: str) -> ModeSpec:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
-from servebench.campaign.schema import Campaign, GeneratedModelSpec, ModelSpec
+from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec
 
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
 
@@ -69,7 +69,7 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
     """Emulated nodes and per-mode builds: a known profile with an emulator model, the nodes a mode
     names, build fields its engine takes, and a build of the architecture of every node it runs on
     (whether the CPU *features* fit is measured before serving: servebench/serving/preflight.py)."""
-    from servebench.build.targets import TargetError, host_arch, profile
+    from servebench.platform.targets import TargetError, host_arch, profile
 
     problems: list[Problem] = []
     arches: dict[str, str] = {}
@@ -133,7 +133,7 @@ def _engine_problems(campaign: Campaign) -> list[Problem]:
 def _knob_problems(campaign: Campaign, engine, kind: str) -> list[Problem]:
     """Knobs the engine (of kind `kind`) does not have or values it does not take, on its modes and
     on the campaign's axes (which every mode gets); two configurations with one name."""
-    from servebench.campaign.sweep import configurations
+    from servebench.spec.sweep import configurations
 
     problems: list[Problem] = []
     engine_knobs = engine.knobs
@@ -179,7 +179,7 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
 def _fault_problems(campaign: Campaign) -> list[Problem]:
     """A fault for a cell the campaign does not have, or on a node it does not have, or one its provider
     cannot inject (an allocation to cancel from a provider that holds none, a link it cannot cut)."""
-    from servebench.campaign.sweep import expand
+    from servebench.spec.sweep import expand
     from servebench.providers import capability_problem
     from servebench.providers.base import CANCEL_ALLOCATION, LINK_SHAPING
 

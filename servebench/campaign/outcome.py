@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servebench.analysis.capacity import judge, observed_from_summary
-from servebench.campaign.schema import Campaign
-from servebench.campaign.sweep import Cell
+from servebench.spec.campaign import Campaign
+from servebench.spec.sweep import Cell
 from servebench.serving.correctness import GateResult
 
 FAULT_INJECTED = "a fault was injected into the cell (what it measured lands with it)"

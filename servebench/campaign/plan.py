@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from servebench.campaign.placement import ClientPlacement, client_placement
-from servebench.campaign.schema import Campaign, ModeSpec
-from servebench.campaign.sweep import Cell, expand
+from servebench.spec.campaign import Campaign, ModeSpec
+from servebench.spec.sweep import Cell, expand
 
 
 @dataclass(frozen=True)

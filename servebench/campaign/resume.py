@@ -15,8 +15,8 @@ import os
 import socket
 from pathlib import Path
 
-from servebench.campaign.schema import Campaign
-from servebench.campaign.sweep import Cell
+from servebench.spec.campaign import Campaign
+from servebench.spec.sweep import Cell
 
 ORCHESTRATOR_FILE = "orchestrator.json"
 FINISHED = ("completed", "partial", "invalid", "failed", "interrupted")
@@ -76,7 +76,7 @@ def orchestrator_alive(run_dir: Path) -> bool:
 def load_resumable(wh: str, run_id: str, failed_only: bool) -> tuple[dict, Campaign]:
     """The run's record and its campaign as it was run, or ResumeError saying why not."""
     from servebench import warehouse
-    from servebench import landing
+    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
 
     con = warehouse.connect(wh)

@@ -154,9 +154,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from servebench.build.builders import ensure
-    from servebench.build.prerequisites import PrerequisiteError, require
-    from servebench.campaign.sweep import build_specs
+    from servebench.builds.builders import ensure
+    from servebench.builds.prerequisites import PrerequisiteError, require
+    from servebench.spec.sweep import build_specs
     from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir

@@ -41,7 +41,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from servebench import progress
     from servebench.analysis.bisect import BisectError
-    from servebench.build.venv import BuildError
+    from servebench.builds.venv import BuildError
     from servebench.campaign.bisect import bisected_point, commits_to_bisect
     from servebench.campaign.loading import load_campaign
     from servebench.paths import cache_dir

@@ -1,6 +1,6 @@
 """`servebench builds list|gc`: the engine builds in the artifact cache (`<cache>/engines/`) and the
 other trees of the cache (compile caches, sysroots, emulation roots, models, sources, tools), and
-removing the ones no longer wanted (`servebench/build/cache_trees.py`)."""
+removing the ones no longer wanted (`servebench/builds/cache_trees.py`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from servebench.build.cache import MARKER
-from servebench.build.cache_trees import list_cache, plan_gc, remove_item
+from servebench.builds.cache import MARKER
+from servebench.builds.cache_trees import list_cache, plan_gc, remove_item
 from servebench.cli.common import EXIT_FAILED, EXIT_OK
 from servebench.paths import cache_dir
 
@@ -87,9 +87,9 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
     """`servebench build --dry-run`: per build of the campaign, its prerequisites on this host, its key,
     whether the cache has it, and the commands a build runs (with the environment they get on top of
     this one). Whether every prerequisite is met (else the command exits non-zero)."""
-    from servebench.build.builders import inputs_and_key, steps
-    from servebench.build.prerequisites import describe, unmet
-    from servebench.campaign.sweep import build_specs
+    from servebench.builds.builders import inputs_and_key, steps
+    from servebench.builds.prerequisites import describe, unmet
+    from servebench.spec.sweep import build_specs
     from servebench.engines import get_engine
 
     lines, all_met = [], True

@@ -33,9 +33,9 @@ def add_chaos_parser(sub) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from servebench import landing
+    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
-    from servebench.campaign.schema import FaultSpec
+    from servebench.spec.campaign import FaultSpec
     from servebench.providers import get_provider
     from servebench.providers.base import ATTACH
     from servebench.serving.faults import inject

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from servebench.build.builders import inputs_and_key
-from servebench.build.model import ModelGenerator
+from servebench.builds.builders import inputs_and_key
+from servebench.builds.model import ModelGenerator
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
-from servebench.campaign.schema import GeneratedModelSpec
+from servebench.spec.campaign import GeneratedModelSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider

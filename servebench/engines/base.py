@@ -38,17 +38,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
-from servebench.build.model import TINY_LLAMA_HF, ModelGenerator
-from servebench.build.prerequisites import Prerequisite
-from servebench.build.recipe import BuildRecipe
-from servebench.campaign.schema import EngineSpecBase, ModelSpec, ModeSpec
+from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
+from servebench.builds.prerequisites import Prerequisite
+from servebench.builds.recipe import BuildRecipe
+from servebench.spec.campaign import EngineSpecBase, ModelSpec, ModeSpec
 from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.providers.base import Node, Provider
-from servebench.serving.correctness import GateChoice
 
 # The columns a metric map may fill (telemetry's server samples and the warehouse's).
 METRIC_COLUMNS = ("kv_usage", "kv_tokens", "running", "waiting", "preemptions_total", "prompt_tokens_total",
                   "generation_tokens_total", "decode_steps_total")
+
+
+GateChoice = tuple[list[int], list[float], list[list[int]]]  # token ids, their logprobs, top candidate ids
+
+
+def legacy_logprobs(choice: dict, token_id: Callable[[str], int]) -> GateChoice:
+    """An OpenAI legacy-completions choice's logprobs (`tokens`, `token_logprobs`, `top_logprobs`),
+    whose token strings `token_id` turns into ids (vLLM: 'token_id:N')."""
+    logprobs = choice["logprobs"]
+    return ([token_id(t) for t in logprobs["tokens"]], [float(lp) for lp in logprobs["token_logprobs"]],
+            [[token_id(t) for t in (candidates or {})] for candidates in logprobs["top_logprobs"]])
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,7 @@ class Engine(Protocol):
     spec_model: ClassVar[type[EngineSpecBase]]
     executors: ClassVar[tuple[str, ...]]
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)  # 'hf' (a Hugging Face directory), 'gguf' (a file)
-    # how `model: {generate: tiny-llama}` is made for it (servebench/build/model.py), in its first format
+    # how `model: {generate: tiny-llama}` is made for it (servebench/builds/model.py), in its first format
     default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF
     # where a streamed chunk says the running count of generated tokens: dotted paths, the first present wins
     stream_token_counts: ClassVar[tuple[str, ...]] = OPENAI_TOKEN_COUNT
@@ -168,7 +178,7 @@ class Engine(Protocol):
         """What goes into the engine's content-addressed build."""
 
     def build_prerequisites(self, spec: EngineSpecBase) -> list[Prerequisite]:
-        """What the build host must have before this build starts (servebench/build/prerequisites.py);
+        """What the build host must have before this build starts (servebench/builds/prerequisites.py);
         checked by `servebench build [--dry-run]` and the run before building, every one named."""
 
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:

@@ -1,7 +1,7 @@
 """The load generator on a client node: `python -S -m servebench.load.on_node --config-json J --output-dir D`.
 
 What the campaign flow starts on the node a campaign names (`load.client.node`), from the
-tree `servebench.build.load_tree` places there. It imports nothing but the load generator:
+tree `servebench.distribution.load_tree` places there. It imports nothing but the load generator:
 no warehouse, no Prefect, no engine. It writes `requests.csv`, then `result.json` last and
 atomically (its presence means both are complete), into D, which the flow brings back.
 """

@@ -17,7 +17,8 @@ from typing import ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from servebench.campaign.schema import ProviderSpecBase
+from servebench.spec.campaign import ProviderSpecBase
+from servebench.spec.node import Node
 
 # A provider's optional capabilities: what it declares in `capabilities`, and the methods that
 # come with each. The neutral code asks `capabilities` (never `hasattr`), and a campaign that
@@ -31,13 +32,6 @@ CAPABILITIES = {
     LINK_SHAPING: "set a node's link delay and rate, cut it off the network (nodes that are testbed hosts: "
                   "docs/testbed.md)",
 }
-
-
-class Node(BaseModel):
-    name: str
-    address: str                 # where the node's servers listen and its processes meet
-    cpus: list[int]              # the CPUs servebench may use there
-    emulate: str | None = None   # a target profile of another architecture the node is (qemu-user runs its servers)
 
 
 class NodeProcess(Protocol):

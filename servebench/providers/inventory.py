@@ -90,9 +90,9 @@ if __name__ == "__main__":
 
 def emulated(facts: dict, target_name: str) -> dict:
     """An emulated node's facts: the target's architecture and CPU, and the features qemu-user's CPU
-    model gives a process there (measured by the probe, servebench/build/cpu_features.py)."""
-    from servebench.build.cpu_features import emulated_features
-    from servebench.build.targets import profile
+    model gives a process there (measured by the probe, servebench/platform/cpu_features.py)."""
+    from servebench.platform.cpu_features import emulated_features
+    from servebench.platform.targets import profile
     from servebench.paths import cache_dir
 
     target = profile(target_name)

@@ -35,6 +35,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel
 
+from servebench.engines.base import GateChoice
+
 GATE_PROMPTS = 4
 GATE_PROMPT_LEN = 16
 GATE_OUTPUT_LEN = 16
@@ -73,17 +75,6 @@ class GateResult(BaseModel):
 def gate_prompts(vocab_size: int) -> list[list[int]]:
     rng = random.Random(20261121)
     return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(GATE_PROMPT_LEN)] for _ in range(GATE_PROMPTS)]
-
-
-GateChoice = tuple[list[int], list[float], list[list[int]]]  # token ids, their logprobs, top candidate ids
-
-
-def legacy_logprobs(choice: dict, token_id: Callable[[str], int]) -> GateChoice:
-    """An OpenAI legacy-completions choice's logprobs (`tokens`, `token_logprobs`, `top_logprobs`),
-    whose token strings `token_id` turns into ids (vLLM: 'token_id:N')."""
-    logprobs = choice["logprobs"]
-    return ([token_id(t) for t in logprobs["tokens"]], [float(lp) for lp in logprobs["token_logprobs"]],
-            [[token_id(t) for t in (candidates or {})] for candidates in logprobs["top_logprobs"]])
 
 
 def ask(base_url: str, model: str, vocab_size: int, extras: dict, read_choice: Callable[[dict], GateChoice],

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servebench.build.venv import EngineBuild
-from servebench.campaign.schema import Campaign, EngineSpecBase, ModeSpec
+from servebench.builds.venv import EngineBuild
+from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider

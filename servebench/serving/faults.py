@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from servebench.campaign.schema import FaultSpec
+from servebench.spec.campaign import FaultSpec
 from servebench.providers import Node, Provider
 
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}

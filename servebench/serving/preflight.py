@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servebench.build.cpu_features import build_refusal, cpuinfo_features, emulated_features
-from servebench.build.targets import profile
+from servebench.platform.cpu_features import build_refusal, cpuinfo_features, emulated_features
+from servebench.platform.targets import profile
 from servebench.providers.base import Node, Provider
 from servebench.serving.server import ServerFailed
 

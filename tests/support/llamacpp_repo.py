@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from servebench.build.sdist import fetch_sdist
+from servebench.builds.sdist import fetch_sdist
 from servebench.engines.llamacpp.spec import DEFAULT_LLAMACPP_PACKAGE
 
 # big and not compiled: test vocabularies and the documentation's images

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from servebench.campaign.schema import NodeSpec, ProviderSpecBase
+from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 from servebench.providers.base import Node
 from servebench.providers.remote import DEFAULT_TIMEOUT_S, LEFTOVER_GRACE_S, NODE_TOOLS, CommandChannel, RemoteNodes
 

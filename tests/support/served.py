@@ -8,9 +8,9 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
-from servebench.build.builders import ensure
-from servebench.build.model import ensure_model
-from servebench.build.venv import EngineBuild
+from servebench.builds.builders import ensure
+from servebench.builds.model import ensure_model
+from servebench.builds.venv import EngineBuild
 from servebench.campaign.loading import load_campaign
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir

@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 from servebench import warehouse
-from servebench import landing
+from servebench.warehouse import landing
 from servebench.analysis.regression.history import analyze_run
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.sweep import expand
+from servebench.spec.sweep import expand
 
 CAMPAIGN = """
 name: synthetic

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from scipy.stats import mannwhitneyu
 
 from servebench.analysis.regression.series import Metric, Night
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 
 Kind = Literal["regression", "improvement", "noisy"]
 Status = Literal["suspected", "confirmed", "noisy"]

@@ -12,11 +12,11 @@ from pydantic import BaseModel
 
 from servebench.analysis.regression.detect import Finding, analyze
 from servebench import warehouse
-from servebench import landing
+from servebench.warehouse import landing
 from servebench.analysis.regression.series import (IDENTITY_FIELDS, METRICS, OPTIONAL_IDENTITY_FIELDS, Night,
                                                    capacity_series_id, cell_point, hardware_fingerprint, series_id,
                                                    series_label)
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 
 
 class FindingRow(BaseModel):

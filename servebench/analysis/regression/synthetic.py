@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pydantic import BaseModel
 
 from servebench.analysis.regression.detect import Finding, analyze
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 from servebench.analysis.regression.series import METRICS, Night
 
 EPOCH = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)

@@ -8,17 +8,17 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from servebench.build.model import TINY_LLAMA_GGUF, ModelGenerator
-from servebench.build.recipe import BuildRecipe
-from servebench.campaign.schema import ModeSpec
+from servebench.builds.model import TINY_LLAMA_GGUF, ModelGenerator
+from servebench.builds.recipe import BuildRecipe
+from servebench.spec.campaign import ModeSpec
 from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
-from servebench.build.prerequisites import Prerequisite
+from servebench.builds.prerequisites import Prerequisite
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.providers.base import Node, Provider
-from servebench.serving.correctness import GateChoice
+from servebench.engines.base import GateChoice
 
 EXECUTORS = ("local", "rpc")
 # libllama's own line (at -lv 4 and up), else the server's

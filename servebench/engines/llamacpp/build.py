@@ -1,5 +1,5 @@
 """How llama.cpp's tools are built: `llama-server` and `ggml-rpc-server`, compiled by CMake for a
-target CPU profile (servebench/build/targets.py) as static binaries, no venv: from the vendored
+target CPU profile (servebench/platform/targets.py) as static binaries, no venv: from the vendored
 llama.cpp of the pinned llama-cpp-python sdist, or from a commit of a llama.cpp git repository.
 
 The target is the campaign's `target:` (cross-compiled by the aarch64 compiler for an ARM one);
@@ -12,10 +12,10 @@ servebench's own tools there (the sampler, the load generator): the build brings
 
 from __future__ import annotations
 
-from servebench.build.cmake import compiler_names
-from servebench.build.prerequisites import Prerequisite, tool
-from servebench.build.recipe import CMakeRecipe, GitSource
-from servebench.build.targets import host_arch, is_cross, profile
+from servebench.builds.cmake import compiler_names
+from servebench.builds.prerequisites import Prerequisite, tool
+from servebench.builds.recipe import CMakeRecipe, GitSource
+from servebench.platform.targets import host_arch, is_cross, profile
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 
 TOOLS = ("llama-server", "ggml-rpc-server")

@@ -7,7 +7,7 @@ from one pool (the layout of seed 002's study, where the pool overflows under lo
 
 from __future__ import annotations
 
-from servebench.campaign.schema import KnobValue
+from servebench.spec.campaign import KnobValue
 from servebench.engines.base import Knob
 
 KNOBS: dict[str, Knob] = {

@@ -8,8 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from servebench.build.targets import profile
-from servebench.campaign.schema import EngineSpecBase, GitSourceSpec, pinned_requirement
+from servebench.platform.targets import profile
+from servebench.spec.campaign import EngineSpecBase, GitSourceSpec, pinned_requirement
 
 DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
 
@@ -27,7 +27,7 @@ class LlamaCppEngineSpec(EngineSpecBase):
     cmake_args: list[str] = Field(default_factory=list,
                                   description="More CMake defines, e.g. ['-DGGML_AVX512=OFF'].")
     target: str | None = Field(None, description=(
-        "Build for a named target CPU instead (servebench/build/targets.py): graviton2, graviton3, graviton4, "
+        "Build for a named target CPU instead (servebench/platform/targets.py): graviton2, graviton3, graviton4, "
         "ampere-altra, armv8-a (cross-compiled for aarch64), x86-64-v3, x86-64-v4, native; `cpu:` is then "
         "unused."))
     source: GitSourceSpec | None = Field(None, description=(
@@ -55,7 +55,7 @@ class LlamaCppEngineSpec(EngineSpecBase):
         return value
 
     def build_target(self) -> str | None:
-        """`target:`, the profile its build is for (servebench/build/targets.py)."""
+        """`target:`, the profile its build is for (servebench/platform/targets.py)."""
         return self.target
 
     def describe(self) -> str:

@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from servebench.build.model import TINY_LLAMA_HF, ModelGenerator
-from servebench.build.prerequisites import Prerequisite
-from servebench.build.recipe import TargetPlatform, VenvRecipe
-from servebench.build.targets import profile
+from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
+from servebench.builds.prerequisites import Prerequisite
+from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.platform.targets import profile
 from servebench.paths import cache_dir
-from servebench.campaign.schema import GeneratedModelSpec, ModelSpec, ModeSpec
+from servebench.spec.campaign import GeneratedModelSpec, ModelSpec, ModeSpec
 from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
 from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
@@ -22,7 +22,7 @@ from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node, Provider
-from servebench.serving.correctness import GateChoice, legacy_logprobs
+from servebench.engines.base import GateChoice, legacy_logprobs
 
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]

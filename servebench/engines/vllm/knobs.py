@@ -8,7 +8,7 @@ either: vLLM's CPU platform turns it off whatever is asked (`CpuPlatform.check_a
 
 from __future__ import annotations
 
-from servebench.campaign.schema import KnobValue
+from servebench.spec.campaign import KnobValue
 from servebench.cpus import format_cpu_list, parse_cpu_list
 from servebench.engines.base import Knob
 

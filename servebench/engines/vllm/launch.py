@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from servebench.build.cache import compile_cache_dir
+from servebench.builds.cache import compile_cache_dir
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env

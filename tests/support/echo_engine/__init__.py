@@ -16,11 +16,11 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
-from servebench.build.recipe import VenvRecipe
-from servebench.campaign.schema import EngineSpecBase, ModeSpec
+from servebench.builds.recipe import VenvRecipe
+from servebench.spec.campaign import EngineSpecBase, ModeSpec
 from servebench.engines.base import Engine, Knob, LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.providers.base import Node, Provider
-from servebench.serving.correctness import GateChoice, legacy_logprobs
+from servebench.engines.base import GateChoice, legacy_logprobs
 
 SERVER = Path(__file__).with_name("server.py")
 CAPACITY = re.compile(r"capacity (\d+) tokens")

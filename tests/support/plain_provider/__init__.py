@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from servebench.campaign.schema import NodeSpec, ProviderSpecBase
+from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 from servebench.processes import ManagedProcess
 from servebench.providers import inventory
 from servebench.providers.base import Node

@@ -30,12 +30,12 @@ import shlex
 import shutil
 from pathlib import Path
 
-from servebench.build.cpu_features import HWCAP, HWCAP2, emulated_features, emulated_ids
-from servebench.build.sysroot import SYSROOTS
-from servebench.build.targets import TargetProfile, emulator_argv, profile
-from servebench.campaign.schema import sha256_json
+from servebench.platform.cpu_features import HWCAP, HWCAP2, emulated_features, emulated_ids
+from servebench.platform.sysroot import SYSROOTS
+from servebench.platform.targets import TargetProfile, emulator_argv, profile
+from servebench.spec.campaign import sha256_json
 from servebench.paths import cache_dir
-from servebench.providers.base import Node
+from servebench.spec.node import Node
 
 EMULATION = "emulation"
 WRAPPER = ".servebench/emulated-python"
@@ -114,7 +114,7 @@ def node_root(target: TargetProfile, userland: Path, cache: Path) -> Path:
     wrapper.parent.mkdir()
     qemu = " ".join(shlex.quote(word) for word in emulator_argv(target, str(root)))
     wrapper.write_text("#!/bin/sh\n# A program of emulated node " + target.name + " started by a process of the "
-                       "node (servebench/build/emulation.py):\n# the same qemu CPU and root; the program is "
+                       "node (servebench/platform/emulation.py):\n# the same qemu CPU and root; the program is "
                        "SERVEBENCH_GUEST_EXECUTABLE, set by the target venv's hook.\n"
                        f'exec {qemu} "${{SERVEBENCH_GUEST_EXECUTABLE:?not set: no guest program}}" "$@"\n')
     wrapper.chmod(0o755)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servebench.campaign.schema import GeneratedModelSpec
+from servebench.spec.campaign import GeneratedModelSpec
 
 SPECIALS = ["<unk>", "<s>", "</s>"]
 BYTE_TOKENS = [f"<0x{value:02X}>" for value in range(256)]

@@ -20,8 +20,8 @@ from typing import Callable
 
 from packaging.utils import canonicalize_name
 
-from servebench.build.cache import file_sha256
-from servebench.build.venv import BuildError
+from servebench.builds.cache import file_sha256
+from servebench.builds.venv import BuildError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 

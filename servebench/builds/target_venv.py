@@ -42,16 +42,16 @@ from typing import Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from servebench.build import venv
-from servebench.build.cache import ArtifactCache
-from servebench.build.recipe import TargetPlatform, VenvRecipe
-from servebench.build.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
-from servebench.build.targets import TargetProfile, emulator_argv
-from servebench.campaign.schema import sha256_json
+from servebench.builds import venv
+from servebench.builds.cache import ArtifactCache
+from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
+from servebench.platform.targets import TargetProfile, emulator_argv
+from servebench.spec.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
 
 HOOK_MODULE = "servebench_target_hooks"
-HOOK = '''"""Installed by servebench (servebench/build/target_venv.py) into a venv built for {arch}.
+HOOK = '''"""Installed by servebench (servebench/builds/target_venv.py) into a venv built for {arch}.
 
 - Lazy binding ({lazy}): extension modules load with RTLD_LAZY, so a symbol that this platform's
   wheels do not provide (an engine extension naming OpenBLAS's sbgemm_, absent from aarch64 torch)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.campaign.schema import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
+from servebench.spec.campaign import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 
 

@@ -2,7 +2,7 @@
 random-weight Llama that is generated and cached by config and seed. How it is generated is the
 engine's declaration (`Engine.default_model`, one of the generators here, one per model format):
 a Hugging Face directory by the engine venv's python (which has torch), or a GGUF file by
-servebench's own (numpy and `gguf`, servebench/build/tiny_gguf.py)."""
+servebench's own (numpy and `gguf`, servebench/builds/tiny_gguf.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from servebench.build import tiny_gguf
-from servebench.build.venv import source_digest
-from servebench.campaign.schema import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
+from servebench.builds import tiny_gguf
+from servebench.builds.venv import source_digest
+from servebench.spec.campaign import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
 
 
 GGUF_NAME = "model.gguf"

@@ -28,9 +28,9 @@ from typing import IO, Callable
 
 from pydantic import BaseModel
 
-from servebench.build.cache import ArtifactCache, file_sha256
-from servebench.build.recipe import VenvRecipe
-from servebench.campaign.schema import sha256_json
+from servebench.builds.cache import ArtifactCache, file_sha256
+from servebench.builds.recipe import VenvRecipe
+from servebench.spec.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
 
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}

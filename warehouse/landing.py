@@ -16,10 +16,10 @@ from pathlib import Path
 
 import duckdb
 
-from servebench.build.venv import EngineBuild
+from servebench.builds.venv import EngineBuild
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import CHECKOUT
-from servebench.campaign.sweep import Cell
+from servebench.spec.sweep import Cell
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -126,7 +126,7 @@ def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: s
 
 
 def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: list[dict]) -> None:
-    """How each tree reached each node (`servebench.build.distribute.TreePlacement` dumps)."""
+    """How each tree reached each node (`servebench.distribution.distribute.TreePlacement` dumps)."""
     by_node: dict[str, list[dict]] = {}
     for placement in placements:
         by_node.setdefault(placement["node"], []).append({k: v for k, v in placement.items() if k != "node"})

@@ -27,14 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from servebench.build import git_source
-from servebench.build.cache import ArtifactCache, file_sha256
-from servebench.build.cpu_features import cpuinfo_features
-from servebench.build.recipe import CMakeRecipe
-from servebench.build.sdist import fetch_sdist
-from servebench.build.targets import TargetProfile, emulator_argv, is_cross, profile
-from servebench.build.venv import BuildError, EngineBuild, command_text, run_step
-from servebench.campaign.schema import sha256_json
+from servebench.builds import git_source
+from servebench.builds.cache import ArtifactCache, file_sha256
+from servebench.platform.cpu_features import cpuinfo_features
+from servebench.builds.recipe import CMakeRecipe
+from servebench.builds.sdist import fetch_sdist
+from servebench.platform.targets import TargetProfile, emulator_argv, is_cross, profile
+from servebench.builds.venv import BuildError, EngineBuild, command_text, run_step
+from servebench.spec.campaign import sha256_json
 
 # what every build of the recipe gets: Release, static, no tests/examples, no network at configure
 BASE_CMAKE_ARGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF"]

@@ -8,7 +8,7 @@ nothing, a copy is verified by recomputing the digest on the node. Before anythi
 a node whose architecture is not the build's is refused, and afterwards one whose copy of the
 engine's python does not run there (a missing base interpreter, a wrong C library), each with
 the node named. A client node (`load.client.node`) gets no engine build: the load generator's
-own tree (`servebench.build.load_tree`) and the sampler's run with the node's python3
+own tree (`servebench.distribution.load_tree`) and the sampler's run with the node's python3
 (`Provider.node_python`), and the generator must import there.
 """
 
@@ -24,8 +24,8 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from servebench.build.emulation import node_argv
-from servebench.build.load_tree import IMPORT_CHECK
+from servebench.platform.emulation import node_argv
+from servebench.distribution.load_tree import IMPORT_CHECK
 from servebench.providers import Node, Provider
 from servebench.providers import node_tools
 

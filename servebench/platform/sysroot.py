@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
-from servebench.campaign.schema import sha256_json
+from servebench.spec.campaign import sha256_json
 
 DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
 # What a CPU-only engine's Python process loads besides CPython itself: torch's libstdc++ and

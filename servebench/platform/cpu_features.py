@@ -17,7 +17,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from servebench.build.targets import TargetProfile, emulator_argv, missing_features
+from servebench.platform.targets import TargetProfile, emulator_argv, missing_features
 
 HWCAP = ("fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "cpuid",
          "asimdrdm", "jscvt", "fcma", "lrcpc", "dcpop", "sha3", "sm3", "sm4", "asimddp", "sha512", "sve",

@@ -26,11 +26,11 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from servebench.build.cache import (MARKER, CacheEntry, _record, _size, file_lock_held, list_entries, lock_held,
+from servebench.builds.cache import (MARKER, CacheEntry, _record, _size, file_lock_held, list_entries, lock_held,
                                     remove_entry, select_for_gc)
-from servebench.build.emulation import EMULATION
-from servebench.build.sysroot import MARKER as SYSROOT_MARKER
-from servebench.build.sysroot import SYSROOTS, use_file
+from servebench.platform.emulation import EMULATION
+from servebench.platform.sysroot import MARKER as SYSROOT_MARKER
+from servebench.platform.sysroot import SYSROOTS, use_file
 
 REMOVABLE = ("engine", "compile", "sysroot", "emulation")
 LISTED_ONLY = {"models": "model", "sources": "source", "tools": "tool"}

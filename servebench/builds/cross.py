@@ -30,8 +30,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from servebench.build.emulation import cpuinfo_text
-from servebench.build.targets import TargetProfile
+from servebench.platform.emulation import cpuinfo_text
+from servebench.platform.targets import TargetProfile
 
 CROSS_DIR = "cross"                 # inside the build's scratch directory
 RUST_TARGETS = {"aarch64": "aarch64-unknown-linux-gnu"}
@@ -72,7 +72,7 @@ def toolchain_text(target: TargetProfile, sysroot: str) -> str:
     too (BOTH), programs only on this host."""
     c_compiler, cxx_compiler = compilers(target)
     flags = " ".join(target.compiler_flags)
-    return (f"# servebench (servebench/build/cross.py): cross-compiling for {target.name} ({target.description})\n"
+    return (f"# servebench (servebench/builds/cross.py): cross-compiling for {target.name} ({target.description})\n"
             f"set(CMAKE_SYSTEM_NAME Linux)\n"
             f"set(CMAKE_SYSTEM_PROCESSOR {target.arch})\n"
             f"set(CMAKE_C_COMPILER {c_compiler})\n"
@@ -92,7 +92,7 @@ def torch_config_text(torch_site: str, arch: str) -> str:
     libtorch, libtorch_cpu and libc10 as imported libraries (what TorchConfig's `torch` target gives a
     CPU build), without the wheel's CUDA requirements."""
     prefix = Path(torch_site) / "torch"
-    return (f"# servebench (servebench/build/cross.py): torch for {arch} from {torch_site}, CPU libraries only\n"
+    return (f"# servebench (servebench/builds/cross.py): torch for {arch} from {torch_site}, CPU libraries only\n"
             f'set(TORCH_INSTALL_PREFIX "{prefix}")\n'
             'set(TORCH_INCLUDE_DIRS "${TORCH_INSTALL_PREFIX}/include" '
             '"${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include")\n'

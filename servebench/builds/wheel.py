@@ -33,17 +33,17 @@ from typing import Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from servebench.build import cross as cross_build
-from servebench.build import target_venv
-from servebench.build.cache import file_sha256
-from servebench.build.cmake import compiler_cache_env, compiler_identity, verified_or_built
-from servebench.build.cpu_features import cpuinfo_features
-from servebench.build.recipe import CrossCompile, VenvRecipe, WheelRecipe
-from servebench.build.sdist import fetch_sdist
-from servebench.build.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
-from servebench.build.targets import profile
-from servebench.build.venv import BuildError, EngineBuild, run_step
-from servebench.campaign.schema import sha256_json
+from servebench.builds import cross as cross_build
+from servebench.builds import target_venv
+from servebench.builds.cache import file_sha256
+from servebench.builds.cmake import compiler_cache_env, compiler_identity, verified_or_built
+from servebench.platform.cpu_features import cpuinfo_features
+from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
+from servebench.builds.sdist import fetch_sdist
+from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
+from servebench.platform.targets import profile
+from servebench.builds.venv import BuildError, EngineBuild, run_step
+from servebench.spec.campaign import sha256_json
 
 def tree_digest(root: Path) -> str:
     """sha256 over a source tree's relative paths and file contents (a staged oneDNN: ~90 MB, ~1 s)."""

@@ -1,7 +1,7 @@
 """One entry to the build stage whatever the recipe's kind: its key, the inputs the key covers,
 the commands a build would run, and the build itself (reused from the cache when the key matches).
 
-Every recipe names its builder (`recipe.builder`, plain data in servebench/build/recipe.py) and every
+Every recipe names its builder (`recipe.builder`, plain data in servebench/builds/recipe.py) and every
 builder has the same three methods (`Builder`), so the stage dispatches in one place, `builder_for`:
 a new kind of build is a recipe naming a new builder and one entry in `BUILDERS`."""
 
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Protocol
 
-from servebench.build import cmake, git_source, target_venv, venv, wheel
-from servebench.build.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
-from servebench.build.venv import EngineBuild
+from servebench.builds import cmake, git_source, target_venv, venv, wheel
+from servebench.builds.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
+from servebench.builds.venv import EngineBuild
 
 Log = Callable[[str], None]
 Steps = tuple[dict[str, str], list[tuple[str, list[str]]]]  # (environment on top of this one, [(title, argv)])

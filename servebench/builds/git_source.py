@@ -14,7 +14,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from servebench.build.venv import BuildError
+from servebench.builds.venv import BuildError
 
 
 class GitError(BuildError):

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt,
                       StrictStr, Tag, field_validator, model_validator)
 
-from servebench.analysis.regression.settings import DetectionSettings
+from servebench.spec.detection import DetectionSettings
 from servebench.cpus import parse_cpu_list
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
@@ -130,7 +130,7 @@ class EngineSpecBase(StrictModel):
         return self.kind
 
     def build_target(self) -> str | None:
-        """The target CPU profile its build is for (servebench/build/targets.py), None for this host's: what
+        """The target CPU profile its build is for (servebench/platform/targets.py), None for this host's: what
         the nodes' architectures are checked against."""
         return None
 
@@ -511,7 +511,7 @@ class Campaign(StrictModel):
     @field_validator("slo")
     @classmethod
     def _slo_keys(cls, value: dict[str, float]) -> dict[str, float]:
-        from servebench.analysis.capacity import parse_slo
+        from servebench.spec.slo import parse_slo
 
         return parse_slo(value)
 
