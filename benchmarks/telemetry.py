@@ -79,7 +79,8 @@ def metric_flags() -> list[str]:
     """The vLLM engine's metric map as the scraper's --metric flags (what a campaign passes)."""
     from servebench.engines import get_engine
 
-    return [flag for name, column in get_engine("vllm").metrics.items() for flag in ("--metric", f"{name}={column}")]
+    metrics = get_engine("vllm").api.metrics
+    return [flag for name, column in metrics.items() for flag in ("--metric", f"{name}={column}")]
 
 
 def main() -> None:

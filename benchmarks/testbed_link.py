@@ -16,8 +16,7 @@ import argparse
 import sys
 import time
 
-from servebench.testbed import down, up
-from servebench.testbed import links
+from servebench.testbed import down, links, up
 
 ROWS = [  # (label, {host: (delay_ms, rate_mbit)})
     ("plain", {}),

@@ -20,11 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servebench import warehouse  # noqa: E402
-from servebench import landing  # noqa: E402
-from servebench.load.records import write_requests_csv  # noqa: E402
+from servebench import (
+    landing,  # noqa: E402
+    warehouse,  # noqa: E402
+)
 from servebench.analysis.report import run_report  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
+from servebench.load.records import write_requests_csv  # noqa: E402
 from servebench.spec.sweep import expand  # noqa: E402
 
 

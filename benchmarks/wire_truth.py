@@ -129,7 +129,7 @@ def start_vllm(campaign_path: Path, mode_name: str, log_dir: Path):
     nodes = provider.allocate()[:1]
     launch = engine.launch(LaunchRequest(
         python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=mode, model_dir=str(model_dir),
-        served_name="tiny", dtype="auto", nodes=nodes, ports=provider.free_port))
+        served_name="tiny", dtype="auto", nodes=nodes, ports=provider))
     try:
         server = start_server(provider, nodes, launch, mode.name, log_dir, READY_TIMEOUT_S)
         wait_ready(server, READY_TIMEOUT_S)
@@ -360,8 +360,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> None:
         config = LoadConfig(
             base_url=server.url, model="tiny", rate=args.rate, arrival="poisson", input_len=args.input_len,
             output_len=args.output_len, vocab_size=vocab_size(model_dir), requests=args.requests, seed=args.seed,
-            cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.request_extras),
-            token_counter=engine.generation_tokens_metric, idle_poll="off" if args.generator_halts else "auto")
+            cpus=str(GENERATOR_CPU), nice=-10, request_extras=dict(engine.api.request_extras),
+            token_counter=engine.api.generation_tokens_metric, idle_poll="off" if args.generator_halts else "auto")
         capture_log = workdir / "tcpdump.log"
         capture = start_capture(server.port, workdir / CAPTURE, capture_log)
         try:

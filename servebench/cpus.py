@@ -28,7 +28,7 @@ def format_cpu_list(cpus: list[int]) -> str:
     runs: list[str] = []
     ordered = sorted(cpus)
     start = prev = ordered[0]
-    for cpu in ordered[1:] + [None]:  # type: ignore[list-item]
+    for cpu in [*ordered[1:], None]:
         if cpu is not None and cpu == prev + 1:
             prev = cpu
             continue

@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -107,13 +108,13 @@ class ManagedProcess:
         """`die_with_parent`: the kernel sends it SIGTERM when the thread that started it ends (for
         helpers of the orchestrator itself, started from its main thread, that nothing else would
         stop if it were SIGKILLed)."""
-        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        out: IO[bytes] | None = open(log_path, "ab") if log_path else None
         try:
-            popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
+            popen = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL if out is None else out,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                      preexec_fn=_term_when_parent_dies if die_with_parent else None)
         finally:
-            if log_path:
+            if out is not None:
                 out.close()
         return cls(argv=argv, pid=popen.pid, log_path=log_path, popen=popen)
 

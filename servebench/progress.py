@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Callable, Iterator, Protocol, TextIO
+from typing import IO, Callable, Iterator, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -57,7 +57,7 @@ class PlainReporter:
     80 columns rich assumes for a non-terminal. A lock keeps lines whole when a task thread
     and the flow's thread report at the same moment."""
 
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, stream: IO[str], clock: Callable[[], float] = time.monotonic):
         self.stream = stream
         self.clock = clock
         self.started = clock()

@@ -1,51 +1,18 @@
-"""Placement stage: the engine build, the model and the node tools present on every node (a
-shared file system, a digest that already matches, or a verified copy), or the node refused;
-a client node gets the engine build (for its python), the node tools and the load generator."""
+"""Placement stage: the engine build, the model and the node tools on every node, the load
+generator on a client node (`servebench.distribution.artifacts`)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.distribution.distribute import (TreePlacement, arch_problem, check_load_generator_runs, node_tools_tree,
-                                         place_on_nodes, project_dir)
-from servebench.distribution.load_tree import load_generator_tree
-from servebench.builds.model import model_tree
 from servebench.builds.venv import EngineBuild
-from servebench.paths import cache_dir
-from servebench.progress import reporter
+from servebench.distribution.artifacts import Placed
+from servebench.distribution.artifacts import place_artifacts as place
 from servebench.providers import Node, Provider
-
-
-@dataclass(frozen=True)
-class Placed:
-    placements: list[TreePlacement]
-    tools_dir: str                      # the node tools (sampler), the same path on every node
-    load_tree: str | None = None        # the load generator's tree on the client node
 
 
 @task(name="place-on-nodes", cache_policy=NONE)
 def place_artifacts(provider: Provider, servers: list[Node], client: Node | None, inventories: dict[str, dict],
                     build: EngineBuild, model_dir: str) -> Placed:
-    """What was done on each node, and where the node tools and the load generator are."""
-    tools = node_tools_tree(cache_dir(), project_dir())
-    engine = Path(build.venv_path)
-    trees = {node.name: {"engine": engine, "model": model_tree(Path(model_dir)), "tools": tools} for node in servers}
-    if any(not arch_problem(node, inventories.get(node.name, {}), build.platform) for node in servers):
-        for node in servers:  # a campaign of mixed architectures: each build only where it can run
-            if arch_problem(node, inventories.get(node.name, {}), build.platform):
-                del trees[node.name]["engine"]
-    load_tree = None
-    if client is not None:
-        load_tree = load_generator_tree(cache_dir(), project_dir())
-        trees[client.name] = {"tools": tools, "load-generator": load_tree}  # it runs no engine
-    nodes = servers + ([client] if client is not None else [])
-    python = build.python if build.python_version else None  # a cmake build is binaries only
-    placements = place_on_nodes(provider, nodes, inventories, trees, python, build.platform,
-                                log=reporter().note)
-    if client is not None:
-        check_load_generator_runs(provider, client, provider.node_python(client), load_tree)
-    return Placed(placements, str(tools), str(load_tree) if load_tree else None)
+    return place(provider, servers, client, inventories, build, model_dir)

@@ -1,18 +1,16 @@
-"""Land stage: write what was measured to the warehouse, as soon as it is measured.
-
-Each call opens and closes its own connection so that `servebench query` can read the
-warehouse between cells while a campaign runs.
-"""
+"""Land stage: write what was deployed to the warehouse (`servebench.warehouse.landing`), as soon
+as it is. Each call opens and closes its own connection so that `servebench query` can read the
+warehouse while a campaign runs. Cells and a ready server's row land as plain calls instead
+(`servebench.orchestration`): they must also land while a Ctrl-C unwinds."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.warehouse import landing, store
-from servebench.analysis.capacity import CapacityResult
-from servebench.analysis.tuning import AGAIN, ConfigurationCapacity, TuneVerdict, tune_verdict
-from servebench.spec.campaign import ModeSpec
+from servebench.builds.venv import EngineBuild
+from servebench.providers import Node
+from servebench.warehouse import landing
 from servebench.warehouse.store import session
 
 
@@ -29,13 +27,10 @@ def land_run_update(path: str, run_id: str, **fields) -> None:
 
 
 @task(name="land-nodes", cache_policy=NONE)
-def land_nodes(path: str, run_id: str, nodes, inventories: dict[str, dict],
+def land_nodes(path: str, run_id: str, nodes: list[Node], inventories: dict[str, dict],
                clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
     with session(path) as con:
-        for node in nodes:
-            role = "client" if node.name == client_node else "server"
-            landing.land_node(con, run_id, node.name, node.address, inventories[node.name],
-                              (clock_offsets or {}).get(node.name), role=role)
+        landing.land_nodes(con, run_id, nodes, inventories, clock_offsets, client_node)
 
 
 @task(name="land-placements", cache_policy=NONE)
@@ -45,43 +40,14 @@ def land_placements(path: str, run_id: str, placements: list[dict]) -> None:
 
 
 @task(name="land-build", cache_policy=NONE)
-def land_build(path: str, run_id: str, build) -> None:
+def land_build(path: str, run_id: str, build: EngineBuild) -> None:
     with session(path) as con:
-        landing.land_build(con, build)
-        landing.update_run(con, run_id, build_key=build.key)
+        landing.land_run_build(con, run_id, build)
 
 
 @task(name="land-server", cache_policy=NONE)
-def land_server(path: str, run_id: str, **fields) -> None:
+def land_failed_server(path: str, run_id: str, mode: str, error: str, engine: str | None = None,
+                       build_key: str | None = None) -> None:
+    """A server that did not start, with why."""
     with session(path) as con:
-        landing.land_server(con, run_id, **fields)
-
-
-def land_capacity(path: str, run_id: str, mode: ModeSpec, over: str, slo: dict, result: CapacityResult,
-                  probe_cells: list[str]) -> None:
-    """A mode's capacity search (`servebench.analysis.capacity.CapacityResult`) and its probe cells."""
-    with session(path) as con:
-        store.land_capacity(con, run_id, mode, over, slo, result, probe_cells)
-
-
-def land_tuning(path: str, run_id: str, default_mode: str, over: str, slo: dict) -> TuneVerdict:
-    """The tuner's verdict over the run's capacities (`servebench.analysis.tuning`), landed in `tuning`."""
-    with session(path) as con:
-        found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, run_id)]
-        verdict = tune_verdict(found, default_mode)
-        store.land_tuning(con, run_id, over, slo, verdict,
-                                 configurations=len([c for c in found if c.mode != default_mode + AGAIN]))
-    return verdict
-
-
-@task(name="land-cell", cache_policy=NONE)
-def land_cell(path: str, run_id: str, cell, **fields) -> str:
-    with session(path) as con:
-        return landing.land_cell(con, run_id, cell, **fields)
-
-
-@task(name="land-cell-attempt", cache_policy=NONE)
-def land_cell_attempt(path: str, run_id: str, cell_key: str, attempt: int, superseded: bool, summary: dict,
-                      result_path: str | None) -> None:
-    with session(path) as con:
-        landing.land_cell_attempt(con, run_id, cell_key, attempt, superseded, summary, result_path)
+        landing.land_failed_server(con, run_id, mode=mode, error=error, engine=engine, build_key=build_key)

@@ -1,33 +1,16 @@
-"""Network stage: a campaign's link setting applied to its nodes' links between cells, through the
-provider (its LINK_SHAPING capability: testbed hosts' links, servebench/testbed/links.py, set and
-read back), plain again at the end."""
+"""Network stage: a campaign's link setting applied to its nodes' links between cells
+(`servebench.serving.links`, through the provider's link-shaping capability)."""
 
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.spec.campaign import LinkSetting
 from servebench.providers import Node, Provider
+from servebench.serving import links
+from servebench.spec.campaign import LinkSetting
 
 
 @task(name="set-links", cache_policy=NONE)
 def set_links(provider: Provider, testbed: str, link: LinkSetting, nodes: list[Node]) -> dict[str, dict]:
-    """Every node's link as the setting says (the hosts it names, or all), the others plain;
-    the links as the kernel has them afterwards. A link that does not read back as set fails."""
-    chosen = set(link.hosts or [node.name for node in nodes])
-    states = {}
-    for node in nodes:
-        on = node.name in chosen
-        states[node.name] = provider.shape_link(testbed, node, link.delay_ms if on else 0.0,
-                                                link.rate_mbit if on else None)
-        if states[node.name].get("problems"):
-            raise RuntimeError(f"link {node.name} of testbed {testbed} is not as set: "
-                               f"{'; '.join(states[node.name]['problems'])}")
-    return states
-
-
-def clear_links(provider: Provider, testbed: str, nodes: list[Node]) -> None:
-    """Plain links again (a plain call: it also runs while a Ctrl-C unwinds)."""
-    for node in nodes:
-        provider.shape_link(testbed, node, 0.0, None)
+    return links.set_links(provider, testbed, link, nodes)

@@ -1,65 +1,26 @@
 """Serve stage: one engine server per mode, started once for all of its cells, and its
-correctness gate."""
+correctness gate (`servebench.serving.mode_server`)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.spec.campaign import ModeSpec
-from servebench.engines import Engine, LaunchRequest
-from servebench.paths import cache_dir
-from servebench.progress import reporter
-from servebench.providers import Provider
-from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
-from servebench.serving.deployment import Deployment, mode_nodes
-from servebench.serving.preflight import check_build_fits
-from servebench.serving.server import Server, start_server, stop_server, wait_ready
+from servebench.engines import Engine
+from servebench.serving import mode_server
+from servebench.serving.correctness import GateAnswer, GateResult
+from servebench.serving.deployment import Deployment
+from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
-from servebench.tasks.telemetry import start_telemetry, stop_telemetry
+from servebench.spec.campaign import ModeSpec
 
 
 @task(name="start-server", cache_policy=NONE)
 def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, Telemetry]:
-    """Start the mode's server with its telemetry (which covers model load too), and wait for
-    its health path; on failure both are already stopped."""
-    d = deployment
-    nodes = mode_nodes(d.nodes, mode)
-    check_build_fits(d.build.inputs, nodes, d.provider, cache_dir())
-    if d.shared is not None:  # a fault in an earlier cell may have taken a shared service (a Ray node) down
-        for line in d.shared.repair(d.provider):
-            reporter().stage(f"mode {mode.name}: {line}")
-    launch = d.engine.launch(LaunchRequest(
-        python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
-        served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider.free_port,
-        shared=d.shared))
-    server = start_server(d.provider, nodes, launch, mode.name, Path(d.run_dir) / "servers",
-                          d.spec.ready_timeout_s)
-    telemetry = start_telemetry.fn(d, server)
-    try:
-        wait_ready(server, d.spec.ready_timeout_s)
-    except BaseException:
-        stop_telemetry.fn(d.provider, telemetry)
-        stop_server(d.provider, server)
-        raise
-    return server, telemetry
-
-
-@task(name="stop-server", cache_policy=NONE)
-def stop_mode_server(provider: Provider, server: Server) -> Server:
-    return stop_server(provider, server)
+    return mode_server.start_mode_server(deployment, mode)
 
 
 @task(name="correctness-gate", cache_policy=NONE)
 def correctness_gate(engine: Engine, server: Server, served_name: str, vocab: int, reference: GateAnswer | None,
                      reference_problem: str | None) -> tuple[GateResult, GateAnswer]:
-    """The server's greedy answers, judged against the reference (or becoming it); with no
-    reference to be had (`reference_problem`), unchecked."""
-    answer = ask(server.url, served_name, vocab, engine.gate_extras, engine.gate_choice)
-    if reference_problem is not None:
-        return unchecked(reference_problem), answer
-    if reference is None:
-        return GateResult(status="reference", detail="TP=1 reference answers for this campaign"), answer
-    return compare(reference, answer), answer
+    return mode_server.gate_server(engine, server, served_name, vocab, reference, reference_problem)

@@ -1,5 +1,5 @@
 """Shared-services stage: what the engine's modes share for the whole campaign (vLLM's Ray
-cluster for its ray modes), started once after the build and stopped last."""
+cluster for its ray modes), started once after the build (stopped at release, a plain call)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.builds.venv import EngineBuild
-from servebench.spec.campaign import EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
+from servebench.spec.campaign import EngineSpecBase, ModeSpec
 
 
 @task(name="start-shared-services", cache_policy=NONE)
@@ -20,8 +20,3 @@ def start_shared_services(engine: Engine, spec: EngineSpecBase, modes: list[Mode
                           build: EngineBuild, provider: Provider, run_dir: str) -> SharedServices | None:
     """`modes`: the campaign's modes this engine serves."""
     return engine.start_shared(modes, spec, nodes, build.venv_path, provider, Path(run_dir))
-
-
-@task(name="stop-shared-services", cache_policy=NONE)
-def stop_shared_services(engine: Engine, services: SharedServices, provider: Provider) -> list[str]:
-    return engine.stop_shared(services, provider)

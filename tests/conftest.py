@@ -26,6 +26,10 @@ Nothing is hidden: no stream is redirected and no warning switched off. A log ha
 still bound to pytest's capture file at the very end is pointed at the real stream, so
 anything logged at exit is printed as a log line instead of a "closed file" traceback.
 Only the end of the session is touched: a fixture may keep a harness across tests.
+
+The session's own temp dir (`use_session_temp_dir`, tests/support/leaks.py), made when this file is
+loaded, before any test makes a temp file or starts a process: TMPDIR for the session and every
+process it starts, so that the leak check blames a test for no entry another program makes in /tmp.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.leaks import use_session_temp_dir
+
+use_session_temp_dir()  # first: before a test makes a temp file or starts a process
 
 THREAD_JOIN_S = 10.0
 
@@ -127,10 +135,11 @@ LEAK_GRACE_S = 10.0
 def no_leaks():
     """Fail the test that leaves anything behind (issue 19): a process it started (a child of
     this process, or any process carrying a run's SERVEBENCH_PROCESS mark), a new /dev/shm entry,
-    a network namespace, an ssh master of a run. What leaked of this process's own is stopped by
+    a network namespace, an ssh master of a run, a new entry in the session's temp dir or under a
+    servebench name in /tmp (tests/support/leaks.py). What leaked of this process's own is stopped by
     PID afterwards, so one leak does not fail the tests after it. (Run the tests where no campaign
     runs at the same time: its processes would be reported, never stopped.)"""
-    from tests.support.leaks import snapshot, leaks_since, stop_leaked
+    from tests.support.leaks import leaks_since, snapshot, stop_leaked
 
     before = snapshot()
     yield

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 from servebench.builds import venv
-from servebench.platform.emulation import cpuinfo_text, guest_argv, node_root, userland_of
 from servebench.builds.recipe import TargetPlatform
-from servebench.platform.sysroot import SysrootError, check_foreign_arch
 from servebench.builds.target_venv import host_constraints, pip_platform_options, target_requirements
-from servebench.platform.targets import profile
 from servebench.campaign.loading import SpecError, parse_campaign
 from servebench.engines.vllm import VllmEngine
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.paths import CHECKOUT, cache_dir
+from servebench.platform.emulation import cpuinfo_text, guest_argv, node_root, userland_of
+from servebench.platform.sysroot import SysrootError, check_foreign_arch
+from servebench.platform.targets import profile
 from servebench.providers import Node
 from servebench.providers.local import LocalProvider
 from servebench.providers.local.spec import LocalProviderSpec

@@ -18,8 +18,8 @@ from servebench.builds import git_source
 from servebench.builds.cmake import cmake_inputs, cmake_key, fetch
 from servebench.campaign.bisect import step_campaign
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import build_specs, configurations, expand
 from servebench.engines import get_engine
+from servebench.spec.sweep import build_specs, configurations, expand
 
 
 @pytest.mark.parametrize("commits", [2, 3, 8, 9, 17])

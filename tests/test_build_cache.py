@@ -209,8 +209,8 @@ def test_a_sysroot_held_by_a_venv_build_or_a_root_used_by_a_process_stays(tmp_pa
     import subprocess
     import sys
 
-    from servebench.builds import sysroot as sysroot_module
     from servebench.builds.cache_trees import process_paths, remove_emulation_root, remove_sysroot
+    from servebench.platform import sysroot as sysroot_module
     fake_cache(tmp_path)
     packages = {"python3.11": "3.11.2-6"}
     key = sysroot_module.sysroot_key("aarch64", packages)

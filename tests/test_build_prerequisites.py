@@ -22,9 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from servebench.builds.prerequisites import (GITHUB_URL_VARIABLE, Prerequisite, PrerequisiteError, RemoteSource,
-                                            describe, fetchable_source, github_mirror_env, probe_git, require, tool,
-                                            version_tuple)
+from servebench.builds.prerequisites import (
+    GITHUB_URL_VARIABLE,
+    Prerequisite,
+    PrerequisiteError,
+    RemoteSource,
+    describe,
+    fetchable_source,
+    github_mirror_env,
+    probe_git,
+    require,
+    tool,
+    version_tuple,
+)
 from servebench.engines.vllm.source_build import ONEDNN_X86, compiler_floor, wheel_recipe
 from servebench.engines.vllm.spec import VllmSourceSpec
 from servebench.paths import CHECKOUT

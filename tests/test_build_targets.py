@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from servebench.builds.cmake import FetchedSource, cmake_inputs, cmake_key, cmake_steps, compiler_cache_env, file_sha256
-from servebench.platform.cpu_features import build_refusal, cpuinfo_features, decode_hwcaps, emulated_features
 from servebench.builds.recipe import CMakeRecipe
-from servebench.platform.targets import PROFILES, emulator_argv, profile
 from servebench.engines import get_engine
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.paths import cache_dir
-from servebench.serving.server import describe_exit, node_argv
+from servebench.platform.cpu_features import build_refusal, cpuinfo_features, decode_hwcaps, emulated_features
+from servebench.platform.targets import PROFILES, emulator_argv, profile
 from servebench.providers import Node
+from servebench.serving.server import describe_exit, node_argv
 from tests.support.waiting import wait_until
 
 CROSS_TOOLS = ("aarch64-linux-gnu-gcc", "qemu-aarch64-static")

@@ -11,12 +11,18 @@ import sys
 
 import pytest
 
-from servebench.spec.slo import parse_slo
-from servebench.analysis.capacity import (SERVER_MISS, SearchSettings, judge, observed_from_summary, probe_floor,
-                                          search_capacity)
+from servebench.analysis.capacity import (
+    SERVER_MISS,
+    SearchSettings,
+    judge,
+    observed_from_summary,
+    probe_floor,
+    search_capacity,
+)
 from servebench.load.config import LoadConfig
 from servebench.load.metrics import CLIENT_REASONS, client_limited, validity
 from servebench.paths import CHECKOUT
+from servebench.spec.slo import parse_slo
 
 SLO = {"ttft_p99_ms": 200.0}
 SHAPES = {  # p99 TTFT (ms) at rate r for a server of capacity c, and the rate where it reaches 200 ms

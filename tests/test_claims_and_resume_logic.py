@@ -9,8 +9,8 @@ import pytest
 
 from servebench.campaign.loading import parse_campaign
 from servebench.campaign.resume import cells_to_run, resume_problem
-from servebench.spec.sweep import expand
 from servebench.providers import claims
+from servebench.spec.sweep import expand
 from tests.support.waiting import wait_until
 
 CAMPAIGN = """

@@ -10,8 +10,8 @@ import sys
 
 import yaml
 
-from servebench.flows.serve import ROOT, nightly_deployments
 from servebench.campaign.loading import load_campaign
+from servebench.flows.serve import ROOT, nightly_deployments
 
 DECLARED = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
 

@@ -10,8 +10,15 @@ import sys
 
 import pytest
 
-from servebench.distribution.distribute import (NodeRefused, arch_problem, check_python_runs, local_digest,
-                                         node_tools_tree, place_tree, project_dir)
+from servebench.distribution.distribute import (
+    NodeRefused,
+    arch_problem,
+    check_python_runs,
+    local_digest,
+    node_tools_tree,
+    place_tree,
+    project_dir,
+)
 from servebench.providers import Node, node_tools
 from servebench.providers.local import LocalProvider
 from servebench.providers.local.spec import LocalProviderSpec

@@ -37,7 +37,7 @@ def vllm_server(tmp_path_factory):
     nodes = provider.allocate()[:1]
     launch = engine.launch(LaunchRequest(
         python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=campaign.modes[0],
-        model_dir=str(model_dir), served_name="tiny", dtype="auto", nodes=nodes, ports=provider.free_port))
+        model_dir=str(model_dir), served_name="tiny", dtype="auto", nodes=nodes, ports=provider))
     shm_before = shm_entries()
     server = start_server(provider, nodes, launch, "tp1", tmp_path_factory.mktemp("logs"), 600)
     try:

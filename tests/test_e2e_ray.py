@@ -26,8 +26,8 @@ import pytest
 from rich.console import Console
 
 from servebench import warehouse
-from servebench.progress import live
 from servebench.processes import shm_entries
+from servebench.progress import live
 from servebench.providers.this_host import short_tmp_dir
 from tests.support.leaks import running_descendants
 from tests.support.ray_logs import assert_group_across_nodes
@@ -66,9 +66,8 @@ def ours(pid: int | None) -> bool:
 
 
 def test_pp2_over_ray(tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
+    from tests.support.prefect_session import session_api_url
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     session_api_url()  # the flow reports to the session's Prefect server: up (and listening) before the counts

@@ -54,9 +54,8 @@ LOST_NODE = {"cell": "tp2-mp-multinode.c2.r0", "action": "kill", "node": "h2", "
 
 
 def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_node(tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
+    from tests.support.prefect_session import session_api_url
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     with own_testbed("e2e", 3) as layout:

@@ -135,8 +135,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("servebench.serving",),
     ("servebench.analysis",),
     ("servebench.campaign",),
-    ("servebench.orchestration",),
     ("servebench.tasks",),
+    ("servebench.orchestration",),
     ("servebench.flows",),
     ("servebench.cli",),
     ("servebench.__main__",),
@@ -205,15 +205,18 @@ def test_find_cycle_finds_one():
 
 
 def test_only_the_cli_imports_flows_or_tasks():
+    """Under servebench/, the flows are the CLI's alone; the tasks the orchestration's (which calls them so
+    Prefect tracks them) and the CLI's."""
+    allowed = {"flows": ("servebench.cli",), "tasks": ("servebench.cli", "servebench.orchestration")}
     offenders = []
     for name, path in modules().items():
-        if name.startswith("servebench.cli"):
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
             targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{name} imports {t}" for t in targets if t.split(".")[:2] in (["servebench", "flows"],
-                                                                                      ["servebench", "tasks"])]
+                                                                                      ["servebench", "tasks"])
+                          and not any(name == owner or name.startswith(owner + ".")
+                                      for owner in allowed[t.split(".")[1]])]
     assert offenders == []
 
 

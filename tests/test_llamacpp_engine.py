@@ -4,15 +4,13 @@ map, the tiny GGUF, and how its answers are read (gate, stream, /slots, KV failu
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
 
-import platform
-
 from servebench.builds.cmake import FetchedSource, cmake_inputs, cmake_key, file_sha256
 from servebench.builds.venv import build_key
-from servebench.spec.campaign import GeneratedModelSpec, ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.llamacpp.knobs import knob_args
@@ -21,16 +19,17 @@ from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.load.records import RequestRecord
 from servebench.load.sse import SseStream, count_paths
 from servebench.providers import Node
+from servebench.spec.campaign import GeneratedModelSpec, ModeSpec
+from tests.support.ports import CountingPorts
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2])]
 ENGINE = get_engine("llamacpp")
 
 
 def request(mode: ModeSpec, nodes=NODES) -> LaunchRequest:
-    ports = iter(range(9000, 9100))
     return LaunchRequest(python="/b/bin/python", build_dir="/b", spec=LlamaCppEngineSpec(), mode=mode,
                          model_dir="/m/tiny.gguf", served_name="tiny", dtype="auto", nodes=nodes,
-                         ports=lambda node: next(ports))
+                         ports=CountingPorts(9000))
 
 
 def value(argv: list[str], flag: str) -> str:
@@ -104,8 +103,8 @@ def test_every_cmake_flag_is_in_the_build_key_and_the_vllm_key_is_unchanged(tmp_
 
 
 def test_the_metric_map_fills_known_columns():
-    assert set(ENGINE.metrics.values()) <= set(METRIC_COLUMNS)
-    assert ENGINE.generation_tokens_metric in ENGINE.metrics
+    assert set(ENGINE.api.metrics.values()) <= set(METRIC_COLUMNS)
+    assert ENGINE.api.generation_tokens_metric in ENGINE.api.metrics
 
 
 def test_kv_capacity_is_the_context_libllama_logs():
@@ -135,7 +134,7 @@ def test_a_llama_cpp_stream_is_timed_by_its_running_predicted_count():
     arrives with the next (predicted_n jumps by 2); usage only in the last chunk. Where the count is,
     the engine declares (`stream_token_counts`); the stream reads it there."""
     record = RequestRecord(index=0, warmup=False, scheduled_s=0.0)
-    stream = SseStream(record, count_paths(get_engine("llamacpp").stream_token_counts))
+    stream = SseStream(record, count_paths(get_engine("llamacpp").api.stream_token_counts))
     chunks = [({"choices": [{"text": "a"}], "timings": {"predicted_n": 1}}, 1.0),
               ({"choices": [{"text": "bc"}], "timings": {"predicted_n": 3}}, 2.0),
               ({"choices": [{"text": "", "finish_reason": "length"}], "timings": {"predicted_n": 3},
@@ -157,7 +156,8 @@ def recorded(name: str) -> RequestRecord:
     of a shared prefix of 256 tokens, `prefix_hit` the next one with another 16-token suffix. Read where the
     engine declares its running count and its cache counts."""
     record = RequestRecord(index=0, warmup=False, scheduled_s=0.0)
-    stream = SseStream(record, count_paths(ENGINE.stream_token_counts), count_paths(ENGINE.prompt_cache_tokens))
+    stream = SseStream(record, count_paths(ENGINE.api.stream_token_counts),
+                       count_paths(ENGINE.api.prompt_cache_tokens))
     assert stream.feed((STREAMS / f"completions_{name}.sse").read_bytes(), 1.0) is None
     assert stream.close() == (None, None)
     return record
@@ -166,14 +166,14 @@ def recorded(name: str) -> RequestRecord:
 def test_a_llama_cpp_response_says_its_prompt_tokens_cached_and_processed():
     """The last chunk's timings: cache_n (reused from the slot's cache) and prompt_n (processed), which add
     up to usage.prompt_tokens: 0 + 272 for the first request of a prefix, 256 + 16 for the next."""
-    assert ENGINE.prompt_cache_tokens == ("timings.cache_n", "timings.prompt_n")
+    assert ENGINE.api.prompt_cache_tokens == ("timings.cache_n", "timings.prompt_n")
     for name, cached, processed in (("cold", 0, 272), ("prefix_hit", 256, 16)):
         record = recorded(name)
         assert (record.cached_input_tokens, record.processed_input_tokens, record.input_tokens) == \
             (cached, processed, 272), name
         assert record.output_tokens == sum(record.chunk_tokens) == 4 and record.token_source == "usage"
     unread = RequestRecord(index=0, warmup=False)
-    stream = SseStream(unread, count_paths(ENGINE.stream_token_counts))  # an engine that declares nothing
+    stream = SseStream(unread, count_paths(ENGINE.api.stream_token_counts))  # an engine that declares nothing
     stream.feed((STREAMS / "completions_prefix_hit.sse").read_bytes(), 1.0)
     assert (unread.cached_input_tokens, unread.processed_input_tokens, unread.input_tokens) == (None, None, 272)
 
@@ -294,11 +294,10 @@ def test_servebench_engine_source_is_not_an_input_of_a_build_without_it(monkeypa
 
 
 def test_build_dry_run_prints_the_key_and_the_exact_commands_with_their_environment(tmp_path):
-    from servebench.campaign.loading import load_campaign
-    from servebench.cli.builds import dry_run_text
-
     from servebench.builds.builders import inputs_and_key
     from servebench.builds.sdist import fetch_sdist
+    from servebench.campaign.loading import load_campaign
+    from servebench.cli.builds import dry_run_text
     from servebench.paths import cache_dir
 
     sdist = fetch_sdist(LlamaCppEngineSpec().package, cache_dir())   # the one download, kept by the shared cache

@@ -32,9 +32,8 @@ validity: {{on_invalid: warn}}   # timing verdicts depend on the machine; this t
 
 
 def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
+    from tests.support.prefect_session import session_api_url
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
     with own_testbed("lrp", 2) as layout:

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
+from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.load import LoadConfig, run_load
 from servebench.load.config import to_argv
 from servebench.load.metrics import percentile, summarize
 from servebench.load.records import RequestRecord
 from servebench.load.schedule import arrival_offsets
-from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.load.workload import token_prompt
 from tests.support.fake_openai_server import FakeServer
 
@@ -245,7 +245,7 @@ def test_the_engine_declares_where_its_stream_counts_tokens():
     assert config_from_args(build_parser().parse_args(base)).stream_token_counts == ["usage.completion_tokens"]
     for kind in engine_kinds():
         config = config_from_args(build_parser().parse_args([*base, "--engine", kind]))
-        assert config.stream_token_counts == list(get_engine(kind).stream_token_counts)
+        assert config.stream_token_counts == list(get_engine(kind).api.stream_token_counts)
 
 
 def test_a_kept_alive_connection_closed_by_the_server_is_retried_once():

@@ -28,7 +28,7 @@ from tests.support.prefect_session import session_api_url
 
 PYPROJECT = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["tool"]["setuptools"]
 # what the wheel is built from: the folders pyproject.toml maps, nothing else of the checkout
-WHEEL_SOURCES = ["pyproject.toml", "README.md", "servebench", "flows", "tasks", "warehouse", "engine", "campaigns"]
+WHEEL_SOURCES = ["pyproject.toml", "README.md", "servebench", "flows", "tasks", "warehouse", "engine_side", "campaigns"]
 
 
 def tree_packages() -> set[str]:
@@ -82,7 +82,7 @@ def build_wheel(tmp_path: Path) -> Path:
                                                  if copy is shutil.copytree else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist"), str(source)], check=True, timeout=300)
-    (wheel,) = (tmp_path / "dist").glob("servebench-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("servebench_campaigns-*.whl")
     return wheel
 
 
@@ -107,13 +107,15 @@ def test_the_wheel_carries_what_a_run_reads_and_no_generic_top_level_name(tmp_pa
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"servebench"}, tops
     for needed in ["servebench/flows/campaign.py", "servebench/tasks/land.py",
-                   "servebench/warehouse/migrations/001_init.sql", "servebench/_shipped/engine_side/pyproject.toml",
+                   "servebench/warehouse/migrations/001_init.sql", "servebench/warehouse/views/cell_kv.sql",
+                   "servebench/_shipped/engine_side/pyproject.toml",
                    "servebench/_shipped/engine_side/servebench_engine/tiny_llama.py",
                    "servebench/_shipped/campaigns/smoke.yaml", "servebench/_shipped/campaigns/data/mooncake-200.jsonl",
                    "servebench/engines/vllm/patches/gcc-12.2-x86.patch"]:
         assert needed in names, needed
-    migrations = {p.name for p in (CHECKOUT / "warehouse" / "migrations").glob("*.sql")}
-    assert {Path(n).name for n in names if n.startswith("servebench/warehouse/migrations/")} == migrations
+    for folder in ("migrations", "views"):
+        sql = {p.name for p in (CHECKOUT / "warehouse" / folder).glob("*.sql")}
+        assert {Path(n).name for n in names if n.startswith(f"servebench/warehouse/{folder}/")} == sql, folder
 
 
 @pytest.mark.e2e

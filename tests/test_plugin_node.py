@@ -11,7 +11,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine_side"))
 from servebench_engine.vllm_cpu_ray.node import (  # noqa: E402
-    cpus_for_local_rank, node_binding, node_key, parse_cpu_ids, pin_all_threads,
+    cpus_for_local_rank,
+    node_binding,
+    node_key,
+    parse_cpu_ids,
+    pin_all_threads,
 )
 
 

@@ -6,10 +6,9 @@ from datetime import datetime, timezone
 import pytest
 from rich.console import Console
 
-from servebench import warehouse
-from servebench import cli
-from servebench.warehouse.landing import insert_row
+from servebench import cli, warehouse
 from servebench.analysis.run_summary import summarize
+from servebench.warehouse.landing import insert_row
 
 
 @pytest.fixture

@@ -12,15 +12,26 @@ import psutil
 import pytest
 
 from servebench.engines.vllm import ray_cluster
+from servebench.engines.vllm.ray_cluster import (
+    RAY_STARTUP_ENV,
+    NodeStartFailure,
+    RayClusterError,
+    node_log_files,
+    plan_cluster,
+    ray_startup_env,
+    replan_node,
+    should_retry,
+    start_cluster,
+    start_failure_message,
+)
+from servebench.logs import tail
 from servebench.processes import ManagedProcess
 from servebench.providers import Node
 from servebench.providers.this_host import ThisHostProcesses
-from servebench.engines.vllm.ray_cluster import (RAY_STARTUP_ENV, NodeStartFailure, RayClusterError, node_log_files,
-                                    plan_cluster, ray_startup_env, replan_node, should_retry, start_cluster,
-                                    start_failure_message)
-from servebench.logs import tail
+from tests.support.ports import ThisHostPorts
 
 NODES = [Node(name="node0", address="127.0.0.1", cpus=[0]), Node(name="node1", address="127.0.0.1", cpus=[1])]
+PORTS = ThisHostPorts()  # the kernel's picks on this host, as the local provider's
 TIMED_OUT = ("Exception: The current node timed out during startup. This could happen because some of the "
              "raylet failed to startup or the GCS has become overloaded.")
 
@@ -48,7 +59,7 @@ def test_every_node_gets_its_own_temp_dir_and_the_startup_timeouts(temp_root, mo
     monkeypatch.delenv("RAY_raylet_start_wait_time_s", raising=False)
     monkeypatch.setenv("RAY_health_check_timeout_ms", "5000")  # set by the user: left alone
     head, worker = plan_cluster(NODES, "/venv/bin/ray", 2, {"RAY_agent_register_timeout_ms": "1000"},
-                                temp_root=temp_root)
+                                temp_root=temp_root, ports=PORTS)
     assert head.head and not worker.head
     assert flag(head.argv, "--temp-dir") == f"{temp_root}/0.1" and flag(worker.argv, "--temp-dir") == f"{temp_root}/1.1"
     assert head.gcs_address == worker.gcs_address == f"127.0.0.1:{flag(head.argv, '--port')}"
@@ -63,12 +74,12 @@ def test_every_node_gets_its_own_temp_dir_and_the_startup_timeouts(temp_root, mo
 
 def test_a_long_temp_dir_is_refused_before_ray_fails_on_its_socket_paths():
     with pytest.raises(RayClusterError, match="too long"):
-        plan_cluster(NODES, "ray", 1, {}, temp_root="/tmp/" + "x" * 60)
+        plan_cluster(NODES, "ray", 1, {}, temp_root="/tmp/" + "x" * 60, ports=PORTS)
 
 
 def test_a_retried_worker_gets_fresh_ports_and_temp_dir_and_keeps_the_head(temp_root):
-    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root)
-    again = replan_node(plans, 1)
+    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
+    again = replan_node(plans, 1, PORTS)
     assert again[0] is plans[0]
     assert again[1].attempt == 2 and flag(again[1].argv, "--temp-dir") == f"{temp_root}/1.2"
     assert again[1].node_manager_port != plans[1].node_manager_port
@@ -103,8 +114,8 @@ def test_no_port_of_a_node_falls_in_its_worker_range_or_is_picked_twice(temp_roo
 
 
 def test_a_retried_head_moves_every_node_to_its_new_gcs(temp_root):
-    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root)
-    again = replan_node(plans, 0)
+    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
+    again = replan_node(plans, 0, PORTS)
     new_address = f"127.0.0.1:{flag(again[0].argv, '--port')}"
     assert new_address != plans[0].gcs_address
     assert again[0].attempt == 2 and again[1].attempt == 1
@@ -212,6 +223,27 @@ class StandInProvider(ThisHostProcesses):
     def stop(self, process, grace_s=2.0):
         return process.stop(grace_s=2)
 
+    # the allocation is not what these tests are about: the nodes are given (NODES)
+    @classmethod
+    def host_cpus(cls):
+        return set(range(os.cpu_count() or 1))
+
+    @classmethod
+    def spec_problems(cls, spec, host_cpus):
+        return []
+
+    def nodes(self):
+        return NODES
+
+    def allocate(self):
+        return NODES
+
+    def inventory(self, node):
+        return {}
+
+    def release(self):
+        pass
+
     def alive_ports(self, provider, head, engine_python, address):
         """As the GCS would list them: running, and said so."""
         return {port for _, port, process in self.started
@@ -230,7 +262,7 @@ def stand_in(monkeypatch):
 
 def test_a_node_whose_ray_start_fails_is_stopped_by_pid_and_started_again(stand_in, temp_root, tmp_path):
     provider = stand_in({"node0": [ALIVE], "node1": [TIMES_OUT, ALIVE]})
-    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root)
+    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
     cluster = start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
     try:
         assert [p.attempt for p in cluster.plans] == [1, 2]
@@ -260,7 +292,7 @@ def test_a_node_whose_ray_start_fails_is_stopped_by_pid_and_started_again(stand_
 def test_a_node_that_keeps_failing_says_why_and_nothing_is_left_running(stand_in, temp_root, tmp_path):
     fails = "import sys; print('starting'); print('RuntimeError: the GCS did not answer', flush=True); sys.exit(1)"
     provider = stand_in({"node0": [ALIVE], "node1": [fails]})
-    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root)
+    plans = plan_cluster(NODES, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
     with pytest.raises(RayClusterError) as raised:
         start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60, attempts=3)
     message = str(raised.value)
@@ -274,7 +306,7 @@ def test_a_node_that_keeps_failing_says_why_and_nothing_is_left_running(stand_in
 
 def test_a_broken_install_is_not_retried(stand_in, temp_root, tmp_path):
     provider = stand_in({"node0": [BROKEN]})
-    plans = plan_cluster(NODES[:1], "ray", 1, {}, temp_root=temp_root)
+    plans = plan_cluster(NODES[:1], "ray", 1, {}, temp_root=temp_root, ports=PORTS)
     with pytest.raises(RayClusterError, match=r"(?s)did not start \(1 attempt\).*ModuleNotFoundError"):
         start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
     assert len(provider.started) == 1

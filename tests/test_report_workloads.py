@@ -15,13 +15,21 @@ import pytest
 import vl_convert
 
 from servebench import warehouse
-from servebench.warehouse import landing
 from servebench.analysis.report import build_charts
-from servebench.analysis.workload_report import (length_bins, length_count_rows, length_histograms, prefix_cell_rows,
-                                                 prefix_chart, turn_chart, turn_points, turn_request_rows)
+from servebench.analysis.workload_report import (
+    length_bins,
+    length_count_rows,
+    length_histograms,
+    prefix_cell_rows,
+    prefix_chart,
+    turn_chart,
+    turn_points,
+    turn_request_rows,
+)
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import Cell, expand
 from servebench.load.records import RequestRecord
+from servebench.spec.sweep import Cell, expand
+from servebench.warehouse import landing
 
 HEAD = """
 name: {name}

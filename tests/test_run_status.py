@@ -3,10 +3,18 @@ judgement for a cell measured now or landed from its result file after an interr
 measurement is not a completed campaign unless the campaign says so (validity.on_invalid: warn)."""
 
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.outcome import (FAULT_INJECTED, FAULT_PLANNED, CellOutcome, FaultEvidence, blocked_reason,
-                                         failed_outcome, measured_outcome, run_status)
-from servebench.spec.sweep import expand
+from servebench.campaign.outcome import (
+    FAULT_INJECTED,
+    FAULT_PLANNED,
+    CellOutcome,
+    FaultEvidence,
+    blocked_reason,
+    failed_outcome,
+    measured_outcome,
+    run_status,
+)
 from servebench.serving.correctness import GateResult
+from servebench.spec.sweep import expand
 from tests.support.small_campaign import small_campaign_text
 
 

@@ -11,8 +11,13 @@ import pytest
 
 from servebench import warehouse
 from servebench.analysis.report import saturation_series
-from servebench.analysis.saturation import (run_saturation, saturation_by_mode, session_peak_tokens,
-                                            session_turn_tokens, tokens_per_client)
+from servebench.analysis.saturation import (
+    run_saturation,
+    saturation_by_mode,
+    session_peak_tokens,
+    session_turn_tokens,
+    tokens_per_client,
+)
 from servebench.load.workload import Workload
 from servebench.load.workload_spec import workload_from_data
 

@@ -53,9 +53,8 @@ def echo_and_plain(isolated, monkeypatch, tmp_path):
 
 
 def test_echo_engine_and_plain_provider_run_a_campaign_through_the_real_flow(echo_and_plain):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
+    from tests.support.prefect_session import session_api_url
 
     db = echo_and_plain / "w.duckdb"
     session_api_url()  # the flow reports to the session's Prefect server

@@ -25,8 +25,22 @@ from pydantic import ValidationError
 from servebench.providers.base import Node
 from servebench.providers.slurm import AllocationEnded, SlurmError, SlurmProvider
 from servebench.providers.slurm.argv import (
-    client_env, ended_message, job_state, launch_argv, parse_granted, parse_probe, parse_record, parse_records,
-    parse_started, parse_status, probe_argv, remote_files, remote_run_dir, salloc_argv, status_argv, step_argv,
+    client_env,
+    ended_message,
+    job_state,
+    launch_argv,
+    parse_granted,
+    parse_probe,
+    parse_record,
+    parse_records,
+    parse_started,
+    parse_status,
+    probe_argv,
+    remote_files,
+    remote_run_dir,
+    salloc_argv,
+    status_argv,
+    step_argv,
     strip_srun_noise,
 )
 from servebench.providers.slurm.spec import SlurmProviderSpec

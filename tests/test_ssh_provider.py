@@ -23,16 +23,25 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from servebench.providers.base import Node
 from servebench.providers import node_tools
+from servebench.providers.base import Node
 from servebench.providers.ssh import SshProvider
 from servebench.providers.ssh.argv import (
-    STATUS_SCRIPT, check_run_id, env_argv, parse_started, parse_status, pinned_argv, remote_files, remote_run_dir,
-    sh_command, ssh_argv, ssh_config_text, start_script,
+    STATUS_SCRIPT,
+    check_run_id,
+    env_argv,
+    parse_started,
+    parse_status,
+    pinned_argv,
+    remote_files,
+    remote_run_dir,
+    sh_command,
+    ssh_argv,
+    ssh_config_text,
+    start_script,
 )
 from servebench.providers.ssh.spec import SshProviderSpec
 from servebench.providers.ssh.transport import SshError, control_dir_for
-
 from tests.support.shared_testbed import shared_testbed
 from tests.support.testbed import allocated, node_named, on_the_testbed
 from tests.support.waiting import wait_until
@@ -198,8 +207,9 @@ def test_the_warden_stops_the_run_once_its_lease_runs_out_and_leaves_when_the_ru
     would wait for the pipes of a child that kept them), the run's process lives while the lease
     is renewed, and is stopped with the run's directory once it is not; a released run (its
     directory gone) ends the warden and touches nothing."""
-    from servebench.providers.remote import BOOTSTRAP
     import json
+
+    from servebench.providers.remote import BOOTSTRAP
 
     def warden(run_dir: Path, prefix: str) -> int:
         request = json.dumps({"file": "node_tools.py", "call": "start_warden",

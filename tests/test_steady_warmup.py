@@ -105,10 +105,10 @@ def test_the_flag_parses_and_a_bad_value_is_named():
 
 def test_a_cell_lands_its_warm_up_and_an_unsteady_one_is_said_in_the_run_table(tmp_path):
     from servebench import warehouse
-    from servebench.warehouse import landing
     from servebench.analysis.run_summary import summarize
     from servebench.campaign.loading import parse_campaign
     from servebench.spec.sweep import expand
+    from servebench.warehouse import landing
     from tests.support.small_campaign import small_campaign_text
 
     text = small_campaign_text("{clients: [1], requests: 2, warm_until_steady: {max_s: 60}}")

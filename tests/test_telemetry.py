@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from servebench.processes import ManagedProcess
 from servebench.engines.vllm import VllmEngine
+from servebench.processes import ManagedProcess
 from servebench.telemetry.scraper import parse
 from tests.support.waiting import wait_until
 
@@ -25,7 +25,7 @@ vllm:generation_tokens_total{engine="0",model_name="tiny"} 768.0
 
 
 def test_scraper_parses_and_sums_label_sets():
-    values = parse(VLLM_METRICS, VllmEngine.metrics)
+    values = parse(VLLM_METRICS, VllmEngine.api.metrics)
     assert values == {"kv_usage": 0.75, "running": 3.0, "preemptions_total": 7.0, "generation_tokens_total": 768.0}
 
 

@@ -21,16 +21,29 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
-from tests.support.testbed import no_testbed_reason, on_the_testbed, run_testbed_cli
-from tests.support.waiting import wait_until
 from servebench.testbed import configs
 from servebench.testbed.layout import (
-    BENCHMARK_RANGE, check_name, choose_slot, hidden_on_hosts, make_layout, preferred_slot, slot_of, slot_subnet,
+    BENCHMARK_RANGE,
+    check_name,
+    choose_slot,
+    hidden_on_hosts,
+    make_layout,
+    preferred_slot,
+    slot_of,
+    slot_subnet,
     state_dir_for,
 )
 from servebench.testbed.machine import (
-    Daemon, TestbedError, missing_binaries, mounts_under, namespace_ids, preflight, read_state,
+    Daemon,
+    TestbedError,
+    missing_binaries,
+    mounts_under,
+    namespace_ids,
+    preflight,
+    read_state,
 )
+from tests.support.testbed import no_testbed_reason, on_the_testbed, run_testbed_cli
+from tests.support.waiting import wait_until
 
 UP_LIMIT_S = 30.0  # "well under a minute"
 TIMEOUT_S = 60

@@ -31,8 +31,15 @@ import servebench.engines
 from servebench import warehouse
 from servebench.paths import CHECKOUT
 from tests.support.echo_engine import EchoEngine
-from tests.support.testbed import (echo_model, kill_on_host, marked_processes_on, on_host, own_leftovers,
-                                   own_testbed, ssh_provider_yaml)
+from tests.support.testbed import (
+    echo_model,
+    kill_on_host,
+    marked_processes_on,
+    on_host,
+    own_leftovers,
+    own_testbed,
+    ssh_provider_yaml,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.testbed, pytest.mark.root]  # the echo engine's flow on testbed hosts
@@ -65,10 +72,9 @@ def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> No
 
 def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured_ones(isolated, tmp_path,
                                                                                       monkeypatch):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
     from servebench.testbed import slurm_client_env
+    from tests.support.prefect_session import session_api_url
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))  # under /tmp: hidden from the hosts, copied
@@ -131,9 +137,8 @@ LEASE_S = 15  # short, for h2's warden to act soon; past what the 3 s cut-host c
 def run_with_fault(layout, tmp_path: Path, warehouse_path: Path, campaign_text: str, fault) -> tuple[dict, dict]:
     """The campaign through the real flow while `fault(runs dir, layout, done)` acts in a thread;
     (the run's outcome, what the fault recorded)."""
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
+    from tests.support.prefect_session import session_api_url
 
     campaign = tmp_path / "campaign.yaml"
     campaign.write_text(campaign_text)

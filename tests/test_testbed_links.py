@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
+from servebench.spec.campaign import MAX_LINK_DELAY_MS, LinkSetting
 from servebench.testbed import delay_line, links
 from servebench.testbed.layout import make_layout
 from servebench.testbed.machine import Daemon, read_state
@@ -32,8 +33,10 @@ PINGS = 30
 def test_settings_are_checked_and_described():
     assert links.setting().plain and links.setting().describe() == "plain"
     assert links.setting(5, 10).describe() == "delay 5 ms each way, rate 10 Mbit/s each way"
-    assert links.setting(0, 100).to_json() == {"delay_ms": 0.0, "rate_mbit": 100.0}
-    assert links.LinkSetting.from_json({"delay_ms": 1.5, "rate_mbit": None}) == links.setting(1.5)
+    assert links.setting_record(links.setting(0, 100)) == {"delay_ms": 0.0, "rate_mbit": 100.0}
+    assert links.recorded_setting({"delay_ms": 1.5, "rate_mbit": None}) == links.setting(1.5)
+    assert links.recorded_setting(None).plain
+    assert isinstance(links.setting(), LinkSetting)  # one LinkSetting: the campaign's
     for delay, rate in ((-1, None), (1001, None), (0, 0), (0, -5), (0, 1e9), ("x", None)):
         with pytest.raises(ValueError):
             links.setting(delay, rate)
@@ -67,6 +70,7 @@ def test_names_and_commands_of_a_delay_line():
     assert argv[5] == str(links.DELAY_LINE) and argv[5].endswith("servebench/testbed/delay_line.py")
     assert argv[argv.index("--a") + 1] == "h2" and argv[argv.index("--b") + 1] == "h2d"
     assert float(argv[argv.index("--delay-ms") + 1]) == 5.0
+    assert float(argv[argv.index("--max-delay-ms") + 1]) == MAX_LINK_DELAY_MS  # one cap, the setting's
     assert links.line_daemon_name(h2) == "delay-line-h2"
     log, stats = links.line_files(layout, h2)
     assert (log.name, stats.name) == ("switch.delay-line-h2.log", "switch.delay-line-h2.stats.json")
@@ -94,13 +98,16 @@ def test_kernel_offers_are_said_plainly():
 
 
 def test_delay_line_arguments_and_cli():
-    args = delay_line.parse_args(["--a", "h1", "--b", "h1d", "--delay-ms", "1.5"])
+    cap = ["--max-delay-ms", repr(MAX_LINK_DELAY_MS)]
+    args = delay_line.parse_args(["--a", "h1", "--b", "h1d", "--delay-ms", "1.5", *cap])
     assert (args.a, args.b, args.delay_ms, args.rt_priority) == ("h1", "h1d", 1.5, 10)
-    for bad in (["--delay-ms", "-1"], ["--delay-ms", "20000"], ["--delay-ms", "1", "--rt-priority", "100"]):
+    too_long = ["--delay-ms", f"{MAX_LINK_DELAY_MS + 1:g}", *cap]
+    for bad in (["--delay-ms", "-1", *cap], too_long, ["--delay-ms", "1", "--rt-priority", "100", *cap],
+                ["--delay-ms", "1"]):
         with pytest.raises(SystemExit):
             delay_line.parse_args(["--a", "h1", "--b", "h1d", *bad])
     with pytest.raises(SystemExit):
-        delay_line.parse_args(["--a", "h1", "--b", "h1", "--delay-ms", "1"])
+        delay_line.parse_args(["--a", "h1", "--b", "h1", "--delay-ms", "1", *cap])
     parser = argparse.ArgumentParser()
     add_testbed_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["testbed", "link", "h2", "--delay-ms", "5", "--rate-mbit", "10", "--name", "lk1"])

@@ -36,10 +36,9 @@ validity: {{on_invalid: warn}}
 
 
 def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated, tmp_path, monkeypatch):
-    from tests.support.prefect_session import session_api_url
-
     from servebench.flows.campaign import campaign_run
     from servebench.testbed.links import link_state
+    from tests.support.prefect_session import session_api_url
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
     monkeypatch.setenv("SERVEBENCH_CACHE", str(tmp_path / "cache"))

@@ -136,9 +136,9 @@ def test_the_knobs_reach_the_server_command_and_environment():
 def test_the_reference_is_served_with_the_arithmetic_knobs_every_judged_mode_shares():
     """Eager PyTorch and compiled graphs round differently: modes that all run eager are judged
     against an eager TP=1 reference; a knob that only changes speed never reaches it."""
+    from servebench.engines.vllm.knobs import KNOBS
     from servebench.spec.campaign import ModeSpec
     from servebench.spec.sweep import reference_knobs
-    from servebench.engines.vllm.knobs import KNOBS
 
     numerics = {name for name, knob in KNOBS.items() if knob.numerics}
     assert numerics == {"enforce_eager"}
@@ -254,10 +254,10 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     import random
 
     from servebench import warehouse
-    from servebench.warehouse import landing
     from servebench.analysis.regression.history import analyze_run
     from servebench.spec.detection import DetectionSettings
     from servebench.spec.sweep import search_cell
+    from servebench.warehouse import landing
     from tests.support.synthetic_runs import NODE
 
     text = TUNE.replace("kind: echo, token_delay_ms: 1", "kind: vllm").replace("{kind: plain, nodes: [{name: a, cpus: \"0\"}]}",

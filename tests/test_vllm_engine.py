@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.spec.campaign import ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers import Node
+from servebench.spec.campaign import ModeSpec
 from tests.support.echo_engine import EchoEngine
+from tests.support.ports import CountingPorts
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2, 3])]
 
 
 def request(mode: ModeSpec, shared=None) -> LaunchRequest:
-    ports = iter(range(9000, 9100))
     return LaunchRequest(python="/venv/bin/python", build_dir="/venv", spec=VllmEngineSpec(), mode=mode,
                          model_dir="/m", served_name="tiny", dtype="float32", nodes=NODES,
-                         ports=lambda node: next(ports), shared=shared)
+                         ports=CountingPorts(9000), shared=shared)
 
 
 @pytest.mark.parametrize("engine", [get_engine("vllm"), EchoEngine()], ids=lambda e: e.kind)
 def test_metric_maps_fill_known_columns(engine):
-    assert set(engine.metrics.values()) <= set(METRIC_COLUMNS)
-    assert engine.generation_tokens_metric in engine.metrics
+    assert set(engine.api.metrics.values()) <= set(METRIC_COLUMNS)
+    assert engine.api.generation_tokens_metric in engine.api.metrics
 
 
 def test_mp_mode_serves_on_the_node_holding_its_workers_at_that_nodes_address():

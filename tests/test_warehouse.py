@@ -1,3 +1,5 @@
+import ast
+import re
 import subprocess
 import sys
 
@@ -5,9 +7,9 @@ import duckdb
 import pytest
 
 from servebench import warehouse
-from servebench.warehouse import landing
 from servebench.campaign.loading import parse_campaign
 from servebench.spec.sweep import expand
+from servebench.warehouse import landing
 
 CAMPAIGN = """
 name: t
@@ -106,3 +108,78 @@ def test_a_ctrl_c_during_a_landing_is_the_users_interrupt(db):
             con.execute("select count(*) from range(1000000000000) a where a.range % 7 = 3").fetchall()
     with session(str(db)) as con:  # the file is usable afterwards
         assert con.execute("select 1").fetchone() == (1,)
+
+
+def view_columns(con) -> dict[str, list[tuple]]:
+    """Every view of the database with its columns and their types."""
+    names = [name for (name,) in con.execute("select view_name from duckdb_views() where not internal").fetchall()]
+    return {name: con.execute(f"describe {name}").fetchall() for name in sorted(names)}
+
+
+def test_views_are_stated_once_in_their_own_files_and_made_after_the_views_they_read():
+    names = [name for name, _ in warehouse.views()]
+    assert sorted(names) == sorted(p.stem for p in warehouse.VIEWS_DIR.glob("*.sql"))
+    assert names.index("cell_metrics") < names.index("series_nights")
+    assert names.index("cell_repeat_values") < names.index("cell_dispersion")
+    declares_a_view = re.compile(r"^\s*create\s+(or\s+replace\s+)?view\b", re.IGNORECASE | re.MULTILINE)
+    assert [path.name for _, path in warehouse.migrations() if declares_a_view.search(path.read_text())] == []
+
+
+def test_a_database_of_older_code_migrates_to_the_same_views(db, tmp_path, monkeypatch):
+    """Older code stated views in its migrations (at an older version: an older form, or fewer):
+    migrating it ends with the views of warehouse/views/, as a new database has them."""
+    fresh = warehouse.connect(tmp_path / "fresh.duckdb")
+    expected = view_columns(fresh)
+    fresh.close()
+    older = tmp_path / "older"
+    older.mkdir()
+    for version, path in warehouse.migrations()[:12]:
+        (older / path.name).write_text(path.read_text())
+    monkeypatch.setattr(warehouse, "MIGRATIONS_DIR", older)
+    monkeypatch.setattr(warehouse, "apply_views", lambda con: None)   # older code: views came with migrations
+    con = warehouse.connect(db)
+    con.execute("create view cell_kv as select run_id, cell_id, completed from cells")
+    con.execute("create view cell_metrics as select run_id, series_id, cell_id from cells")
+    con.close()
+    monkeypatch.undo()
+    con = warehouse.connect(db)
+    assert warehouse.schema_version(con) == warehouse.latest_version()
+    assert view_columns(con) == expected
+    assert {"cell_kv", "cell_metrics", "series_nights", "cell_dispersion"} <= set(expected)
+    con.close()
+
+
+def test_a_view_file_names_its_view(tmp_path, monkeypatch):
+    (tmp_path / "cell_kv.sql").write_text("CREATE OR REPLACE VIEW something_else AS SELECT 1 AS x;\n")
+    monkeypatch.setattr(warehouse, "VIEWS_DIR", tmp_path)
+    with pytest.raises(warehouse.WarehouseError, match="CREATE OR REPLACE VIEW cell_kv AS"):
+        warehouse.views()
+
+
+SQL_TEXT = re.compile(r"\bselect\b.*\bfrom\b|\binsert\s+(or\s+\w+\s+)?into\b|\bupdate\s+\S+\s+set\b|\bdelete\s+from\b",
+                      re.IGNORECASE | re.DOTALL)
+
+
+def test_analysis_campaign_and_cli_read_and_write_through_the_warehouse_package():
+    """Their SQL is named functions of servebench.warehouse; the one exception is the user's own
+    `servebench query` (servebench/cli/__init__.py runs its text and shows an example)."""
+    from servebench.paths import CHECKOUT
+
+    offenders = []
+    for folder in ("analysis", "campaign", "cli"):
+        for path in sorted((CHECKOUT / "servebench" / folder).rglob("*.py")):
+            if path.relative_to(CHECKOUT).as_posix() == "servebench/cli/__init__.py":
+                continue
+            tree = ast.parse(path.read_text())
+            docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                          if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body
+                          and isinstance(node.body[0], ast.Expr)}
+            for node in ast.walk(tree):
+                speaks = (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                          and id(node) not in docstrings and SQL_TEXT.search(node.value)) or \
+                    (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                     and node.func.attr in ("execute", "executemany", "fetchone", "fetchall")) or \
+                    (isinstance(node, ast.Import) and any(a.name == "duckdb" for a in node.names))
+                if speaks:
+                    offenders.append(f"{path.relative_to(CHECKOUT)}:{node.lineno}")
+    assert offenders == []

@@ -8,13 +8,13 @@ import json
 from datetime import datetime, timezone
 
 from servebench import warehouse
-from servebench.warehouse import landing, store
 from servebench.analysis.capacity import CapacityResult, judge
 from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
 from servebench.campaign.loading import parse_campaign
+from servebench.serving.faults import InjectedFault
 from servebench.spec.campaign import FaultSpec
 from servebench.spec.sweep import expand
-from servebench.serving.faults import InjectedFault
+from servebench.warehouse import landing, store
 from tests.support.small_campaign import small_campaign_text
 
 CAMPAIGN = small_campaign_text("{rates: [2, 4], requests: 2}", slo="{ttft_p99_ms: 500}")

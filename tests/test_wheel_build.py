@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from servebench.builds import builders
-from servebench.builds.recipe import VenvRecipe, WheelRecipe
-from servebench.builds.venv import BuildError
 from servebench.builds import sdist as sdist_module
+from servebench.builds.recipe import VenvRecipe, WheelRecipe
 from servebench.builds.sdist import fetch_sdist, sdist_links
+from servebench.builds.venv import BuildError
 from servebench.builds.wheel import wheel_requirements
 
 SETUP = '''import os

@@ -9,9 +9,23 @@ import struct
 
 import pytest
 
-from benchmarks.wire_streams import (ACK, FIN, SYN, ByteStream, CaptureError, Frame, Segment, connections,
-                                     decode_tcp, exchanges, http_messages, read_frames, reassemble, sse_events,
-                                     token_timing)
+from benchmarks.wire_streams import (
+    ACK,
+    FIN,
+    SYN,
+    ByteStream,
+    CaptureError,
+    Frame,
+    Segment,
+    connections,
+    decode_tcp,
+    exchanges,
+    http_messages,
+    read_frames,
+    reassemble,
+    sse_events,
+    token_timing,
+)
 
 CLIENT, SERVER = ("127.0.0.1", 40000), ("127.0.1.1", 8000)
 PSH = 0x08

@@ -303,9 +303,9 @@ def land_first_cell(tmp_path, workload: str, server: FakeServer | None = None,
     """The campaign's first cell measured against the test server (`server`, else one that answers) with
     more `load` fields, and landed: (its cells row's `cell_columns`, its request rows' `request_columns`)."""
     from servebench import warehouse
-    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
     from servebench.spec.sweep import cell_workload_config, expand
+    from servebench.warehouse import landing
 
     text = CAMPAIGN + f"    {workload}\n"
     campaign = parse_campaign(text, host_cpus={0, 1})
@@ -353,7 +353,7 @@ def test_a_cell_whose_responses_say_their_cached_prompt_tokens_lands_them_and_it
         tmp_path, "{kind: shared-prefix, groups: 2, prefix_len: 256, suffix_len: 16}",
         FakeServer("replay", recorded=recorded.read_bytes()), cell_columns="prefix_cache_hit_rate",
         request_columns="input_tokens, cached_input_tokens, processed_input_tokens",
-        prompt_cache_tokens=get_engine("llamacpp").prompt_cache_tokens)
+        prompt_cache_tokens=get_engine("llamacpp").api.prompt_cache_tokens)
     assert rows == [(272, 256, 16)] * 4 and rate == round(256 / 272, 4)
 
 
@@ -361,18 +361,18 @@ def test_a_cell_whose_responses_say_their_cached_prompt_tokens_lands_them_and_it
 def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
     """A cell's load config carries its engine's declarations: vLLM's /metrics counters, llama.cpp's paths
     to the cached and processed prompt tokens of each answer."""
+    from servebench.campaign.load_config import cell_load_config
     from servebench.campaign.loading import parse_campaign
     from servebench.campaign.placement import ClientPlacement
-    from servebench.spec.sweep import expand
     from servebench.engines import get_engine
-    from servebench.tasks.load import cell_load_config
+    from servebench.spec.sweep import expand
 
     text = CAMPAIGN.replace("modes: [{name: tp1}]", f"engine: {{kind: {kind}}}\nmodes: [{{name: m}}]")
     campaign = parse_campaign(text + "    {kind: shared-prefix, groups: 2, prefix_len: 64}\n", host_cpus={0, 1})
     engine = get_engine(kind)
     config = cell_load_config(campaign, expand(campaign)[0], "http://127.0.0.1:9", "tiny", 512,
                               ClientPlacement(None, "shared"), engine)
-    declared = (engine.prefix_cache_metrics, engine.prompt_cache_tokens)
+    declared = (engine.api.prefix_cache_metrics, engine.api.prompt_cache_tokens)
     assert (config.prefix_cache_counters, config.prompt_cache_tokens) == tuple(
         list(paths) if paths else None for paths in declared)
     counters, per_answer = declared  # each engine one of the two

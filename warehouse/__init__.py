@@ -1,9 +1,14 @@
-"""The DuckDB warehouse: connection, numbered migrations and the default location.
+"""The DuckDB warehouse: connection, numbered migrations, views and the default location.
 
 Migrations are the SQL files in `warehouse/migrations/NNN_name.sql`, append-only, applied
 in order on every writable connect and recorded in `schema_migrations`; the schema
-version is the highest applied number. Read-only connections refuse a database whose
-schema is older than this code, so a query never runs against a half-known layout.
+version is the highest applied number. They change tables, columns and data only. Views
+are `warehouse/views/<name>.sql`, one each, made again after the migrations on every
+writable connect, so a view is stated once, in its current form, and a database of any
+age ends with the same views. Read-only connections refuse a database whose schema is
+older than this code, so a query never runs against a half-known layout.
+
+This module is the one place that opens a DuckDB connection (docs/warehouse.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ import duckdb
 from servebench.waiting import poll
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+VIEWS_DIR = Path(__file__).parent / "views"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_SQL_COMMENT = re.compile(r"--[^\n]*")
+
+Connection = duckdb.DuckDBPyConnection   # what callers hold, without importing DuckDB themselves
 WAIT_VARIABLE = "SERVEBENCH_WAREHOUSE_WAIT_S"
 DEFAULT_WAIT_S = 600.0
 
@@ -129,7 +138,39 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
             con.execute("rollback")
             raise WarehouseError(f"migration {path.name} failed: {exc}") from exc
         applied.append(version)
+    apply_views(con)
     return applied
+
+
+def views() -> list[tuple[str, str]]:
+    """Each view's (name, SQL), every view after the views it reads. A file names its view
+    (`<name>.sql` holds `CREATE OR REPLACE VIEW <name>`), so the order is read from the text."""
+    texts = {path.stem: path.read_text() for path in sorted(VIEWS_DIR.glob("*.sql"))}
+    for name, text in texts.items():
+        if not re.search(rf"^CREATE OR REPLACE VIEW {name} AS$", text, re.MULTILINE):
+            raise WarehouseError(f"{VIEWS_DIR / name}.sql: holds one view, `CREATE OR REPLACE VIEW {name} AS`")
+    reads = {name: {other for other in texts if other != name
+                    and re.search(rf"\b{other}\b", _SQL_COMMENT.sub("", text))} for name, text in texts.items()}
+    ordered: list[str] = []
+    while len(ordered) < len(texts):
+        ready = [name for name in texts if name not in ordered and reads[name] <= set(ordered)]
+        if not ready:
+            raise WarehouseError(f"{VIEWS_DIR}: views that read each other in a circle: "
+                                 f"{sorted(set(texts) - set(ordered))}")
+        ordered += ready
+    return [(name, texts[name]) for name in ordered]
+
+
+def apply_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Make every view again, in one transaction: the tables they read are the migrated ones."""
+    con.execute("begin transaction")
+    try:
+        for _, sql in views():
+            con.execute(sql)
+        con.execute("commit")
+    except Exception as exc:
+        con.execute("rollback")
+        raise WarehouseError(f"the warehouse's views failed: {exc}") from exc
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:

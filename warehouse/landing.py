@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import socket
-import tempfile
 import subprocess
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from servebench.builds.venv import EngineBuild
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import CHECKOUT
 from servebench.spec.sweep import Cell
+
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -315,3 +316,26 @@ def _link_columns(cell: Cell) -> dict:
 
 def _pct(summary: dict, metric: str, name: str) -> float | None:
     return (summary.get(metric) or {}).get(name)
+
+
+def land_failed_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, error: str,
+                       engine: str | None = None, build_key: str | None = None) -> None:
+    """A server that did not start: its mode, the engine and build it was to run, and why; nothing else
+    of a server (no process, port, command or gate) exists to land."""
+    land_server(con, run_id, mode=mode, engine=engine, build_key=build_key, pid=None, port=None, command=[], env={},
+                log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=error)
+
+
+def land_nodes(con: duckdb.DuckDBPyConnection, run_id: str, nodes: list, inventories: dict[str, dict],
+               clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
+    """The run's nodes with their inventories and clock offsets; the client node's role is `client`."""
+    for node in nodes:
+        role = "client" if node.name == client_node else "server"
+        land_node(con, run_id, node.name, node.address, inventories[node.name], (clock_offsets or {}).get(node.name),
+                  role=role)
+
+
+def land_run_build(con: duckdb.DuckDBPyConnection, run_id: str, build: EngineBuild) -> None:
+    """A build the run uses, recorded and named as the run's build."""
+    land_build(con, build)
+    update_run(con, run_id, build_key=build.key)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import TYPE_CHECKING, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 import duckdb
 
@@ -21,10 +22,38 @@ from servebench import warehouse
 from servebench.warehouse import landing
 
 if TYPE_CHECKING:
-    from servebench.analysis.capacity import CapacityResult
-    from servebench.analysis.tuning import TuneVerdict
-    from servebench.spec.campaign import ModeSpec
-    from servebench.serving.faults import InjectedFault
+    from servebench.spec.campaign import FaultSpec, ModeSpec
+
+
+# What the writes read of the searches' and faults' results: the warehouse sits below the layers that
+# make them (servebench.analysis, servebench.serving), so it names the fields it lands, not their types.
+
+class CapacityResult(Protocol):
+    """A capacity search's outcome (servebench.analysis.capacity.CapacityResult)."""
+    capacity: float | None
+    upper: float | None
+    probes: list
+    converged: bool
+    why: str
+
+
+class TuneVerdict(Protocol):
+    """The tuner's verdict (servebench.analysis.tuning.TuneVerdict): a model whose every field is a
+    column of `tuning`, the Pareto front (a list of modes) landed as JSON."""
+    pareto: list[str]
+
+    def model_dump(self) -> dict: ...
+
+
+class InjectedFault(Protocol):
+    """One fault as it happened (servebench.serving.faults.InjectedFault)."""
+    spec: FaultSpec
+    node: str
+    at: datetime | None
+    t_mono: float | None
+    hit: list[list]
+    error: str | None
+    fired_s: float | None
 
 
 @contextlib.contextmanager
@@ -71,12 +100,8 @@ def land_tuning(con: duckdb.DuckDBPyConnection, run_id: str, over: str, slo: dic
     launches = con.execute("select count(*) from servers s join capacity c using (run_id, mode) "
                            "where s.run_id = ? and s.status = 'ready'", [run_id]).fetchone()[0]
     landing.insert_row(con, "tuning", dict(
-        run_id=run_id, search_over=over, slo=json.dumps(slo), configurations=configurations, launches=launches,
-        probes=verdict.probes, default_mode=verdict.default_mode, best_mode=verdict.best_mode,
-        default_capacity=verdict.default_capacity, best_capacity=verdict.best_capacity, ratio=verdict.ratio,
-        ratio_low=verdict.ratio_low, ratio_high=verdict.ratio_high, pareto=json.dumps(verdict.pareto),
-        why=verdict.why, default_first=verdict.default_first, default_again=verdict.default_again,
-        drift=verdict.drift), conflict="or replace")
+        verdict.model_dump(), run_id=run_id, search_over=over, slo=json.dumps(slo), configurations=configurations,
+        launches=launches, pareto=json.dumps(verdict.pareto)), conflict="or replace")
 
 
 def land_faults(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str, mode: str,

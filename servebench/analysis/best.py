@@ -2,22 +2,11 @@
 capacity the warehouse holds, the highest for each (hardware fingerprint, model, what was
 searched, SLO, input and output lengths). Capacities are compared only on the same workload,
 under the same SLO and the same search (rate or clients); a newer run wins a tie, being the more
-current evidence. Pure: rows in, winners out."""
+current evidence. Pure: rows in (`servebench.warehouse.history.capacity_history`), winners out."""
 
 from __future__ import annotations
 
 import json
-
-# The warehouse query behind it: every capacity with its run's cluster, model and server command.
-CAPACITY_HISTORY = """
-select r.hardware_fingerprint, r.model_path, c.search_over, c.slo, c.mode, c.knobs, c.capacity, c.upper,
-       c.tpot_p50_ms, c.run_id, r.campaign, r.started_at, s.command, s.env,
-       (select any_value(x.input_len) from cells x where x.run_id = c.run_id and x.mode = c.mode) input_len,
-       (select any_value(x.output_len) from cells x where x.run_id = c.run_id and x.mode = c.mode) output_len
-from capacity c join runs r using (run_id)
-left join servers s on s.run_id = c.run_id and s.mode = c.mode
-where c.capacity is not null
-"""
 
 
 def best_per_cluster(history: list[dict]) -> list[dict]:

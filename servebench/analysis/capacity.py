@@ -42,7 +42,6 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from servebench.load.metrics import CLIENT_CPU, client_limited
-from servebench.spec.slo import SLO_METRICS, SLO_PERCENTILES
 
 MAX_PROBE_S = 300.0  # the longest probe a search schedules (docs/capacity.md): 8 probes, at most 40 minutes
 

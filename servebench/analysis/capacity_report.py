@@ -9,20 +9,16 @@ import json
 import shlex
 
 import altair as alt
-import duckdb
 
-from servebench.warehouse import rows
+from servebench.warehouse import Connection, reads
 
 LATENCY_NOTE = ("Latencies are measured from each request's scheduled send time, not from when it was "
                 "sent: a generator or server that falls behind is charged for it (no coordinated omission).")
 
 
-def capacity_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+def capacity_rows(con: Connection, run_id: str) -> list[dict]:
     """The run's capacities with each configuration's server command and environment."""
-    return rows(con, """select c.mode, c.search_over, c.slo, c.capacity, c.upper, c.probes, c.converged, c.why,
-            c.knobs, c.tpot_p50_ms, s.command, s.env
-        from capacity c left join servers s on s.run_id = c.run_id and s.mode = c.mode
-        where c.run_id = ? order by c.rowid""", [run_id])
+    return reads.capacities(con, run_id)
 
 
 def pareto_chart(found: list[dict], tuning: dict | None, width: int, height: int) -> alt.Chart | None:
@@ -95,9 +91,8 @@ def server_command(row: dict) -> str:
                     [shlex.quote(part) for part in row["command"]])
 
 
-def tuning_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
-    found = rows(con, "select * from tuning where run_id = ?", [run_id])
-    return found[0] if found else None
+def tuning_row(con: Connection, run_id: str) -> dict | None:
+    return reads.tuning(con, run_id)
 
 
 def _front(tuning: dict | None) -> list[str]:

@@ -12,21 +12,15 @@ import html
 import json
 
 import altair as alt
-import duckdb
 
-from servebench.warehouse import rows
+from servebench.warehouse import Connection, reads
 
 LATENCIES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"))
 
 
-def engine_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+def engine_cells(con: Connection, run_id: str) -> list[dict]:
     """The run's completed cells with the engine that served them; [] for a run of one engine."""
-    found = rows(con, """
-        select c.cell_id, c.mode, s.engine, c.load_kind, c.rate, c.clients, c.output_throughput,
-               c.request_throughput, c.ttft_p50_ms, c.ttft_p99_ms, c.tpot_p50_ms, c.tpot_p99_ms, c.valid
-        from cells c join servers s on s.run_id = c.run_id and s.mode = c.mode
-        where c.run_id = ? and c.status = 'completed' and c.output_throughput > 0
-        order by s.engine, c.mode, c.rate, c.clients""", [run_id])
+    found = reads.engine_cells(con, run_id)
     return found if len({c["engine"] for c in found}) > 1 else []
 
 

@@ -21,32 +21,22 @@ import json
 from pathlib import Path
 
 import altair as alt
-import duckdb
 import vl_convert as vlc
 
+from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
 from servebench.analysis.cell_dispersion import METRICS as SPREAD_METRICS
 from servebench.analysis.cell_dispersion import PointMetric, run_spreads
-from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
 from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
 from servebench.analysis.workload_report import workload_charts
-from servebench.warehouse import rows
+from servebench.warehouse import Connection, reads
+from servebench.warehouse.history import changes_until, nights_until, run_series_points
 
-CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
-    completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
-    e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name"""
 WIDTH, HEIGHT = 380, 240
 TIMELINE_POINTS = 400        # per node, server and metric: about one per two pixels of the timeline
-
-
-def latest_run_id(con: duckdb.DuckDBPyConnection, campaign: str | None = None) -> str | None:
-    sql = "select run_id from runs" + (" where campaign = ?" if campaign else "") + " order by started_at desc limit 1"
-    found = con.execute(sql, [campaign] if campaign else []).fetchone()
-    return found[0] if found else None
 
 
 def _data(values: list[dict]) -> alt.Data:
@@ -361,13 +351,10 @@ def history(nights: list[dict], changes: list[dict]) -> alt.Chart | None:
                                                  "(first bad night), red regression, green improvement"))
 
 
-def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.TopLevelMixin]:
-    cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
-    kv = saturation_series(rows(con, "select k.*, n.normalized_throughput, c.output_throughput, c.workload_name "
-                                     "from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id) "
-                                     "where k.run_id = ?", [run_id]))
-    samples = rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
-                        "where run_id = ? order by t_mono", [run_id])
+def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
+    cells = reads.report_cells(con, run_id)
+    kv = saturation_series(reads.kv_cells(con, run_id))
+    samples = reads.node_samples(con, run_id)
     knees = [{**k.model_dump(), "mode": k.series} for k in run_saturation(con, run_id)]
     saturation = [{"mode": k["mode"], "kv_capacity_tokens": k["kv_capacity_tokens"],
                    "saturation_clients": k["theoretical_clients"]} for k in knees]
@@ -383,8 +370,7 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
                                      "KV misses per decode attempt",
                                      "KV misses (batches that found no room in the KV cache, or sequences "
                                      "preempted) per decode attempt", saturation, knees=knees),
-        "node_timelines": node_timelines(samples, cells, rows(
-            con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])),
+        "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
@@ -395,22 +381,15 @@ def build_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.T
     return {name: chart for name, chart in charts.items() if chart is not None}
 
 
-def history_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[list[dict], list[dict]]:
+def history_rows(con: Connection, run_id: str) -> tuple[list[dict], list[dict]]:
     """Nights of the run's series up to the run (output throughput, and every metric with a
     finding), and the findings of those series up to the run."""
-    points = {r["series_id"]: cell_point(r["cell_key"]) for r in rows(
-        con, "select distinct series_id, cell_key from cells where run_id = ? and series_id is not null", [run_id])}
+    points = {r["series_id"]: cell_point(r["cell_key"]) for r in run_series_points(con, run_id)}
     if not points:
         return [], []
-    ids = ", ".join("?" * len(points))
-    until = "(select started_at from runs where run_id = ?)"
-    changes = rows(con, f"""select * from regressions where series_id in ({ids})
-        and kind in ('regression', 'improvement') and night_at <= {until} and (change_point or run_id = ?)""",
-                   [*points, run_id, run_id])
+    changes = changes_until(con, list(points), run_id)
     metrics = sorted({"output_throughput"} | {c["metric"] for c in changes})
-    nights = rows(con, f"""select series_id, metric, run_id, night_at, engine_version, value, repeats, cv
-        from series_nights where series_id in ({ids}) and metric in ({', '.join('?' * len(metrics))})
-          and night_at <= {until} order by night_at""", [*points, *metrics, run_id])
+    nights = nights_until(con, list(points), metrics, run_id)
     firsts = {}
     for c in changes:      # one mark per change (it is reported again every night it stays open)
         firsts.setdefault((c["series_id"], c["metric"], c["first_bad_run"]), c)
@@ -419,12 +398,11 @@ def history_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[list[dict
     return nights, list(firsts.values())
 
 
-def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Path:
+def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     """Write <out_dir>/report.html (every chart), and charts/<name>.png and .svg; return the HTML path."""
-    run = rows(con, "select campaign, started_at, status, spec_hash from runs where run_id = ?", [run_id])
-    if not run:
+    info = reads.run_header(con, run_id)
+    if info is None:
         raise ValueError(f"no run {run_id!r} in the warehouse")
-    info = run[0]
     charts = build_charts(con, run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     chart_dir = out_dir / "charts"
@@ -435,9 +413,8 @@ def run_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> Pa
     for name, spec in specs.items():
         (chart_dir / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec))
         (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
-    cells = rows(con, f"select {CELL_COLUMNS} from cells where run_id = ? order by mode, cell_key", [run_id])
-    gates = rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
-                 [run_id])
+    cells = sorted(reads.report_cells(con, run_id), key=lambda cell: (cell["mode"], cell["cell_key"]))
+    gates = reads.gates(con, run_id)
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
                  f"spec {info['spec_hash']}, started {info['started_at']}", specs,
                  capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))

@@ -13,21 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
-
 from servebench.analysis.cell_dispersion import PointMetric, run_spreads
 from servebench.analysis.dispersion import Spread
 from servebench.analysis.regression.series import cell_point
+from servebench.warehouse import Connection, reads
 
 COLUMNS = ("cell", "status", "correctness", "valid", "tok/s", "reasons / error")
-
-_QUERY = """
-select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error, warmup_steady,
-       warmup_why, attempts
-from cells
-where run_id = ?
-order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key
-"""
 
 
 @dataclass(frozen=True)
@@ -60,27 +51,30 @@ class RunSummary:
         return lines
 
 
-def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
+def summarize(con: Connection, run_id: str) -> RunSummary:
     """The run's cells in sweep order (mode, load point, repeat) with their verdicts; after the
     last cell of a load point measured validly twice or more, the point's spread."""
-    cells = con.execute(_QUERY, [run_id]).fetchall()
+    cells = reads.summary_cells(con, run_id)
     spreads = run_spreads(con, run_id)
-    last_of_point = {cell_point(key): index for index, (key, *_) in enumerate(cells)}
-    rows, invalid = [], []
-    for index, (key, status, correctness, valid, throughput, reasons, error, steady, warmup_why,
-                attempts) in enumerate(cells):
-        reasons = list(reasons or [])
+    last_of_point = {cell_point(cell["cell_key"]): index for index, cell in enumerate(cells)}
+    rows: list[tuple[str, ...]] = []
+    invalid: list[InvalidCell] = []
+    for index, cell in enumerate(cells):
+        key, valid, attempts = cell["cell_key"], cell["valid"], cell["attempts"]
+        reasons = list(cell["invalid_reasons"] or [])
         retried = [f"measured {attempts} times"] if attempts and attempts > 1 else []
-        unsteady = [f"warm-up: {warmup_why}"] if steady is False else []   # measured all the same: said
-        rows.append((key, status, correctness or "-", validity_word(valid), throughput_text(throughput),
-                     cell_notes(error, reasons + unsteady + retried)))
+        # an unsteady warm-up: measured all the same, and said
+        unsteady = [f"warm-up: {cell['warmup_why']}"] if cell["warmup_steady"] is False else []
+        rows.append((key, cell["status"], cell["correctness"] or "-", validity_word(valid),
+                     throughput_text(cell["output_throughput"]),
+                     cell_notes(cell["error"], reasons + unsteady + retried)))
         if valid is False:
             invalid.append(InvalidCell(key, reasons))
         point = cell_point(key)
         if last_of_point[point] == index and (row := spread_row(point, spreads)) is not None:
             rows.append(row)
-    retried = sum(1 for cell in cells if cell[-1] and cell[-1] > 1)
-    return RunSummary(COLUMNS, rows, invalid, cells=len(cells), retried=retried)
+    measured_again = sum(1 for cell in cells if cell["attempts"] and cell["attempts"] > 1)
+    return RunSummary(COLUMNS, rows, invalid, cells=len(cells), retried=measured_again)
 
 
 # the latencies a point's row lists beside its throughput

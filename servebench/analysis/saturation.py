@@ -19,10 +19,9 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
-import duckdb
 from pydantic import BaseModel
 
-from servebench import warehouse
+from servebench.warehouse import Connection, reads
 
 MISS_THRESHOLD = 0.01   # a cell whose decode attempts missed more often than this is past the knee
 
@@ -164,11 +163,6 @@ def saturation_by_mode(cells: list[dict], input_len: int | None = None, output_l
     return result
 
 
-def run_saturation(con: duckdb.DuckDBPyConnection, run_id: str, threshold: float = MISS_THRESHOLD) -> list[Saturation]:
+def run_saturation(con: Connection, run_id: str, threshold: float = MISS_THRESHOLD) -> list[Saturation]:
     """The run's saturation per mode and workload, from the warehouse."""
-    cells = warehouse.rows(con, """
-        select k.mode, k.clients, k.cache_miss_probability, k.kv_capacity_tokens, n.normalized_throughput,
-               c.output_throughput, c.input_len, c.output_len, c.workload, c.workload_name
-        from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id)
-        where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
-    return saturation_by_mode(cells, threshold=threshold)
+    return saturation_by_mode(reads.saturation_cells(con, run_id), threshold=threshold)

@@ -14,59 +14,33 @@ import math
 from collections.abc import Iterable
 
 import altair as alt
-import duckdb
 
 from servebench.load.metrics import percentile
-from servebench.warehouse import rows
+from servebench.warehouse import Connection, reads
 
 MAX_BINS = 30                       # a histogram panel a few hundred pixels wide shows no more
 PANEL_WIDTH, PANEL_HEIGHT = 300, 160
 WHOLE_TICKS = 5                     # an axis of whole numbers spanning no more is given every one as a tick
 SOURCES = {"sent": "#1f77b4", "served": "#ff7f0e"}
-LENGTHS = {  # (length, source) -> the requests column holding it
-    ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
-    ("output", "sent"): "requested_output_tokens", ("output", "served"): "output_tokens"}
-MEASURED = "not coalesce(r.warmup, false)"   # warm-up requests are not part of the measurement
 
 
-def length_count_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    """How many measured requests of each workload had each length: one row per (workload,
-    length, source, tokens) with its `requests`; counted in the warehouse, so a long run's
-    request rows never leave it. Served: the requests that succeeded (a failed one's partial
-    answer is not what the workload asked to be served)."""
-    parts = " union all ".join(
-        f"select c.workload_name workload, '{length}' length, '{source}' source, r.{column} tokens, "
-        f"count(*) requests from requests r join cells c using (cell_id) where c.run_id = ? "
-        f"and c.workload is not null and r.{column} is not null and {MEASURED}"
-        f"{' and r.error_kind is null' if source == 'served' else ''} group by all"
-        for (length, source), column in LENGTHS.items())
-    return rows(con, f"select * from ({parts}) order by workload, length, source, tokens", [run_id] * len(LENGTHS))
+def length_count_rows(con: Connection, run_id: str) -> list[dict]:
+    """How many measured requests of each workload had each length, sent and served (one row per
+    workload, length, source and tokens, with its `requests`)."""
+    return reads.workload_length_counts(con, run_id)
 
 
-def turn_request_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+def turn_request_rows(con: Connection, run_id: str) -> list[dict]:
     """The measured requests of the run's sessions cells with their turn, the prompt length the
     server counted and their times (TTFT is computed by `turn_points`, as the load generator does)."""
-    return rows(con, f"""select c.cell_key, c.mode, c.workload_name workload, r.turn, r.input_tokens,
-            r.sent_s, r.first_token_s, r.error_kind
-        from requests r join cells c using (cell_id)
-        where c.run_id = ? and r.turn is not null and {MEASURED}
-        order by c.cell_key, r.turn""", [run_id])
+    return reads.session_turn_requests(con, run_id)
 
 
-def prefix_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    """The cells whose prefixes repeat (shared-prefix and sessions workloads) with their prefix-cache hit
-    rate (NULL: nothing looked up, or a server that says nothing of its cache: neither counters nor
-    per-response counts) and TTFT; in such a run, also every other cell with a hit rate: the baseline of
-    prompts that share nothing. A run without repeating prefixes has none (no chart)."""
-    return rows(con, """with shaped as (
-            select *, json_extract_string(workload, '$.kind') kind from cells where run_id = ?)
-        select cell_key, mode, workload_name workload, prefix_cache_hit_rate, ttft_p50_ms, ttft_p99_ms, valid,
-               workload workload_block
-        from shaped
-        where kind in ('shared-prefix', 'sessions')
-           or (prefix_cache_hit_rate is not null
-               and exists (select 1 from shaped where kind in ('shared-prefix', 'sessions')))
-        order by cell_key""", [run_id])
+def prefix_cell_rows(con: Connection, run_id: str) -> list[dict]:
+    """The cells of the prefix-cache chart: those whose prefixes repeat and, beside them, every other
+    cell with a hit rate (NULL: nothing looked up, or a server that says nothing of its cache); none
+    in a run without repeating prefixes (no chart)."""
+    return reads.prefix_cache_cells(con, run_id)
 
 
 def bin_width(lowest: int, highest: int, most: int = MAX_BINS) -> int:
@@ -222,7 +196,7 @@ def prefix_shape(workload: str | dict | None) -> str:
     return f"{block.get('groups')} groups x {block.get('prefix_len')} + {suffix} tokens"
 
 
-def workload_charts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, alt.TopLevelMixin | None]:
+def workload_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin | None]:
     """The three charts by their report names (None where no cell of the run has their data)."""
     return {"workload_lengths": length_histograms(length_bins(length_count_rows(con, run_id))),
             "session_turns": turn_chart(turn_points(turn_request_rows(con, run_id))),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from servebench.builds import cmake, git_source, target_venv, venv, wheel
 from servebench.builds.recipe import BuildRecipe, CMakeRecipe, VenvRecipe
@@ -23,16 +23,19 @@ def _to_stderr(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-class Builder(Protocol):
+Recipe = TypeVar("Recipe", contravariant=True)  # the kind of recipe a builder takes
+
+
+class Builder(Protocol[Recipe]):
     """What the build stage asks of every kind of build."""
 
-    def ensure(self, recipe: BuildRecipe, cache: Path, log: Log) -> EngineBuild:
+    def ensure(self, recipe: Recipe, cache: Path, log: Log) -> EngineBuild:
         """The build, made unless the cache holds one of the same key."""
 
-    def inputs_and_key(self, recipe: BuildRecipe, cache: Path, log: Log) -> tuple[dict, str]:
+    def inputs_and_key(self, recipe: Recipe, cache: Path, log: Log) -> tuple[dict, str]:
         """What the build key covers, and the key (fetching a source to hash it if need be)."""
 
-    def steps(self, recipe: BuildRecipe, cache: Path, key: str, inputs: dict) -> Steps:
+    def steps(self, recipe: Recipe, cache: Path, key: str, inputs: dict) -> Steps:
         """The environment and commands a build of the recipe runs (for `servebench build --dry-run`)."""
 
 
@@ -128,7 +131,7 @@ class TargetWheelVenvBuilder:
         return inputs, wheel.wheel_key(recipe.wheel, inputs)
 
     def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
-        assert recipe.wheel is not None
+        assert recipe.wheel is not None and recipe.platform is not None
         artifact = cache / "engines" / key
         scratch = Path("<scratch>")
         paths = wheel.cross_paths(recipe.wheel, cache, scratch, _to_stderr)
@@ -157,13 +160,14 @@ class VenvBuilder:
         return dict(recipe.build_env), venv.build_steps(recipe, cache / "engines" / key, Path("<a copy of engine/>"))
 
 
-# a recipe's `builder` -> what builds it
-BUILDERS: dict[str, Builder] = {"cmake": CMakeBuilder(), "target-venv": TargetVenvBuilder(),
-                                "target-wheel-venv": TargetWheelVenvBuilder(), "wheel-venv": WheelVenvBuilder(),
-                                "venv": VenvBuilder()}
+# a recipe's `builder` -> what builds it; each builder takes the kind of recipe that names it, a pairing
+# made by name (`recipe.builder`), not by type: hence Builder[Any]
+BUILDERS: dict[str, Builder[Any]] = {"cmake": CMakeBuilder(), "target-venv": TargetVenvBuilder(),
+                                     "target-wheel-venv": TargetWheelVenvBuilder(),
+                                     "wheel-venv": WheelVenvBuilder(), "venv": VenvBuilder()}
 
 
-def builder_for(recipe: BuildRecipe) -> Builder:
+def builder_for(recipe: BuildRecipe) -> Builder[Any]:
     """The one place the build stage picks a builder: the one the recipe names."""
     return BUILDERS[recipe.builder]
 

@@ -17,7 +17,7 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Iterator, Sequence
 
 from pydantic import BaseModel
 
@@ -123,8 +123,9 @@ def list_entries(root: Path) -> list[CacheEntry]:
     return sorted(entries, key=lambda e: e.modified_at, reverse=True)
 
 
-def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: list[str] = (), older_than_days: float | None = None,
-                  incomplete: bool = False, keep_per_engine: int | None = None) -> list[CacheEntry]:
+def select_for_gc(entries: list[CacheEntry], now: datetime, *, keys: Sequence[str] = (),
+                  older_than_days: float | None = None, incomplete: bool = False,
+                  keep_per_engine: int | None = None) -> list[CacheEntry]:
     """What `servebench builds gc` removes: the keys named, builds neither built nor used for N days,
     incomplete ones, or all but the newest N of each engine and target; nothing unless asked (pure)."""
     chosen: dict[str, CacheEntry] = {}

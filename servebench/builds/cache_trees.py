@@ -26,8 +26,17 @@ from typing import Iterable
 
 from pydantic import BaseModel
 
-from servebench.builds.cache import (MARKER, CacheEntry, _record, _size, file_lock_held, list_entries, lock_held,
-                                    remove_entry, select_for_gc)
+from servebench.builds.cache import (
+    MARKER,
+    CacheEntry,
+    _record,
+    _size,
+    file_lock_held,
+    list_entries,
+    lock_held,
+    remove_entry,
+    select_for_gc,
+)
 from servebench.platform.emulation import EMULATION
 from servebench.platform.sysroot import MARKER as SYSROOT_MARKER
 from servebench.platform.sysroot import SYSROOTS, use_file
@@ -238,7 +247,8 @@ def _by_rules(items: list[CacheItem], now: datetime, keys: list[str], older_than
               incomplete: bool, keep: int | None) -> set[str]:
     """select_for_gc's rules over items of one kind (newest first): named, unused for N days,
     incomplete, or beyond the newest N complete ones of their lineage."""
-    chosen, seen = set(), {}
+    chosen: set[str] = set()
+    seen: dict[str, int] = {}  # lineage -> complete items of it so far
     for item in items:
         old = older_than_days is not None and (now - item.last_used).total_seconds() > older_than_days * 86400
         if item.key in keys or old or (incomplete and not item.complete):

@@ -18,7 +18,6 @@ from servebench.builds import tiny_gguf
 from servebench.builds.venv import source_digest
 from servebench.spec.campaign import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
 
-
 GGUF_NAME = "model.gguf"
 
 

@@ -96,7 +96,9 @@ def staged(path: str | None, marker: str) -> bool:
     """Whether `path` is a staged source tree: a directory holding `marker` (e.g. CMakeLists.txt).
     The preflight and the recipe ask the same question, so a tree the preflight did not accept is
     never handed to the build."""
-    return bool(path) and (Path(path) / marker).is_file()
+    if not path:
+        return False
+    return (Path(path) / marker).is_file()
 
 
 GITHUB = "https://github.com"

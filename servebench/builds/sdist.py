@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -71,7 +72,7 @@ def fetch_sdist(requirement: str, cache: Path, log: Callable[[str], None] = prin
     if not links:
         raise BuildError(f"the index {index} has no sdist for {requirement} ({page_url})")
     href, digest = links[0]
-    url = urllib.request.urljoin(page_url, href)
+    url = urllib.parse.urljoin(page_url, href)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / url.rsplit("/", 1)[-1]
     partial = target.with_suffix(".part")

@@ -45,10 +45,10 @@ from packaging.utils import canonicalize_name
 from servebench.builds import venv
 from servebench.builds.cache import ArtifactCache
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.paths import ENGINE_SOURCE_DIR
 from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.platform.targets import TargetProfile, emulator_argv
 from servebench.spec.campaign import sha256_json
-from servebench.paths import ENGINE_SOURCE_DIR
 
 HOOK_MODULE = "servebench_target_hooks"
 HOOK = '''"""Installed by servebench (servebench/builds/target_venv.py) into a venv built for {arch}.
@@ -186,7 +186,9 @@ def target_key(recipe: VenvRecipe, inputs: dict) -> str:
 
 
 def inputs_and_key(recipe: VenvRecipe, cache: Path, log: Callable[[str], None]) -> tuple[dict, str]:
-    inputs = target_inputs(recipe, ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache, log))
+    platform = recipe.platform
+    assert platform is not None
+    inputs = target_inputs(recipe, ensure_sysroot(platform.arch, platform.python_minor, cache, log))
     return inputs, target_key(recipe, inputs)
 
 

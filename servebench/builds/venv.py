@@ -24,14 +24,14 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from pydantic import BaseModel
 
 from servebench.builds.cache import ArtifactCache, file_sha256
 from servebench.builds.recipe import VenvRecipe
-from servebench.spec.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
+from servebench.spec.campaign import sha256_json
 
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}
 HEARTBEAT_SECONDS = 30.0  # the longest a build stays silent on the `log` callback
@@ -78,7 +78,7 @@ def source_digest(directory: Path = ENGINE_SOURCE_DIR) -> str:
 
 def build_inputs(recipe: VenvRecipe) -> dict:
     """Everything that goes into the venv; its hash is the build key."""
-    inputs = {
+    inputs: dict[str, Any] = {
         "engine": recipe.engine,
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",

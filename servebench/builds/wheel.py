@@ -28,7 +28,7 @@ import time
 import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -37,13 +37,14 @@ from servebench.builds import cross as cross_build
 from servebench.builds import target_venv
 from servebench.builds.cache import file_sha256
 from servebench.builds.cmake import compiler_cache_env, compiler_identity, verified_or_built
-from servebench.platform.cpu_features import cpuinfo_features
 from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
 from servebench.builds.sdist import fetch_sdist
+from servebench.builds.venv import BuildError, EngineBuild, run_step
+from servebench.platform.cpu_features import cpuinfo_features
 from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.platform.targets import profile
-from servebench.builds.venv import BuildError, EngineBuild, run_step
 from servebench.spec.campaign import sha256_json
+
 
 def tree_digest(root: Path) -> str:
     """sha256 over a source tree's relative paths and file contents (a staged oneDNN: ~90 MB, ~1 s)."""
@@ -163,13 +164,15 @@ def cross_paths(recipe: WheelRecipe, cache: Path, scratch: Path, log: Callable[[
         target = profile(recipe.cross.target)
         sysroot = ensure_sysroot(target.arch, recipe.cross.python_minor, cache, log,
                                  tuple(recipe.cross.sysroot_packages))
+    torch_platform = recipe.cross.torch_venv.platform
+    assert torch_platform is not None  # the torch it compiles against is the target's: a target venv
     if torch_build is not None:
-        site = target_venv.site_packages(Path(torch_build.venv_path), recipe.cross.torch_venv.platform)
+        site = target_venv.site_packages(Path(torch_build.venv_path), torch_platform)
         version = target_venv.installed_version(site, "torch")
     else:
         key = target_venv.inputs_and_key(recipe.cross.torch_venv, cache, log)[1]
-        site = target_venv.site_packages(cache / "engines" / key, recipe.cross.torch_venv.platform)
-        version = next((p.split("==")[1] for p in recipe.cross.torch_venv.platform.pins.values()
+        site = target_venv.site_packages(cache / "engines" / key, torch_platform)
+        version = next((p.split("==")[1] for p in torch_platform.pins.values()
                         if p.startswith("torch==")), "<torch's version>")
     return cross_build.CrossPaths(sysroot=sysroot.path, torch_site=str(site), torch_version=version,
                                   python_minor=recipe.cross.python_minor, scratch=str(scratch))
@@ -225,7 +228,7 @@ def wheel_record(recipe: WheelRecipe, inputs: dict, key: str, artifact: Path, se
         inputs=inputs | {"artifact_sha256": sha256_json(files), "files": files})
 
 
-def wheel_requirements(wheel: Path, leave_out: list[str] = ()) -> tuple[list[str], list[str]]:
+def wheel_requirements(wheel: Path, leave_out: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(what to install with the wheel, what is left out and why) from its METADATA: the
     requirements that apply here (no extras, markers true), less the packages in `leave_out` and
     those pinned to a direct URL (vLLM's CPU wheel asks for triton-cpu from GitHub)."""
@@ -257,6 +260,7 @@ def wheel_requirements(wheel: Path, leave_out: list[str] = ()) -> tuple[list[str
 def with_built_wheel(recipe: VenvRecipe, build: EngineBuild, log: Callable[[str], None] = print) -> VenvRecipe:
     """The engine venv's recipe once its wheel is built: the wheel's own requirements first, then
     the wheel itself (without resolving again), then the recipe's other packages (Ray)."""
+    assert recipe.wheel is not None  # the recipe whose wheel `build` is
     wheel = built_wheel(build)
     keep, left_out = wheel_requirements(wheel, recipe.remove)
     for line in left_out:
@@ -272,6 +276,7 @@ def with_cross_wheel(recipe: VenvRecipe, build: EngineBuild) -> VenvRecipe:
     """The target venv's recipe once its cross-compiled wheel is built: the wheel in place of the
     platform's main wheel (its METADATA says what the rest is, resolved for the target by
     target_venv.py), the wheel build's key parts as `built_from` (in the venv's key and its row)."""
+    assert recipe.wheel is not None  # the recipe whose wheel `build` is
     parts = ("source_sha256", "compiler", "artifact_sha256", "patches", "staged_sources", "target", "compiler_flags")
     made = {name: build.inputs[name] for name in parts if name in build.inputs}
     return recipe.model_copy(update={"wheel": None, "local_wheels": [str(built_wheel(build))],

@@ -179,9 +179,9 @@ def _network_problems(campaign: Campaign) -> list[Problem]:
 def _fault_problems(campaign: Campaign) -> list[Problem]:
     """A fault for a cell the campaign does not have, or on a node it does not have, or one its provider
     cannot inject (an allocation to cancel from a provider that holds none, a link it cannot cut)."""
-    from servebench.spec.sweep import expand
     from servebench.providers import capability_problem
     from servebench.providers.base import CANCEL_ALLOCATION, LINK_SHAPING
+    from servebench.spec.sweep import expand
 
     needs = {"cancel-allocation": CANCEL_ALLOCATION, "cut-host": LINK_SHAPING}
 

@@ -21,10 +21,10 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from servebench.campaign.feasibility import check_feasibility
-from servebench.spec.campaign import Campaign, EngineSpecBase
 from servebench.engines import default_engine_kind, engine_kinds, get_engine
 from servebench.paths import shipped
 from servebench.providers import get_provider_class, provider_kinds
+from servebench.spec.campaign import Campaign, EngineSpecBase
 
 
 class SpecProblem(BaseModel):

@@ -76,8 +76,8 @@ def orchestrator_alive(run_dir: Path) -> bool:
 def load_resumable(wh: str, run_id: str, failed_only: bool) -> tuple[dict, Campaign]:
     """The run's record and its campaign as it was run, or ResumeError saying why not."""
     from servebench import warehouse
-    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
+    from servebench.warehouse import landing
 
     con = warehouse.connect(wh)
     try:

@@ -24,8 +24,15 @@ from rich.text import Text
 
 from servebench import warehouse
 from servebench.campaign.loading import SpecError, campaign_path, load_campaign, shipped_campaigns
-from servebench.cli.common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
-                                   warehouse_path)
+from servebench.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    chosen_run_id,
+    run_choice_args,
+    warehouse_arg,
+    warehouse_path,
+)
 from servebench.plugins import load_plugins
 
 WRAP_WIDTH = 20  # the narrowest a free-text column of a table may wrap to
@@ -156,10 +163,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from servebench.builds.builders import ensure
     from servebench.builds.prerequisites import PrerequisiteError, require
-    from servebench.spec.sweep import build_specs
     from servebench.cli.builds import dry_run_text
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
+    from servebench.spec.sweep import build_specs
 
     campaign = load_campaign(args.file)
     if args.dry_run:
@@ -400,6 +407,7 @@ def markdown_table(names: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 def cmd_report(args: argparse.Namespace) -> int:
     from servebench.analysis.report import run_report
+    from servebench.warehouse import reads
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
@@ -407,11 +415,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if run_id is None:
             print("servebench: no run found in the warehouse", file=sys.stderr)
             return EXIT_FAILED
-        found = con.execute("select run_dir from runs where run_id = ?", [run_id]).fetchone()
-        if found is None:
+        run_dir = reads.run_directory(con, run_id)
+        if run_dir is None:
             print(f"servebench: no run {run_id!r} in the warehouse", file=sys.stderr)
             return EXIT_FAILED
-        path = run_report(con, run_id, Path(args.out or found[0]))
+        path = run_report(con, run_id, Path(args.out or run_dir))
     finally:
         con.close()
     print(path)

@@ -7,9 +7,10 @@ import argparse
 import json
 
 from servebench import warehouse
-from servebench.analysis.best import CAPACITY_HISTORY, best_per_cluster
+from servebench.analysis.best import best_per_cluster
 from servebench.analysis.capacity_report import server_command
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.warehouse.history import capacity_history
 
 
 def add_best_parser(sub) -> None:
@@ -26,7 +27,7 @@ def add_best_parser(sub) -> None:
 def cmd_best(args: argparse.Namespace) -> int:
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
-        history = warehouse.rows(con, CAPACITY_HISTORY)
+        history = capacity_history(con)
     finally:
         con.close()
     history = [r for r in history if (not args.fingerprint or r["hardware_fingerprint"] == args.fingerprint)

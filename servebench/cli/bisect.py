@@ -44,8 +44,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from servebench.builds.venv import BuildError
     from servebench.campaign.bisect import bisected_point, commits_to_bisect
     from servebench.campaign.loading import load_campaign
-    from servebench.paths import cache_dir
     from servebench.cli.prefect_api import temporary_api
+    from servebench.paths import cache_dir
 
     if args.threshold <= 0 or args.repeats < 1:
         print("servebench bisect: --threshold is a positive fraction (0.1: 10 % worse), --repeats at least 1",

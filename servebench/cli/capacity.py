@@ -14,10 +14,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from servebench.spec.slo import parse_slo
-from servebench.analysis.capacity import (MAX_PROBE_S, SearchSettings, judge, observed_from_summary,
-                                          probe_floor, search_capacity)
+from servebench.analysis.capacity import (
+    MAX_PROBE_S,
+    SearchSettings,
+    judge,
+    observed_from_summary,
+    probe_floor,
+    search_capacity,
+)
 from servebench.cli.load import add_load_flags, config_from_args
+from servebench.spec.slo import parse_slo
 
 
 def add_capacity_parser(sub) -> None:

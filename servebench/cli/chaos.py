@@ -33,12 +33,12 @@ def add_chaos_parser(sub) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from servebench.warehouse import landing
     from servebench.campaign.loading import parse_campaign
-    from servebench.spec.campaign import FaultSpec
     from servebench.providers import get_provider
     from servebench.providers.base import ATTACH
     from servebench.serving.faults import inject
+    from servebench.spec.campaign import FaultSpec
+    from servebench.warehouse import landing
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from servebench import warehouse
 from servebench.paths import default_warehouse
 
 EXIT_OK, EXIT_FAILED, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 3, 130
@@ -29,6 +28,6 @@ def run_choice_args(parser: argparse.ArgumentParser) -> None:
 
 def chosen_run_id(con, args: argparse.Namespace) -> str | None:
     """The run `run_choice_args` asked for, or None if the warehouse has none."""
-    from servebench.analysis.report import latest_run_id
+    from servebench.warehouse.reads import latest_run_id
 
     return args.run or latest_run_id(con, args.campaign)

@@ -120,11 +120,11 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     values = {k: v for k, v in values.items() if v is not None}
     engine = get_engine(args.engine) if getattr(args, "engine", None) else None
     if engine is not None:
-        values.setdefault("request_extras", dict(engine.request_extras))
-        values.setdefault("token_counter", engine.generation_tokens_metric)
-        values.setdefault("prefix_cache_counters", engine.prefix_cache_metrics)
-        values.setdefault("prompt_cache_tokens", engine.prompt_cache_tokens)
-        values.setdefault("stream_token_counts", list(engine.stream_token_counts))
+        values.setdefault("request_extras", dict(engine.api.request_extras))
+        values.setdefault("token_counter", engine.api.generation_tokens_metric)
+        values.setdefault("prefix_cache_counters", engine.api.prefix_cache_metrics)
+        values.setdefault("prompt_cache_tokens", engine.api.prompt_cache_tokens)
+        values.setdefault("stream_token_counts", list(engine.api.stream_token_counts))
     values["token_counter"] = values.get("token_counter") or None
     values["prefix_cache_counters"] = values.get("prefix_cache_counters") or None
     values["prompt_cache_tokens"] = values.get("prompt_cache_tokens") or None
@@ -133,12 +133,12 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
 
 def result_formats() -> dict[str, Callable[[dict], dict]]:
     """Every registered engine's result layouts (name -> converter of a load result)."""
-    return {name: convert for kind in engine_kinds() for name, convert in get_engine(kind).result_formats.items()}
+    return {name: convert for kind in engine_kinds() for name, convert in get_engine(kind).api.result_formats.items()}
 
 
 def _workload_flag(text: str):
-    from servebench.load.workload_spec import parse_workload_option
     from servebench.load.distributions import WorkloadError
+    from servebench.load.workload_spec import parse_workload_option
 
     try:
         return parse_workload_option(text)

@@ -9,12 +9,12 @@ from servebench.builds.builders import inputs_and_key
 from servebench.builds.model import ModelGenerator
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
-from servebench.spec.campaign import GeneratedModelSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
 from servebench.serving.deployment import mode_nodes
 from servebench.serving.server import node_argv
+from servebench.spec.campaign import GeneratedModelSpec
 
 
 def describe_plan(plan: Plan, file: Path) -> str:
@@ -52,7 +52,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
         launch = engines[kind].launch(LaunchRequest(
             python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
             model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=mode_nodes(nodes, mode),
-            ports=_port, planning=True))
+            ports=PlaceholderPorts(), planning=True))
         engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
             (f" build {spec.describe()} key {key}" if mode.build else "")
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "
@@ -84,8 +84,14 @@ def model_path(campaign, file: Path, generator: ModelGenerator) -> str:
     return str((file.parent / campaign.model.path).resolve())
 
 
-def _port(node: Node) -> str:
-    return "PORT"
+class PlaceholderPorts:
+    """`servebench plan`'s ports: nothing is bound yet, so every port prints as PORT."""
+
+    def free_port(self, node: Node) -> str:
+        return "PORT"
+
+    def free_port_range(self, node: Node, size: int) -> str:
+        return "PORT"
 
 
 def search_line(campaign, configurations: int) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from servebench import warehouse
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_REGRESSION, warehouse_arg, warehouse_path
+from servebench.warehouse import reads
 
 
 def add_regression_parsers(sub) -> None:
@@ -97,7 +98,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         sides = []
         for run_id in (args.run_a, args.run_b):
-            if con.execute("select count(*) from runs where run_id = ?", [run_id]).fetchone()[0] == 0:
+            if not reads.run_exists(con, run_id):
                 print(f"servebench: no run {run_id!r} in the warehouse", file=sys.stderr)
                 return EXIT_FAILED
             sides.append(point_values(con, run_id))
@@ -139,7 +140,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"servebench: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        campaign = con.execute("select campaign from runs where run_id = ?", [args.run]).fetchone()[0]
+        campaign = reads.run_campaign(con, args.run)
         analyzed = recompute(con, campaign=campaign, latest_only=True)
     finally:
         con.close()

@@ -9,8 +9,7 @@ import sys
 
 from servebench import warehouse
 from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
-from servebench.cli.common import (EXIT_FAILED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg,
-                                   warehouse_path)
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg, warehouse_path
 
 
 def add_saturation_parser(sub) -> None:

@@ -10,7 +10,6 @@ import time
 
 from servebench.cli.common import EXIT_FAILED, EXIT_OK
 
-
 DESCRIPTION = ("N test hosts on this machine, each with its own address in 198.18.0.0/15, /dev/shm, /tmp, "
                "sshd and slurmd; a Slurm controller on h1. Needs root. See docs/testbed.md.")
 
@@ -173,8 +172,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    from servebench.testbed import TestbedError, load
-    from servebench.testbed import links
+    from servebench.testbed import TestbedError, links, load
 
     try:
         layout = load(_name(args))

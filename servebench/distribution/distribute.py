@@ -24,10 +24,9 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from servebench.platform.emulation import node_argv
 from servebench.distribution.load_tree import IMPORT_CHECK
-from servebench.providers import Node, Provider
-from servebench.providers import node_tools
+from servebench.platform.emulation import node_argv
+from servebench.providers import Node, NodeFiles, Provider, node_tools
 
 PLATFORM_SCRIPT = "import platform, sys; print(sys.platform + '-' + platform.machine())"
 SAMPLER_FILES = ("servebench/__init__.py", "servebench/telemetry/__init__.py",
@@ -85,7 +84,7 @@ def arch_problem(node: Node, inventory: dict, build_platform: str) -> str | None
     return None
 
 
-def place_tree(provider: Provider, node: Node, what: str, path: Path) -> TreePlacement:
+def place_tree(provider: NodeFiles, node: Node, what: str, path: Path) -> TreePlacement:
     """One tree on one node, at the same path: shared, already there, or copied and verified."""
     started = time.monotonic()
     if provider.shares(str(path)):
@@ -155,4 +154,6 @@ def check_load_generator_runs(provider: Provider, node: Node, python: str, tree:
 
 def project_dir() -> Path:
     """The checkout servebench runs from (where the sampler's source files are)."""
-    return Path(sys.modules["servebench"].__file__).resolve().parent.parent
+    init = sys.modules["servebench"].__file__
+    assert init is not None  # a regular package (servebench/__init__.py), not a namespace one
+    return Path(init).resolve().parent.parent

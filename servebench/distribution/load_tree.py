@@ -40,7 +40,10 @@ def requirement_closure(names: tuple[str, ...]) -> list[str]:
             spec, _, marker = requirement.partition(";")
             if "extra" in marker:
                 continue
-            wanted = re.match(r"[A-Za-z0-9_.-]+", spec.strip()).group(0)
+            found = re.match(r"[A-Za-z0-9_.-]+", spec.strip())
+            if found is None:
+                raise RuntimeError(f"{name!r} has a requirement without a name: {requirement!r}")
+            wanted = found.group(0)
             if marker.strip() and not _installed(wanted):
                 continue  # an optional one for another platform or Python
             todo.append(wanted)
@@ -60,7 +63,7 @@ def tree_files(project_dir: Path, distributions: list[str]) -> dict[str, Path]:
             relative = str(entry)
             if relative.startswith("..") or "__pycache__" in relative or relative.endswith(".pyc"):
                 continue  # scripts outside site-packages; bytecode is made where it runs
-            located = Path(dist.locate_file(entry))
+            located = Path(str(dist.locate_file(entry)))  # typed as a SimplePath, which has no __fspath__
             if located.is_file():
                 files[relative] = located
     return files

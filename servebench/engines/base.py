@@ -1,32 +1,24 @@
 """The engine interface: everything servebench knows about one serving engine.
 
 An engine is a folder under `servebench/engines/` and one line in the registry
-(`servebench/engines/__init__.py`). It says:
+(`servebench/engines/__init__.py`), which refuses a class that breaks this contract. It has
+two halves:
 
-- what a campaign's `engine:` block holds (`spec_model`) and which `executor` values a
-  mode may name (`executors`, the first is the default);
-- how it is built (`build_recipe`: what goes into its content-addressed build);
-- which modes the nodes can hold (`mode_problem`), and which mode is the single-worker
-  reference the correctness gate compares every other mode with;
-- how a mode's server is launched across the nodes (`launch`): its processes in start
-  order, each on its node, the ones to wait for before the next starts, and the API
-  process whose health path says the server is ready;
-- campaign-wide services its modes share (a Ray cluster), started once and stopped last;
-- which engine settings a campaign may sweep (`knobs`: name -> `Knob`), applied by `launch`;
-- what it reports: its Prometheus metric names mapped to servebench's columns, the
-  counter of generated tokens, its prefix cache's effect (counters on /metrics, or counts in
-  each response), the KV-cache capacity it logs at start-up, more server state sampled with the
-  metrics (`state_sampler`), and the log line of a KV-cache failure;
-- what its OpenAI API needs beyond the standard (request extras of the load generator and
-  of the gate, how it returns token ids, and where its streamed chunks say the running count of
-  generated tokens: plain data, since the load generator may run on a node with no engine code);
-- the model formats it serves, how its default model is generated, and which generated models
-  it cannot serve (`model_problem`); whether its spec has a git source for the commit axis is the
-  spec's own declaration (`EngineSpecBase.git_source`).
-
-An engine class subclasses `Engine`: the members with a default below are what most engines share
-(OpenAI's usage field, a Hugging Face model, no prefix-cache counters or per-response cache
-counts), so a minimal engine states only what is its own.
+- `Engine`, an abstract base class: what the engine does. Its abstract methods say how it is
+  built (`build_recipe`, `build_prerequisites`), which modes the nodes can hold (`mode_problem`)
+  and which mode is the single-worker reference the correctness gate compares every other mode
+  with, how a mode's server is launched across the nodes (`launch`: processes in start order,
+  the ones to wait for, the API process whose health path says the server is ready), the
+  campaign-wide services its modes share (a Ray cluster), the KV-cache capacity it logs at
+  start-up and how a gate answer is read. Its class-level declarations say who it is: `kind`,
+  the model of its `engine:` block (`spec_model`), its `executors` (the first is the default),
+  the model formats it serves and how its default model is generated, and the settings a
+  campaign may sweep (`knobs`).
+- `EngineAPI`, frozen data held as `Engine.api`: what its server says and wants over HTTP and in
+  its log (Prometheus names mapped to servebench's columns, the generated-token counter, request
+  extras of the load generator and of the gate, where streamed chunks count tokens, its prefix
+  cache's effect, more server state sampled with the metrics, the log line of a KV-cache failure,
+  result layouts). Plain data, since the load generator may run on a node with no engine code.
 
 Engines return commands and data; running them is the serving stage's business through
 the provider, so an engine is tested without starting anything.
@@ -34,16 +26,20 @@ the provider, so an engine is tested without starting anything.
 
 from __future__ import annotations
 
+import abc
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Protocol
 
 from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
-from servebench.spec.campaign import EngineSpecBase, ModelSpec, ModeSpec
 from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.providers.base import Node, Provider
+from servebench.spec.campaign import EngineSpecBase, ModelSpec, ModeSpec
 
 # The columns a metric map may fill (telemetry's server samples and the warehouse's).
 METRIC_COLUMNS = ("kv_usage", "kv_tokens", "running", "waiting", "preemptions_total", "prompt_tokens_total",
@@ -59,6 +55,47 @@ def legacy_logprobs(choice: dict, token_id: Callable[[str], int]) -> GateChoice:
     logprobs = choice["logprobs"]
     return ([token_id(t) for t in logprobs["tokens"]], [float(lp) for lp in logprobs["token_logprobs"]],
             [[token_id(t) for t in (candidates or {})] for candidates in logprobs["top_logprobs"]])
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineAPI:
+    """What an engine's server reports and needs beyond OpenAI's API, as plain data: read by the
+    telemetry scraper, the correctness gate and the load generator (which carries it as flags to a
+    node with no engine code). The defaults are OpenAI's: a server that says nothing more."""
+
+    metrics: Mapping[str, str]                  # Prometheus sample name -> one of METRIC_COLUMNS
+    generation_tokens_metric: str | None = None  # counter checked against the client's token count
+    request_extras: Mapping[str, Any] = field(default_factory=dict)  # merged into every load request body
+    gate_extras: Mapping[str, Any] = field(default_factory=dict)     # merged into every gate request body
+    # where a streamed chunk says the running count of generated tokens: dotted paths, the first present wins
+    stream_token_counts: tuple[str, ...] = OPENAI_TOKEN_COUNT
+    # [queries, hits] prompt-token counters of its prefix cache on /metrics (None: it has none to read)
+    prefix_cache_metrics: tuple[str, str] | None = None
+    # else per response: [cached, processed] prompt tokens, dotted paths into the streamed chunk that carries
+    # the usage (None: its responses do not say); the cell's hit rate is then cached / (cached + processed)
+    prompt_cache_tokens: tuple[str, str] | None = None
+    state_sampler: str | None = None            # 'module:function' (url) -> {column: value}, sampled with the metrics
+    kv_failure_pattern: str | None = None       # a log line's regex: a batch that found no room in the KV cache
+    # `servebench load --export NAME=PATH` layouts of a load result
+    result_formats: Mapping[str, Callable[[dict], dict]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # One object serves every instance of the engine class for the whole process: read-only views keep
+        # a caller's change to one run's request body from reaching the next.
+        for name in ("metrics", "request_extras", "gate_extras", "result_formats"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    def problems(self) -> list[str]:
+        """What the neutral code could not use: a column telemetry and the warehouse do not have, a
+        failure pattern that is no regex."""
+        found = [f"metric {name!r} fills {column!r}, not one of METRIC_COLUMNS {METRIC_COLUMNS}"
+                 for name, column in self.metrics.items() if column not in METRIC_COLUMNS]
+        if self.kv_failure_pattern is not None:
+            try:
+                re.compile(self.kv_failure_pattern)
+            except re.error as error:
+                found.append(f"kv_failure_pattern {self.kv_failure_pattern!r} is no regex: {error}")
+        return found
 
 
 @dataclass(frozen=True)
@@ -126,14 +163,20 @@ class LaunchRequest:
     served_name: str
     dtype: str
     nodes: list[Node]
-    ports: "PortSource"
+    ports: "PortSource"                         # the provider (`servebench plan`: placeholders)
     shared: "SharedServices | None" = None      # what start_shared returned, if anything
     planning: bool = False                      # for `servebench plan`: nothing runs, placeholders allowed
 
 
 class PortSource(Protocol):
-    def __call__(self, node: Node) -> int:
+    """Where a node's ports come from: the provider, which asks the node itself (so a port is free
+    where it is bound, not on this host)."""
+
+    def free_port(self, node: Node) -> int:
         """A TCP port free on that node's address."""
+
+    def free_port_range(self, node: Node, size: int) -> int:
+        """The first of `size` consecutive TCP ports free on that node's address."""
 
 
 class SharedServices(Protocol):
@@ -149,64 +192,84 @@ class SharedServices(Protocol):
         done, a line each (nothing: all was well). Raises if it cannot: that mode fails to start."""
 
 
-class Engine(Protocol):
-    """What every engine says; subclass it (the defaults are inherited) and register the class."""
+class Engine(abc.ABC):
+    """What an engine does (its methods: every abstract one is its own to give) and who it is (its
+    class-level declarations); what its server says over HTTP is `api`. Subclass it and register
+    the class: the registry refuses one with a method left abstract or a declaration missing."""
 
     kind: ClassVar[str]
     spec_model: ClassVar[type[EngineSpecBase]]
     executors: ClassVar[tuple[str, ...]]
+    api: ClassVar[EngineAPI]
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)  # 'hf' (a Hugging Face directory), 'gguf' (a file)
     # how `model: {generate: tiny-llama}` is made for it (servebench/builds/model.py), in its first format
     default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF
-    # where a streamed chunk says the running count of generated tokens: dotted paths, the first present wins
-    stream_token_counts: ClassVar[tuple[str, ...]] = OPENAI_TOKEN_COUNT
-    # [queries, hits] prompt-token counters of its prefix cache on /metrics (None: it has none to read)
-    prefix_cache_metrics: ClassVar[tuple[str, str] | None] = None
-    # else per response: [cached, processed] prompt tokens, dotted paths into the streamed chunk that carries
-    # the usage (None: its responses do not say); the cell's hit rate is then cached / (cached + processed)
-    prompt_cache_tokens: ClassVar[tuple[str, str] | None] = None
-    metrics: ClassVar[dict[str, str]]           # Prometheus sample name -> one of METRIC_COLUMNS
-    generation_tokens_metric: ClassVar[str | None]
-    state_sampler: ClassVar[str | None]         # 'module:function' (url) -> {column: value}, sampled with the metrics
-    kv_failure_pattern: ClassVar[str | None]    # a log line's regex: a batch that found no room in the KV cache
-    request_extras: ClassVar[dict[str, Any]]    # merged into every load request body
-    gate_extras: ClassVar[dict[str, Any]]       # merged into every correctness-gate request body
-    result_formats: ClassVar[dict[str, Callable[[dict], dict]]]  # `servebench load --export NAME=PATH` layouts
-    knobs: ClassVar[dict[str, Knob]] = {}       # settings a mode may set or a campaign sweep; `launch` applies them
+    knobs: ClassVar[Mapping[str, Knob]] = MappingProxyType({})  # settings a mode may set or a campaign sweep;
+                                                                 # `launch` applies them
 
+    @abc.abstractmethod
     def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
         """What goes into the engine's content-addressed build."""
 
+    @abc.abstractmethod
     def build_prerequisites(self, spec: EngineSpecBase) -> list[Prerequisite]:
         """What the build host must have before this build starts (servebench/builds/prerequisites.py);
         checked by `servebench build [--dry-run]` and the run before building, every one named."""
 
+    @abc.abstractmethod
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         """Why the nodes (their CPUs for servers, in order) cannot hold this mode, or None."""
 
+    @abc.abstractmethod
     def reference_mode(self, name: str) -> ModeSpec:
         """The single-worker mode whose answers every other mode must match."""
 
+    @abc.abstractmethod
     def is_reference(self, mode: ModeSpec) -> bool:
         """Whether a campaign's own mode can serve as the reference."""
 
+    @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> ServerLaunch:
         """The processes of one mode's server."""
 
+    @abc.abstractmethod
     def start_shared(self, modes: list[ModeSpec], spec: EngineSpecBase, nodes: list[Node], build_dir: str,
                      provider: Provider, run_dir: Path) -> SharedServices | None:
         """Start what the campaign's modes share (None when they share nothing)."""
 
+    @abc.abstractmethod
     def stop_shared(self, services: SharedServices, provider: Provider) -> list[str]:
         """Stop the shared services by PID; return the shared-memory segments removed."""
 
+    @abc.abstractmethod
     def kv_capacity_tokens(self, log_text: str) -> int | None:
         """The KV-cache capacity in tokens the API process logged at start-up, if it did."""
 
+    @abc.abstractmethod
     def gate_choice(self, choice: dict) -> GateChoice:
         """A gate answer's generated token ids, their logprobs and each position's top candidate ids."""
 
     def model_problem(self, model: ModelSpec) -> str | None:
-        """Why it cannot serve this model (a generated one's shape its kernels do not take), or None."""
+        """Why it cannot serve this model (a generated one's shape its kernels do not take), or None.
+        By default none: a local model is the user's, and the engine says at start-up what it refuses."""
         return None
 
+
+# What a class must declare itself: without a default on `Engine`, and read by the neutral code.
+REQUIRED_DECLARATIONS = ("kind", "spec_model", "executors", "api")
+
+
+def contract_problems(engine_class: type) -> list[str]:
+    """Why the neutral code could not use this engine class (nothing: it can). Checked at
+    registration, so a broken engine fails at import instead of returning None mid-run."""
+    if not (isinstance(engine_class, type) and issubclass(engine_class, Engine)):
+        return [f"{engine_class!r} does not subclass servebench.engines.base.Engine"]
+    found = [f"{name} is not declared" for name in REQUIRED_DECLARATIONS if getattr(engine_class, name, None) is None]
+    if engine_class.__abstractmethods__:
+        found.append(f"abstract methods not given: {', '.join(sorted(engine_class.__abstractmethods__))}")
+    api = getattr(engine_class, "api", None)
+    if isinstance(api, EngineAPI):
+        found += api.problems()
+    elif api is not None:
+        found.append(f"api is a {type(api).__name__}, not an EngineAPI")
+    return found

@@ -118,8 +118,8 @@ class LoadConfig(BaseModel):
             raise ValueError("a sessions workload is closed loop, each turn sent after the one before is answered: "
                              "give clients (conversations at once), not a rate")
         if (replay or sessions) and self.requests is not None and self.duration is not None:
-            raise ValueError(f"give at most one of requests or duration (a {self.workload.kind} workload has its "
-                             "own length)")
+            kind = "trace" if replay else "sessions"  # the workload's kind
+            raise ValueError(f"give at most one of requests or duration (a {kind} workload has its own length)")
         if not (replay or sessions) and (self.requests is None) == (self.duration is None):
             raise ValueError("give exactly one of requests or duration")
         if sum(x is not None for x in (self.prompts, self.sharegpt, self.workload)) > 1:
@@ -158,7 +158,8 @@ FLAGS: dict[str, str] = {
     "--base-url": "base_url", "--model": "model", "--endpoint": "endpoint", "--rate": "rate",
     "--arrival": "arrival", "--burstiness": "burstiness", "--clients": "clients", "--input-len": "input_len",
     "--output-len": "output_len", "--vocab-size": "vocab_size", "--tokenizer": "tokenizer", "--prompts": "prompts",
-    "--sharegpt": "sharegpt", "--workload": "workload", "--max-context": "max_context", "--requests": "requests", "--duration": "duration", "--warmup": "warmup",
+    "--sharegpt": "sharegpt", "--workload": "workload", "--max-context": "max_context", "--requests": "requests",
+    "--duration": "duration", "--warmup": "warmup",
     "--warm-until-steady": "warm_until_steady",
     "--seed": "seed", "--data-seed": "data_seed", "--schedule-seed": "schedule_seed", "--timeout": "timeout_s",
     "--slo-ttft-ms": "slo_ttft_ms", "--slo-tpot-ms": "slo_tpot_ms", "--slo-e2el-ms": "slo_e2el_ms",
@@ -198,7 +199,7 @@ def deadline_s(config: LoadConfig) -> float:
     """How long a load run may take before it is called hung and stopped: its sending time (a
     duration; requests at the rate; or, closed loop, every client's share of requests each taking
     the full per-request timeout), one more request timeout, and a margin for start and writing."""
-    if config.replay:
+    if isinstance(config.workload, TraceWorkload):  # config.replay
         from servebench.load.traces import replay_offsets
 
         offsets = replay_offsets(config.workload.window(), config.workload.time_scale, config.rate)
@@ -214,6 +215,7 @@ def deadline_s(config: LoadConfig) -> float:
     elif config.duration is not None:
         sending = config.duration
     else:
+        assert config.requests is not None  # `_check`: exactly one of requests or duration here
         sending = config.requests / config.rate if config.rate else 0.0
         if config.clients:
             sending = max(sending, math.ceil(config.requests / config.clients) * config.timeout_s)

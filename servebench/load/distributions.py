@@ -16,8 +16,16 @@ import random
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class WorkloadError(ValueError):
@@ -66,21 +74,28 @@ class LengthSpec(BaseModel):
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) exceeds max ({self.max})")
         if self.dist == "empirical":
+            assert self.file is not None  # checked just above: empirical needs file
             self._empirical = read_empirical(Path(self.file))
         return self
 
     def sample(self, rng: random.Random) -> int:
         """One length, clamped to [min, max] and at least 1."""
+        # the parameters each dist reads are set: `_parameters` rejects a spec without them
         if self.dist == "fixed":
+            assert self.value is not None
             drawn: float = self.value
         elif self.dist == "uniform":
+            assert self.min is not None and self.max is not None
             drawn = rng.randint(self.min, self.max)
         elif self.dist == "normal":
+            assert self.mean is not None and self.stdev is not None
             drawn = rng.gauss(self.mean, self.stdev)
         elif self.dist == "lognormal":
+            assert self.mean is not None and self.stdev is not None
             mu, sigma = lognormal_parameters(self.mean, self.stdev)
             drawn = rng.lognormvariate(mu, sigma)
         else:
+            assert self._empirical is not None
             values, weights = self._empirical
             drawn = rng.choices(values, weights)[0]
         return self.clamp(round(drawn))
@@ -95,9 +110,12 @@ class LengthSpec(BaseModel):
     @property
     def upper_bound(self) -> int | None:
         """The longest length this can draw (None: unbounded, a normal or lognormal without max)."""
+        # the parameters each dist reads are set: `_parameters` rejects a spec without them
         if self.dist == "fixed":
+            assert self.value is not None
             return self.clamp(self.value)
         if self.dist == "empirical":
+            assert self._empirical is not None
             return self.clamp(max(self._empirical[0]))
         return self.max
 
@@ -109,6 +127,7 @@ class LengthSpec(BaseModel):
         if self.dist == "uniform":
             return f"uniform{self.min}-{self.max}"
         if self.dist == "empirical":
+            assert self.file is not None  # `_parameters`: empirical needs file
             return f"empirical:{Path(self.file).name}"
         return f"{self.dist}{self.mean:g}s{self.stdev:g}"
 

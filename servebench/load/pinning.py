@@ -68,6 +68,7 @@ def polling_when_idle(mode: str, cpu_root: Path = CPU_ROOT) -> Iterator[IdlePoll
     # a session of its own: a SIGKILL to the generator's process group must leave the guard to restore
     guard = subprocess.Popen([sys.executable, str(IDLE_GUARD), *map(str, paths)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert guard.stdin is not None and guard.stdout is not None  # both are PIPE above
     answer = guard.stdout.readline().strip() or f"the idle guard exited {guard.wait()}"
     try:
         yield IdlePolling(cpus=format_cpu_list(mine)) if answer == "polling" else IdlePolling(why_not=answer)

@@ -52,7 +52,9 @@ def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
     workload = workload_for(config, config.effective_data_seed)
     offsets = None
     if config.replay:
-        offsets = replay_schedule(workload.offsets(config.rate), config.requests, config.duration)
+        trace_offsets = workload.offsets(config.rate)
+        assert trace_offsets is not None  # a trace workload (config.replay) has its own schedule
+        offsets = replay_schedule(trace_offsets, config.requests, config.duration)
     elif config.rate is not None:
         offsets = arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
                                   count=config.requests, duration=config.duration, burstiness=config.burstiness)
@@ -175,7 +177,7 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
         summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
     if config.sessions is not None:
         summary["turns"] = per_turn(records)
-    server_tokens = tokens_after - tokens_before if None not in (tokens_before, tokens_after) else None
+    server_tokens = tokens_after - tokens_before if tokens_before is not None and tokens_after is not None else None
     summary["server_output_tokens"] = server_tokens
     summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
     _add_counter_check(summary, server_tokens)
@@ -201,6 +203,8 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
 async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint) -> WarmupOutcome:
     """Warm-up requests at the cell's concurrency until the server is steady (servebench/load/steady.py):
     prompts of another data seed, sent before the measurement starts and left out of its records."""
+    steady = config.warm_until_steady
+    assert steady is not None  # `_run` warms up only when it is set
     workload = workload_for(config, config.effective_data_seed + WARMUP_SEED_OFFSET)
 
     async def send(index: int) -> RequestRecord:
@@ -210,7 +214,7 @@ async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint)
         await stream_request(pool, endpoint.request_bytes(body), record, config.timeout_s)
         return record
 
-    return await warm_until_steady(config.warm_until_steady, config.clients, config.rate, send)
+    return await warm_until_steady(steady, config.clients, config.rate, send)
 
 
 async def _unless_hung(sending, config: LoadConfig, activity) -> tuple[float, float] | None:
@@ -232,7 +236,9 @@ async def _unless_hung(sending, config: LoadConfig, activity) -> tuple[float, fl
         return None
     load.cancel()
     await asyncio.gather(load, return_exceptions=True)
-    return watch.result(), time.monotonic()
+    last_sign = watch.result()
+    assert last_sign is not None  # a None result awaited the load above, and so returned
+    return last_sign, time.monotonic()
 
 
 def _last_activity(records: list[RequestRecord]) -> float:
@@ -266,7 +272,7 @@ def _hung_summary(hung: tuple[float, float], t0: float, config: LoadConfig, reco
 async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, one) -> None:
     cap = asyncio.Semaphore(config.clients) if config.clients else None
 
-    async def capped(record: RequestRecord, payload: bytes) -> None:
+    async def capped(cap: asyncio.Semaphore, record: RequestRecord, payload: bytes) -> None:
         async with cap:
             await one(record, payload)
 
@@ -277,7 +283,7 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, 
         if delay > 0:
             await asyncio.sleep(delay)
         record, payload = make(index, None, due)
-        tasks.append(asyncio.ensure_future(capped(record, payload) if cap else one(record, payload)))
+        tasks.append(asyncio.ensure_future(capped(cap, record, payload) if cap else one(record, payload)))
     await asyncio.gather(*tasks)
 
 
@@ -286,6 +292,7 @@ async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make
     turns in order, each when the answer before it is complete and the think time has passed (its
     scheduled time; a turn is never sent before it). No new turn after `duration`, none past `requests`."""
     spec = config.sessions
+    assert spec is not None  # `_run` calls it for a sessions workload only
     deadline = t0 + config.duration if config.duration else None
     next_session = 0
 
@@ -312,7 +319,7 @@ async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make
 def per_turn(records: list[RequestRecord]) -> list[dict]:
     """Per turn of a sessions workload: requests, those answered, the mean prompt length the server
     counted and TTFT percentiles (a growing context shows as both rising with the turn)."""
-    from servebench.load.metrics import percentile
+    from servebench.load.metrics import percentile, ttft
 
     turns: dict[int, list[RequestRecord]] = {}
     for record in records:
@@ -320,8 +327,8 @@ def per_turn(records: list[RequestRecord]) -> list[dict]:
             turns.setdefault(record.turn, []).append(record)
     rows = []
     for turn in sorted(turns):
-        answered = [r for r in turns[turn] if r.ok and r.first_token_s is not None and r.sent_s is not None]
-        ttfts = sorted(1000 * (r.first_token_s - r.sent_s) for r in answered)
+        answered = [r for r in turns[turn] if r.ok and ttft(r) is not None]
+        ttfts = sorted(1000 * t for t in map(ttft, answered) if t is not None)  # (all of them: answered)
         prompts = [r.input_tokens for r in answered if r.input_tokens is not None]
         rows.append({"turn": turn, "requests": len(turns[turn]), "completed": len(answered),
                      "input_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
@@ -331,6 +338,7 @@ def per_turn(records: list[RequestRecord]) -> list[dict]:
 
 
 async def _closed_loop(config: LoadConfig, t0: float, make, one) -> None:
+    assert config.clients is not None  # `LoadConfig._check`: neither rate nor a trace nor sessions
     next_index = 0
     deadline = t0 + config.duration if config.duration else None
 
@@ -367,7 +375,9 @@ def hit_rate(before: tuple[float | None, float | None] | None,
              after: tuple[float | None, float | None] | None) -> float | None:
     """Prompt tokens the prefix cache held / prompt tokens looked up, over the run (None: unknown, or
     nothing was looked up)."""
-    if before is None or after is None or None in before or None in after:
+    if before is None or after is None:
+        return None
+    if before[0] is None or before[1] is None or after[0] is None or after[1] is None:
         return None
     queries, hits = after[0] - before[0], after[1] - before[1]
     return round(hits / queries, 4) if queries > 0 else None

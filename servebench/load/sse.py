@@ -7,7 +7,7 @@ E2EL to the last, is wrong by milliseconds (and by a whole slow prefill step at 
 A token event is a `choices` entry that carries tokens:
 - where the server keeps a running count, the event where it rises, by as many tokens as it
   rose (`token_source = "usage"`). Where a chunk says the count is the engine's to declare
-  (`Engine.stream_token_counts`, carried by `LoadConfig.stream_token_counts`): dotted paths into
+  (`EngineAPI.stream_token_counts`, carried by `LoadConfig.stream_token_counts`): dotted paths into
   the chunk, the first present wins; OpenAI's `usage.completion_tokens` (with
   `continuous_usage_stats`) unless the engine says otherwise;
 - otherwise, an event whose choice has a token field at all, empty text included: a
@@ -18,7 +18,7 @@ A token event is a `choices` entry that carries tokens:
 The first event with non-empty text is recorded apart (`first_text_s`): visible-text TTFT.
 
 Where the engine's responses say how many prompt tokens its prefix cache supplied and how many it
-processed (`Engine.prompt_cache_tokens`, carried by `LoadConfig.prompt_cache_tokens`: two dotted
+processed (`EngineAPI.prompt_cache_tokens`, carried by `LoadConfig.prompt_cache_tokens`: two dotted
 paths, llama.cpp's `timings.cache_n` and `timings.prompt_n`), they are read from the chunk that
 carries the usage (the last) into `cached_input_tokens` and `processed_input_tokens`.
 """

@@ -69,9 +69,9 @@ def tpot_ms(record: RequestRecord) -> float | None:
 
 def window_medians(values: list[float | None], window: int) -> tuple[float | None, float | None]:
     """Medians of the two last windows of values (older first); None where a window has no value."""
-    older, newer = values[-2 * window:-window], values[-window:]
-    return tuple(statistics.median(v) if v else None
-                 for v in ([x for x in older if x is not None], [x for x in newer if x is not None]))
+    older = [x for x in values[-2 * window:-window] if x is not None]
+    newer = [x for x in values[-window:] if x is not None]
+    return (statistics.median(older) if older else None, statistics.median(newer) if newer else None)
 
 
 def agree(medians: tuple[float | None, float | None], tolerance: float, floor_ms: float = 0.0) -> bool:

@@ -22,8 +22,14 @@ import orjson
 from servebench.load.datasets import WorkItem, load_prompts_jsonl, load_sharegpt
 from servebench.load.distributions import WorkloadError
 from servebench.load.traces import replay_offsets, trace_prompt
-from servebench.load.workload_spec import (DatasetWorkload, SessionsWorkload, SharedPrefixWorkload, SyntheticWorkload,
-                                           TraceWorkload, WorkloadSpec)
+from servebench.load.workload_spec import (
+    DatasetWorkload,
+    SessionsWorkload,
+    SharedPrefixWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadSpec,
+)
 
 FIRST_ID = 3  # token ids below this (the tiny model's specials) are never drawn without a tokenizer
 

@@ -16,12 +16,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from servebench.load.distributions import Length, LengthSpec, WorkloadError, data_path, fixed
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 
@@ -197,10 +209,9 @@ class SessionsWorkload(WorkloadBase):
         "'fixed': think_s each time; 'exponential': drawn with mean think_s (seeded), at most 10x it."))
 
     def upper_input(self) -> int | None:
-        bounds = (self.first_input.upper_bound, self.turn_input.upper_bound, self.output.upper_bound)
-        if None in bounds:
+        first, turn, answer = self.first_input.upper_bound, self.turn_input.upper_bound, self.output.upper_bound
+        if first is None or turn is None or answer is None:
             return None
-        first, turn, answer = bounds
         return first + (self.turns - 1) * (answer + turn)
 
     def upper_output(self) -> int | None:
@@ -248,7 +259,7 @@ def parse_workload_option(text: str) -> WorkloadSpec:
         raise WorkloadError(f"{source}: {exc}") from None
 
 
-def _problem(err: dict) -> str:
+def _problem(err: ErrorDetails) -> str:
     """'input.max: ...': the field as written (pydantic's union tags and validator names left out)."""
     loc = ".".join(str(part) for part in err["loc"][1:] if not str(part).startswith("function-"))
     message = err["msg"].removeprefix("Value error, ")

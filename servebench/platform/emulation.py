@@ -30,11 +30,11 @@ import shlex
 import shutil
 from pathlib import Path
 
+from servebench.paths import cache_dir
 from servebench.platform.cpu_features import HWCAP, HWCAP2, emulated_features, emulated_ids
 from servebench.platform.sysroot import SYSROOTS
 from servebench.platform.targets import TargetProfile, emulator_argv, profile
 from servebench.spec.campaign import sha256_json
-from servebench.paths import cache_dir
 from servebench.spec.node import Node
 
 EMULATION = "emulation"

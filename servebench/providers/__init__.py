@@ -3,7 +3,21 @@ here and one `register_provider` line below."""
 
 from __future__ import annotations
 
-from servebench.providers.base import CAPABILITIES, Node, NodeProcess, Provider, check_capabilities, run_tag
+import inspect
+
+from servebench.providers.base import (
+    CAPABILITIES,
+    LinkShaper,
+    Node,
+    NodeAllocation,
+    NodeCommands,
+    NodeFiles,
+    NodeProcess,
+    NodeProcesses,
+    Provider,
+    check_capabilities,
+    run_tag,
+)
 from servebench.providers.local import LocalProvider
 from servebench.providers.slurm import SlurmProvider
 from servebench.providers.ssh import SshProvider
@@ -12,10 +26,21 @@ _PROVIDERS: dict[str, type] = {}
 
 
 def register_provider(provider_class: type) -> type:
-    """Make a provider class available to campaigns under its `kind` (its capabilities checked)."""
+    """Make a provider class available to campaigns under its `kind`: its capabilities checked, and
+    refused unless it is a whole `Provider` (a method missing would fail mid-run, not here)."""
     check_capabilities(provider_class)
+    check_complete(provider_class)
     _PROVIDERS[provider_class.kind] = provider_class
     return provider_class
+
+
+def check_complete(provider_class: type) -> None:
+    """TypeError unless the class is a `Provider` with every abstract method implemented, naming what is missing."""
+    if not (isinstance(provider_class, type) and issubclass(provider_class, Provider)):
+        raise TypeError(f"provider {provider_class.__name__} is not a servebench.providers.base.Provider subclass")
+    if inspect.isabstract(provider_class):
+        missing = ", ".join(sorted(provider_class.__abstractmethods__))
+        raise TypeError(f"provider {provider_class.__name__} is abstract: it lacks {missing}")
 
 
 register_provider(LocalProvider)
@@ -43,12 +68,18 @@ def capability_problem(kind: str, capability: str, what: str) -> str | None:
             + (f" (providers that can: {', '.join(able)})" if able else ""))
 
 
-def get_provider(campaign, reserved_cpus: list[int] | None = None, run_id: str | None = None) -> Provider:
+def get_provider(campaign, reserved_cpus: list[int] | None = None, run_id: str | None = None,
+                 links: LinkShaper | None = None) -> Provider:
     """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes;
-    its processes are marked with the run's tag (`run_tag(run_id)`; a random one without a run)."""
-    return get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [],
-                                                      run_id=run_tag(run_id) if run_id else None)
+    its processes are marked with the run's tag (`run_tag(run_id)`; a random one without a run);
+    `links` shapes its nodes' links (LINK_SHAPING: the testbed's, `servebench.testbed.links.TestbedLinks`)."""
+    provider = get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [],
+                                                          run_id=run_tag(run_id) if run_id else None)
+    if links is not None:
+        provider.use_link_shaper(links)
+    return provider
 
 
-__all__ = ["Node", "NodeProcess", "Provider", "capability_problem", "get_provider", "get_provider_class", "provider_kinds",
+__all__ = ["LinkShaper", "Node", "NodeAllocation", "NodeCommands", "NodeFiles", "NodeProcess", "NodeProcesses",
+           "Provider", "capability_problem", "get_provider", "get_provider_class", "provider_kinds",
            "register_provider", "run_tag"]

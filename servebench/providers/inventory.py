@@ -91,9 +91,9 @@ if __name__ == "__main__":
 def emulated(facts: dict, target_name: str) -> dict:
     """An emulated node's facts: the target's architecture and CPU, and the features qemu-user's CPU
     model gives a process there (measured by the probe, servebench/platform/cpu_features.py)."""
+    from servebench.paths import cache_dir
     from servebench.platform.cpu_features import emulated_features
     from servebench.platform.targets import profile
-    from servebench.paths import cache_dir
 
     target = profile(target_name)
     return {**facts, "arch": target.arch, "isa_flags": sorted(emulated_features(target, cache_dir())),

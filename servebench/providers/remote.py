@@ -3,7 +3,7 @@ over a *channel* (how a command reaches a node: an OpenSSH connection, a Slurm s
 exec`...), so such a provider is a channel plus an allocation (`RemoteNodes`); the processes
 started through a channel (`RemoteProcess`); the run's id and directory on each node, how a
 process's environment and CPUs are set there (`env`, `taskset`), the files a started process
-leaves (PID, exit code, log), the start and status scripts; links of testbed hosts."""
+leaves (PID, exit code, log), the start and status scripts."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Callable, ClassVar
 from servebench.cpus import format_cpu_list
 from servebench.providers import inventory as inventory_module
 from servebench.providers import node_tools
-from servebench.providers.base import LINK_SHAPING, Node
+from servebench.providers.base import LINK_SHAPING, Node, Provider
 
 NODE_TOOLS = Path(node_tools.__file__)
 INVENTORY = Path(inventory_module.__file__)
@@ -207,41 +207,6 @@ def under_any(path: str, roots: list[str]) -> bool:
     return any(target == Path(root) or Path(root) in target.parents for root in roots)
 
 
-# ---------------------------------------------------------------------- links of testbed hosts
-
-class TestbedHostLinks:
-    """LINK_SHAPING for nodes that are hosts of the project's testbed (docs/testbed.md): the
-    orchestrator sets the link's delay line and shaper on the testbed's switch, or takes the
-    node's switch port down, by the node's address. A node that is not a host of that testbed
-    is refused, naming the testbed's hosts."""
-
-    __test__ = False  # not a pytest class (its name begins with Test)
-
-    def shape_link(self, testbed: str, node: Node, delay_ms: float, rate_mbit: float | None) -> dict:
-        from servebench.testbed.links import set_link
-
-        layout, host = testbed_host(testbed, node)
-        return set_link(layout, host, delay_ms, rate_mbit)
-
-    def connect_node(self, testbed: str, node: Node, connected: bool) -> str:
-        from servebench.testbed.links import connect_host
-
-        layout, host = testbed_host(testbed, node)
-        return connect_host(layout, host, connected)
-
-
-def testbed_host(testbed: str, node: Node):
-    """(the testbed's layout, its host at the node's address)."""
-    from servebench.testbed import load
-
-    layout = load(testbed)
-    for host in layout.hosts:
-        if host.address == node.address:
-            return layout, host
-    raise ValueError(f"node {node.name} ({node.address or 'no address'}) is not a host of testbed {testbed} "
-                     f"(its hosts: {', '.join(f'{h.name} {h.address}' for h in layout.hosts)})")
-
-
 # ---------------------------------------------------------------------- the channel to a node
 
 class CommandChannel:
@@ -386,7 +351,7 @@ class RemoteProcess:
 
 # ---------------------------------------------------------------------- the node methods, once
 
-class RemoteNodes(TestbedHostLinks):
+class RemoteNodes(Provider):
     """The node half of the Provider interface for nodes that are other machines, over the
     provider's channel: commands, the node tools (ports, /dev/shm, process trees, inventory) run
     by the node's own python3, files as tar streams, the clock, processes started in a session of
@@ -397,7 +362,8 @@ class RemoteNodes(TestbedHostLinks):
     classmethods, and `channel()` with `node_host` (which name the channel knows a node by,
     refusing a node that is not the run's). It may override `start` (Slurm: a step of its own)
     and `_before_start` (ssh: a warden on the host). The spec needs `python`, `remote_dir` and
-    `shared_paths`. Nodes that are testbed hosts get their links shaped (LINK_SHAPING)."""
+    `shared_paths`. Its nodes are machines of their own, so their links can be shaped
+    (LINK_SHAPING) by the link shaper handed to the provider (the testbed's, for testbed hosts)."""
 
     capabilities: ClassVar[frozenset[str]] = frozenset({LINK_SHAPING})
     node_error: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError, subprocess.TimeoutExpired)

@@ -16,14 +16,15 @@ from typing import ClassVar
 from servebench import processes
 from servebench.processes import ManagedProcess
 from servebench.providers import node_tools
-from servebench.providers.base import Node
+from servebench.providers.base import Node, Provider
 from servebench.providers.claims import this_host_cpu_claims
 
 
-class ThisHostProcesses:
-    """The process half of the Provider interface for nodes on this host; `command` says how
-    argv runs on a node (the local provider pins it to the node's CPUs). No optional capability:
-    the nodes share this host's network and no scheduler holds them."""
+class ThisHostProcesses(Provider):
+    """The node access of the Provider interface (commands, files, processes) for nodes on this
+    host; `command` says how argv runs on a node (the local provider pins it to the node's CPUs).
+    A provider built on it gives the allocation. No optional capability: the nodes share this
+    host's network and no scheduler holds them."""
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
 

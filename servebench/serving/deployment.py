@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servebench.builds.venv import EngineBuild
-from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
+from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from servebench.spec.campaign import FaultSpec
 from servebench.providers import Node, Provider
+from servebench.spec.campaign import FaultSpec
+from servebench.testbed.links import with_testbed_links
 
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
@@ -168,7 +169,9 @@ def _fill_shm(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFa
 
 
 def _cut_host(provider: Provider, node: Node, fault: FaultSpec, done: InjectedFault) -> None:
-    """The node cut off the network through its provider (LINK_SHAPING, checked with the campaign)."""
+    """The node cut off the network through its provider (LINK_SHAPING, checked with the campaign),
+    on the switch of the fault's testbed."""
+    provider = with_testbed_links(provider)
     try:
         state = provider.connect_node(fault.testbed or "", node, False)
     except BaseException:

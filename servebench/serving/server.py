@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from servebench.platform.emulation import node_argv
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.logs import tail_text
+from servebench.platform.emulation import node_argv
 from servebench.providers.base import Node, NodeProcess, Provider
 from servebench.waiting import poll
 

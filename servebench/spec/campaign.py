@@ -13,13 +13,25 @@ import json
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt,
-                      StrictStr, Tag, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
-from servebench.spec.detection import DetectionSettings
 from servebench.cpus import parse_cpu_list
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
+from servebench.spec.detection import DetectionSettings
+
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -358,19 +370,26 @@ class TelemetrySpec(StrictModel):
 
 class CorrectnessSpec(StrictModel):
     accept: Literal["close", "equal", "near-ties"] = Field(
-        "close", description="'close' (the near-tie criterion of docs/correctness.md): greedy answers may part from the TP=1 reference "
-                             "only at a near-tie (each side's token in the other's top candidates), after "
-                             "which that prompt is not compared. 'equal': every token must be equal (float32 "
-                             "campaigns). 'near-ties' is the old name of 'close'.")
+        "close", description="'close' (the near-tie criterion of docs/correctness.md): greedy answers may part "
+                             "from the TP=1 reference only at a near-tie (each side's token in the other's top "
+                             "candidates), after which that prompt is not compared. 'equal': every token must be "
+                             "equal (float32 campaigns). 'near-ties' is the old name of 'close'.")
+
+
+# The bounds of a link setting, wherever one is made (a campaign's network axis, `servebench testbed
+# link`) and wherever it is carried out (the testbed's delay line is started with MAX_LINK_DELAY_MS).
+MAX_LINK_DELAY_MS = 1000.0
+MIN_LINK_RATE_MBIT, MAX_LINK_RATE_MBIT = 0.01, 100_000.0
 
 
 class LinkSetting(StrictModel):
-    """One network condition of the sweep: added one-way delay and a rate cap on host links."""
+    """One network condition: added one-way delay and a rate cap on host links (a campaign's
+    network axis; the testbed's link knob sets and records the same)."""
 
-    delay_ms: float = Field(0.0, ge=0, le=1000, description="Added to every frame crossing each chosen "
-                            "host's link, each way (a ping between two such hosts gains 4x).")
-    rate_mbit: float | None = Field(None, gt=0, le=100_000, description="Each direction of each chosen link at "
-                                    "most this (Ethernet frames); none: no cap.")
+    delay_ms: float = Field(0.0, ge=0, le=MAX_LINK_DELAY_MS, description="Added to every frame crossing each "
+                            "chosen host's link, each way (a ping between two such hosts gains 4x).")
+    rate_mbit: float | None = Field(None, ge=MIN_LINK_RATE_MBIT, le=MAX_LINK_RATE_MBIT, description=(
+        "Each direction of each chosen link at most this (Ethernet frames); none: no cap."))
     hosts: list[str] | None = Field(None, description="The testbed hosts whose links get it (default: every "
                                     "node of the campaign).")
     name: str | None = Field(None, pattern=r"^[a-z][a-z0-9-]{0,23}$", description=(
@@ -385,6 +404,17 @@ class LinkSetting(StrictModel):
         parts = ([f"d{self.delay_ms:g}ms"] if self.delay_ms else []) + \
                 ([f"r{self.rate_mbit:g}mbit"] if self.rate_mbit is not None else [])
         return "-".join(parts) or "plain"
+
+    @property
+    def plain(self) -> bool:
+        """No delay and no cap: the link as the testbed built it."""
+        return self.delay_ms == 0 and self.rate_mbit is None
+
+    def describe(self) -> str:
+        """'delay 5 ms each way, rate 10 Mbit/s each way', or 'plain'."""
+        parts = ([f"delay {self.delay_ms:g} ms each way"] if self.delay_ms else []) + \
+                ([f"rate {self.rate_mbit:g} Mbit/s each way"] if self.rate_mbit is not None else [])
+        return ", ".join(parts) or "plain"
 
 
 class NetworkSpec(StrictModel):
@@ -458,7 +488,8 @@ class SearchSpec(StrictModel):
     strategy: Literal["grid", "optuna"] = Field("grid", description=(
         "tune: 'grid' searches every configuration; 'optuna' only `trials` of them, the default first, "
         "each next one chosen by Optuna's TPE sampler from the capacities found so far (large spaces)."))
-    trials: int | None = Field(None, ge=2, le=1000, description="optuna: configurations launched, the default's included.")
+    trials: int | None = Field(None, ge=2, le=1000, description="optuna: configurations launched, the "
+                               "default's included.")
     seed: int = Field(0, description="optuna: the sampler's seed (the same seed and capacities, the same choices).")
 
     @model_validator(mode="after")

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.spec.campaign import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
+from servebench.spec.campaign import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
 
 
 class LoadPoint(BaseModel):
@@ -71,8 +71,9 @@ def workload_points(campaign: Campaign, workload: WorkloadSpec | None) -> list[L
         return [LoadPoint(kind="closed", clients=n) for n in clients]
     if not isinstance(workload, TraceWorkload):
         return load_points(campaign)
-    rates = sorted(set(campaign.load.rates)) or [workload.own_rate()]
-    return [LoadPoint(kind="open", rate=rate) for rate in rates]
+    if campaign.load.rates:
+        return [LoadPoint(kind="open", rate=rate) for rate in sorted(set(campaign.load.rates))]
+    return [LoadPoint(kind="open", rate=workload.own_rate())]  # (the campaign rejects a trace without one)
 
 
 def configurations(campaign: Campaign) -> list[ModeSpec]:
@@ -183,6 +184,7 @@ def expand(campaign: Campaign) -> list[Cell]:
 def search_cell(campaign: Campaign, mode: ModeSpec, value: float, repeat: int = 0) -> Cell:
     """A capacity search's probe as a cell: `tp1.cap.rate5.66.r0` (or `tp1.cap.c6.r0`), apart from
     the campaign's own load points, with the seed that point would have."""
+    assert campaign.search is not None  # only a campaign with a capacity search probes
     over = campaign.search.over
     point = LoadPoint(kind="closed", clients=int(value)) if over == "clients" else LoadPoint(kind="open", rate=value)
     return Cell(key=f"{mode.name}.cap.{point.label}.r{repeat}", mode=mode, point=point, repeat=repeat,

@@ -173,7 +173,8 @@ def sample(node: str, cpus: list[int], engine: EngineProcesses, cpu: CpuPercent)
 def run(node: str, cpus: list[int], pids: list[int], hz: float, out: str) -> int:
     engine = EngineProcesses(pids)
     cpu = CpuPercent()
-    return run_periodic(hz, out, lambda: sample(node, cpus, engine, cpu), done=lambda: bool(pids) and not engine.alive())
+    return run_periodic(hz, out, lambda: sample(node, cpus, engine, cpu),
+                        done=lambda: bool(pids) and not engine.alive())
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ Parsed with prometheus_client's parser; keeps the gauges and counters a campaign
 (KV-cache usage, running/waiting, preemptions, prompt/generation token counters), summed
 over label sets. Which sample fills which column is the engine's metric map, given as
 `--metric NAME=COLUMN` flags; an engine with more state than its metrics say (llama.cpp's
-`/slots`) names a `--state module:function` called with the URL at every tick. Same monotonic clock as the load generator, so every sample
-falls in a cell. `python -m servebench.telemetry.scraper --url http://127.0.0.1:8000 --hz 1
+`/slots`) names a `--state module:function` called with the URL at every tick. Same monotonic
+clock as the load generator, so every sample falls in a cell.
+`python -m servebench.telemetry.scraper --url http://127.0.0.1:8000 --hz 1
 --metric engine:kv_usage=kv_usage --out s.jsonl`
 """
 

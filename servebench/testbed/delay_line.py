@@ -1,12 +1,14 @@
 """A delay line: copies Ethernet frames between two interfaces, each frame held a set time.
 
-    python -m servebench.testbed.delay_line --a h2 --b h2d --delay-ms 5
+    python -m servebench.testbed.delay_line --a h2 --b h2d --delay-ms 5 --max-delay-ms 1000
 
 The testbed's link knob (`servebench/testbed/links.py`, docs/testbed.md "Link latency and
 bandwidth") runs one of these in a testbed's switch namespace, between a host's port (`--a`,
 the veth whose peer is the host's eth0) and the end of a veth pair whose other end sits on the
 bridge (`--b`): this kernel has no `netem`, so frames are held in user space instead. Standard
-library only; it can also be run by its path.
+library only; it can also be run by its path. So it imports nothing of servebench: the delay
+cap is the link setting's (`servebench.spec.campaign.MAX_LINK_DELAY_MS`), given by the caller
+as `--max-delay-ms` (links.py always does), and checked here as well.
 
 How it holds a frame: every frame read from one side is stamped with the time the kernel
 received it (SO_TIMESTAMPNS, so a late read does not add to the delay) and written to the
@@ -66,7 +68,6 @@ FRAME_BUFFER = 256 * 1024  # a GSO super-frame is at most 64 KiB by default (mor
 SOCKET_BUFFER = 16 * 1024 * 1024  # SO_RCVBUFFORCE / SO_SNDBUFFORCE (root)
 MAX_WAIT_S = 0.2  # the longest select: how soon a SIGTERM is noticed when no frame is due
 DRAIN_PER_WAKE = 512  # frames read from one socket per wake-up, so the other side is never starved
-MAX_DELAY_MS = 10_000.0
 LATE_S = 0.0005  # frames that left more than this after their due time are counted as late
 STATS_EVERY_S = 1.0
 
@@ -81,14 +82,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--a", required=True, help="one interface (the host's port on the switch)")
     parser.add_argument("--b", required=True, help="the other interface (the veth end towards the bridge)")
     parser.add_argument("--delay-ms", type=float, required=True, help="one-way delay added to every frame, each way")
+    parser.add_argument("--max-delay-ms", type=float, required=True,
+                        help="the largest --delay-ms accepted (the link setting's cap: MAX_LINK_DELAY_MS)")
     parser.add_argument("--max-queue-mb", type=float, default=64.0,
                         help="bytes held per direction at most; a frame beyond is dropped (default 64)")
     parser.add_argument("--rt-priority", type=int, default=10,
                         help="SCHED_FIFO priority (default 10); 0: normal scheduling")
     parser.add_argument("--stats", help="write the counters to this file as JSON (each second, and at the end)")
     args = parser.parse_args(argv)
-    if not 0 <= args.delay_ms <= MAX_DELAY_MS:
-        parser.error(f"--delay-ms {args.delay_ms}: give 0 to {MAX_DELAY_MS:g}")
+    if not 0 <= args.delay_ms <= args.max_delay_ms:
+        parser.error(f"--delay-ms {args.delay_ms}: give 0 to {args.max_delay_ms:g}")
     if not 0 <= args.rt_priority <= 99:
         parser.error("--rt-priority: give 0 (normal scheduling) to 99")
     if args.max_queue_mb <= 0:

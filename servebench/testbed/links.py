@@ -25,9 +25,11 @@ mechanism is used whether or not a kernel has netem, so numbers taken on two mac
 the same thing. The delay line is recorded in the testbed's state like a daemon (PID and
 start time, host `switch`), so `down` stops it by PID.
 
-Pure parts (settings, names, argv, the semantics) first, then the side effects
-(`set_link`, `clear_link`, `link_state`, `kernel_offers`), then measurements taken between
-hosts (`ping_rtts_ms`, `tcp_throughput_mbit`) for tests and benchmarks.
+A setting is the campaign's `LinkSetting` (servebench/spec/campaign.py: its bounds, the delay
+line's cap included). Pure parts (settings, names, argv, the semantics) first, then the side
+effects (`set_link`, `clear_link`, `link_state`, `kernel_offers`; `TestbedLinks`, the same as
+the link shaper a provider of testbed hosts is handed), then measurements taken between hosts
+(`ping_rtts_ms`, `tcp_throughput_mbit`) for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -37,21 +39,32 @@ import math
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from pydantic import ValidationError
 
+from servebench.providers.base import LinkShaper, Provider
+from servebench.spec.campaign import MAX_LINK_DELAY_MS, LinkSetting
+from servebench.spec.node import Node
 from servebench.testbed import configs
 from servebench.testbed.layout import Host, Layout
 from servebench.testbed.machine import (
-    Daemon, TestbedError, batch, locked, netns_exists, read_state, require_root, run, stop_processes, write_state,
+    Daemon,
+    TestbedError,
+    batch,
+    load,
+    locked,
+    netns_exists,
+    read_state,
+    require_root,
+    run,
+    stop_processes,
+    write_state,
 )
 from servebench.waiting import poll
 
 DELAY_LINE = Path(__file__).with_name("delay_line.py")  # run by its path: standard library only
-MAX_DELAY_MS = 1000.0
-MIN_RATE_MBIT, MAX_RATE_MBIT = 0.01, 100_000.0
 ETH_FRAME = 1514  # the largest frame on a link (MTU 1500 + the Ethernet header), as tbf counts it
 TBF_MIN_BURST = 4 * ETH_FRAME  # bytes the shaper may send back to back: a few frames...
 TBF_BURST_S = 0.001  # ...or 1 ms worth of the rate, the larger
@@ -72,47 +85,25 @@ QDISC_PROBES = {
 
 # ---------------------------------------------------------------------------- settings and semantics
 
-@dataclass(frozen=True)
-class LinkSetting:
-    """What one host's link is set to: delay_ms added one way (each way), rate_mbit each way."""
-
-    delay_ms: float = 0.0
-    rate_mbit: float | None = None
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.delay_ms, (int, float)) and 0 <= self.delay_ms <= MAX_DELAY_MS):
-            raise ValueError(f"delay {self.delay_ms!r} ms: give 0 to {MAX_DELAY_MS:g}")
-        if self.rate_mbit is not None and not (isinstance(self.rate_mbit, (int, float))
-                                               and MIN_RATE_MBIT <= self.rate_mbit <= MAX_RATE_MBIT):
-            raise ValueError(f"rate {self.rate_mbit!r} Mbit/s: give {MIN_RATE_MBIT:g} to {MAX_RATE_MBIT:g} "
-                             "(or none: no cap)")
-
-    @property
-    def plain(self) -> bool:
-        return self.delay_ms == 0 and self.rate_mbit is None
-
-    def describe(self) -> str:
-        parts = []
-        if self.delay_ms:
-            parts.append(f"delay {self.delay_ms:g} ms each way")
-        if self.rate_mbit is not None:
-            parts.append(f"rate {self.rate_mbit:g} Mbit/s each way")
-        return ", ".join(parts) or "plain"
-
-    def to_json(self) -> dict:
-        return {"delay_ms": self.delay_ms, "rate_mbit": self.rate_mbit}
-
-    @classmethod
-    def from_json(cls, data: dict | None) -> "LinkSetting":
-        return cls(**data) if data else cls()
-
-
 def setting(delay_ms: float = 0.0, rate_mbit: float | None = None) -> LinkSetting:
-    """A checked setting (ValueError names the bad value)."""
+    """A checked setting (the campaign's `LinkSetting`: its bounds; ValueError names the bad value)."""
     try:
-        return LinkSetting(float(delay_ms), None if rate_mbit is None else float(rate_mbit))
+        return LinkSetting(delay_ms=float(delay_ms), rate_mbit=None if rate_mbit is None else float(rate_mbit))
+    except ValidationError as exc:
+        raise ValueError("; ".join(f"{error['loc'][0]} {error['input']!r}: {error['msg'].lower()}"
+                                   for error in exc.errors())) from None
     except (TypeError, ValueError) as exc:
         raise ValueError(str(exc)) from None
+
+
+def setting_record(link: LinkSetting) -> dict:
+    """What the testbed's state records of a host's link."""
+    return {"delay_ms": link.delay_ms, "rate_mbit": link.rate_mbit}
+
+
+def recorded_setting(data: dict | None) -> LinkSetting:
+    """A host's link as the testbed's state recorded it (nothing recorded: plain)."""
+    return setting(**data) if data else setting()
 
 
 def added_one_way_ms(delays: dict[str, float], src: str, dst: str) -> float:
@@ -171,8 +162,8 @@ def delay_line_argv(layout: Layout, host: Host, delay_ms: float, stats: Path,
     file system: its path and this Python are visible there)."""
     port, _, line_end = port_names(host)
     return ["nsenter", f"--net={switch_netns_file(layout)}", "--", python, "-I", str(DELAY_LINE),
-            "--a", port, "--b", line_end, "--delay-ms", repr(float(delay_ms)), "--rt-priority", str(RT_PRIORITY),
-            "--stats", str(stats)]
+            "--a", port, "--b", line_end, "--delay-ms", repr(float(delay_ms)),
+            "--max-delay-ms", repr(MAX_LINK_DELAY_MS), "--rt-priority", str(RT_PRIORITY), "--stats", str(stats)]
 
 
 def switch_netns_file(layout: Layout) -> Path:
@@ -300,7 +291,7 @@ def set_link(layout: Layout, host: Host | str, delay_ms: float = 0, rate_mbit: f
             write_state(layout, daemons, data["phase"], links=links, **extra)
 
         try:
-            apply(layout, target, wanted, LinkSetting.from_json(links.get(target.name)), daemons, save)
+            apply(layout, target, wanted, recorded_setting(links.get(target.name)), daemons, save)
         except BaseException as exc:
             left = make_plain(layout, target, daemons)
             links.pop(target.name, None)
@@ -314,7 +305,7 @@ def set_link(layout: Layout, host: Host | str, delay_ms: float = 0, rate_mbit: f
         if wanted.plain:
             links.pop(target.name, None)
         else:
-            links[target.name] = wanted.to_json()
+            links[target.name] = setting_record(wanted)
         save()
     return link_state(layout)[target.name]
 
@@ -334,6 +325,42 @@ def connect_host(layout: Layout, host: Host | str, connected: bool) -> str:
 def clear_link(layout: Layout, host: Host | str) -> dict:
     """The plain link again: no delay line, no shaper."""
     return set_link(layout, host, 0, None)
+
+
+class TestbedLinks(LinkShaper):
+    """The link shaper a provider is handed when its nodes are hosts of the project's testbed (ssh
+    and slurm on the testbed): the orchestrator sets the link's delay line and shaper on the
+    testbed's switch, or takes the node's switch port down, by the node's address. A node that
+    is not a host of that testbed is refused, naming the testbed's hosts."""
+
+    __test__ = False  # not a pytest class (its name begins with Test)
+
+    def shape_link(self, testbed: str, node: Node, delay_ms: float, rate_mbit: float | None) -> dict:
+        layout, host = testbed_host(testbed, node)
+        return set_link(layout, host, delay_ms, rate_mbit)
+
+    def connect_node(self, testbed: str, node: Node, connected: bool) -> str:
+        layout, host = testbed_host(testbed, node)
+        return connect_host(layout, host, connected)
+
+
+def testbed_host(testbed: str, node: Node) -> tuple[Layout, Host]:
+    """(the testbed's layout, its host at the node's address)."""
+    layout = load(testbed)
+    for host in layout.hosts:
+        if host.address == node.address:
+            return layout, host
+    raise ValueError(f"node {node.name} ({node.address or 'no address'}) is not a host of testbed {testbed} "
+                     f"(its hosts: {', '.join(f'{h.name} {h.address}' for h in layout.hosts)})")
+
+
+def with_testbed_links(provider: Provider) -> Provider:
+    """The provider, with the testbed's link shaper handed to it unless one was (a test's own):
+    what a caller that acts on the links of a campaign's testbed (`network.testbed`, a cut-host
+    fault's `testbed`) calls first."""
+    if provider.link_shaper is None:
+        provider.use_link_shaper(TestbedLinks())
+    return provider
 
 
 def current_state(layout: Layout) -> tuple[Layout, list[Daemon], dict]:
@@ -468,7 +495,7 @@ def link_state(layout: Layout) -> dict[str, dict]:
     state = {}
     for host in layout.hosts:
         port, bridge_end, _ = port_names(host)
-        wanted = LinkSetting.from_json(recorded.get(host.name))
+        wanted = recorded_setting(recorded.get(host.name))
         line = find_line(daemons, host)
         to_host = qdisc_summary(switch_qdiscs.get(port))
         from_host = qdisc_summary(root_qdiscs(host.netns, HOST_DEV).get(HOST_DEV))

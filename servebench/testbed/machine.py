@@ -28,8 +28,17 @@ import psutil
 from servebench.logs import tail, tail_text
 from servebench.testbed import configs
 from servebench.testbed.layout import (
-    NAME_PATTERN, PER_HOST_DIRS, STATE_PREFIX, Host, Layout, choose_slot, hidden_on_hosts, make_layout, slot_of,
-    state_dir_for, state_root,
+    NAME_PATTERN,
+    PER_HOST_DIRS,
+    STATE_PREFIX,
+    Host,
+    Layout,
+    choose_slot,
+    hidden_on_hosts,
+    make_layout,
+    slot_of,
+    state_dir_for,
+    state_root,
 )
 from servebench.waiting import poll, wait_for
 

@@ -17,9 +17,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 from servebench.providers.base import Node
 from servebench.providers.remote import DEFAULT_TIMEOUT_S, LEFTOVER_GRACE_S, NODE_TOOLS, CommandChannel, RemoteNodes
+from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 
 
 class NamespaceProviderSpec(ProviderSpecBase):

@@ -32,7 +32,7 @@ def first_mode_served(campaign_file: Path, log_dir: Path, served_name: str = "ti
     nodes = provider.allocate()[:1]
     launch = engine.launch(LaunchRequest(
         python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=campaign.modes[0],
-        model_dir=str(model), served_name=served_name, dtype="auto", nodes=nodes, ports=provider.free_port))
+        model_dir=str(model), served_name=served_name, dtype="auto", nodes=nodes, ports=provider))
     shm_before = shm_entries()
     server = start_server(provider, nodes, launch, campaign.modes[0].name, log_dir, timeout_s)
     try:

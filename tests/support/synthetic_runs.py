@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 from servebench import warehouse
-from servebench.warehouse import landing
 from servebench.analysis.regression.history import analyze_run
-from servebench.spec.detection import DetectionSettings
 from servebench.campaign.loading import parse_campaign
+from servebench.spec.detection import DetectionSettings
 from servebench.spec.sweep import expand
+from servebench.warehouse import landing
 
 CAMPAIGN = """
 name: synthetic

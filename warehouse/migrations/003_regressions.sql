@@ -6,30 +6,6 @@
 ALTER TABLE runs ADD COLUMN hardware_fingerprint VARCHAR;   -- hash of the nodes' CPU model, cores, memory, NUMA
 ALTER TABLE cells ADD COLUMN series_id VARCHAR;             -- the cell's identity on that hardware
 
--- One row per measured value: completed cells the load generator found valid.
-CREATE VIEW cell_metrics AS
-UNPIVOT (
-    SELECT run_id, series_id, cell_id, cell_key, "repeat",
-           output_throughput, request_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, goodput
-    FROM cells
-    WHERE status = 'completed' AND coalesce(valid, false) AND series_id IS NOT NULL
-)
-ON output_throughput, request_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, goodput
-INTO NAME metric VALUE value;
-
--- A night is a run; its value is the median over its repeats.
-CREATE VIEW series_nights AS
-SELECT m.series_id, m.metric, m.run_id, r.started_at AS night_at, r.campaign, r.hardware_fingerprint,
-       b.engine_version, r.build_key,
-       list(m.value ORDER BY m."repeat") AS repeat_values,
-       median(m.value) AS value,
-       count(*) AS repeats,
-       CASE WHEN count(*) > 1 AND avg(m.value) <> 0 THEN stddev_samp(m.value) / abs(avg(m.value)) END AS cv
-FROM cell_metrics m
-JOIN runs r USING (run_id)
-LEFT JOIN builds b ON b.build_key = r.build_key
-GROUP BY ALL;
-
 -- A user's word on the history: 'accept' makes a night the start of a new baseline (the
 -- change is intended), 'exclude' removes a night (a broken node, a half-failed run).
 CREATE TABLE annotations (

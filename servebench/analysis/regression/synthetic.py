@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 from pydantic import BaseModel
 
 from servebench.analysis.regression.detect import Finding, analyze
-from servebench.spec.detection import DetectionSettings
 from servebench.analysis.regression.series import METRICS, Night
+from servebench.spec.detection import DetectionSettings
 
 EPOCH = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
 

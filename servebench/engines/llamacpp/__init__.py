@@ -5,20 +5,20 @@ Models are GGUF files (a campaign's own, or the tiny one servebench generates)."
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import ClassVar
 
 from servebench.builds.model import TINY_LLAMA_GGUF, ModelGenerator
-from servebench.builds.recipe import BuildRecipe
-from servebench.spec.campaign import ModeSpec
-from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
 from servebench.builds.prerequisites import Prerequisite
+from servebench.builds.recipe import BuildRecipe
+from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.providers.base import Node, Provider
-from servebench.engines.base import GateChoice
+from servebench.spec.campaign import ModeSpec
 
 EXECUTORS = ("local", "rpc")
 # libllama's own line (at -lv 4 and up), else the server's
@@ -32,31 +32,32 @@ class LlamaCppEngine(Engine):
     executors: ClassVar[tuple[str, ...]] = EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("gguf",)
     default_model: ClassVar[ModelGenerator] = TINY_LLAMA_GGUF  # a GGUF file, written by servebench itself
-    metrics: ClassVar[dict[str, str]] = {
-        "llamacpp:requests_processing": "running",
-        "llamacpp:requests_deferred": "waiting",
-        "llamacpp:prompt_tokens_total": "prompt_tokens_total",
-        "llamacpp:tokens_predicted_total": "generation_tokens_total",
-        "llamacpp:n_decode_total": "decode_steps_total",
-    }
-    generation_tokens_metric: ClassVar[str | None] = "llamacpp:tokens_predicted_total"
-    # /slots gives the KV tokens in use (this version has no KV gauge among its metrics)
-    state_sampler: ClassVar[str | None] = "servebench.engines.llamacpp.slots:sample_slots"
-    # libllama's line when a batch finds no room in the KV cache (then the server retries smaller)
-    kv_failure_pattern: ClassVar[str | None] = r"failed to find a memory slot for batch"
-    # exactly max_tokens tokens; `timings.predicted_n` in every streamed chunk is the running token
-    # count (usage comes only in the last chunk, and a token ending inside a UTF-8 character is
-    # streamed with the next one)
-    request_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "timings_per_token": True}
-    # usage first (the last chunk's total), then the running count of every chunk
-    stream_token_counts: ClassVar[tuple[str, ...]] = ("usage.completion_tokens", "timings.predicted_n")
-    # the prefix cache's effect per request (no queries/hits counters): the last chunk's timings say the prompt
-    # tokens reused from a slot's cache (`cache_n`, the longest common prefix with what the slot or the prompt
-    # cache held) and those processed (`prompt_n`); together they are usage.prompt_tokens
-    prompt_cache_tokens: ClassVar[tuple[str, str] | None] = ("timings.cache_n", "timings.prompt_n")
-    gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True}
-    result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
-    knobs: ClassVar[dict[str, Knob]] = KNOBS
+    api: ClassVar[EngineAPI] = EngineAPI(
+        metrics={
+            "llamacpp:requests_processing": "running",
+            "llamacpp:requests_deferred": "waiting",
+            "llamacpp:prompt_tokens_total": "prompt_tokens_total",
+            "llamacpp:tokens_predicted_total": "generation_tokens_total",
+            "llamacpp:n_decode_total": "decode_steps_total",
+        },
+        generation_tokens_metric="llamacpp:tokens_predicted_total",
+        # /slots gives the KV tokens in use (this version has no KV gauge among its metrics)
+        state_sampler="servebench.engines.llamacpp.slots:sample_slots",
+        # libllama's line when a batch finds no room in the KV cache (then the server retries smaller)
+        kv_failure_pattern=r"failed to find a memory slot for batch",
+        # exactly max_tokens tokens; `timings.predicted_n` in every streamed chunk is the running token
+        # count (usage comes only in the last chunk, and a token ending inside a UTF-8 character is
+        # streamed with the next one)
+        request_extras={"ignore_eos": True, "timings_per_token": True},
+        # usage first (the last chunk's total), then the running count of every chunk
+        stream_token_counts=("usage.completion_tokens", "timings.predicted_n"),
+        # the prefix cache's effect per request (no queries/hits counters): the last chunk's timings say the
+        # prompt tokens reused from a slot's cache (`cache_n`, the longest common prefix with what the slot or
+        # the prompt cache held) and those processed (`prompt_n`); together they are usage.prompt_tokens
+        prompt_cache_tokens=("timings.cache_n", "timings.prompt_n"),
+        gate_extras={"ignore_eos": True},
+    )
+    knobs: ClassVar[Mapping[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: LlamaCppEngineSpec) -> BuildRecipe:
         return build_recipe(spec, self.kind)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from servebench.builds.cmake import compiler_names
 from servebench.builds.prerequisites import Prerequisite, tool
 from servebench.builds.recipe import CMakeRecipe, GitSource
-from servebench.platform.targets import host_arch, is_cross, profile
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
+from servebench.platform.targets import host_arch, is_cross, profile
 
 TOOLS = ("llama-server", "ggml-rpc-server")
 # a static build of the two tools: no tests, examples, web UI download or TLS library to link

@@ -7,8 +7,8 @@ from one pool (the layout of seed 002's study, where the pool overflows under lo
 
 from __future__ import annotations
 
-from servebench.spec.campaign import KnobValue
 from servebench.engines.base import Knob
+from servebench.spec.campaign import KnobValue
 
 KNOBS: dict[str, Knob] = {
     "parallel": Knob("-np: server slots, the sequences decoded together (llama.cpp's default: auto = 4 "

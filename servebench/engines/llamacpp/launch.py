@@ -44,7 +44,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
         endpoints = []
         for index in range(mode.pp):
             node = nodes[index % len(nodes)]
-            port = request.ports(node)
+            port = request.ports.free_port(node)
             endpoints.append(f"{node.address}:{port}")
             processes.append(ProcessLaunch(
                 node=node.name, env=env, ready_port=port, label=f"rpc{index}.{node.name}",
@@ -53,7 +53,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
         rpc_args = ["--rpc", ",".join(endpoints), "-ngl", ALL_LAYERS, "--tensor-split", ",".join(["1"] * mode.pp)]
     else:
         rpc_args = ["-ngl", "0"]
-    port = request.ports(head)
+    port = request.ports.free_port(head)
     argv = [tool(request, "llama-server"), "-m", request.model_dir, "-a", request.served_name,
             "--host", head.address, "--port", str(port), "-t", threads(request, head),
             "-tb", threads(request, head), "--metrics", "--slots", "--no-webui", "-fit", "off",

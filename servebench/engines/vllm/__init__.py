@@ -4,16 +4,14 @@ the nodes, with servebench's CPU-Ray plugin) and mp-multinode (vLLM's native lau
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import ClassVar
 
 from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
-from servebench.platform.targets import profile
-from servebench.paths import cache_dir
-from servebench.spec.campaign import GeneratedModelSpec, ModelSpec, ModeSpec
-from servebench.engines.base import Engine, Knob, LaunchRequest, ServerLaunch
+from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, legacy_logprobs
 from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
@@ -21,8 +19,10 @@ from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
+from servebench.paths import cache_dir
+from servebench.platform.targets import profile
 from servebench.providers.base import Node, Provider
-from servebench.engines.base import GateChoice, legacy_logprobs
+from servebench.spec.campaign import GeneratedModelSpec, ModelSpec, ModeSpec
 
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]
@@ -38,28 +38,29 @@ class VllmEngine(Engine):
     executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)
     default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF  # a directory with a tokenizer, by the venv's torch
-    metrics: ClassVar[dict[str, str]] = {
-        "vllm:kv_cache_usage_perc": "kv_usage",
-        "vllm:num_requests_running": "running",
-        "vllm:num_requests_waiting": "waiting",
-        "vllm:num_preemptions_total": "preemptions_total",
-        "vllm:prompt_tokens_total": "prompt_tokens_total",
-        "vllm:generation_tokens_total": "generation_tokens_total",
-        "vllm:iteration_tokens_total_count": "decode_steps_total",  # engine steps
-    }
-    generation_tokens_metric: ClassVar[str | None] = "vllm:generation_tokens_total"
-    # prompt tokens the prefix cache was asked for, and found: a cell's prefix_cache_hit_rate (docs/workloads.md)
-    prefix_cache_metrics: ClassVar[tuple[str, str]] = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
-    state_sampler: ClassVar[str | None] = None
-    kv_failure_pattern: ClassVar[str | None] = None  # a KV cache that is full preempts: vllm:num_preemptions
-    # exactly max_tokens tokens, and the running token count in every streamed chunk
-    request_extras: ClassVar[dict[str, Any]] = {
-        "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    stream_token_counts: ClassVar[tuple[str, ...]] = ("usage.completion_tokens",)  # continuous_usage_stats
-    gate_extras: ClassVar[dict[str, Any]] = {"ignore_eos": True, "return_tokens_as_token_ids": True}
-    # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
-    result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {"vllm-bench": to_vllm_result}
-    knobs: ClassVar[dict[str, Knob]] = KNOBS
+    api: ClassVar[EngineAPI] = EngineAPI(
+        metrics={
+            "vllm:kv_cache_usage_perc": "kv_usage",
+            "vllm:num_requests_running": "running",
+            "vllm:num_requests_waiting": "waiting",
+            "vllm:num_preemptions_total": "preemptions_total",
+            "vllm:prompt_tokens_total": "prompt_tokens_total",
+            "vllm:generation_tokens_total": "generation_tokens_total",
+            "vllm:iteration_tokens_total_count": "decode_steps_total",  # engine steps
+        },
+        generation_tokens_metric="vllm:generation_tokens_total",
+        # prompt tokens the prefix cache was asked for, and found: a cell's prefix_cache_hit_rate (docs/workloads.md)
+        prefix_cache_metrics=("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
+        kv_failure_pattern=None,  # a KV cache that is full preempts: vllm:num_preemptions
+        # exactly max_tokens tokens, and the running token count in every streamed chunk
+        request_extras={"ignore_eos": True,
+                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        stream_token_counts=("usage.completion_tokens",),  # continuous_usage_stats
+        gate_extras={"ignore_eos": True, "return_tokens_as_token_ids": True},
+        # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
+        result_formats={"vllm-bench": to_vllm_result},
+    )
+    knobs: ClassVar[Mapping[str, Knob]] = KNOBS
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
         if spec.source is not None and spec.source.target is not None:

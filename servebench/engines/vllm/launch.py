@@ -50,7 +50,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
                  "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
-    port = request.ports(head)
+    port = request.ports.free_port(head)
     argv = _api_server_argv(request, head, port)
     env, unset = _environment(request, binds.get(head.name) or format_cpu_list(head.cpus), head, extra)
     return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True)],
@@ -63,10 +63,10 @@ def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLa
     vLLM's native multi-node launcher lives in the `vllm serve` CLI (it needs the 'vllm'
     +cpu metadata alias the build registers); ranks > 0 are headless."""
     ranked = [n for n in request.nodes if n.name in binds]
-    master_port = request.ports(ranked[0])
+    master_port = request.ports.free_port(ranked[0])
     processes, api_port = [], 0
     for rank, node in enumerate(ranked):
-        port = request.ports(node)
+        port = request.ports.free_port(node)
         api_port = api_port or port
         argv = [request.python, "-m", "vllm.entrypoints.cli.main", "serve", request.model_dir,
                 *_parallel_args(request), "--distributed-executor-backend", "mp", "--nnodes", str(len(ranked)),

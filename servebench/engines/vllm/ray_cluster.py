@@ -30,11 +30,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
+from servebench.engines.base import PortSource
 from servebench.logs import tail
 from servebench.providers import Node, NodeProcess, Provider
-from servebench.providers.this_host import ThisHostProcesses, short_tmp_dir
+from servebench.providers.this_host import short_tmp_dir
 from servebench.waiting import poll
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
@@ -92,14 +92,6 @@ SOCKET_SUFFIX = len("/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_
 
 class RayClusterError(Exception):
     pass
-
-
-class PortSource(Protocol):
-    """Where a node's ports come from: the provider, which asks the node itself."""
-
-    def free_port(self, node: Node) -> int: ...
-
-    def free_port_range(self, node: Node, size: int) -> int: ...
 
 
 @dataclass
@@ -175,14 +167,13 @@ def ray_startup_env(inherited: Mapping[str, str]) -> dict[str, str]:
 
 
 def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str],
-                 temp_root: str | None = None, ports: PortSource | None = None) -> list[RayNodePlan]:
+                 ports: PortSource, temp_root: str | None = None) -> list[RayNodePlan]:
     """The `ray start` command and environment of every node (the first is the head).
 
     Each node's Ray temp dir is `<temp_root>/<index>.<attempt>` on that node; temp_root is a
     new short name under /tmp by default (Ray's Unix socket paths must stay short; `ray start`
     makes the directories). Every port is picked on the node that binds it (`ports`).
     """
-    ports = ports or ThisHostProcesses()  # this host's ports (the unit tests give no provider)
     root = temp_root or f"{short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
@@ -191,12 +182,11 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
             for index, node in enumerate(nodes)]
 
 
-def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource | None = None) -> list[RayNodePlan]:
+def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list[RayNodePlan]:
     """The plans for node `index`'s next attempt: fresh ports and temp dir for it.
 
     A new head has a new GCS port, and every other node joins it there.
     """
-    ports = ports or ThisHostProcesses()  # this host's ports (the unit tests give no provider)
     old = plans[index]
     host = old.gcs_address.rsplit(":", 1)[0]
     head_address = f"{host}:{ports.free_port(old.node)}" if old.head else old.gcs_address

@@ -22,12 +22,21 @@ from pathlib import Path
 
 from servebench.builds import cross
 from servebench.builds.cache import ArtifactCache
-from servebench.builds.prerequisites import (Prerequisite, RemoteSource, fetchable_source, file_present, free_disk,
-                                            github_mirror_env, memory_for_jobs, staged, tool)
+from servebench.builds.prerequisites import (
+    Prerequisite,
+    RemoteSource,
+    fetchable_source,
+    file_present,
+    free_disk,
+    github_mirror_env,
+    memory_for_jobs,
+    staged,
+    tool,
+)
 from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
+from servebench.engines.vllm.spec import VllmSourceSpec
 from servebench.platform.sysroot import SysrootError, candidate_versions, check_foreign_arch, debian_arch
 from servebench.platform.targets import profile
-from servebench.engines.vllm.spec import VllmSourceSpec
 
 PATCH_DIR = Path(__file__).parent / "patches"
 GIB_PER_JOB = 2.5        # vLLM's CPU kernels (oneDNN, the AVX-512/AMX files) at -O2: the largest units

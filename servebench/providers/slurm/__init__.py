@@ -27,8 +27,17 @@ from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, N
 from servebench.providers.remote import RemoteNodes
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
-    job_name, job_state, launch_argv, parse_granted, parse_probe, parse_started, pinned_argv, probe_argv, remote_files,
-    salloc_argv, step_argv,
+    job_name,
+    job_state,
+    launch_argv,
+    parse_granted,
+    parse_probe,
+    parse_started,
+    pinned_argv,
+    probe_argv,
+    remote_files,
+    salloc_argv,
+    step_argv,
 )
 from servebench.providers.slurm.client import AllocationEnded, SlurmClient, SlurmError, end_group
 from servebench.providers.slurm.lease import AllocationLease

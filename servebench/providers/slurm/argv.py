@@ -11,11 +11,19 @@ from __future__ import annotations
 import json
 import re
 
-from servebench.providers.slurm.spec import SlurmProviderSpec
 from servebench.providers.remote import (  # noqa: F401 (re-exported for the provider's modules)
-    BOOTSTRAP, RUN_ID_CHARS, STATUS_SCRIPT, RemoteFiles, check_run_id, env_argv, parse_status, pinned_argv,
-    remote_files, remote_run_dir,
+    BOOTSTRAP,
+    RUN_ID_CHARS,
+    STATUS_SCRIPT,
+    RemoteFiles,
+    check_run_id,
+    env_argv,
+    parse_status,
+    pinned_argv,
+    remote_files,
+    remote_run_dir,
 )
+from servebench.providers.slurm.spec import SlurmProviderSpec
 
 JOB_NAME_PREFIX = "servebench-"
 

@@ -27,6 +27,7 @@ from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S, R
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import parse_status, status_argv
 from servebench.providers.slurm.client import AllocationEnded, SlurmError, end_group
+
 CLIENT_EXIT_WAIT_S = 10.0  # after the task ended, its srun client reports and exits
 # While its srun client runs, a process is alive unless the allocation ended; the controller is
 # asked again at most this often (a campaign polls many processes; a production controller is

@@ -11,11 +11,22 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from servebench.providers.ssh.spec import SshJumpSpec, SshProviderSpec
 from servebench.providers.remote import (  # noqa: F401 (re-exported for the provider's modules)
-    BOOTSTRAP, RUN_ID_CHARS, STATUS_SCRIPT, WRAPPER, RemoteFiles, check_run_id, env_argv, parse_started, parse_status,
-    pinned_argv, remote_files, remote_run_dir, start_script,
+    BOOTSTRAP,
+    RUN_ID_CHARS,
+    STATUS_SCRIPT,
+    WRAPPER,
+    RemoteFiles,
+    check_run_id,
+    env_argv,
+    parse_started,
+    parse_status,
+    pinned_argv,
+    remote_files,
+    remote_run_dir,
+    start_script,
 )
+from servebench.providers.ssh.spec import SshJumpSpec, SshProviderSpec
 
 CONTROL_PERSIST_S = 300  # an idle master outlives a crashed orchestrator by this much, no more
 SERVER_ALIVE_S = 15

@@ -11,16 +11,25 @@ registry line. Its server is `server.py` (standard library only); its build is a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from servebench.builds.recipe import VenvRecipe
-from servebench.spec.campaign import EngineSpecBase, ModeSpec
-from servebench.engines.base import Engine, Knob, LaunchRequest, ProcessLaunch, ServerLaunch
+from servebench.engines.base import (
+    Engine,
+    EngineAPI,
+    GateChoice,
+    Knob,
+    LaunchRequest,
+    ProcessLaunch,
+    ServerLaunch,
+    legacy_logprobs,
+)
 from servebench.providers.base import Node, Provider
-from servebench.engines.base import GateChoice, legacy_logprobs
+from servebench.spec.campaign import EngineSpecBase, ModeSpec
 
 SERVER = Path(__file__).with_name("server.py")
 CAPACITY = re.compile(r"capacity (\d+) tokens")
@@ -38,17 +47,14 @@ class EchoEngine(Engine):
     spec_model: ClassVar[type[EchoEngineSpec]] = EchoEngineSpec
     executors: ClassVar[tuple[str, ...]] = ("local", "split")
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)
-    metrics: ClassVar[dict[str, str]] = {"echo_kv_usage": "kv_usage", "echo_requests_running": "running",
-                                         "echo_prompt_tokens_total": "prompt_tokens_total",
-                                         "echo_generation_tokens_total": "generation_tokens_total"}
-    generation_tokens_metric: ClassVar[str | None] = "echo_generation_tokens_total"
-    state_sampler: ClassVar[str | None] = None
-    kv_failure_pattern: ClassVar[str | None] = None
-    request_extras: ClassVar[dict[str, Any]] = {"stream_options": {"include_usage": True,
-                                                                   "continuous_usage_stats": True}}
-    gate_extras: ClassVar[dict[str, Any]] = {}
-    result_formats: ClassVar[dict[str, Callable[[dict], dict]]] = {}
-    knobs: ClassVar[dict[str, Knob]] = {
+    # the rest is EngineAPI's defaults, OpenAI's: usage.completion_tokens, no gate extras, no prefix-cache counts
+    api: ClassVar[EngineAPI] = EngineAPI(
+        metrics={"echo_kv_usage": "kv_usage", "echo_requests_running": "running",
+                 "echo_prompt_tokens_total": "prompt_tokens_total",
+                 "echo_generation_tokens_total": "generation_tokens_total"},
+        generation_tokens_metric="echo_generation_tokens_total",
+        request_extras={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    knobs: ClassVar[Mapping[str, Knob]] = {
         "prefill_ms": Knob("--prefill-ms: each request's one-at-a-time prefill (the server's capacity)", float,
                            minimum=0),
         "token_delay_ms": Knob("--token-delay-ms: the delay before each streamed token", float, minimum=0)}
@@ -74,7 +80,7 @@ class EchoEngine(Engine):
         """The server's source goes on the command line (`python -c`): a node on another host,
         which cannot see this checkout, runs it with the build's bare venv as well."""
         api_node = request.nodes[0]
-        port = request.ports(api_node)
+        port = request.ports.free_port(api_node)
         argv = [request.python, "-c", SERVER.read_text(), "--host", api_node.address, "--port", str(port),
                 "--model-dir", request.model_dir, "--served-name", request.served_name,
                 "--token-delay-ms", f"{_knob(request, 'token_delay_ms'):g}", "--prefill-ms", f"{_knob(request, 'prefill_ms'):g}"]
@@ -82,7 +88,7 @@ class EchoEngine(Engine):
         processes = []
         if request.mode.executor == "split":
             worker_node = request.nodes[-1]
-            worker_port = request.ports(worker_node)
+            worker_port = request.ports.free_port(worker_node)
             processes.append(ProcessLaunch(
                 node=worker_node.name, env=env, label=f"worker.{worker_node.name}", ready_port=worker_port,
                 argv=[request.python, "-c", SERVER.read_text(), "--serve-worker", "--host", worker_node.address,

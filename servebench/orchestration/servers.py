@@ -3,18 +3,17 @@ warehouse, a restart after a fault, and the stop (with its telemetry) whatever h
 
 from __future__ import annotations
 
-from servebench.flows.context import EngineRun, RunContext, first_line, log_text
-from servebench.warehouse import landing
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import configurations
+from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
-from servebench.serving.server import Server, exit_codes, is_healthy, node_argv
+from servebench.serving.sampling import stop_telemetry
+from servebench.serving.server import Server, exit_codes, is_healthy, node_argv, stop_server
 from servebench.serving.telemetry import Telemetry
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import configurations
+from servebench.tasks.serve import start_mode_server
+from servebench.warehouse import landing
 from servebench.warehouse.store import session
-from servebench.tasks.land import land_server
-from servebench.tasks.serve import start_mode_server, stop_mode_server
-from servebench.tasks.telemetry import stop_telemetry
 
 
 def server_problem(server: Server) -> str | None:
@@ -47,8 +46,8 @@ def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Teleme
     """Plain calls, not task runs: this must also work while a Ctrl-C unwinds. A stop that fails
     (its host unreachable, its allocation gone) is reported and the rest still happens: the
     server's row and samples land, and the campaign goes on to the next mode."""
-    for what, stop in (("telemetry", lambda: stop_telemetry.fn(ctx.provider, telemetry)),
-                       ("server", lambda: stop_mode_server.fn(ctx.provider, server))):
+    for what, stop in (("telemetry", lambda: stop_telemetry(ctx.provider, telemetry)),
+                       ("server", lambda: stop_server(ctx.provider, server))):
         try:
             stop()
         except Exception as exc:
@@ -59,17 +58,19 @@ def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Teleme
 
 
 def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
+    """The server's row: its API process, its gate, and the KV capacity its log states (a plain call)."""
     api = server.api
     run = ctx.engine_serving(server.mode)
     engine = run.engine
-    land_server.fn(ctx.warehouse, ctx.run_id, mode=server.mode, engine=engine.kind,
-                   build_key=server_build_key(ctx, run, server.mode), pid=api.process.pid, port=server.port,
-                   command=node_argv(api.node, api.launch.argv), env=api.launch.env, log_path=str(server.log_path),
-                   started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
-                   status=status, error=None, correctness=gate.status if gate else None,
-                   correctness_detail=gate.detail if gate else None,
-                   correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
-                   kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))
+    with session(ctx.warehouse) as con:
+        landing.land_server(
+            con, ctx.run_id, mode=server.mode, engine=engine.kind, build_key=server_build_key(ctx, run, server.mode),
+            pid=api.process.pid, port=server.port, command=node_argv(api.node, api.launch.argv), env=api.launch.env,
+            log_path=str(server.log_path), started_at=server.started_at, ready_seconds=server.ready_seconds,
+            stopped_at=server.stopped_at, status=status, error=None, correctness=gate.status if gate else None,
+            correctness_detail=gate.detail if gate else None,
+            correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
+            kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))
 
 
 def server_build_key(ctx: RunContext, run: EngineRun, server_mode: str) -> str | None:

@@ -1,13 +1,12 @@
-"""Telemetry stage: a sampler on every node and a /metrics scraper, for the life of a server."""
+"""A server's telemetry started and stopped: a sampler on every node (`servebench.telemetry.node_sampler`)
+and a /metrics scraper on the orchestrator (`servebench.telemetry.scraper`), for the life of the server.
+What they record and where is `Telemetry` (`servebench.serving.telemetry`)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-
-from prefect import task
-from prefect.cache_policies import NONE
 
 from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
@@ -19,8 +18,8 @@ from servebench.serving.telemetry import Telemetry, engine_pids, files_stem
 from servebench.telemetry.timebase import rewrite_in_orchestrator_time
 
 
-@task(name="start-telemetry", cache_policy=NONE)
 def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
+    """Every node's sampler (a node whose sampler does not start is said, the others go on) and the scraper."""
     d = deployment
     out = Path(d.run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
@@ -35,16 +34,28 @@ def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
             reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     path = out / f"{stem}.server.jsonl"
-    metrics = [flag for name, column in d.engine.metrics.items() for flag in ("--metric", f"{name}={column}")]
-    if d.engine.state_sampler:
-        metrics += ["--state", d.engine.state_sampler]
-    argv = [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
-            "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
     mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper",  # a resume finds it if we are killed
             node_tools.INSTRUMENT_VARIABLE: "1"}
-    telemetry.scraper = ManagedProcess.start(argv, env=os.environ | mark, log_path=out / f"{stem}.server.log")
+    telemetry.scraper = ManagedProcess.start(scraper_argv(d, server, path), env=os.environ | mark,
+                                             log_path=out / f"{stem}.server.log")
     telemetry.server_files.append(path)
     return telemetry
+
+
+def scraper_argv(d: Deployment, server: Server, path: Path) -> list[str]:
+    """The scraper of the server's /metrics: the engine's metrics by column, and its state sampler if any."""
+    metrics = [flag for name, column in d.engine.api.metrics.items() for flag in ("--metric", f"{name}={column}")]
+    if d.engine.api.state_sampler:
+        metrics += ["--state", d.engine.api.state_sampler]
+    return [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
+            "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
+
+
+def node_sampler_argv(d: Deployment, node: Node, pids: list[int], out: str) -> list[str]:
+    """The node's sampler following `pids`, by the node's python3 (standard library only)."""
+    return [d.provider.node_python(node), "-m", "servebench.telemetry.node_sampler", "--node", node.name,
+            "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
+            "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", out]
 
 
 def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path,
@@ -52,20 +63,15 @@ def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], ou
     """The node's sampler, following the mode's processes there; its samples land in
     `<stem>.node.<node>.jsonl`, in the orchestrator's time base."""
     path = out / f"{stem}.node.{node.name}.jsonl"
-    flags = ["--node", node.name, "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
-             "--hz", f"{d.campaign.telemetry.node_hz:g}"]
-    python = d.provider.node_python(node)  # standard library only: any node's python3 runs it
     offset = d.clock_offsets.get(node.name)
     if offset is None:  # this host: samples straight into the run directory
-        argv = [python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", str(path)]
-        process = d.provider.start(node, argv, {node_tools.INSTRUMENT_VARIABLE: "1"},
-                                   out / f"{stem}.node.{node.name}.log")
+        process = d.provider.start(node, node_sampler_argv(d, node, pids, str(path)),
+                                   {node_tools.INSTRUMENT_VARIABLE: "1"}, out / f"{stem}.node.{node.name}.log")
     else:  # another host: with the node tools placed there; samples go to stdout, which the provider
         # brings back as the process's log
         raw = out / f"{stem}.node.{node.name}.raw.jsonl"
-        argv = [python, "-m", "servebench.telemetry.node_sampler", *flags, "--out", "/dev/stdout"]
-        process = d.provider.start(node, argv, {"PYTHONPATH": d.tools_dir or "",
-                                                node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
+        process = d.provider.start(node, node_sampler_argv(d, node, pids, "/dev/stdout"),
+                                   {"PYTHONPATH": d.tools_dir or "", node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
         telemetry.remote_samples[path] = (raw, offset)
     telemetry.node_processes.append(process)
     telemetry.node_files.append(path)
@@ -78,7 +84,6 @@ def _ended(process: NodeProcess) -> bool:
         return False
 
 
-@task(name="stop-telemetry", cache_policy=NONE)
 def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     """Every sampler and the scraper (on this host) are stopped even when one node's sampler
     cannot be (its node or allocation gone): the others' samples still land; the failures are

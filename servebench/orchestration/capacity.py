@@ -3,27 +3,26 @@
 the others, against the mode's server (restarted if a probe left it unhealthy).
 
 A probe cell the load generator alone made invalid is measured again by the cell's own retries
-(`validity.retries`, flows/cells.py: same key, every attempt kept), so the search does not measure
+(`validity.retries`, orchestration/cells.py: same key, every attempt kept), so the search does not measure
 it again itself (`client_retries=0`: a second call would find the cell landed); still invalid, the
 search stops there. A probe never lasts longer than MAX_PROBE_S: the search's lowest rate is
 `probe_floor` of the campaign's requests."""
 
 from __future__ import annotations
 
-from servebench.flows.cells import land_result_file, result_file, run_one_cell
-from servebench.flows.context import RunContext
-from servebench.flows.servers import restart_server, server_problem
-from servebench.warehouse import store
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, probe_floor, search_capacity
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import Cell, search_cell
+from servebench.orchestration.cells import land_result_file, result_file, run_one_cell
+from servebench.orchestration.context import RunContext
+from servebench.orchestration.servers import restart_server, server_problem
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import Cell, search_cell
+from servebench.warehouse import store
 from servebench.warehouse.store import session
-from servebench.tasks.land import land_capacity
 
 
 def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
@@ -66,7 +65,8 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
 
     reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
     result = search_capacity(probe, search_settings(ctx))
-    land_capacity(ctx.warehouse, ctx.run_id, mode, spec.over, slo, result, probe_cells)
+    with session(ctx.warehouse) as con:
+        store.land_capacity(con, ctx.run_id, mode, spec.over, slo, result, probe_cells)
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
                      f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
@@ -85,7 +85,7 @@ def search_settings(ctx: RunContext) -> SearchSettings:
 
 def measurements(ctx: RunContext, cell: Cell) -> int:
     """How many times the cell was measured: its result, and each attempt superseded as invalid
-    (`<key>.attempt<N>.json`, flows/cells.py's supersede_attempt)."""
+    (`<key>.attempt<N>.json`, `supersede_attempt` in orchestration/cells.py)."""
     output = result_file(ctx, cell)
     return 1 + sum(1 for _ in output.parent.glob(f"{cell.key}.attempt*.json"))
 

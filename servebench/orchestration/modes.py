@@ -4,16 +4,16 @@ cell is recorded with its cause and the campaign goes on."""
 
 from __future__ import annotations
 
-from servebench.flows.capacity import search_mode_capacity
-from servebench.flows.cells import land_failed_cell, run_one_cell
-from servebench.flows.context import EngineRun, RunContext, first_line
-from servebench.flows.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.campaign.outcome import blocked_reason
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import Cell, reference_knobs
+from servebench.orchestration.capacity import search_mode_capacity
+from servebench.orchestration.cells import land_failed_cell, run_one_cell
+from servebench.orchestration.context import EngineRun, RunContext, first_line
+from servebench.orchestration.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
-from servebench.tasks.land import land_server
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import Cell, reference_knobs
+from servebench.tasks.land import land_failed_server
 from servebench.tasks.network import set_links
 from servebench.tasks.serve import correctness_gate, start_mode_server
 
@@ -34,9 +34,7 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
             run.deployment, mode)
     except Exception as exc:
         run.reference_problem = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
-        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, pid=None, port=None, command=[], env={},
-                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
-                    error=str(exc))
+        land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc))
         reporter().stage(run.reference_problem + f"; every mode{who} runs unchecked")
         return
     gate = None
@@ -59,10 +57,8 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
             run.deployment_for(mode), mode)
     except Exception as exc:
-        land_server(ctx.warehouse, ctx.run_id, mode=mode.name, engine=run.engine.kind,
-                    build_key=run.deployment_for(mode).build.key, pid=None, port=None, command=[], env={},
-                    log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed",
-                    error=str(exc))
+        land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc), engine=run.engine.kind,
+                           build_key=run.deployment_for(mode).build.key)
         if run.reference is None and run.reference_problem is None and ctx.gives_reference(mode):
             run.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
@@ -88,8 +84,7 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                 land_failed_cell(ctx, cell, problem, correctness=gate.status)
             else:
                 run_one_cell(ctx, cell, server, gate.status)
-        searched = ctx.campaign.search is not None and (ctx.searches is None or mode.name in ctx.searches)
-        if searched and not blocks_cells(gate, ctx.campaign.correctness.accept):
+        if searches(ctx, mode) and not blocks_cells(gate, ctx.campaign.correctness.accept):
             server, telemetry = search_mode_capacity(ctx, mode, server, telemetry, gate)
     except Exception as exc:
         for cell in cells:
@@ -120,3 +115,9 @@ def apply_link(ctx: RunContext, cell: Cell) -> str | None:
         return f"the network setting {cell.link.label} could not be applied: {first_line(exc)}"
     ctx.link = cell.link.label
     return None
+
+
+def searches(ctx: RunContext, mode: ModeSpec) -> bool:
+    """Whether the mode's capacity is searched after its cells: a campaign with `search:`, and the
+    mode among those still to search (a resume finishes only the searches that did not)."""
+    return ctx.campaign.search is not None and (ctx.searches is None or mode.name in ctx.searches)

@@ -9,13 +9,13 @@ from typing import IO
 
 from servebench.campaign.outcome import CellOutcome
 from servebench.campaign.plan import Plan
-from servebench.spec.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
-from servebench.spec.sweep import Cell, configurations
 from servebench.engines import Engine
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims
 from servebench.serving.correctness import GateAnswer
 from servebench.serving.deployment import Deployment
+from servebench.spec.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
+from servebench.spec.sweep import Cell, configurations
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -39,7 +39,8 @@ class EngineRun:
     reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
     reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
     build_hold: IO | None = None                   # the build's use lock, held until release (`builds gc` waits)
-    variants: list[Deployment] = field(default_factory=list)  # one per `build:` block that differs (two blocks may share a key)
+    # one per `build:` block that differs (two blocks may share a key)
+    variants: list[Deployment] = field(default_factory=list)
     variant_holds: list[IO] = field(default_factory=list)
 
     def deployment_for(self, mode: ModeSpec) -> Deployment | None:

@@ -8,19 +8,19 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from servebench.flows.context import RunContext
-from servebench.flows.servers import server_problem
-from servebench.warehouse import landing
-from servebench.campaign.outcome import (CellOutcome, FaultEvidence, failed_outcome, measure_again,
-                                         measured_outcome)
-from servebench.spec.sweep import Cell
+from servebench.campaign.load_config import cell_load_config
+from servebench.campaign.outcome import CellOutcome, FaultEvidence, failed_outcome, measure_again, measured_outcome
 from servebench.load.runner import load_result
+from servebench.orchestration.context import RunContext
+from servebench.orchestration.servers import server_problem
 from servebench.progress import reporter
+from servebench.serving.cell_load import progress_path, requests_csv_path
 from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server
-from servebench.tasks.faults import land_faults, start_cell_faults
-from servebench.tasks.land import land_cell, land_cell_attempt
-from servebench.tasks.load import cell_load_config, progress_path, requests_csv_path, run_cell_load
+from servebench.spec.sweep import Cell
+from servebench.tasks.load import run_cell_load
+from servebench.warehouse import landing, store
+from servebench.warehouse.store import session
 
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
@@ -45,7 +45,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     land_measured_cell(ctx, cell, result, outcome, started=started, correctness=correctness,
                        search_probe=search_probe, kv_failures=kv_failures)
     summary = result["summary"]
-    land_cell_attempt.fn(ctx.warehouse, ctx.run_id, cell.key, attempt, False, summary, str(result_file(ctx, cell)))
+    land_attempt(ctx, cell.key, attempt, False, summary, str(result_file(ctx, cell)))
     throughput = summary.get("output_throughput") or 0.0
     busy = (summary.get("client") or {}).get("core_fraction")
     verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
@@ -79,7 +79,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         return None
     faults = finish_faults(ctx, cell, timers)  # first: a fault that lasts is undone before the server is asked
     outcome = measured_outcome(ctx.campaign, cell, result["summary"], server_problem(server), faults)
-    return result, outcome, faults, started, count_in_log(server.log_path, log_from, run.engine.kv_failure_pattern)
+    return result, outcome, faults, started, count_in_log(server.log_path, log_from, run.engine.api.kv_failure_pattern)
 
 
 def supersede_attempt(ctx: RunContext, cell: Cell, result: dict, attempt: int, outcome: CellOutcome) -> None:
@@ -90,7 +90,7 @@ def supersede_attempt(ctx: RunContext, cell: Cell, result: dict, attempt: int, o
     for source, target in ((Path(requests_csv_path(str(output))), Path(requests_csv_path(str(kept)))), (output, kept)):
         if source.exists():
             source.replace(target)
-    land_cell_attempt.fn(ctx.warehouse, ctx.run_id, cell.key, attempt, True, result["summary"], str(kept))
+    land_attempt(ctx, cell.key, attempt, True, result["summary"], str(kept))
     reporter().stage(f"{cell.key}: measured again, attempt {attempt} was invalid: "
                      + "; ".join(outcome.invalid_reasons or []))
 
@@ -113,26 +113,34 @@ def land_measured_cell(ctx: RunContext, cell: Cell, result: dict, outcome: CellO
                        kv_failures: int | None = None) -> None:
     """A cell the load generator measured, with its verdict, into the warehouse and the run's count."""
     output = result_file(ctx, cell)
-    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
-        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
-        output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error, started_at=started,
-        ended_at=landing.now(), result=result, result_path=str(output), correctness=correctness,
-        requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe, slo_met=outcome.slo_met,
-        kv_failures=kv_failures)
-    ctx.record(cell, outcome)
+    land_cell(ctx, cell, outcome, started_at=started, result=result, result_path=str(output),
+              correctness=correctness, requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
+              kv_failures=kv_failures)
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
                      correctness: str | None = None, search_probe: bool = False) -> None:
     """A cell that failed without a measurement, with its cause."""
-    outcome = failed_outcome(ctx.campaign, error)
-    land_cell.fn(  # a plain call: a measured cell lands even when the orchestration API falters
-        ctx.warehouse, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
-        output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error, started_at=started,
-        ended_at=landing.now(), result=None, result_path=None, correctness=correctness, search_probe=search_probe,
-        slo_met=outcome.slo_met)
-    ctx.record(cell, outcome)
+    land_cell(ctx, cell, failed_outcome(ctx.campaign, error), started_at=started, result=None, result_path=None,
+              correctness=correctness, search_probe=search_probe)
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
+
+
+def land_cell(ctx: RunContext, cell: Cell, outcome: CellOutcome, *, started_at: datetime | None, **fields) -> None:
+    """A plain call, not a task run: a measured cell lands even when the orchestration API falters
+    (and while a Ctrl-C unwinds); then the run counts its verdict."""
+    with session(ctx.warehouse) as con:
+        landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
+                          output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error,
+                          started_at=started_at, ended_at=landing.now(), slo_met=outcome.slo_met, **fields)
+    ctx.record(cell, outcome)
+
+
+def land_attempt(ctx: RunContext, cell_key: str, attempt: int, superseded: bool, summary: dict,
+                 result_path: str | None) -> None:
+    """One measurement of a cell (a plain call, as a cell's landing is)."""
+    with session(ctx.warehouse) as con:
+        landing.land_cell_attempt(con, ctx.run_id, cell_key, attempt, superseded, summary, result_path)
 
 
 def result_file(ctx: RunContext, cell: Cell) -> Path:
@@ -143,8 +151,11 @@ def result_file(ctx: RunContext, cell: Cell) -> Path:
 def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
     """The campaign's faults for this cell, each on its node (default: the API server's)."""
     local_load = ctx.engine_run(cell.mode).deployment_for(cell.mode).client is None
-    return start_cell_faults(ctx.campaign.faults, cell.key, server.api.node, ctx.deployment.sampled_nodes,
-                             ctx.provider, progress_path(str(result_file(ctx, cell))) if local_load else None)
+    progress = progress_path(str(result_file(ctx, cell))) if local_load else None  # after N requests: the count
+    by_name = {node.name: node for node in ctx.deployment.sampled_nodes}
+    return [FaultTimer(ctx.provider, by_name.get(fault.node, server.api.node) if fault.node else server.api.node,
+                       fault, progress).start()
+            for fault in ctx.campaign.faults if fault.cell == cell.key]
 
 
 def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> FaultEvidence:
@@ -152,7 +163,8 @@ def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> Faul
     if not timers:
         return FaultEvidence()
     injected = [timer.finish() for timer in timers]
-    land_faults(ctx.warehouse, ctx.run_id, cell.key, cell.mode.name, injected)
+    with session(ctx.warehouse) as con:
+        store.land_faults(con, ctx.run_id, cell.key, cell.mode.name, injected)
     for fault in injected:
         reporter().stage(fault.describe())
     if any(fault.hit and fault.spec.action in ("kill", "stop") for fault in injected):

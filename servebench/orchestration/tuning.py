@@ -1,19 +1,25 @@
 """The tuner inside a campaign (`search: tune`): the default configuration measured again after the
 others, Optuna's trials one configuration after the other, and the verdict over every capacity the
-run landed (`servebench.analysis.tuning`). Each configuration is a whole mode (`flows/modes.py`)."""
+run landed (`servebench.analysis.tuning`). Each configuration is a whole mode (`servebench.orchestration.modes`)."""
 
 from __future__ import annotations
 
-from servebench.flows.context import RunContext
-from servebench.flows.modes import run_mode
-from servebench.warehouse import store
 from servebench.analysis.capacity_report import times
-from servebench.analysis.tuning import AGAIN, point_key, propose_configuration
+from servebench.analysis.tuning import (
+    AGAIN,
+    ConfigurationCapacity,
+    TuneVerdict,
+    point_key,
+    propose_configuration,
+    tune_verdict,
+)
+from servebench.orchestration.context import RunContext
+from servebench.orchestration.modes import run_mode
+from servebench.progress import reporter
 from servebench.spec.campaign import ModeSpec
 from servebench.spec.sweep import Cell, configuration_space, configurations
-from servebench.progress import reporter
+from servebench.warehouse import landing, store
 from servebench.warehouse.store import session
-from servebench.tasks.land import land_tuning
 
 
 def remeasure_default(ctx: RunContext) -> None:
@@ -35,14 +41,24 @@ def remeasure_default(ctx: RunContext) -> None:
 def judge_tuning(ctx: RunContext) -> None:
     """`search: tune`: the best configuration against the default, from every capacity the run
     landed (also those of an earlier attempt, after a resume), into `tuning`."""
-    spec = ctx.campaign.search
     default = configurations(ctx.campaign)[0].name
-    verdict = land_tuning(ctx.warehouse, ctx.run_id, default, spec.over, ctx.campaign.slo)
+    verdict = land_tuning(ctx, default)
     bounds = (f" (the probes' brackets allow {times(verdict.ratio_low, 'unknown')} to "
               f"{times(verdict.ratio_high)})" if verdict.ratio is not None else "")
     reporter().stage(f"tuning: best {verdict.best_mode} at {verdict.best_capacity}, default {default} at "
                      f"{verdict.default_first} first, {verdict.default_again} again: {verdict.why}{bounds}; "
                      f"{verdict.probes} probes")
+
+
+def land_tuning(ctx: RunContext, default_mode: str) -> TuneVerdict:
+    """The tuner's verdict over every capacity the run landed (`servebench.analysis.tuning`), landed in `tuning`."""
+    spec = ctx.campaign.search
+    with session(ctx.warehouse) as con:
+        found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, ctx.run_id)]
+        verdict = tune_verdict(found, default_mode)
+        store.land_tuning(con, ctx.run_id, spec.over, ctx.campaign.slo, verdict,
+                          configurations=len([c for c in found if c.mode != default_mode + AGAIN]))
+    return verdict
 
 
 def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:

@@ -1,0 +1,108 @@
+"""A run's deployment: the nodes provisioned, and for each engine the campaign's modes use its
+build, the model in its format, both placed on the nodes, and its shared services started; each
+mode whose `build:` differs (another target, a commit) gets its own build, placed the same way."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from servebench.builds.cache import hold_in_use
+from servebench.builds.model import vocab_size
+from servebench.builds.prerequisites import require
+from servebench.campaign.placement import split_client_node
+from servebench.orchestration.context import EngineRun, RunContext, first_line
+from servebench.progress import reporter
+from servebench.providers import Node, Provider
+from servebench.serving.deployment import ClientNode, Deployment
+from servebench.spec.campaign import ModeSpec
+from servebench.spec.sweep import configurations, variant_specs
+from servebench.tasks.build import build_engine
+from servebench.tasks.distribute import place_artifacts
+from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_update
+from servebench.tasks.model import prepare_model
+from servebench.tasks.provision import provision
+from servebench.tasks.shared import start_shared_services
+
+
+def deploy(ctx: RunContext) -> None:
+    """Provision the nodes; for each engine the campaign's modes use: build it, prepare the model in
+    its format, place both on the nodes, start its shared services."""
+    campaign, wh = ctx.campaign, ctx.warehouse
+    reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
+    nodes, inventories, offsets = provision(ctx.provider)
+    servers, client = split_client_node(nodes, [n.name for n in campaign.provider.node_specs()], ctx.plan.client.node)
+    land_nodes(wh, ctx.run_id, nodes, inventories, offsets, client_node=client.name if client else None)
+    land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider))
+    used = {campaign.engine_kind(mode) for mode in campaign.modes}
+    placements = []
+    for kind, run in ctx.engines.items():
+        if kind in used:
+            placements += deploy_engine(ctx, run, servers, client, inventories, offsets)
+    land_placements(wh, ctx.run_id, placements)
+    reporter().cells_planned(len(ctx.plan.cells))
+    if ctx.planned_cells > len(ctx.plan.cells):
+        reporter().stage(f"and at most {ctx.planned_cells - len(ctx.plan.cells)} capacity probes (cells too)")
+
+
+def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: Node | None,
+                  inventories: dict[str, dict], offsets: dict[str, float | None]) -> list[dict]:
+    """One engine's build, model, placement and shared services (its `Deployment`, and its modes' own
+    builds); what was placed on each node."""
+    campaign, wh, kind = ctx.campaign, ctx.warehouse, run.engine.kind
+    named = "" if run is ctx.primary else f" {kind}"
+    reporter().stage(f"building the engine{named}")
+    require(run.engine.build_prerequisites(run.spec), f"engine {kind}: {run.spec.describe()}")
+    build = build_engine(run.engine.build_recipe(run.spec))
+    run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
+    land_build(wh, ctx.run_id, build)
+    reporter().stage(f"preparing the model{named and ' for' + named}")
+    model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.kind)
+    if run is ctx.primary:
+        land_run_update(wh, ctx.run_id, model_path=model_dir)
+    run.vocab = vocab_size(Path(model_dir))
+    reporter().stage(f"placing the engine build{named} and the model on every node"
+                     + (f", the load generator on {client.name}" if client else ""))
+    placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
+    load_client = None if client is None else ClientNode(
+        provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
+    run.deployment = Deployment(campaign=campaign, engine=run.engine, spec=run.spec, provider=ctx.provider,
+                                nodes=servers, build=build, model_dir=model_dir, served_name=ctx.served_name,
+                                run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir, clock_offsets=offsets,
+                                client=load_client)
+    reporter().stage(f"starting the services the{named} modes share, if any")
+    modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
+    shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
+    for line in shared.notes if shared is not None else []:
+        reporter().stage(line)
+    run.deployment = replace(run.deployment, shared=shared)
+    served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
+    return ([p.model_dump() for p in placed.placements]
+            + deploy_build_variants(ctx, run, served, servers, inventories))  # a commit axis's too
+
+
+def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec], servers: list,
+                          inventories: dict) -> list[dict]:
+    """Modes whose `build:` differs from their engine's block (another target CPU, a commit of a
+    commit axis): each distinct build is made (or found by key), recorded and placed like the
+    engine's; the rest of the deployment (model, nodes, shared services) is the engine's."""
+    placements: list[dict] = []
+    for spec in variant_specs(ctx.campaign, modes, run.spec):
+        reporter().stage(f"building the engine {spec.describe()}")
+        require(run.engine.build_prerequisites(spec), f"engine {run.engine.kind}: {spec.describe()}")
+        build = build_engine(run.engine.build_recipe(spec))
+        run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
+        land_build(ctx.warehouse, ctx.run_id, build)
+        placed = place_artifacts(ctx.provider, servers, None, inventories, build, run.deployment.model_dir)
+        placements += [p.model_dump() for p in placed.placements]
+        run.variants.append(replace(run.deployment, spec=spec, build=build))
+    return placements
+
+
+def allocation_text(provider: Provider) -> str | None:
+    """What the provider holds (or held: after release, how it ended), as JSON for `runs.allocation`."""
+    try:
+        return json.dumps(provider.allocation_record())
+    except Exception as exc:  # a controller that no longer answers must not hide the run's outcome
+        return json.dumps({"error": first_line(exc)})

@@ -1,0 +1,180 @@
+"""Named reads of one run, for its report, its summary and the commands that show it.
+
+Each returns plain rows (dicts keyed by column name), so `servebench/analysis/` and the CLI hold
+no SQL and a query's shape is changed in one place. Reads across runs (series, nights, findings,
+capacities of every run) are `history.py`.
+"""
+
+from __future__ import annotations
+
+from servebench.warehouse import Connection, rows
+
+# the columns of a cell the report charts and tables
+REPORT_CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
+    completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+    e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name"""
+# (length, source) -> the requests column holding it: what a workload asked for, what the server served
+WORKLOAD_LENGTHS = {
+    ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
+    ("output", "sent"): "requested_output_tokens", ("output", "served"): "output_tokens"}
+MEASURED = "not coalesce(r.warmup, false)"   # warm-up requests are not part of the measurement
+
+
+# the run
+
+
+def latest_run_id(con: Connection, campaign: str | None = None) -> str | None:
+    """The run started last (of one campaign, if given)."""
+    found = rows(con, "select run_id from runs" + (" where campaign = ?" if campaign else "")
+                 + " order by started_at desc limit 1", [campaign] if campaign else [])
+    return found[0]["run_id"] if found else None
+
+
+def run_header(con: Connection, run_id: str) -> dict | None:
+    """What a report's title says of the run: campaign, start, status, spec hash."""
+    found = rows(con, "select campaign, started_at, status, spec_hash from runs where run_id = ?", [run_id])
+    return found[0] if found else None
+
+
+def run_exists(con: Connection, run_id: str) -> bool:
+    return bool(rows(con, "select 1 from runs where run_id = ?", [run_id]))
+
+
+def run_campaign(con: Connection, run_id: str) -> str | None:
+    found = rows(con, "select campaign from runs where run_id = ?", [run_id])
+    return found[0]["campaign"] if found else None
+
+
+def run_directory(con: Connection, run_id: str) -> str | None:
+    """Where the run kept its files (None: no such run)."""
+    found = rows(con, "select run_dir from runs where run_id = ?", [run_id])
+    return found[0]["run_dir"] if found else None
+
+
+# its cells
+
+
+def report_cells(con: Connection, run_id: str) -> list[dict]:
+    """The run's cells with what the report shows of them, by cell key."""
+    return rows(con, f"select {REPORT_CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
+
+
+def summary_cells(con: Connection, run_id: str) -> list[dict]:
+    """The run's cells with their verdicts, in sweep order (mode, load point, repeat)."""
+    return rows(con, """select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error,
+            warmup_steady, warmup_why, attempts
+        from cells where run_id = ?
+        order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key""", [run_id])
+
+
+def kv_cells(con: Connection, run_id: str) -> list[dict]:
+    """Each cell's KV usage and misses (`cell_kv`) with its normalized and output throughput."""
+    return rows(con, "select k.*, n.normalized_throughput, c.output_throughput, c.workload_name "
+                     "from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id) "
+                     "where k.run_id = ?", [run_id])
+
+
+def saturation_cells(con: Connection, run_id: str) -> list[dict]:
+    """The completed cells (search probes aside) with what the saturation point is computed from."""
+    return rows(con, """
+        select k.mode, k.clients, k.cache_miss_probability, k.kv_capacity_tokens, n.normalized_throughput,
+               c.output_throughput, c.input_len, c.output_len, c.workload, c.workload_name
+        from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id)
+        where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
+
+
+def engine_cells(con: Connection, run_id: str) -> list[dict]:
+    """The run's completed cells that produced tokens, with the engine that served them."""
+    return rows(con, """
+        select c.cell_id, c.mode, s.engine, c.load_kind, c.rate, c.clients, c.output_throughput,
+               c.request_throughput, c.ttft_p50_ms, c.ttft_p99_ms, c.tpot_p50_ms, c.tpot_p99_ms, c.valid
+        from cells c join servers s on s.run_id = c.run_id and s.mode = c.mode
+        where c.run_id = ? and c.status = 'completed' and c.output_throughput > 0
+        order by s.engine, c.mode, c.rate, c.clients""", [run_id])
+
+
+def repeat_values(con: Connection, run_id: str) -> list[dict]:
+    """Every valid measured value of a main metric (`cell_repeat_values`), in repeat order."""
+    return rows(con, 'select cell_point, metric, value from cell_repeat_values where run_id = ? '
+                     'order by "repeat", cell_id', [run_id])
+
+
+# its servers, telemetry and faults
+
+
+def gates(con: Connection, run_id: str) -> list[dict]:
+    """Each mode's correctness gate, in the order the servers started."""
+    return rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
+                [run_id])
+
+
+def node_samples(con: Connection, run_id: str) -> list[dict]:
+    """The nodes' telemetry over the run, in time order."""
+    return rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
+                     "where run_id = ? order by t_mono", [run_id])
+
+
+def faults(con: Connection, run_id: str) -> list[dict]:
+    """The faults the run's cells injected."""
+    return rows(con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])
+
+
+# its searches
+
+
+def capacities(con: Connection, run_id: str) -> list[dict]:
+    """The run's capacity searches, as landed, with each configuration's server command and environment."""
+    return rows(con, """select c.mode, c.search_over, c.slo, c.capacity, c.upper, c.probes, c.converged, c.why,
+            c.knobs, c.tpot_p50_ms, s.command, s.env
+        from capacity c left join servers s on s.run_id = c.run_id and s.mode = c.mode
+        where c.run_id = ? order by c.rowid""", [run_id])
+
+
+def tuning(con: Connection, run_id: str) -> dict | None:
+    """The tuner's verdict of the run (None: no tuning)."""
+    found = rows(con, "select * from tuning where run_id = ?", [run_id])
+    return found[0] if found else None
+
+
+# its workloads' requests
+
+
+def workload_length_counts(con: Connection, run_id: str) -> list[dict]:
+    """How many measured requests of each workload had each length: one row per (workload, length,
+    source, tokens) with its `requests`; counted here, so a long run's request rows never leave the
+    warehouse. Served: the requests that succeeded (a failed one's partial answer is not what the
+    workload asked to be served)."""
+    parts = " union all ".join(
+        f"select c.workload_name workload, '{length}' length, '{source}' source, r.{column} tokens, "
+        f"count(*) requests from requests r join cells c using (cell_id) where c.run_id = ? "
+        f"and c.workload is not null and r.{column} is not null and {MEASURED}"
+        f"{' and r.error_kind is null' if source == 'served' else ''} group by all"
+        for (length, source), column in WORKLOAD_LENGTHS.items())
+    return rows(con, f"select * from ({parts}) order by workload, length, source, tokens",
+                [run_id] * len(WORKLOAD_LENGTHS))
+
+
+def session_turn_requests(con: Connection, run_id: str) -> list[dict]:
+    """The measured requests of the run's sessions cells with their turn, the prompt length the
+    server counted and their times."""
+    return rows(con, f"""select c.cell_key, c.mode, c.workload_name workload, r.turn, r.input_tokens,
+            r.sent_s, r.first_token_s, r.error_kind
+        from requests r join cells c using (cell_id)
+        where c.run_id = ? and r.turn is not null and {MEASURED}
+        order by c.cell_key, r.turn""", [run_id])
+
+
+def prefix_cache_cells(con: Connection, run_id: str) -> list[dict]:
+    """The cells whose prefixes repeat (shared-prefix and sessions workloads) with their prefix-cache
+    hit rate and TTFT; in such a run, also every other cell with a hit rate (the baseline of prompts
+    that share nothing). A run without repeating prefixes has none."""
+    return rows(con, """with shaped as (
+            select *, json_extract_string(workload, '$.kind') kind from cells where run_id = ?)
+        select cell_key, mode, workload_name workload, prefix_cache_hit_rate, ttft_p50_ms, ttft_p99_ms, valid,
+               workload workload_block
+        from shaped
+        where kind in ('shared-prefix', 'sessions')
+           or (prefix_cache_hit_rate is not null
+               and exists (select 1 from shaped where kind in ('shared-prefix', 'sessions')))
+        order by cell_key""", [run_id])
