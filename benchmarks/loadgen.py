@@ -191,8 +191,9 @@ def _servebench_load(port: int, workdir: Path, *, clients: int | None = None, ra
     argv += ["--idle-poll", "off"] if GENERATOR_HALTS else []
     subprocess.run(argv, check=True, cwd=TREE)  # `-m` imports servebench from the working directory first
     summary = json.loads(out.read_text())["summary"]
-    return {"idle_poll": summary["client"].get("idle_poll_cpus"), "req_s": summary["request_throughput"], "ttft_p50": summary["ttft_ms"]["p50"],
-            "ttft_p99": summary["ttft_ms"]["p99"], "lag_p99": summary["schedule_lag_ms"]["p99"],
+    return {"idle_poll": summary["client"].get("idle_poll_cpus"), "req_s": summary["request_throughput"],
+            "ttft_p50": summary["ttft_ms"]["p50"], "ttft_p99": summary["ttft_ms"]["p99"],
+            "lag_p99": summary["schedule_lag_ms"]["p99"],
             "achieved": summary["achieved_rate"], "offered": summary["scheduled_rate"],
             "failed": summary["failed"], "valid": summary["valid"], "why": summary.get("invalid_reasons") or []}
 

@@ -47,7 +47,8 @@ def table(db: Path) -> str:
     for mode, link, delay, rate, clients, status, tput, tpot, ttft in rows:
         what = f"+{delay:g} ms" + (f", {rate:g} Mbit/s" if rate else "") if (delay or rate) else "plain"
         what += f" ({link})" if not (delay or rate) and link != "plain" else ""  # a named setting, e.g. plain-again
-        lines.append(f"| {mode} | {what} | {clients} | {status} | {tput or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:.1f} |")
+        lines.append(f"| {mode} | {what} | {clients} | {status} | "
+                     f"{tput or 0:.1f} | {tpot or 0:.1f} | {ttft or 0:.1f} |")
     return "\n".join(lines)
 
 

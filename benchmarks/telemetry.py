@@ -36,7 +36,8 @@ def metrics_page() -> bytes:
         lines += [f"# HELP vllm:{hist} x", f"# TYPE vllm:{hist} histogram"]
         for bucket in [0.001 * 2 ** k for k in range(40)] + ["+Inf"]:
             lines.append(f'vllm:{hist}_bucket{{engine="0",le="{bucket}",model_name="m"}} 3.0')
-        lines += [f'vllm:{hist}_count{{engine="0",model_name="m"}} 3.0', f'vllm:{hist}_sum{{engine="0",model_name="m"}} 1.5']
+        lines += [f'vllm:{hist}_count{{engine="0",model_name="m"}} 3.0',
+                  f'vllm:{hist}_sum{{engine="0",model_name="m"}} 1.5']
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -89,7 +90,8 @@ def main() -> None:
     args = parser.parse_args()
     # something to follow: a small process tree like an engine's
     tree = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                             "[subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']) for _ in range(4)]; "
+                             "[subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']) "
+                             "for _ in range(4)]; "
                              "time.sleep(600)"])
     server, port = serve_metrics()
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))

@@ -20,10 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servebench import (
-    landing,  # noqa: E402
-    warehouse,  # noqa: E402
-)
+# run as a script (`python benchmarks/warehouse.py`): servebench imports only after the sys.path change above
+from servebench import landing, warehouse  # noqa: E402
 from servebench.analysis.report import run_report  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
 from servebench.load.records import write_requests_csv  # noqa: E402
@@ -114,8 +112,8 @@ def main() -> None:
     print(f"\n{'what':<58} {'seconds':>8}  target")
     print(f"{'write ' + format(args.rows, ',') + ' request rows as CSV (load generator side)':<58} {write_s:>8.2f}")
     print(f"{'land ' + format(args.rows, ',') + ' request rows (land_cell from that CSV)':<58} {land_s:>8.2f}  <= 2")
-    print(f"{'fill a warehouse with ' + str(args.runs) + ' smoke runs (' + format(node_rows, ',') + ' node samples)':<58} "
-          f"{fill_s:>8.2f}")
+    fill_what = "fill a warehouse with " + str(args.runs) + " smoke runs (" + format(node_rows, ",") + " node samples)"
+    print(f"{fill_what:<58} {fill_s:>8.2f}")
     print(f"{'render the newest run report from it (HTML + 7 PNG + 7 SVG)':<58} {report_s:>8.2f}  <= 10")
 
 

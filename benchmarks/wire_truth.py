@@ -400,7 +400,8 @@ def judge(directory: Path) -> int:
     same_events = sum(len(p.record["chunk_times"]) == len(p.wire.timing.token_times) for p in good)
     tokens_ok = counted == same_events == len(good) == total
     for what, count in (("output tokens = server usage", counted), ("token events = wire's", same_events)):
-        print(f"{'servebench ' + what:<45} for {count:>3}/{total:<3} requests{'':>7}{'PASS' if count == total else 'FAIL'}")
+        print(f"{'servebench ' + what:<45} for {count:>3}/{total:<3} requests"
+              f"{'':>7}{'PASS' if count == total else 'FAIL'}")
     print_context(good, result["summary"], facts, (directory / CAPTURE).stat().st_size)
     dropped = re.search(r"(\d+) packets? dropped by kernel", facts["tcpdump"])
     if dropped is None or int(dropped.group(1)) > 0:  # a tcpdump that did not say: nothing to trust

@@ -22,9 +22,10 @@ from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64-static") if shutil.which(tool) is None]
-pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm, pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: "
-                                                  "apt-get install g++-aarch64-linux-gnu qemu-user-static "
-                                                  "(README command 2 installs them)")]
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm,
+              pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: "
+                                                       "apt-get install g++-aarch64-linux-gnu qemu-user-static "
+                                                       "(README command 2 installs them)")]
 
 
 def with_a_misplaced_build(data: dict) -> None:

@@ -35,7 +35,8 @@ def test_query_is_read_only_and_formats(tmp_path):
     path = tmp_path / "w.duckdb"
     con = warehouse.connect(path)
     con.execute("insert into builds (build_key, engine, engine_version, packages, python_version, platform, venv_path, "
-                "pip_freeze, build_seconds, created_at) values ('k', 'vllm', '1', ['p'], '3.11', 'linux', '/v', '', 1.0, now())")
+                "pip_freeze, build_seconds, created_at) "
+                "values ('k', 'vllm', '1', ['p'], '3.11', 'linux', '/v', '', 1.0, now())")
     con.close()
     done = servebench("query", "select build_key, engine from builds", "--format", "json", "--warehouse", str(path))
     assert done.returncode == 0, done.stderr

@@ -144,7 +144,8 @@ def test_the_node_tools_tree_runs_the_sampler_with_the_standard_library_alone(tm
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) >= 3 and all(row["engine_processes"] == 1 and row["engine_rss_bytes"] > 0 for row in rows[:-1])
-    assert set(rows[-1]["cpu_pct_per_core"]) == {"0"} and rows[-1]["mem_available_bytes"] > 0 and "lo" in rows[-1]["net"]
+    assert (set(rows[-1]["cpu_pct_per_core"]) == {"0"} and rows[-1]["mem_available_bytes"] > 0
+            and "lo" in rows[-1]["net"])
     assert sorted(p.relative_to(tools).as_posix() for p in tools.rglob("*.py")) == [
         "servebench/__init__.py", "servebench/telemetry/__init__.py", "servebench/telemetry/node_sampler.py",
         "servebench/telemetry/periodic.py"]

@@ -53,7 +53,8 @@ def vllm_server(tmp_path_factory):
 def load(server, tmp_path: Path, *extra: str) -> dict:
     out = tmp_path / "load.json"
     done = subprocess.run([sys.executable, "-m", "servebench", "load", "--engine", "vllm", "--base-url", server.url,
-                           "--model", "tiny", "--output-len", "8", "--requests", "6", "--clients", "3", "--output-json", str(out),
+                           "--model", "tiny", "--output-len", "8", "--requests", "6", "--clients", "3",
+                           "--output-json", str(out),
                            "--export", f"vllm-bench={tmp_path / 'vllm.json'}", *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -121,7 +122,8 @@ def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
     """One open-loop run of the placement test; the generator's verdict on itself is what counts."""
     out = tmp_path / f"{name}.json"
     done = subprocess.run([sys.executable, "-m", "servebench", "load", "--engine", "vllm", "--base-url", server.url,
-                           "--model", "tiny", "--input-len", "32", "--output-len", "16", "--vocab-size", "1000", "--seed", "3",
+                           "--model", "tiny", "--input-len", "32", "--output-len", "16", "--vocab-size", "1000",
+                           "--seed", "3",
                            "--output-json", str(out), "--quiet", *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

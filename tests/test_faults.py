@@ -3,8 +3,8 @@ engine and plain provider: a hang (SIGSTOP of the API server, caught by the load
 health probe within `hang_after_s`, long before the requests' timeout) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;
 the mode's server is restarted for its next cell, which serves every request (under a fault of its
-own: /dev/shm filled with 16 MiB, removed when the cell ends, so that cell fails naming it too); the crash comes after the
-cell's third request (`after_requests`, read from the load generator's progress file); what the failed cells
+own: /dev/shm filled with 16 MiB, removed when the cell ends, so that cell fails naming it too); the crash comes after
+the cell's third request (`after_requests`, read from the load generator's progress file); what the failed cells
 measured lands; the `faults` table says what was hit, the report's node timelines mark each fault;
 nothing is left behind (the leak check)."""
 

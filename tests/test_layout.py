@@ -27,8 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "servebench"
 # every folder of Python source in the repository, as imported (the engine-side package from engine_side/)
-SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse", ROOT / "engine_side" / "servebench_engine",
-                  ROOT / "benchmarks", ROOT / "tests"]
+SOURCE_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks", ROOT / "warehouse",
+                  ROOT / "engine_side" / "servebench_engine", ROOT / "benchmarks", ROOT / "tests"]
 PREFECT_LAYERS = [ROOT / "flows", ROOT / "tasks"]
 # top-level folders installed inside the servebench namespace (pyproject.toml's package-dir)
 NAMESPACED = {ROOT / "flows", ROOT / "tasks", ROOT / "warehouse"}
@@ -76,7 +76,8 @@ def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
             targets.add(base)
             targets |= {f"{base}.{alias.name}" for alias in node.names}
     return {t for t in targets if t in known and t != name}

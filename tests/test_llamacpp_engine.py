@@ -39,7 +39,8 @@ def value(argv: list[str], flag: str) -> str:
 def test_local_mode_is_one_llama_server_with_the_nodes_threads_and_metrics():
     (api,) = ENGINE.launch(request(ModeSpec(name="one", executor="local"))).processes
     assert api.api and api.node == "n0" and api.argv[0] == "/b/bin/llama-server"
-    assert (value(api.argv, "-m"), value(api.argv, "--host"), value(api.argv, "-t")) == ("/m/tiny.gguf", "127.0.1.1", "2")
+    assert (value(api.argv, "-m"), value(api.argv, "--host"), value(api.argv, "-t")) == (
+        "/m/tiny.gguf", "127.0.1.1", "2")
     assert "--metrics" in api.argv and value(api.argv, "-ngl") == "0" and "--rpc" not in api.argv
 
 
@@ -117,7 +118,8 @@ def test_kv_capacity_is_the_context_libllama_logs():
 
 def test_gate_answers_are_read_from_logprobs_content():
     choice = {"logprobs": {"content": [
-        {"id": 7, "token": "a", "logprob": -0.5, "top_logprobs": [{"id": 7, "logprob": -0.5}, {"id": 9, "logprob": -1}]},
+        {"id": 7, "token": "a", "logprob": -0.5,
+         "top_logprobs": [{"id": 7, "logprob": -0.5}, {"id": 9, "logprob": -1}]},
         {"id": 4, "token": "b", "logprob": -0.1, "top_logprobs": [{"id": 4, "logprob": -0.1}]}]}}
     assert ENGINE.gate_choice(choice) == ([7, 4], [-0.5, -0.1], [[7, 9], [4]])
 
@@ -227,7 +229,8 @@ def test_the_knee_is_the_last_client_count_before_kv_misses():
     cells = [{"mode": "m", "clients": c, "cache_miss_probability": 0.3 if c > 4 else 0.0, "kv_capacity_tokens": 512,
               "normalized_throughput": 1.0 if c <= 4 else 0.1} for c in range(1, 7)]
     (found,) = saturation_by_mode(cells, 32, 96)
-    assert (found.theoretical_clients, found.measured_knee, found.first_miss_clients, found.knee_gap) == (4.0, 4, 5, 0.0)
+    assert (found.theoretical_clients, found.measured_knee, found.first_miss_clients, found.knee_gap) == (
+        4.0, 4, 5, 0.0)
     assert found.mean_normalized_throughput_past_knee == pytest.approx(0.1)
 
 

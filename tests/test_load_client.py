@@ -17,9 +17,10 @@ from tests.support.fake_openai_server import FakeServer
 
 
 def config(url: str, **overrides) -> LoadConfig:
+    # stream_options.continuous_usage_stats: an engine's extension, merged into the body
     base = dict(base_url=url, model="m", clients=2, requests=6, input_len=5, output_len=4, vocab_size=100,
                 timeout_s=5, request_extras={"ignore_eos": True, "stream_options": {"include_usage": True,
-                                                                               "continuous_usage_stats": True}})  # an engine's extension, merged into the body
+                                                                               "continuous_usage_stats": True}})
     return LoadConfig(**{**base, **overrides})
 
 
@@ -206,8 +207,12 @@ def test_gamma_schedule_mean_rate_and_burstiness():
     smooth = arrival_offsets(10.0, "gamma", seed=3, count=20000, burstiness=4.0)
     for offsets in (bursty, smooth):
         assert 20000 / offsets[-1] == pytest.approx(10.0, rel=0.05)
-    gaps = lambda o: [b - a for a, b in zip(o, o[1:])]
-    variance = lambda g: sum((x - 0.1) ** 2 for x in g) / len(g)
+    def gaps(o):
+        return [b - a for a, b in zip(o, o[1:])]
+
+    def variance(g):
+        return sum((x - 0.1) ** 2 for x in g) / len(g)
+
     assert variance(gaps(bursty)) > 10 * variance(gaps(smooth))
 
 

@@ -159,8 +159,8 @@ def test_the_installed_wheel_plans_and_runs_a_campaign_from_another_directory(tm
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert [p.name for p in (work / "runs").iterdir()], "the run directory goes under the current directory"
     con = warehouse.connect(work / "w.duckdb", read_only=True)
-    cells = con.execute("select cell_key, cells.status, completed, servebench_commit from cells join runs using (run_id)"
-                        ).fetchall()
+    cells = con.execute("select cell_key, cells.status, completed, servebench_commit "
+                        "from cells join runs using (run_id)").fetchall()
     con.close()
     assert [c[:3] for c in cells] == [("single.c1.r0", "completed", 6)], cells
     assert cells[0][3] == "servebench 0.1.0", cells   # no checkout: the wheel's version

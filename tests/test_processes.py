@@ -18,7 +18,8 @@ print(child.pid, escapee.pid, flush=True)
 time.sleep(600)
 """
 
-IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('up', flush=True); time.sleep(600)")
 
 
 def wait_for_output(path: Path) -> str:
@@ -65,7 +66,8 @@ def test_shm_cleanup_spares_segments_a_live_process_holds(tmp_path):
     held = Path("/dev/shm") / f"servebench-held-{free_port()}"
     log = tmp_path / "p.log"
     holder = ManagedProcess.start([sys.executable, "-c",
-                                   f"f = open({str(held)!r}, 'w'); print('up', flush=True); import time; time.sleep(600)"],
+                                   f"f = open({str(held)!r}, 'w'); print('up', flush=True); "
+                                   "import time; time.sleep(600)"],
                                   log_path=log)
     try:
         wait_for_output(log)

@@ -196,7 +196,8 @@ def test_tail_lines_keeps_the_last_non_blank_lines_cut_to_width(tmp_path):
 
 ALIVE = "import time; print('Ray runtime started.', flush=True); time.sleep(120)"
 TIMES_OUT = ("import subprocess, sys, time\n"
-             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+             "start_new_session=True)\n"
              "print('raylet', child.pid, flush=True)\n"
              "time.sleep(1.5)\n"
              f"print({TIMED_OUT!r}, flush=True)\n"

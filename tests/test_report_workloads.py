@@ -40,11 +40,12 @@ load:
   clients: [1, 2]
   requests: 12
 """
-WORKLOADS = HEAD.format(name="wl") + """  workload:
-    - {kind: synthetic, name: mixed, input: {dist: uniform, min: 16, max: 200}, output: {dist: uniform, min: 4, max: 40}}
-    - {kind: shared-prefix, groups: 2, prefix_len: 64, suffix_len: 8, output: 8}
-    - {kind: sessions, sessions: 3, turns: 4, first_input: 16, turn_input: 8, output: 8}
-"""
+WORKLOADS = HEAD.format(name="wl") + (
+    "  workload:\n"
+    "    - {kind: synthetic, name: mixed, input: {dist: uniform, min: 16, max: 200}, "
+    "output: {dist: uniform, min: 4, max: 40}}\n"
+    "    - {kind: shared-prefix, groups: 2, prefix_len: 64, suffix_len: 8, output: 8}\n"
+    "    - {kind: sessions, sessions: 3, turns: 4, first_input: 16, turn_input: 8, output: 8}\n")
 PLAIN = HEAD.format(name="plain") + "  input_len: 32\n  output_len: 16\n"
 WORKLOAD_CHARTS = {"workload_lengths", "session_turns", "prefix_cache"}
 HIT_RATES = {"tp1.mixed.c1.r0": 0.0, "tp1.prefix.c1.r0": 0.8, "tp1.prefix.c2.r0": None,  # c2: a server without
@@ -100,8 +101,9 @@ def land_campaign(con, tmp: Path, run_id: str, text: str) -> dict[str, list[dict
 
 def fixed_requests() -> list[dict]:
     """A fixed-length cell's requests (no workload): what every run before issue 34 landed."""
-    return [RequestRecord(index=i, warmup=False, sent_s=i * 0.1, first_token_s=i * 0.1 + 0.02, last_token_s=i * 0.1 + 0.3,
-                          input_tokens=32, output_tokens=16, http_status=200).to_dict() for i in range(8)]
+    return [RequestRecord(index=i, warmup=False, sent_s=i * 0.1, first_token_s=i * 0.1 + 0.02,
+                          last_token_s=i * 0.1 + 0.3, input_tokens=32, output_tokens=16, http_status=200).to_dict()
+            for i in range(8)]
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,8 @@ def test_the_histograms_count_every_measured_request_row_once(db):
     for workload in ("mixed", "prefix", "sessions"):
         measured = [r for key, requests in landed.items() if f".{workload}." in key for r in requests
                     if not r["warmup"]]
-        for (length, source), column in {("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
+        for (length, source), column in {("input", "sent"): "expected_input_tokens",
+                                         ("input", "served"): "input_tokens",
                                          ("output", "sent"): "requested_output_tokens",
                                          ("output", "served"): "output_tokens"}.items():
             counted = [b for b in bins if (b["workload"], b["length"], b["source"]) == (workload, length, source)]
@@ -195,7 +198,8 @@ def test_repeating_prefix_cells_show_their_hit_rate_beside_ttft_with_the_unshare
     assert read(path, prefix_cell_rows, "plain") == []
     spec = json.dumps(prefix_chart(cells).to_dict())
     assert '"80%"' in spec and '"none"' in spec and '"55%"' in spec and "ttft_p50_ms" in spec
-    assert "2 groups x 64 + 8 tokens" in spec and "3 sessions x 4 turns" in spec and "synthetic: no shared prefix" in spec
+    assert ("2 groups x 64 + 8 tokens" in spec and "3 sessions x 4 turns" in spec
+            and "synthetic: no shared prefix" in spec)
 
 
 def test_a_workload_run_has_the_charts_and_a_run_without_workloads_has_none(db):

@@ -40,7 +40,8 @@ def test_tokens_a_client_holds_come_from_the_workload_block_as_landed():
     assert tokens_per_client(landed, 64, 32) == 32 + 2 * (32 + 160) + 160 == 576   # not the landed 64 + 32
     assert tokens_per_client({**SESSIONS, "turns": 2}, 64, 32) == 384
     assert tokens_per_client(None, 32, 96) == 128                                 # fixed lengths, as before
-    assert tokens_per_client({"kind": "synthetic", "input": 100, "output": {"dist": "fixed", "value": 28}}, 64, 32) == 128
+    fixed_output = {"kind": "synthetic", "input": 100, "output": {"dist": "fixed", "value": 28}}
+    assert tokens_per_client(fixed_output, 64, 32) == 128
     drawn = {**SESSIONS, "output": {"dist": "uniform", "min": 16, "max": 160}}
     assert tokens_per_client(drawn, 64, 32) is None                               # no one peak: no theory
     assert tokens_per_client({"kind": "shared-prefix", "groups": 2, "prefix_len": 256}, 64, 32) is None
@@ -55,7 +56,8 @@ def test_saturation_is_per_mode_and_workload_with_each_series_own_theory_and_thr
     cells = ([cell({**SESSIONS, "turns": 2}, "turns2", c, 6, 100.0 * c) for c in range(1, 9)] +
              [cell(SESSIONS, "turns3", c, 4, 10.0 * c) for c in range(1, 9)])
     two, three = saturation_by_mode(cells)
-    assert (two.series, two.tokens_per_sequence, two.measured_knee, two.workload_kind) == ("m.turns2", 384, 5, "sessions")
+    assert (two.series, two.tokens_per_sequence, two.measured_knee, two.workload_kind) == (
+        "m.turns2", 384, 5, "sessions")
     assert two.theoretical_clients == pytest.approx(2048 / 384) and two.knee_gap == pytest.approx(5 - 2048 / 384)
     assert (three.series, three.tokens_per_sequence, three.measured_knee) == ("m.turns3", 576, 3)
     assert three.theoretical_clients == pytest.approx(2048 / 576)
@@ -111,8 +113,9 @@ def test_the_cell_saturation_view_gives_no_point_from_the_lengths_a_workload_cel
 
 def test_rare_misses_pass_the_default_threshold_and_a_threshold_of_zero_finds_the_first():
     """vLLM under long answers preempts a few sequences per thousand engine steps past the point."""
-    cells = [{"mode": "tp1", "clients": c, "kv_capacity_tokens": 1024, "cache_miss_probability": 0.004 if c > 2 else 0.0,
-              "normalized_throughput": 1.0, "workload": json.dumps({**SESSIONS, "turns": 2}), "workload_name": "t2"}
+    cells = [{"mode": "tp1", "clients": c, "kv_capacity_tokens": 1024,
+              "cache_miss_probability": 0.004 if c > 2 else 0.0, "normalized_throughput": 1.0,
+              "workload": json.dumps({**SESSIONS, "turns": 2}), "workload_name": "t2"}
              for c in range(1, 9)]
     (default,) = saturation_by_mode(cells)
     (any_miss,) = saturation_by_mode(cells, threshold=0.0)

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.llamacpp]
 
 
 def lighter(data: dict) -> None:
-    data["modes"] = [{"name": "vllm-tp1", "executor": "mp", "knobs": {"enforce_eager": True}}, *[m for m in data["modes"] if m.get("engine")]]
+    data["modes"] = [{"name": "vllm-tp1", "executor": "mp", "knobs": {"enforce_eager": True}},
+                     *[m for m in data["modes"] if m.get("engine")]]
     data["load"].update(rates=[4], requests=12, warmup=0)
     data["validity"] = {"on_invalid": "warn"}  # timing verdicts depend on the machine; this is about the plumbing
 

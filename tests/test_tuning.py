@@ -19,7 +19,8 @@ def _capacity(mode: str, capacity: float | None, upper: float | None, tpot: floa
 
 
 def test_the_best_is_set_against_the_default_with_the_range_its_brackets_allow():
-    found = [_capacity("tp1", 4.0, 4.2), _capacity("tp1-mns8", 6.0, 6.3, tpot=12.0), _capacity("tp1-cpoff", 6.0, 6.2, tpot=9.0)]
+    found = [_capacity("tp1", 4.0, 4.2), _capacity("tp1-mns8", 6.0, 6.3, tpot=12.0),
+             _capacity("tp1-cpoff", 6.0, 6.2, tpot=9.0)]
     verdict = tune_verdict(found, "tp1")
     assert verdict.best_mode == "tp1-cpoff"  # the tie on capacity goes to the lower TPOT
     assert verdict.ratio == pytest.approx(1.5)
@@ -235,7 +236,8 @@ def test_an_optuna_tuning_launches_the_default_first_then_its_trials_and_names_t
     assert 1.5 <= tuning["ratio"] <= 3.5 and 1.25 <= tuning["ratio_low"] <= tuning["ratio"] <= tuning["ratio_high"], \
         tuning
     assert {mode: json.loads(text) for mode, text in knobs.items()} == {
-        "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50}, "single-pm100-again": {"prefill_ms": 100}}
+        "single-pm100": {"prefill_ms": 100}, "single-pm50": {"prefill_ms": 50},
+        "single-pm100-again": {"prefill_ms": 100}}
     assert series == 2 and tpot == 3  # the default again runs probes only (no series); every capacity its TPOT
     report = Path(outcome["report"]).read_text()
     assert "Best vs default" in report and "--prefill-ms 50" in report and "no coordinated omission" in report
@@ -260,8 +262,8 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     from servebench.warehouse import landing
     from tests.support.synthetic_runs import NODE
 
-    text = TUNE.replace("kind: echo, token_delay_ms: 1", "kind: vllm").replace("{kind: plain, nodes: [{name: a, cpus: \"0\"}]}",
-                                                                             "{kind: local, nodes: [{name: a, cpus: \"0\"}]}")
+    text = TUNE.replace("kind: echo, token_delay_ms: 1", "kind: vllm").replace(
+        "{kind: plain, nodes: [{name: a, cpus: \"0\"}]}", "{kind: local, nodes: [{name: a, cpus: \"0\"}]}")
     campaign = parse_campaign(text.replace("model: {path: model}", "model: {generate: tiny-llama}").replace(
         "knobs: {prefill_ms: [100, 50, 400]}", "knobs: {max_num_seqs: [null, 8]}"), host_cpus={0, 1})
     mode = configurations(campaign)[0]

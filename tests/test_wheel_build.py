@@ -111,8 +111,8 @@ def test_a_patched_sdist_with_a_staged_tree_becomes_a_cached_wheel_and_an_engine
     patch = tmp_path / "answer.patch"
     patch.write_text(PATCH)
     cache, said = tmp_path / "cache", []
-    wheel = WheelRecipe(engine="tiny", sdist="tinyext==1.0", build_requirements=["wheel"], staged_sources={"TINY_STAGED": str(staged)},
-                        patches=[str(patch)])
+    wheel = WheelRecipe(engine="tiny", sdist="tinyext==1.0", build_requirements=["wheel"],
+                        staged_sources={"TINY_STAGED": str(staged)}, patches=[str(patch)])
     recipe = VenvRecipe(engine="tiny", engine_package=False, version_distribution="tinyext", wheel=wheel)
 
     inputs, wheel_key = builders.inputs_and_key(recipe, cache)

@@ -163,7 +163,8 @@ def test_sharegpt_dataset_counts_with_the_model_tokenizer(tmp_path):
     path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "alpha beta gamma"},
                                                    {"from": "gpt", "value": "delta node core cache"}]},
                                 {"conversations": [{"from": "human", "value": "a question, no reply"}]}]))
-    items = workload({"kind": "dataset", "format": "sharegpt", "path": str(path)}, tokenizer=word_tokenizer(tmp_path)).pool
+    items = workload({"kind": "dataset", "format": "sharegpt", "path": str(path)},
+                     tokenizer=word_tokenizer(tmp_path)).pool
     assert [(i.prompt, i.expected_input_tokens, i.output_len) for i in items] == [("alpha beta gamma", 3, 4)]
 
 

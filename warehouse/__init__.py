@@ -111,12 +111,15 @@ def wait_limit_s() -> float:
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
+    found = con.execute(
         "select count(*) from information_schema.tables where table_name = 'schema_migrations'"
-    ).fetchone()[0]
-    if not exists:
+    ).fetchone()
+    assert found is not None  # an aggregate without GROUP BY always returns one row
+    if not found[0]:
         return 0
-    return con.execute("select coalesce(max(version), 0) from schema_migrations").fetchone()[0]
+    version = con.execute("select coalesce(max(version), 0) from schema_migrations").fetchone()
+    assert version is not None  # an aggregate without GROUP BY always returns one row
+    return version[0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:

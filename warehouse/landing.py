@@ -107,7 +107,8 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
     insert_row(con, "builds", dict(
         target=inputs.get("target"), arch=inputs.get("arch") or build.platform.partition("-")[2] or None,
         compiler=" ".join(compiler[k] for k in ("command", "id", "version") if compiler.get(k)) or None,
-        compiler_flags=inputs.get("compiler_flags"), source_digest=made.get("source_sha256") or made.get("source_commit"),
+        compiler_flags=inputs.get("compiler_flags"),
+        source_digest=made.get("source_sha256") or made.get("source_commit"),
         artifact_sha256=made.get("artifact_sha256"),
         build_key=build.key, engine=build.engine, engine_version=build.engine_version, packages=build.packages,
         python_version=build.python_version, platform=build.platform, venv_path=build.venv_path,
@@ -142,7 +143,8 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
                 engine: str | None = None, build_key: str | None = None) -> None:
     insert_row(con, "servers", dict(
-        run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command, env=json.dumps(env), log_path=log_path,
+        run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command,
+        env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
         correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
         correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),
@@ -179,7 +181,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
         **_client_columns(summary.get("client")), **_link_columns(cell),
         knobs=knobs_json(cell.mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
         workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary))
-    if requests_csv is None and (result or {}).get("requests"):
+    if requests_csv is None and result is not None and result.get("requests"):
         # next to the result file (in the run's directory), so an orchestrator killed while landing
         # leaves nothing in /tmp
         near = str(Path(result_path).parent) if result_path and Path(result_path).parent.is_dir() else None
@@ -245,8 +247,8 @@ def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, 
     columns = ", ".join(f'"{name}"' for name in REQUEST_CSV_TYPES)
     # by name, not position: migrations append columns in their own order
     targets = ", ".join(f'"{REQUEST_TABLE_COLUMN.get(name, name)}"' for name in REQUEST_CSV_TYPES)
-    con.execute(f"insert into requests (run_id, cell_id, {targets}) select ?, ?, {columns} from read_csv(?, header = true, columns = {types}, "
-                "nullstr = '')", [run_id, cid, str(path)])
+    con.execute(f"insert into requests (run_id, cell_id, {targets}) select ?, ?, {columns} "
+                f"from read_csv(?, header = true, columns = {types}, nullstr = '')", [run_id, cid, str(path)])
 
 
 def _end_monotonic(result: dict | None) -> float | None:
@@ -286,8 +288,11 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
     except Exception:
         con.execute("rollback")
         raise
-    counts = [con.execute(f"select count(*) from {t} where run_id = ? and mode = ?", [run_id, mode]).fetchone()[0]
-              for t in SAMPLE_TABLES]
+    counts = []
+    for table in SAMPLE_TABLES:
+        row = con.execute(f"select count(*) from {table} where run_id = ? and mode = ?", [run_id, mode]).fetchone()
+        assert row is not None  # an aggregate without GROUP BY always returns one row
+        counts.append(row[0])
     return counts[0], counts[1]
 
 

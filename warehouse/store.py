@@ -84,8 +84,10 @@ def land_capacity(con: duckdb.DuckDBPyConnection, run_id: str, mode: ModeSpec, o
     tpot = None
     if result.capacity is not None and probe_cells:
         column = "clients" if over == "clients" else "rate"
-        tpot = con.execute(f"select median(tpot_p50_ms) from cells where run_id = ? and list_contains(?, cell_key) "
-                           f"and {column} = ?", [run_id, probe_cells, result.capacity]).fetchone()[0]
+        median = con.execute(f"select median(tpot_p50_ms) from cells where run_id = ? and list_contains(?, cell_key) "
+                             f"and {column} = ?", [run_id, probe_cells, result.capacity]).fetchone()
+        assert median is not None  # an aggregate without GROUP BY always returns one row
+        tpot = median[0]
     landing.insert_row(con, "capacity", dict(
         run_id=run_id, mode=mode.name, search_over=over, slo=json.dumps(slo), capacity=result.capacity,
         upper=result.upper, probes=len(result.probes), converged=result.converged, why=result.why,
@@ -97,8 +99,10 @@ def land_tuning(con: duckdb.DuckDBPyConnection, run_id: str, over: str, slo: dic
                 configurations: int) -> None:
     """The tuner's verdict over the run's capacities; `configurations`: how many were searched
     (the default's second measurement aside). Launches: the servers that became ready for a search."""
-    launches = con.execute("select count(*) from servers s join capacity c using (run_id, mode) "
-                           "where s.run_id = ? and s.status = 'ready'", [run_id]).fetchone()[0]
+    ready = con.execute("select count(*) from servers s join capacity c using (run_id, mode) "
+                        "where s.run_id = ? and s.status = 'ready'", [run_id]).fetchone()
+    assert ready is not None  # an aggregate without GROUP BY always returns one row
+    launches = ready[0]
     landing.insert_row(con, "tuning", dict(
         verdict.model_dump(), run_id=run_id, search_over=over, slo=json.dumps(slo), configurations=configurations,
         launches=launches, pareto=json.dumps(verdict.pareto)), conflict="or replace")

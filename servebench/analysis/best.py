@@ -21,7 +21,8 @@ def best_per_cluster(history: list[dict]) -> list[dict]:
     for key, found in groups.items():
         winner = max(found, key=lambda r: (r["capacity"], str(r["started_at"])))
         best.append({**winner, "slo": key[3], "candidates": len(found), "runs": len({r["run_id"] for r in found})})
-    return sorted(best, key=lambda r: (str(r["hardware_fingerprint"]), str(r["model_path"]), r["search_over"], r["slo"]))
+    return sorted(best, key=lambda r: (str(r["hardware_fingerprint"]), str(r["model_path"]), r["search_over"],
+                                       r["slo"]))
 
 
 def _canonical(slo: str | dict) -> str:

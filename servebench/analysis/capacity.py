@@ -105,7 +105,7 @@ def judge(rate: float, observed: dict[str, float | None], slo: dict[str, float],
     it again rather than take it as the server's miss), unless `missed_despite_client` says the
     server missed the SLO by more than the client's lag (`client_lag_ms`, its schedule lag p99)
     could have added."""
-    ratios = [math.inf if observed.get(key) is None else observed[key] / limit for key, limit in slo.items()]
+    ratios = [math.inf if (value := observed.get(key)) is None else value / limit for key, limit in slo.items()]
     margin = 1.0 - max(ratios)
     reasons = [] if valid else list(reasons)
     limited = not valid and client_limited(reasons)
@@ -133,7 +133,8 @@ def missed_despite_client(observed: dict[str, float | None], slo: dict[str, floa
     nothing measured: never concluded on."""
     if client_lag_ms is None or any(reason.startswith(CLIENT_CPU) for reason in reasons):
         return False
-    return any(observed.get(key) is not None and observed[key] - client_lag_ms > limit for key, limit in slo.items())
+    return any((value := observed.get(key)) is not None and value - client_lag_ms > limit
+               for key, limit in slo.items())
 
 
 def probe_floor(requests: int | None, duration_s: float | None, max_probe_s: float = MAX_PROBE_S) -> float:
@@ -188,6 +189,7 @@ def _search(probe: Callable[[float], Probe], settings: SearchSettings, probes: l
         if len(probes) >= settings.max_probes:
             return _result(lo, hi, probes, settings, "the probe budget ran out while bracketing")
         if hi is None:
+            assert lo is not None, "the first probe set one of the two, and neither is ever reset to None"
             if lo.rate >= settings.max_value:
                 return _result(lo, hi, probes, settings, f"the SLO held up to {settings.max_value:g}")
             step = measure(min(lo.rate * settings.growth, settings.max_value))

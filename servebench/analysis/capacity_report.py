@@ -73,7 +73,8 @@ def best_versus_default(found: list[dict], tuning: dict) -> str:
     lines = [f"<h3>Best vs default</h3><p>{html.escape(tuning['why'] or '')}. Ratio {ratio}; "
              f"{tuning['configurations']} configurations, {tuning['launches']} server launches, "
              f"{tuning['probes']} probes. The default measured first: {_num(tuning.get('default_first'))}, "
-             f"again after the others: {_num(tuning.get('default_again'))}.</p><table class=\"cells\"><tr><th></th><th>configuration</th>"
+             f"again after the others: {_num(tuning.get('default_again'))}.</p>"
+             "<table class=\"cells\"><tr><th></th><th>configuration</th>"
              "<th>capacity</th><th>server command</th></tr>"]
     for label, mode in (("default", tuning["default_mode"]), ("best", tuning["best_mode"])):
         r = by_mode.get(mode or "", {})

@@ -20,8 +20,8 @@ is 1 - 2^(1-N): 50% for 2 repeats, 75% for 3, 87.5% for 4, 94% for 5, so below 6
 "95%" interval is a coarse range, not a 95% promise. It still says what a reader needs: how far
 apart the repeats were, and whether two runs' ranges overlap (`servebench compare` says
 "within noise" then). From 6 repeats on it narrows inside the range; on skewed (lognormal) draws
-it held the true median 94% of the time at 6 repeats, 86% at 7, 94% at 10 and 93-96% from 20. `minimum` and `maximum` are kept beside it so a reader
-can see which of the two it is.
+it held the true median 94% of the time at 6 repeats, 86% at 7, 94% at 10 and 93-96% from 20.
+`minimum` and `maximum` are kept beside it so a reader can see which of the two it is.
 """
 
 from __future__ import annotations

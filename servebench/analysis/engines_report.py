@@ -54,7 +54,8 @@ def engines_section(cells: list[dict]) -> str:
             "<th>TPOT p50 / p99 ms</th><th>valid</th></tr>")
     body = "".join(
         f"<tr><td>{html.escape(c['engine'] or '?')}</td><td>{html.escape(c['mode'])}</td>"
-        f"<td>{_load(c)}</td><td>{_num(c['request_throughput'], '.2f')}</td><td>{_num(c['output_throughput'], '.1f')}</td>"
+        f"<td>{_load(c)}</td><td>{_num(c['request_throughput'], '.2f')}</td>"
+        f"<td>{_num(c['output_throughput'], '.1f')}</td>"
         f"<td>{_num(c['ttft_p50_ms'], '.1f')} / {_num(c['ttft_p99_ms'], '.1f')}</td>"
         f"<td>{_num(c['tpot_p50_ms'], '.2f')} / {_num(c['tpot_p99_ms'], '.2f')}</td>"
         f"<td>{'yes' if c['valid'] else 'no'}</td></tr>" for c in cells)

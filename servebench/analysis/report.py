@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import altair as alt
@@ -130,7 +131,7 @@ def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
 
 
 def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
-                   saturation: list[dict], fmt: str = ".2f", knees: list[dict] = ()) -> alt.Chart | None:
+                   saturation: list[dict], fmt: str = ".2f", knees: Sequence[dict] = ()) -> alt.Chart | None:
     closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
     if not closed:
         return None
@@ -196,12 +197,13 @@ def thin_timeline(points: list[dict], most: int = TIMELINE_POINTS) -> list[dict]
     return thinned
 
 
-def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = ()) -> alt.Chart | None:
+def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict] = ()) -> alt.VConcatChart | None:
     """Each node's CPU, memory and network over the run, cells shaded, injected faults as red rules."""
     if not samples:
         return None
     start = min(s["t_mono"] for s in samples)
-    points, previous = [], {}
+    points: list[dict] = []
+    previous: dict[tuple[str, str], tuple[float, float]] = {}  # (node, mode) -> (t_mono, bytes so far)
     for s in sorted(samples, key=lambda s: (s["node"], s["mode"], s["t_mono"])):
         net = json.loads(s["net"]) if isinstance(s["net"], str) else (s["net"] or {})
         total = sum(v[0] + v[1] for v in net.values())
@@ -242,7 +244,7 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: list[dict] = 
     return alt.vconcat(*charts).properties(title=alt.TitleParams("Per-node timelines", subtitle=subtitle))
 
 
-def modes_side_by_side(cells: list[dict]) -> alt.Chart | None:
+def modes_side_by_side(cells: list[dict]) -> alt.VConcatChart | None:
     # one bar per mode, link setting and workload: a workload campaign's cells share their load point
     done = [{**c, "mode_executor": f"{c['mode']} ({c['executor']})" + (f" {c['link']}" if c.get("link") else "")
              + (f" {c['workload_name']}" if c.get("workload_name") else "")}
@@ -296,7 +298,7 @@ def _point(cell: dict) -> str:
     return f"c{cell['clients']}" if cell["load_kind"] == "closed" else f"{cell['rate']:g} req/s"
 
 
-def network_response(cells: list[dict]) -> alt.Chart | None:
+def network_response(cells: list[dict]) -> alt.VConcatChart | None:
     """How each mode reacts to the network (campaigns with a `network:` axis): output throughput
     and TPOT p50 under each link setting (plain, then more delay, then rate caps), one panel per
     load point."""
@@ -313,14 +315,15 @@ def network_response(cells: list[dict]) -> alt.Chart | None:
             y=alt.Y(f"mean({field}):Q", title=title), color=alt.Color("mode:N", title="mode"),
             column=alt.Column("point:N", title="load point"),
             tooltip=["cell_id:N", "link:N", alt.Tooltip("link_delay_ms:Q", title="delay ms"),
-                     alt.Tooltip("link_rate_mbit:Q", title="rate Mbit/s"), alt.Tooltip(f"mean({field}):Q", format=".1f")],
+                     alt.Tooltip("link_rate_mbit:Q", title="rate Mbit/s"),
+                     alt.Tooltip(f"mean({field}):Q", format=".1f")],
         ).properties(width=220, height=HEIGHT, title=title))
     return alt.vconcat(*panels).properties(title=alt.TitleParams(
         "Modes against the network", subtitle="the same workload under each link setting (added one-way delay "
         "dNms, rate cap rNmbit) on the testbed's host links"))
 
 
-def history(nights: list[dict], changes: list[dict]) -> alt.Chart | None:
+def history(nights: list[dict], changes: list[dict]) -> alt.VConcatChart | None:
     """Each series of the run, night by night (median of repeats), with the regressions and
     improvements detection placed at their first bad night."""
     if len({n["run_id"] for n in nights}) < 2:
@@ -390,7 +393,7 @@ def history_rows(con: Connection, run_id: str) -> tuple[list[dict], list[dict]]:
     changes = changes_until(con, list(points), run_id)
     metrics = sorted({"output_throughput"} | {c["metric"] for c in changes})
     nights = nights_until(con, list(points), metrics, run_id)
-    firsts = {}
+    firsts: dict[tuple, dict] = {}
     for c in changes:      # one mark per change (it is reported again every night it stays open)
         firsts.setdefault((c["series_id"], c["metric"], c["first_bad_run"]), c)
     for row in [*nights, *firsts.values()]:

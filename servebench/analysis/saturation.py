@@ -80,18 +80,20 @@ def tokens_per_client(workload: dict | str | None, input_len: int | None, output
     input + output; a sessions workload with fixed lengths: a session's peak context. None otherwise:
     drawn lengths have no single peak, and shared prefixes, datasets and traces are not one sequence a
     client (a prefix shared in the cache, a schedule of its own), so there is no theoretical point."""
-    if isinstance(workload, str):
-        workload = json.loads(workload)
-    if not workload:
+    block: dict | None = json.loads(workload) if isinstance(workload, str) else workload
+    if not block:
         return input_len + output_len if input_len and output_len else None
-    kind = workload.get("kind")
+    kind = block.get("kind")
     if kind == "synthetic":
-        lengths = [fixed_length(workload.get(key)) for key in ("input", "output")]
-        return None if None in lengths else sum(lengths)
+        input_tokens, output_tokens = (fixed_length(block.get(key)) for key in ("input", "output"))
+        return None if input_tokens is None or output_tokens is None else input_tokens + output_tokens
     if kind == "sessions":
-        lengths = [fixed_length(workload.get(key)) for key in ("first_input", "turn_input", "output")]
-        turns = workload.get("turns")
-        return None if None in lengths or not turns else session_peak_tokens(*lengths, turns)
+        first_input, turn_input, output = (
+            fixed_length(block.get(key)) for key in ("first_input", "turn_input", "output"))
+        turns = block.get("turns")
+        if first_input is None or turn_input is None or output is None or not turns:
+            return None
+        return session_peak_tokens(first_input, turn_input, output, turns)
     return None
 
 
@@ -102,7 +104,8 @@ def theoretical_clients(capacity_tokens: int | None, per_client_tokens: int | No
     return capacity_tokens / per_client_tokens
 
 
-def measured_knee(miss_by_clients: dict[int, float], threshold: float = MISS_THRESHOLD) -> tuple[int | None, int | None]:
+def measured_knee(
+        miss_by_clients: dict[int, float], threshold: float = MISS_THRESHOLD) -> tuple[int | None, int | None]:
     """(knee, first client count with misses) from each client count's mean cache-miss probability."""
     held = None
     for clients in sorted(miss_by_clients):

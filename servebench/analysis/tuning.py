@@ -53,11 +53,11 @@ def tune_verdict(configurations: list[ConfigurationCapacity], default_mode: str)
     by_mode = {c.mode: c for c in configurations}
     first, again = by_mode.get(default_mode), by_mode.get(default_mode + AGAIN)
     measured = [c for c in (first, again) if c is not None and c.capacity is not None]
-    default = max(measured, key=lambda c: c.capacity) if measured else first
+    default = max(measured, key=_served) if measured else first
     candidates = [c for c in configurations if c.mode != default_mode + AGAIN]
     served = [c for c in candidates if c.capacity is not None]
     probes = sum(c.probes for c in configurations)
-    best = min(served, key=lambda c: (-c.capacity, _tpot(c))) if served else None
+    best = min(served, key=lambda c: (-_served(c), _tpot(c))) if served else None
     drift = (again.capacity / first.capacity - 1 if first and again and first.capacity and again.capacity is not None
              else None)
     base = dict(default_mode=default_mode, best_mode=best.mode if best else None,
@@ -72,8 +72,8 @@ def tune_verdict(configurations: list[ConfigurationCapacity], default_mode: str)
         why = ("the default configuration was not searched (its server did not start?)" if default is None
                else "the default configuration met the SLO at no probed point")
         return TuneVerdict(**base, ratio=None, ratio_low=None, ratio_high=None, why=why)
-    ratio = best.capacity / default.capacity
-    low = best.capacity / default.upper if default.upper else None
+    ratio = _served(best) / default.capacity
+    low = _served(best) / default.upper if default.upper else None
     high = best.upper / default.capacity if best.upper else None
     if best.mode == default_mode:
         why = "the default configuration is the best one found"
@@ -91,12 +91,18 @@ def pareto_front(configurations: list[ConfigurationCapacity]) -> list[str]:
     """Configurations no other beats on both capacity (higher) and TPOT p50 (lower), by capacity."""
     served = [c for c in configurations if c.capacity is not None]
     front = [c for c in served if not any(_dominates(o, c) for o in served)]
-    return [c.mode for c in sorted(front, key=lambda c: -c.capacity)]
+    return [c.mode for c in sorted(front, key=lambda c: -_served(c))]
 
 
 def _dominates(a: ConfigurationCapacity, b: ConfigurationCapacity) -> bool:
-    return (a.capacity >= b.capacity and _tpot(a) <= _tpot(b)
-            and (a.capacity > b.capacity or _tpot(a) < _tpot(b)))
+    return (_served(a) >= _served(b) and _tpot(a) <= _tpot(b)
+            and (_served(a) > _served(b) or _tpot(a) < _tpot(b)))
+
+
+def _served(c: ConfigurationCapacity) -> float:
+    """The capacity of a configuration that met the SLO somewhere (callers keep only those)."""
+    assert c.capacity is not None, "only configurations filtered on `capacity is not None` get here"
+    return c.capacity
 
 
 def _tpot(c: ConfigurationCapacity) -> float:
@@ -114,7 +120,7 @@ def propose_configuration(space: list[dict], tried: list[tuple[dict, float]], se
     space: every point, {"mode": name, knob: value, ...}, the default first; tried: (point,
     capacity) pairs, a capacity of 0 for a configuration that met the SLO nowhere."""
     import optuna
-    from optuna.distributions import CategoricalDistribution
+    from optuna.distributions import BaseDistribution, CategoricalDistribution
     from optuna.trial import create_trial
 
     known = {point_key(point): value for point, value in tried}
@@ -125,7 +131,8 @@ def propose_configuration(space: list[dict], tried: list[tuple[dict, float]], se
         return space[0]  # the default configuration is always measured, first
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = list(space[0])
-    distributions = {name: CategoricalDistribution(_choices(space, name)) for name in names}
+    distributions: dict[str, BaseDistribution] = {
+        name: CategoricalDistribution(_choices(space, name)) for name in names}
     sampler = optuna.samplers.TPESampler(seed=seed + len(tried), n_startup_trials=min(4, len(space)))
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for point, value in tried:

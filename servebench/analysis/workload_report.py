@@ -86,7 +86,7 @@ def length_histograms(bins: list[dict]) -> alt.TopLevelMixin | None:
             "length asked), filled: what the server counted; equal bars overlay exactly")))
 
 
-def _histogram(bins: list[dict], title: str) -> alt.LayerChart:
+def _histogram(bins: list[dict], title: str) -> alt.LayerChart | alt.FacetChart:
     """One panel: the sent bins outlined over the served bins filled, one colour legend for both.
     A bin of one token is drawn centred on its length, and a narrow panel (one fixed length) is
     widened to 10 tokens, so a single bar reads as a length, not as a band between two."""
@@ -162,8 +162,9 @@ def prefix_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
     shown = [{**c, "hit_rate": c["prefix_cache_hit_rate"] or 0.0, "hit_text": _hit_text(c["prefix_cache_hit_rate"]),
               "shape": prefix_shape(c["workload_block"])} for c in cells]
     y = alt.Y("cell_key:N", title="cell", sort=[c["cell_key"] for c in shown])
-    tooltip = ["cell_key:N", "shape:N", alt.Tooltip("hit_text:N", title="hit rate"),
-               alt.Tooltip("ttft_p50_ms:Q", format=".1f"), alt.Tooltip("ttft_p99_ms:Q", format=".1f"), "valid:N"]
+    tooltip: list[str | alt.Tooltip] = [
+        "cell_key:N", "shape:N", alt.Tooltip("hit_text:N", title="hit rate"),
+        alt.Tooltip("ttft_p50_ms:Q", format=".1f"), alt.Tooltip("ttft_p99_ms:Q", format=".1f"), "valid:N"]
     base = alt.Chart(_data(shown)).encode(y=y, tooltip=tooltip)
     mode = alt.Color("mode:N", title="mode")
     hits = (base.mark_bar().encode(x=alt.X("hit_rate:Q", title="prefix-cache hit rate (prompt tokens)",

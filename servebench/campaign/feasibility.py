@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
-from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec
+from servebench.spec.campaign import Campaign, GeneratedModelSpec, KnobValue, ModelSpec
 
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
 
@@ -29,9 +29,9 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
     for index, mode in enumerate(campaign.modes):
         engine = engines[campaign.engine_kind(mode)]
         if fmt is not None and fmt not in engine.model_formats:
-            where = ("model", "path") if mode.engine is None else ("modes", index, "engine")
-            problems.append((where, f"engine {engine.kind!r} serves models as {', '.join(engine.model_formats)}; "
-                             f"this model is {fmt}"))
+            format_field = ("model", "path") if mode.engine is None else ("modes", index, "engine")
+            problems.append((format_field, f"engine {engine.kind!r} serves models as "
+                             f"{', '.join(engine.model_formats)}; this model is {fmt}"))
     shape, shape_problem = model_shape(campaign.model, base_dir) if fmt in ("hf", None) else (None, None)
     if shape_problem:
         problems.append((("model", "path"), shape_problem))
@@ -89,11 +89,12 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
         arches[node.name] = target.arch
     servers = [node.name for node in server_node_specs(campaign)]
     for index, mode in enumerate(campaign.modes):
-        for position, name in enumerate(mode.nodes or []):
+        mode_nodes = mode.nodes or []
+        for position, name in enumerate(mode_nodes):
             if name not in servers:
                 problems.append((("modes", index, "nodes", position), f"node {name!r} is not a server node "
                                  f"of the provider ({', '.join(servers)})"))
-            elif name in mode.nodes[:position]:
+            elif name in mode_nodes[:position]:
                 problems.append((("modes", index, "nodes", position), f"node {name!r} is named twice"))
         try:
             spec = campaign.engine_spec_for(mode)
@@ -102,8 +103,8 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
                              + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                              if hasattr(exc, "errors") else str(exc)))
             continue
-        target = spec.build_target()
-        build_arch = profile(target).arch if target else host_arch()
+        build_target = spec.build_target()
+        build_arch = profile(build_target).arch if build_target else host_arch()
         for name in (mode.nodes or servers):
             if arches.get(name, build_arch) != build_arch:
                 where = ("modes", index, "build") if mode.build else ("modes", index, "name")
@@ -139,8 +140,9 @@ def _knob_problems(campaign: Campaign, engine, kind: str) -> list[Problem]:
     engine_knobs = engine.knobs
     known = ", ".join(sorted(engine_knobs)) or "none"
     served = [(index, mode) for index, mode in enumerate(campaign.modes) if campaign.engine_kind(mode) == kind]
-    settings = [(("knobs", name, index), name, value) for name, values in campaign.knobs.items()
-                for index, value in enumerate(values)] if served else []
+    settings: list[tuple[tuple, str, KnobValue]] = [
+        (("knobs", name, index), name, value) for name, values in campaign.knobs.items()
+        for index, value in enumerate(values)] if served else []
     settings += [(("modes", index, "knobs", name), name, value) for index, mode in served
                  for name, value in mode.knobs.items()]
     for where, name, value in settings:

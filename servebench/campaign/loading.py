@@ -19,11 +19,12 @@ from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
+from pydantic_core import ErrorDetails
 
 from servebench.campaign.feasibility import check_feasibility
 from servebench.engines import default_engine_kind, engine_kinds, get_engine
 from servebench.paths import shipped
-from servebench.providers import get_provider_class, provider_kinds
+from servebench.providers import Provider, get_provider_class, provider_kinds
 from servebench.spec.campaign import Campaign, EngineSpecBase
 
 
@@ -90,7 +91,7 @@ def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = 
             data, context={"base_dir": base_dir})  # a workload's data files are relative to the campaign file
     except ValidationError as exc:
         raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
-    provider = get_provider_class(provider_kind)
+    provider: type[Provider] = get_provider_class(provider_kind)
     host = provider.host_cpus() if host_cpus is None else host_cpus
     problems = [
         SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
@@ -108,17 +109,21 @@ def campaign_model(engine_kind: str, provider_kind: str, more_engines: tuple[str
     more = [get_engine(kind).spec_model for kind in more_engines]
     item = more[0] if len(more) == 1 else Annotated[Union[tuple(more)], Field(discriminator="kind")] if more \
         else EngineSpecBase
+    provider_class: type[Provider] = get_provider_class(provider_kind)
     return create_model("Campaign", __base__=Campaign,
                         engine=(engine_spec, Field(default_factory=engine_spec)),
-                        engines=(list[item], Field(default_factory=list)),
-                        provider=(get_provider_class(provider_kind).spec_model, ...))
+                        # `item` is a type made here at runtime, which mypy cannot read as an annotation
+                        engines=(list[item], Field(default_factory=list)),  # type: ignore[valid-type]
+                        provider=(provider_class.spec_model, ...))
 
 
 def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str, tuple[str, ...]]:
     """The engine and provider kinds the file names (engine: the first registered when left out), and
     the kinds of its further `engines:`."""
     problems = []
-    engine = data.get("engine") if isinstance(data.get("engine"), dict) else {}
+    engine = data.get("engine")
+    if not isinstance(engine, dict):
+        engine = {}
     engine_kind = engine.get("kind", default_engine_kind())
     if engine_kind not in engine_kinds():
         problems.append(SpecProblem(file=source, line=_line_for(("engine", "kind"), lines), field="engine.kind",
@@ -132,7 +137,9 @@ def _kinds(data: dict, lines: dict[tuple, int], source: str) -> tuple[str, str, 
                                         f"{', '.join(engine_kinds())} (got {kind!r})"))
         elif kind not in more:
             more.append(kind)
-    provider = data.get("provider") if isinstance(data.get("provider"), dict) else {}
+    provider = data.get("provider")
+    if not isinstance(provider, dict):
+        provider = {}
     provider_kind = provider.get("kind", "local")
     if provider_kind not in provider_kinds():
         problems.append(SpecProblem(file=source, line=_line_for(("provider", "kind"), lines), field="provider.kind",
@@ -189,7 +196,7 @@ def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list[Spec
             _walk(item, child, lines, dups, source)
 
 
-def _problem_from_error(err: dict, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
+def _problem_from_error(err: ErrorDetails, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
     path = _user_path(err["loc"], data, keep_missing_last=err["type"] == "missing")
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":

@@ -103,6 +103,7 @@ def slo_verdict(slo: dict[str, float], cell: Cell, summary: dict, status: str) -
     if not slo:
         return None
     point = cell.point.rate if cell.point.kind == "open" else cell.point.clients
+    assert point is not None  # an open point has its rate, a closed one its clients (spec/sweep.py)
     return judge(point, observed_from_summary(summary, slo), slo,
                  valid=status == "completed" and bool(summary.get("valid", True))).met
 

@@ -10,7 +10,7 @@ its workers is the engine's business (`servebench/engines/<kind>/`).
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 from servebench.cpus import format_cpu_list
 
@@ -88,7 +88,10 @@ def server_node_specs(campaign) -> list:
     return [n for n in campaign.provider.node_specs() if n.name != campaign.load.client.node]
 
 
-def split_client_node(nodes: list, declared: list[str], client: str | None) -> tuple[list, object | None]:
+NodeT = TypeVar("NodeT")  # a provider's Node (or, in tests, its name)
+
+
+def split_client_node(nodes: list[NodeT], declared: list[str], client: str | None) -> tuple[list[NodeT], NodeT | None]:
     """The allocated nodes as (servers, client node): the client is found by its place among the
     declared names (a Slurm allocation names its nodes only once granted: `node3` is the third)."""
     if client is None:

@@ -152,10 +152,11 @@ def cmd_campaigns(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from servebench.campaign.plan import make_plan
     from servebench.cli.plan import describe_plan
-    from servebench.providers import get_provider_class
+    from servebench.providers import Provider, get_provider_class
 
     campaign = load_campaign(args.file)
-    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
+    provider_class: type[Provider] = get_provider_class(campaign.provider.kind)
+    plan = make_plan(campaign, provider_class.host_cpus())
     print(describe_plan(plan, Path(args.file)))
     return EXIT_OK
 

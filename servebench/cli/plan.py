@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import cast
 
 from servebench.builds.builders import inputs_and_key
 from servebench.builds.model import ModelGenerator
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.engines import LaunchRequest, get_engine
+from servebench.engines.base import PortSource
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
 from servebench.serving.deployment import mode_nodes
@@ -23,7 +25,8 @@ def describe_plan(plan: Plan, file: Path) -> str:
     engines = {kind: get_engine(kind) for kind in specs}
     keys = {kind: build_key_or_why(engines[kind], spec) for kind, spec in specs.items()}
     models = {kind: model_path(campaign, file, engines[kind].default_model) for kind in specs}
-    served = campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec) else Path(campaign.model.path).name
+    served = (campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec)
+              else Path(campaign.model.path).name)
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
     nodes, _ = split_client_node(provider.nodes(), [n.name for n in campaign.provider.node_specs()],
                                  plan.client.node)
@@ -52,7 +55,9 @@ def describe_plan(plan: Plan, file: Path) -> str:
         launch = engines[kind].launch(LaunchRequest(
             python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
             model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=mode_nodes(nodes, mode),
-            ports=PlaceholderPorts(), planning=True))
+            # planning=True: the engines only print a port into the command shown, so "PORT" may stand in
+            # for the int a PortSource gives
+            ports=cast(PortSource, PlaceholderPorts()), planning=True))
         engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
             (f" build {spec.describe()} key {key}" if mode.build else "")
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "

@@ -35,7 +35,10 @@ def temporary_api(startup_timeout_s: float = 120.0) -> Iterator[str | None]:
         return
     if "prefect" in sys.modules:
         raise RuntimeError("temporary_api() must be entered before prefect is imported")
-    prefect_dir = Path(importlib.util.find_spec("prefect").origin).parent
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("prefect is not installed (no importable prefect package): cannot start its API")
+    prefect_dir = Path(spec.origin).parent
 
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect_dir.parent),

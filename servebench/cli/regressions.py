@@ -104,7 +104,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             sides.append(point_values(con, run_id))
     finally:
         con.close()
-    deltas = compare_runs(*sides, alpha=args.alpha, min_effect=args.min_effect)
+    side_a, side_b = sides  # one per run: run_a, run_b
+    deltas = compare_runs(side_a, side_b, alpha=args.alpha, min_effect=args.min_effect)
     if not deltas:
         print(f"servebench: runs {args.run_a} and {args.run_b} share no measured load point", file=sys.stderr)
         return EXIT_FAILED

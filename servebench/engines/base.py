@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar, cast
 
 from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
@@ -118,7 +118,9 @@ class Knob:
         accepted = (int, float) if self.kind is float else (self.kind,)
         if isinstance(value, bool) != (self.kind is bool) or not isinstance(value, accepted):
             return f"takes a {self.kind.__name__}, got {value!r}"
-        if self.minimum is not None and value < self.minimum:
+        # a cast, not a check: only int and float knobs have a minimum, and the isinstance check above let
+        # through only values of the knob's kind (mypy cannot narrow `object` by a tuple held in a variable)
+        if self.minimum is not None and cast(float, value) < self.minimum:
             return f"must be at least {self.minimum:g}, got {value!r}"
         if self.choices and value not in self.choices:
             return f"one of {', '.join(self.choices)}; got {value!r}"
@@ -192,10 +194,18 @@ class SharedServices(Protocol):
         done, a line each (nothing: all was well). Raises if it cannot: that mode fails to start."""
 
 
-class Engine(abc.ABC):
+# An engine's own `engine:` block model (its `spec_model`, what the campaign's block was read into) and
+# the shared services its `start_shared` returns: an engine subclasses `Engine[ItsSpec, ItsServices]`.
+SpecT = TypeVar("SpecT", bound=EngineSpecBase)
+ServicesT = TypeVar("ServicesT", bound=SharedServices)
+
+
+class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     """What an engine does (its methods: every abstract one is its own to give) and who it is (its
     class-level declarations); what its server says over HTTP is `api`. Subclass it and register
-    the class: the registry refuses one with a method left abstract or a declaration missing."""
+    the class: the registry refuses one with a method left abstract or a declaration missing.
+    Its methods take the engine's own spec (`SpecT`, an instance of its `spec_model`) and shared
+    services (`ServicesT`); the neutral code holds a plain `Engine`."""
 
     kind: ClassVar[str]
     spec_model: ClassVar[type[EngineSpecBase]]
@@ -208,11 +218,11 @@ class Engine(abc.ABC):
                                                                  # `launch` applies them
 
     @abc.abstractmethod
-    def build_recipe(self, spec: EngineSpecBase) -> BuildRecipe:
+    def build_recipe(self, spec: SpecT) -> BuildRecipe:
         """What goes into the engine's content-addressed build."""
 
     @abc.abstractmethod
-    def build_prerequisites(self, spec: EngineSpecBase) -> list[Prerequisite]:
+    def build_prerequisites(self, spec: SpecT) -> list[Prerequisite]:
         """What the build host must have before this build starts (servebench/builds/prerequisites.py);
         checked by `servebench build [--dry-run]` and the run before building, every one named."""
 
@@ -233,12 +243,12 @@ class Engine(abc.ABC):
         """The processes of one mode's server."""
 
     @abc.abstractmethod
-    def start_shared(self, modes: list[ModeSpec], spec: EngineSpecBase, nodes: list[Node], build_dir: str,
-                     provider: Provider, run_dir: Path) -> SharedServices | None:
+    def start_shared(self, modes: list[ModeSpec], spec: SpecT, nodes: list[Node], build_dir: str,
+                     provider: Provider, run_dir: Path) -> ServicesT | None:
         """Start what the campaign's modes share (None when they share nothing)."""
 
     @abc.abstractmethod
-    def stop_shared(self, services: SharedServices, provider: Provider) -> list[str]:
+    def stop_shared(self, services: ServicesT, provider: Provider) -> list[str]:
         """Stop the shared services by PID; return the shared-memory segments removed."""
 
     @abc.abstractmethod

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from servebench import warehouse
-from servebench.analysis.bisect import BisectError, Step, judge, most_builds, search
+from servebench.analysis.bisect import BisectError, Direction, Step, judge, most_builds, search
 from servebench.analysis.regression.series import METRICS
 from servebench.builds import git_source
 from servebench.campaign.bisect import commits_to_bisect, step_campaign
@@ -59,7 +59,7 @@ class Bisection:
     subjects: dict[str, str] = field(default_factory=dict)
 
     @property
-    def direction(self) -> str:
+    def direction(self) -> Direction:
         return METRICS[self.metric].direction
 
     def subject(self, commit: str) -> str:

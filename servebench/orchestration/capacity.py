@@ -31,21 +31,23 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
     a cell (`<mode>.cap.<point>.r0`), landed like the others; the result in `capacity`. A server
     found unhealthy between probes is restarted; the probe it failed counts as a miss."""
     spec, slo = ctx.campaign.search, ctx.campaign.slo
-    current = {"server": server, "telemetry": telemetry}
+    assert spec is not None  # only a campaign with a search searches a mode's capacity
+    current_server, current_telemetry = server, telemetry
     probe_cells: list[str] = []
 
     def probe_once(value: float, repeat: int) -> CapacityProbe:
+        nonlocal current_server, current_telemetry
         cell = search_cell(ctx.campaign, mode, value, repeat)
         land_result_file(ctx, cell, search_probe=True)  # measured, not landed, before a resume
         if cell.key in ctx.statuses:  # measured by the run's earlier attempt (a resume): its verdict stands
             probe_cells.append(cell.key)
             return landed_probe(ctx, cell, value)
-        if (problem := server_problem(current["server"])) is not None:
-            current["server"], current["telemetry"] = restart_server(ctx, mode, current["server"],
-                                                                     current["telemetry"], gate, problem)
+        if (problem := server_problem(current_server)) is not None:
+            current_server, current_telemetry = restart_server(ctx, mode, current_server, current_telemetry, gate,
+                                                               problem)
         reporter().cell_started(cell.key, mode.name, len(ctx.statuses), ctx.planned_cells)
         probe_cells.append(cell.key)
-        summary = run_one_cell(ctx, cell, current["server"], gate.status, search_probe=True)
+        summary = run_one_cell(ctx, cell, current_server, gate.status, search_probe=True)
         if summary is None:  # failed without a measurement
             return judge(value, {key: None for key in slo}, slo, valid=False)
         completed = ctx.statuses[cell.key] == "completed"  # a failed cell is the server's, whatever the client said
@@ -70,7 +72,7 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
                      f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
-    return current["server"], current["telemetry"]
+    return current_server, current_telemetry
 
 
 def search_settings(ctx: RunContext) -> SearchSettings:
@@ -78,6 +80,7 @@ def search_settings(ctx: RunContext) -> SearchSettings:
     campaign's requests would outlast MAX_PROBE_S; a client-limited probe not measured again by
     the search (the cell's own `validity.retries` did)."""
     spec, load = ctx.campaign.search, ctx.campaign.load
+    assert spec is not None  # only a campaign with a search has its settings
     floor = {} if spec.over == "clients" else {"min_value": probe_floor(load.requests, load.duration)}
     return SearchSettings(start=spec.start, precision=spec.precision, max_probes=spec.max_probes,
                           max_value=spec.max_value, integer=spec.over == "clients", client_retries=0, **floor)

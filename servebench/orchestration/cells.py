@@ -60,6 +60,8 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                  ) -> tuple[dict, CellOutcome, FaultEvidence, datetime, int | None] | None:
     """One measurement of the cell and its verdict (None: the load did not run; the cell is landed failed)."""
     run = ctx.engine_run(cell.mode)
+    assert run.deployment is not None  # cells are measured only after deploy()
+    load_client = run.deployment.client
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
                               run.engine, server.launch.health_path)
     output = result_file(ctx, cell)
@@ -68,7 +70,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     timers = start_faults(ctx, cell, server)
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
-            config, str(output), run.deployment.client, mark=f"{ctx.provider.run_id}.load")
+            config, str(output), load_client, mark=f"{ctx.provider.run_id}.load")
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: undo the faults (a cut host, a full /dev/shm)
             for timer in timers:
@@ -150,9 +152,11 @@ def result_file(ctx: RunContext, cell: Cell) -> Path:
 
 def start_faults(ctx: RunContext, cell: Cell, server: Server) -> list[FaultTimer]:
     """The campaign's faults for this cell, each on its node (default: the API server's)."""
-    local_load = ctx.engine_run(cell.mode).deployment_for(cell.mode).client is None
+    mode_deployment, deployment = ctx.engine_run(cell.mode).deployment_for(cell.mode), ctx.deployment
+    assert mode_deployment is not None and deployment is not None  # cells are measured only after deploy()
+    local_load = mode_deployment.client is None
     progress = progress_path(str(result_file(ctx, cell))) if local_load else None  # after N requests: the count
-    by_name = {node.name: node for node in ctx.deployment.sampled_nodes}
+    by_name = {node.name: node for node in deployment.sampled_nodes}
     return [FaultTimer(ctx.provider, by_name.get(fault.node, server.api.node) if fault.node else server.api.node,
                        fault, progress).start()
             for fault in ctx.campaign.faults if fault.cell == cell.key]

@@ -73,7 +73,7 @@ class RunContext:
     def record(self, cell: Cell, outcome: CellOutcome) -> None:
         """A landed cell's verdict, as the run's status will count it."""
         self.statuses[cell.key] = outcome.status
-        if outcome.invalid:
+        if outcome.invalid_reasons is not None:  # outcome.invalid
             self.invalid[cell.key] = outcome.invalid_reasons
 
     def engine_run(self, mode: ModeSpec) -> EngineRun:

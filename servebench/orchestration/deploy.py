@@ -87,6 +87,8 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
     """Modes whose `build:` differs from their engine's block (another target CPU, a commit of a
     commit axis): each distinct build is made (or found by key), recorded and placed like the
     engine's; the rest of the deployment (model, nodes, shared services) is the engine's."""
+    deployment = run.deployment
+    assert deployment is not None  # deploy_engine made the engine's deployment before its variants
     placements: list[dict] = []
     for spec in variant_specs(ctx.campaign, modes, run.spec):
         reporter().stage(f"building the engine {spec.describe()}")
@@ -94,9 +96,9 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
         build = build_engine(run.engine.build_recipe(spec))
         run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
         land_build(ctx.warehouse, ctx.run_id, build)
-        placed = place_artifacts(ctx.provider, servers, None, inventories, build, run.deployment.model_dir)
+        placed = place_artifacts(ctx.provider, servers, None, inventories, build, deployment.model_dir)
         placements += [p.model_dump() for p in placed.placements]
-        run.variants.append(replace(run.deployment, spec=spec, build=build))
+        run.variants.append(replace(deployment, spec=spec, build=build))
     return placements
 
 

@@ -52,13 +52,15 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
 
     The first single-worker mode of each engine gives that engine's reference answers."""
     run = ctx.engine_run(mode)
+    deployment = run.deployment_for(mode)
+    assert deployment is not None  # modes run only after deploy()
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            run.deployment_for(mode), mode)
+            deployment, mode)
     except Exception as exc:
         land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc), engine=run.engine.kind,
-                           build_key=run.deployment_for(mode).build.key)
+                           build_key=deployment.build.key)
         if run.reference is None and run.reference_problem is None and ctx.gives_reference(mode):
             run.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
@@ -107,9 +109,12 @@ def apply_link(ctx: RunContext, cell: Cell) -> str | None:
     """Give the testbed's links the cell's network setting (when it changes); why not, or None."""
     if cell.link is None or cell.link.label == ctx.link:
         return None
+    network, deployment = ctx.campaign.network, ctx.deployment
+    # a cell has a link only in a campaign with a network axis; cells run only after deploy()
+    assert network is not None and deployment is not None
     reporter().stage(f"network: links set to {cell.link.label}")
     try:
-        set_links(ctx.provider, ctx.campaign.network.testbed, cell.link, ctx.deployment.nodes)
+        set_links(ctx.provider, network.testbed, cell.link, deployment.nodes)
     except Exception as exc:
         ctx.link = None
         return f"the network setting {cell.link.label} could not be applied: {first_line(exc)}"

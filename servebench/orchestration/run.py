@@ -41,7 +41,7 @@ from servebench.orchestration.tuning import (
 )
 from servebench.paths import default_warehouse, runs_dir
 from servebench.progress import reporter
-from servebench.providers import claims, get_provider, get_provider_class
+from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving import links
 from servebench.spec.campaign import Campaign, ModeSpec
@@ -59,7 +59,8 @@ def new_run_id() -> str:
 def new_run(campaign_file: str, warehouse_path: str | None) -> RunContext:
     """A new run of the campaign file: planned, its directory made (with the campaign as run), its row landed."""
     campaign = load_campaign(campaign_file)
-    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
+    provider_class: type[Provider] = get_provider_class(campaign.provider.kind)
+    plan = make_plan(campaign, provider_class.host_cpus())
     wh = str(warehouse_path or default_warehouse())
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
@@ -76,7 +77,8 @@ def resumed_run(run_id: str, warehouse_path: str | None, failed_only: bool) -> t
     its run directory are landed; the cells still to measure (`failed_only`: its failed cells instead)."""
     wh = str(warehouse_path or default_warehouse())
     run, campaign = load_resumable(wh, run_id, failed_only)
-    plan = make_plan(campaign, get_provider_class(campaign.provider.kind).host_cpus())
+    provider_class: type[Provider] = get_provider_class(campaign.provider.kind)
+    plan = make_plan(campaign, provider_class.host_cpus())
     ctx = new_context(plan, wh, run_id, Path(run["run_dir"]), Path(run["campaign_file"]).parent)
     reclaimed = ctx.provider.reclaim(json.loads(run["allocation"] or "{}"))
     for line in reclaimed:
@@ -155,7 +157,7 @@ def measure(ctx: RunContext, cells: list[Cell]) -> None:
     modes = modes_in_order(ctx, cells)
     optuna = tuned_by_optuna(ctx)
     for run in ctx.engines.values():
-        served = [mode for mode, _ in modes if ctx.engine_run(mode) is run]
+        served: list[ModeSpec | None] = [mode for mode, _ in modes if ctx.engine_run(mode) is run]
         if optuna and run is ctx.primary:
             served = [optuna_first_mode(ctx)]
         if served and (served[0] is None or not ctx.gives_reference(served[0])):

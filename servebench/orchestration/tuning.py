@@ -53,6 +53,7 @@ def judge_tuning(ctx: RunContext) -> None:
 def land_tuning(ctx: RunContext, default_mode: str) -> TuneVerdict:
     """The tuner's verdict over every capacity the run landed (`servebench.analysis.tuning`), landed in `tuning`."""
     spec = ctx.campaign.search
+    assert spec is not None  # only a campaign with a `search: tune` is tuned
     with session(ctx.warehouse) as con:
         found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, ctx.run_id)]
         verdict = tune_verdict(found, default_mode)
@@ -68,6 +69,8 @@ def tune_with_optuna(ctx: RunContext, cells: list[Cell]) -> None:
     then its capacity search), landed like any other. A resumed run finishes the configuration the
     killed one had started, then goes on proposing from every capacity landed."""
     spec = ctx.campaign.search
+    # strategy optuna: SearchSpec refuses one without trials
+    assert spec is not None and spec.trials is not None
     space = configuration_space(ctx.campaign)
     points = [point for point, _ in space]
     by_key = {point_key(point): mode for point, mode in space}

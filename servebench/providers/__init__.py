@@ -4,6 +4,7 @@ here and one `register_provider` line below."""
 from __future__ import annotations
 
 import inspect
+from typing import Callable, TypeVar, cast
 
 from servebench.providers.base import (
     CAPABILITIES,
@@ -22,10 +23,12 @@ from servebench.providers.local import LocalProvider
 from servebench.providers.slurm import SlurmProvider
 from servebench.providers.ssh import SshProvider
 
-_PROVIDERS: dict[str, type] = {}
+_PROVIDERS: dict[str, type[Provider]] = {}
+
+_ProviderT = TypeVar("_ProviderT", bound=Provider)
 
 
-def register_provider(provider_class: type) -> type:
+def register_provider(provider_class: type[_ProviderT]) -> type[_ProviderT]:
     """Make a provider class available to campaigns under its `kind`: its capabilities checked, and
     refused unless it is a whole `Provider` (a method missing would fail mid-run, not here)."""
     check_capabilities(provider_class)
@@ -52,7 +55,7 @@ def provider_kinds() -> list[str]:
     return list(_PROVIDERS)
 
 
-def get_provider_class(kind: str) -> type:
+def get_provider_class(kind: str) -> type[Provider]:
     try:
         return _PROVIDERS[kind]
     except KeyError:
@@ -73,8 +76,11 @@ def get_provider(campaign, reserved_cpus: list[int] | None = None, run_id: str |
     """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes;
     its processes are marked with the run's tag (`run_tag(run_id)`; a random one without a run);
     `links` shapes its nodes' links (LINK_SHAPING: the testbed's, `servebench.testbed.links.TestbedLinks`)."""
-    provider = get_provider_class(campaign.provider.kind)(campaign.provider, reserved_cpus=reserved_cpus or [],
-                                                          run_id=run_tag(run_id) if run_id else None)
+    # Every registered provider class takes (spec, reserved_cpus=, run_id=): the registry's convention for
+    # constructors, which `Provider` itself (an ABC without an __init__ of its own) cannot declare.
+    provider_class = cast(Callable[..., Provider], get_provider_class(campaign.provider.kind))
+    provider = provider_class(campaign.provider, reserved_cpus=reserved_cpus or [],
+                              run_id=run_tag(run_id) if run_id else None)
     if links is not None:
         provider.use_link_shaper(links)
     return provider

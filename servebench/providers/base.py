@@ -19,7 +19,7 @@ import hashlib
 import subprocess
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, Sequence
 
 from servebench.spec.campaign import ProviderSpecBase
 from servebench.spec.node import Node
@@ -63,8 +63,9 @@ class NodeProcess(Protocol):
     def remember_descendants(self) -> None:
         """Note what it has spawned so far: stopped with it even if it left its process group."""
 
-    def fetch_log(self) -> None:
-        """Bring the log as written so far to `log_path` (a no-op where it is written there directly)."""
+    def fetch_log(self) -> Path | None:
+        """Bring the log as written so far to `log_path` (a no-op where it is written there directly);
+        a provider that copies it may return the copy's path (None: nothing fetched)."""
 
 
 def run_tag(run_id: str) -> str:
@@ -227,7 +228,7 @@ class NodeProcesses(ABC):
 
     @abstractmethod
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
-              unset: list[str] = ()) -> NodeProcess:
+              unset: Sequence[str] = ()) -> NodeProcess:
         """Start a long-lived process on the node with `env` added and `unset` removed, output to log_path."""
 
     @abstractmethod

@@ -23,7 +23,7 @@ RELEVANT_FLAGS = (
 
 def collect(cpus: list[int] | None = None) -> dict:
     cpuinfo = _read("/proc/cpuinfo")
-    flags = set()
+    flags: set[str] = set()
     model = None
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")

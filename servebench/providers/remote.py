@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence, cast
 
 from servebench.cpus import format_cpu_list
 from servebench.providers import inventory as inventory_module
@@ -166,6 +166,7 @@ def put_tree(pipe_argv: Callable[[list[str]], list[str]], local: Path, remote: s
     remote_argv = pipe_argv(["sh", "-c", PUT_SCRIPT, "sh", remote, tag])
     with subprocess.Popen(["tar", "-C", str(local), "-cf", "-", "."], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as packer:
+        assert packer.stdout is not None  # started with stdout=PIPE
         unpack = subprocess.run(remote_argv, stdin=packer.stdout, capture_output=True, timeout=timeout, env=env)
         packer.stdout.close()
         packer.wait(timeout=30)
@@ -180,6 +181,7 @@ def get_tree(pipe_argv: Callable[[list[str]], list[str]], remote: str, local: Pa
     local.mkdir(parents=True, exist_ok=True)
     with subprocess.Popen(pipe_argv(["sh", "-c", GET_SCRIPT, "sh", remote]), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env) as packer:
+        assert packer.stdout is not None  # started with stdout=PIPE
         unpack = subprocess.run(["tar", "-C", str(local), "-xf", "-"], stdin=packer.stdout, capture_output=True,
                                 timeout=timeout)
         packer.stdout.close()
@@ -198,6 +200,8 @@ def clock_offset(read_clock: Callable[[], float], rounds: int = 5) -> float:
         after = time.time()
         if best is None or after - before < best[0]:
             best = (after - before, remote - (before + after) / 2)
+    if best is None:
+        raise ValueError(f"clock_offset needs at least one round, not {rounds}")
     return best[1]
 
 
@@ -215,7 +219,11 @@ class CommandChannel:
     command line that does it (for streams: `put_tree`, `get_tree`). The rest is built on them."""
 
     error: ClassVar[type[Exception]] = RuntimeError   # what a command that must succeed raises
-    pipe_env: dict[str, str] | None = None            # the environment `pipe_argv`'s command needs
+
+    @property
+    def pipe_env(self) -> dict[str, str] | None:
+        """The environment `pipe_argv`'s command needs (None: this process's own)."""
+        return None
 
     def run(self, host: str, argv: list[str], timeout: float | None = DEFAULT_TIMEOUT_S, input: str | None = None,
             stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
@@ -316,8 +324,9 @@ class RemoteProcess:
 
     def remember_descendants(self) -> None:
         """Note what it has spawned so far, on its node: stopped with it even if it left the group."""
-        found = self.channel.call(self.node, NODE_TOOLS, "descendants", self.python, pid=self.pid,
-                                  start=self.start_ticks)
+        # node_tools.descendants returns {pid: start ticks} as JSON (the PIDs as strings).
+        found = cast(dict[str, int], self.channel.call(self.node, NODE_TOOLS, "descendants", self.python,
+                                                       pid=self.pid, start=self.start_ticks))
         self.known_descendants |= found
 
     def fetch_log(self) -> Path | None:
@@ -333,9 +342,11 @@ class RemoteProcess:
         """SIGTERM the group on the node, wait up to grace_s, SIGKILL the group, every recorded
         descendant and every process with its mark; copy the log; return the exit code (128+9
         if it had to be killed before its wrapper could record one)."""
-        result = self.channel.call(self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S,
-                                   pid=self.pid, start=self.start_ticks, known=self.known_descendants,
-                                   grace_s=grace_s, exit_path=self.files.exit, mark=self.mark)
+        # node_tools.stop_tree returns a JSON object: exit_code, killed (PIDs), targets, left.
+        result = cast(dict[str, Any], self.channel.call(
+            self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S, pid=self.pid,
+            start=self.start_ticks, known=self.known_descendants, grace_s=grace_s, exit_path=self.files.exit,
+            mark=self.mark))
         code = result["exit_code"]
         if code is None and self.pid in result["killed"]:
             code = KILLED_EXIT
@@ -366,8 +377,8 @@ class RemoteNodes(Provider):
     (LINK_SHAPING) by the link shaper handed to the provider (the testbed's, for testbed hosts)."""
 
     capabilities: ClassVar[frozenset[str]] = frozenset({LINK_SHAPING})
-    node_error: ClassVar[tuple[type[BaseException], ...]] = (RuntimeError, subprocess.TimeoutExpired)
-    node_gone: ClassVar[tuple[type[BaseException], ...]] = ()  # the whole allocation ended: nothing to reach
+    node_error: ClassVar[tuple[type[Exception], ...]] = (RuntimeError, subprocess.TimeoutExpired)
+    node_gone: ClassVar[tuple[type[Exception], ...]] = ()  # the whole allocation ended: nothing to reach
 
     def __init__(self, spec, run_id: str | None) -> None:
         self.spec = spec
@@ -465,7 +476,7 @@ class RemoteNodes(Provider):
         """What a node needs before the run's first process there (ssh: the run's warden)."""
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
-              unset: list[str] = ()) -> RemoteProcess:
+              unset: Sequence[str] = ()) -> RemoteProcess:
         """Start argv on the node in its own session (`start_script`), env added and unset removed
         from the environment the channel gives, output to a log in the run's directory there
         (copied to log_path)."""

@@ -11,12 +11,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Sequence, cast
 
 from servebench import processes
 from servebench.processes import ManagedProcess
 from servebench.providers import node_tools
-from servebench.providers.base import Node, Provider
+from servebench.providers.base import Node, NodeProcess, Provider
 from servebench.providers.claims import this_host_cpu_claims
 
 
@@ -43,7 +43,7 @@ class ThisHostProcesses(Provider):
         return processes.free_port(node.address)
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
-              unset: list[str] = ()) -> ManagedProcess:
+              unset: Sequence[str] = ()) -> ManagedProcess:
         """The process gets the run's scratch directory as TMPDIR (as on a remote node): what an
         engine leaves in its temp dir when it is killed (vLLM's ZeroMQ sockets and `vllm_dist_*`
         rendezvous files) goes with that directory at release, never stays in /tmp."""
@@ -54,8 +54,9 @@ class ThisHostProcesses(Provider):
         self._started.append(process)
         return process
 
-    def stop(self, process: ManagedProcess, grace_s: float = 20.0) -> int | None:
-        return process.stop(grace_s=grace_s)
+    def stop(self, process: NodeProcess, grace_s: float = 20.0) -> int | None:
+        # What this provider is handed back is what its `start` returned: a ManagedProcess.
+        return cast(ManagedProcess, process).stop(grace_s=grace_s)
 
     def shm_entries(self, node: Node) -> set[str]:
         return processes.shm_entries()

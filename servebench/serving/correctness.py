@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import random
 import urllib.request
-from typing import Callable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 from pydantic import BaseModel
 
@@ -77,8 +77,8 @@ def gate_prompts(vocab_size: int) -> list[list[int]]:
     return [[rng.randrange(FIRST_ID, vocab_size) for _ in range(GATE_PROMPT_LEN)] for _ in range(GATE_PROMPTS)]
 
 
-def ask(base_url: str, model: str, vocab_size: int, extras: dict, read_choice: Callable[[dict], GateChoice],
-        timeout_s: float = 120.0) -> GateAnswer:
+def ask(base_url: str, model: str, vocab_size: int, extras: Mapping[str, Any],
+        read_choice: Callable[[dict], GateChoice], timeout_s: float = 120.0) -> GateAnswer:
     """The server's greedy answers to the gate prompts (OpenAI completions with logprobs; the
     engine's `extras` make it answer exactly GATE_OUTPUT_LEN tokens, and its `read_choice` reads
     the token ids, logprobs and top candidates from each answer)."""

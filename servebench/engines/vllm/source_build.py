@@ -139,7 +139,8 @@ def wheel_recipe(source: VllmSourceSpec, arch: str | None = None,
     trees = {"FETCHCONTENT_SOURCE_DIR_ONEDNN": (source.onednn_dir, ONEDNN_MARKER)}
     if uses_acl(source, arch):
         trees["ACL_ROOT_DIR"] = (source.acl_dir, ACL_MARKER)
-    staged_sources = {name: str(Path(path)) for name, (path, marker) in trees.items() if staged(path, marker)}
+    staged_sources = {name: str(Path(path)) for name, (path, marker) in trees.items()
+                      if path is not None and staged(path, marker)}  # (staged() is False for None too)
     fetched = len(staged_sources) < len(trees)
     cross_compile = None
     if source.target is not None:
@@ -211,15 +212,17 @@ def target_torch(torch_venv: VenvRecipe, cache: Path) -> Prerequisite:
     """The target venv whose torch a cross build links: found in the cache, or built first (pip resolves
     it for the target's platform: minutes, ~6 GB with PyPI's aarch64 torch and its CUDA wheels)."""
     from servebench.builds import target_venv
+    platform = torch_venv.platform
+    assert platform is not None, "a target venv's recipe has its platform (VllmEngine.target_torch_recipe)"
     try:
         key = target_venv.inputs_and_key(torch_venv, cache, lambda _: None)[1]
     except (SysrootError, OSError) as error:
         return Prerequisite(name="target torch", met=False, found=str(error)[:300],
-                            needed=f"a {torch_venv.platform.arch} venv with {torch_venv.platform.pins.get('torch')}",
-                            fix=f"dpkg --add-architecture {debian_arch(torch_venv.platform.arch)} && apt-get update")
+                            needed=f"a {platform.arch} venv with {platform.pins.get('torch')}",
+                            fix=f"dpkg --add-architecture {debian_arch(platform.arch)} && apt-get update")
     found = ArtifactCache(cache / "engines").get(key) is not None
     venv_dir = cache / "engines" / key
-    return Prerequisite(name="target torch", met=True, needed=f"{torch_venv.platform.pins.get('torch')} for "
-                        f"{torch_venv.platform.arch}",
+    return Prerequisite(name="target torch", met=True, needed=f"{platform.pins.get('torch')} for "
+                        f"{platform.arch}",
                         found=f"{venv_dir} (built)" if found else f"{venv_dir}: built first (the prebuilt wheel's "
-                        f"{torch_venv.platform.arch} venv, ~6 GB)")
+                        f"{platform.arch} venv, ~6 GB)")

@@ -11,19 +11,20 @@ address would be its own.
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+from typing import ClassVar, Sequence, cast
 
 from servebench.providers import inventory
 from servebench.providers.base import Node
 from servebench.providers.local.spec import LocalProviderSpec
 from servebench.providers.this_host import ThisHostProcesses
+from servebench.spec.campaign import ProviderSpecBase
 
 
 class LocalProvider(ThisHostProcesses):
     kind: ClassVar[str] = "local"
     spec_model: ClassVar[type[LocalProviderSpec]] = LocalProviderSpec
 
-    def __init__(self, spec: LocalProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+    def __init__(self, spec: LocalProviderSpec, reserved_cpus: Sequence[int] = (), run_id: str | None = None):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
         super().__init__(run_id)
         self._nodes = [Node(name=n.name, address=node_address(index),
@@ -35,9 +36,11 @@ class LocalProvider(ThisHostProcesses):
         return set(os.sched_getaffinity(0))
 
     @classmethod
-    def spec_problems(cls, spec: LocalProviderSpec, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+    def spec_problems(cls, spec: ProviderSpecBase, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+        # The campaign's provider block is parsed into this class's `spec_model` (campaign_model).
+        local = cast(LocalProviderSpec, spec)
         problems = []
-        for index, node in enumerate(spec.nodes):
+        for index, node in enumerate(local.nodes):
             missing = sorted(set(node.cpus) - host_cpus)
             if missing:
                 problems.append((("provider", "nodes", index, "cpus"), f"CPUs {missing} are not available on "

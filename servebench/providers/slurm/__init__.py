@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Sequence, cast
 
 from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node
 from servebench.providers.remote import RemoteNodes
@@ -43,6 +43,7 @@ from servebench.providers.slurm.client import AllocationEnded, SlurmClient, Slur
 from servebench.providers.slurm.lease import AllocationLease
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
+from servebench.spec.campaign import ProviderSpecBase
 from servebench.waiting import poll
 
 RUNNING_TIMEOUT_S = 60.0   # from granted to RUNNING (a node may need to boot or be configured)
@@ -58,7 +59,7 @@ class SlurmProvider(RemoteNodes):
     node_error = (SlurmError, subprocess.TimeoutExpired)
     node_gone = (AllocationEnded,)
 
-    def __init__(self, spec: SlurmProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+    def __init__(self, spec: SlurmProviderSpec, reserved_cpus: Sequence[int] = (), run_id: str | None = None):
         """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
         the nodes, so they are not taken from any node."""
         super().__init__(spec, run_id)
@@ -79,13 +80,15 @@ class SlurmProvider(RemoteNodes):
         return set(os.sched_getaffinity(0))
 
     @classmethod
-    def spec_problems(cls, spec: SlurmProviderSpec, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+    def spec_problems(cls, spec: ProviderSpecBase, host_cpus: set[int]) -> list[tuple[tuple, str]]:
         """Sanity checks only: the controller decides what it can give (`allocate` says why not)."""
+        # The campaign's provider block is parsed into this class's `spec_model` (campaign_model).
+        slurm = cast(SlurmProviderSpec, spec)
         problems: list[tuple[tuple, str]] = []
-        if spec.slurm_conf is not None and not spec.slurm_conf.expanduser().is_file():
-            problems.append((("provider", "slurm_conf"), f"no file {spec.slurm_conf}"))
-        conf = spec.client_env.get("SLURM_CONF")
-        if conf and spec.slurm_conf is not None and Path(conf).expanduser() != spec.slurm_conf.expanduser():
+        if slurm.slurm_conf is not None and not slurm.slurm_conf.expanduser().is_file():
+            problems.append((("provider", "slurm_conf"), f"no file {slurm.slurm_conf}"))
+        conf = slurm.client_env.get("SLURM_CONF")
+        if conf and slurm.slurm_conf is not None and Path(conf).expanduser() != slurm.slurm_conf.expanduser():
             problems.append((("provider", "client_env", "SLURM_CONF"), "slurm_conf and client_env.SLURM_CONF "
                              "disagree: give one"))
         return problems
@@ -155,7 +158,7 @@ class SlurmProvider(RemoteNodes):
 
     def _start_lease(self) -> None:
         """The job cancels itself once this orchestrator is gone (lease.py): never left holding nodes."""
-        allocation = self.allocation
+        allocation = self._allocation()  # set by `allocate` before the lease starts
         self.lease = AllocationLease(allocation.job_id, len(allocation.node_names), self.spec.python,
                                      allocation.chdir, self.spec.lease_s, self.run_dir, self.client.env,
                                      self._local() / "lease.srun.log")
@@ -170,27 +173,28 @@ class SlurmProvider(RemoteNodes):
             self.lease.end()
 
     def _wait_running(self) -> dict[str, str]:
+        allocation = self._allocation()  # set by `allocate` before it waits for the job to run
         started = time.perf_counter()
         state = "PENDING"
 
         def running() -> dict[str, str] | None:
             nonlocal state
-            record = self.client.job_record(self.allocation.job_id)
+            record = self.client.job_record(allocation.job_id)
             state = "GONE" if record is None else job_state(record)
             if state not in ("RUNNING", "PENDING", "CONFIGURING"):
-                raise self.allocation.ended_error(state)
+                raise allocation.ended_error(state)
             return record if state == "RUNNING" else None
 
         record = poll(running, RUNNING_TIMEOUT_S, interval_s=0.1)
         if record is None:
-            raise SlurmError(f"slurm job {self.allocation.job_id} still {state} after {RUNNING_TIMEOUT_S:.0f} s")
+            raise SlurmError(f"slurm job {allocation.job_id} still {state} after {RUNNING_TIMEOUT_S:.0f} s")
         self.timings["running_s"] = time.perf_counter() - started
         return record
 
     def _describe_nodes(self, record: dict[str, str]) -> list[Node]:
         """Names from the job's NodeList, addresses from each node's NodeAddr, CPUs from a probe step
         on every node: the first cpus_per_node CPU ids a step with that many CPUs may run on there."""
-        allocation = self.allocation
+        allocation = self._allocation()  # set by `allocate` before the nodes are described
         allocation.node_list = record.get("NodeList", "")
         allocation.node_names = self.client.hostnames(allocation.node_list)
         addresses = {r.get("NodeName"): r.get("NodeAddr") or r.get("NodeName") for r in
@@ -242,7 +246,7 @@ class SlurmProvider(RemoteNodes):
                          self.spec.remote_dir, cpus=self.spec.cpus_per_node)
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
-              unset: list[str] = ()) -> SlurmProcess:
+              unset: Sequence[str] = ()) -> SlurmProcess:
         """Start argv on the node as a step of its own, env added and unset removed from the step's
         environment (the orchestrator's: srun --export=ALL), output to a log in the run's
         directory there (copied to log_path); returns once the task has printed its PID."""
@@ -261,6 +265,7 @@ class SlurmProvider(RemoteNodes):
         with open(client_log, "wb") as err:
             popen = subprocess.Popen(step, env=self.client.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=err, start_new_session=True)
+        assert popen.stdout is not None  # started with stdout=PIPE
         line = read_started_line(popen.stdout, popen, START_TIMEOUT_S)
         if line is None:
             code = end_group(popen, 10.0)

@@ -104,6 +104,7 @@ class AllocationLease:
             return
         self._ended.set()
         self._write(RELEASED)
+        assert self._client.stdin is not None  # started with stdin=PIPE
         with self._write_lock:
             try:
                 self._client.stdin.close()
@@ -120,7 +121,9 @@ class AllocationLease:
 def _first_line(client: subprocess.Popen, timeout_s: float) -> str:
     """The client's first output line, or '' if none comes within timeout_s (or it exits first)."""
     found: list[str] = []
-    reader = threading.Thread(target=lambda: found.append(client.stdout.readline().decode(errors="replace")),
+    stdout = client.stdout
+    assert stdout is not None  # started with stdout=PIPE
+    reader = threading.Thread(target=lambda: found.append(stdout.readline().decode(errors="replace")),
                               daemon=True)
     reader.start()
     reader.join(timeout_s)

@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 from servebench.logs import tail_text
 from servebench.providers.remote import KILLED_EXIT, NODE_TOOLS, STOP_SLACK_S, RemoteProcess
@@ -93,10 +93,11 @@ class SlurmProcess(RemoteProcess):
         if self._stopped:
             return self._exit
         try:
-            result = self.allocation.call(self.node, NODE_TOOLS, "stop_tree", self.python,
-                                          timeout=grace_s + STOP_SLACK_S, pid=self.pid, start=self.start_ticks,
-                                          known=self.known_descendants, grace_s=grace_s,
-                                          exit_path=self.files.exit, mark=self.mark)
+            # node_tools.stop_tree returns a JSON object: exit_code, killed (PIDs), targets, left.
+            result = cast(dict[str, Any], self.allocation.call(
+                self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S, pid=self.pid,
+                start=self.start_ticks, known=self.known_descendants, grace_s=grace_s, exit_path=self.files.exit,
+                mark=self.mark))
         except AllocationEnded:
             self.end_client(0.0)  # Slurm ended the step with the job; nothing of it to reach on the node
             self._finish(self._exit)

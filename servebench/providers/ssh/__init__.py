@@ -18,13 +18,14 @@ import shlex
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar
+from typing import ClassVar, Sequence, cast
 
 from servebench.providers import node_tools
 from servebench.providers.base import Node
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
 from servebench.providers.ssh.transport import SshChannel, SshError, SshTransport
+from servebench.spec.campaign import ProviderSpecBase
 
 SshProcess = RemoteProcess  # what `start` returns: a process started through the ssh channel
 
@@ -34,7 +35,7 @@ class SshProvider(RemoteNodes):
     spec_model: ClassVar[type[SshProviderSpec]] = SshProviderSpec
     node_error = (SshError, subprocess.TimeoutExpired)
 
-    def __init__(self, spec: SshProviderSpec, reserved_cpus: list[int] = (), run_id: str | None = None):
+    def __init__(self, spec: SshProviderSpec, reserved_cpus: Sequence[int] = (), run_id: str | None = None):
         """`reserved_cpus` are the load generator's CPUs on the orchestrator: another host than
         the nodes, so they are not taken from any node."""
         super().__init__(spec, run_id)
@@ -54,15 +55,17 @@ class SshProvider(RemoteNodes):
         return set(os.sched_getaffinity(0))
 
     @classmethod
-    def spec_problems(cls, spec: SshProviderSpec, host_cpus: set[int]) -> list[tuple[tuple, str]]:
+    def spec_problems(cls, spec: ProviderSpecBase, host_cpus: set[int]) -> list[tuple[tuple, str]]:
         """Repeated names, and two nodes on one host (address and port) sharing CPUs. The CPUs are
         not checked against this host: the nodes are other machines (`inventory` tells theirs)."""
+        # The campaign's provider block is parsed into this class's `spec_model` (campaign_model).
+        ssh = cast(SshProviderSpec, spec)
         problems: list[tuple[tuple, str]] = []
-        for index, host in enumerate(spec.hosts):
+        for index, host in enumerate(ssh.hosts):
             if host.emulate is not None:
                 problems.append((("provider", "hosts", index, "emulate"), "emulated nodes are local provider "
                                  "nodes (qemu-user on this host); an SSH host runs its own CPU"))
-            earlier = spec.hosts[:index]
+            earlier = ssh.hosts[:index]
             if any(other.name == host.name for other in earlier):
                 problems.append((("provider", "hosts", index, "name"), f"host name {host.name!r} is used "
                                  "more than once"))
@@ -162,8 +165,9 @@ class SshProvider(RemoteNodes):
         done = []
         for host in self.spec.hosts:
             try:
-                found = self._channel.call(host.name, NODE_TOOLS, "stop_marked", self.spec.python,
-                                           prefix=f"{self.run_id}.", grace_s=LEFTOVER_GRACE_S)
+                # node_tools.stop_marked returns the PIDs it stopped: a JSON list of ints.
+                found = cast(list[int], self._channel.call(host.name, NODE_TOOLS, "stop_marked", self.spec.python,
+                                                           prefix=f"{self.run_id}.", grace_s=LEFTOVER_GRACE_S))
                 self._channel.checked(host.name, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
                 if found:
                     done.append(f"{host.name}: stopped {len(found)} process(es) of the run")

@@ -83,7 +83,8 @@ class EchoEngine(Engine):
         port = request.ports.free_port(api_node)
         argv = [request.python, "-c", SERVER.read_text(), "--host", api_node.address, "--port", str(port),
                 "--model-dir", request.model_dir, "--served-name", request.served_name,
-                "--token-delay-ms", f"{_knob(request, 'token_delay_ms'):g}", "--prefill-ms", f"{_knob(request, 'prefill_ms'):g}"]
+                "--token-delay-ms", f"{_knob(request, 'token_delay_ms'):g}",
+                "--prefill-ms", f"{_knob(request, 'prefill_ms'):g}"]
         env = {**request.spec.env, **request.mode.env}
         processes = []
         if request.mode.executor == "split":
