@@ -259,7 +259,7 @@ def sql_in(path: Path) -> list[str]:
 
 
 def test_no_sql_in_flows_or_tasks():
-    """Every write to the warehouse is in servebench/warehouse/landing.py or servebench/warehouse/store.py, every
+    """Every write to the warehouse is in warehouse/landing.py or warehouse/store.py, every
     read a flow needs a function of the library: flows and tasks compose, the library owns the data."""
     offenders = [line for folder in PREFECT_LAYERS for path in sorted(folder.rglob("*.py")) for line in sql_in(path)]
     assert offenders == [], "SQL in the Prefect layers:\n" + "\n".join(offenders)

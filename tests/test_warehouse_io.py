@@ -1,4 +1,4 @@
-"""servebench/warehouse/store.py against a real DuckDB warehouse: the writes flows and tasks leave to
+"""warehouse/store.py against a real DuckDB warehouse: the writes flows and tasks leave to
 it (capacity, tuning, faults, a bisect step) land what the flows used to write themselves, and its
 reads give back what a resume, a search going on and a bisect step read of a run."""
 

@@ -3,7 +3,7 @@ one connection per landing (`session`), the writes of what a run derives from it
 capacity search, the tuner's verdict, a cell's faults, a bisect step) and the reads a run makes
 of what it has landed so far (a resume, a search that goes on, a bisect step's numbers).
 
-`servebench/warehouse/landing.py` lands the measurements themselves (runs, nodes, builds, servers, cells,
+`warehouse/landing.py` lands the measurements themselves (runs, nodes, builds, servers, cells,
 samples); this module builds on it. A module, not a `servebench/warehouse/` package: the schema,
 migrations and connection are the top-level `warehouse` package, and one name for two packages
 would make every `import warehouse` ambiguous to a reader.
