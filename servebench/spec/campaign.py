@@ -31,6 +31,7 @@ from servebench.cpus import parse_cpu_list
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
 from servebench.spec.detection import DetectionSettings
+from servebench.spec.model_shapes import PRESETS, ModelShape
 
 
 class StrictModel(BaseModel):
@@ -165,28 +166,73 @@ DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) com
                      "model's own. float32 keeps sharded kernels from flipping near-ties of a random model.")
 
 
-class GeneratedModelSpec(StrictModel):
-    """A tiny random-weight Llama (nothing downloaded), written in the format each engine serves: a
-    Hugging Face directory with a locally trained tokenizer (vLLM), a GGUF file (llama.cpp)."""
+ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b"]
+GgufQuantization = Literal["f32", "f16", "q8_0", "q4_0"]
+SHAPE_FIELDS = ("architecture", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab_size", "max_position",
+                "head_dim", "tie_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rms_norm_eps")
 
-    generate: Literal["tiny-llama"]
+
+class GeneratedModelSpec(StrictModel):
+    """A random-weight model of a named shape (nothing downloaded: a model's cost on a CPU is its shape, its
+    dtype and its tokens), written in the format each engine serves: a Hugging Face directory with a
+    tokenizer whose vocabulary matches (vLLM), a GGUF file (llama.cpp). Every dimension the preset sets
+    may be overridden (`{generate: llama-3.1-8b, layers: 4}`); the shapes are servebench/spec/model_shapes.py."""
+
+    generate: ModelPresetName = Field(description="The shape by name: tiny-llama (under a million parameters, "
+                                      "for tests), llama-3.1-8b, llama-2-7b, llama-3.2-1b, qwen2-1.5b "
+                                      "(DeepSeek-R1-Distill-Qwen-1.5B's shape)")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
-    seed: int = 0
-    layers: int = Field(4, ge=1)
-    hidden: int = Field(128, ge=32)
-    heads: int = Field(4, ge=1)
-    kv_heads: int = Field(2, ge=1)
-    intermediate: int = Field(256, ge=1)
-    vocab_size: int = Field(1024, ge=300, le=65536)
-    max_position: int = Field(2048, ge=64)
+    seed: int = Field(0, description="Seed of the random weights (the same seed, shape and dtype: the same file)")
+    quantization: GgufQuantization | None = Field(
+        None, description="GGUF only: the type its matrices are stored in (f32, f16, q8_0, q4_0; norms stay f32). "
+                          "Default: f32 when dtype is float32, else f16")
+    architecture: Literal["llama", "qwen2"] = Field(description="The layer layout (qwen2: biases on q, k and v)")
+    layers: int = Field(ge=1, description="Decoder layers")
+    hidden: int = Field(ge=32, description="Hidden size")
+    heads: int = Field(ge=1, description="Attention heads")
+    kv_heads: int = Field(ge=1, description="Key/value heads (grouped-query attention)")
+    intermediate: int = Field(ge=1, description="The MLP's intermediate size")
+    vocab_size: int = Field(ge=300, le=262144, description="Vocabulary size (the tokenizer made for it matches)")
+    max_position: int = Field(ge=64, description="Longest context the model declares")
+    head_dim: int | None = Field(None, ge=8, description="Per-head size; null: hidden / heads")
+    tie_embeddings: bool = Field(False, description="Output head shares the embedding matrix")
+    attention_bias: bool = Field(False, description="Biases on the q, k and v projections")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base")
+    rope_scaling: dict[str, Any] | None = Field(None, description="RoPE scaling as in config.json (llama3, yarn)")
+    rms_norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_preset(cls, data: Any) -> Any:
+        """The preset's dimensions first, then what the campaign overrides."""
+        if isinstance(data, dict) and isinstance(data.get("generate"), str):
+            shape = PRESETS.get(data["generate"])
+            if shape is not None:
+                return {**{name: getattr(shape, name) for name in SHAPE_FIELDS}, **data}
+        return data
 
     @model_validator(mode="after")
     def _shape(self) -> "GeneratedModelSpec":
-        if self.hidden % self.heads:
+        if self.head_dim is None and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         return self  # a shape an engine's kernels do not take is that engine's to say (Engine.model_problem)
+
+    def shape(self) -> ModelShape:
+        return ModelShape(**{name: getattr(self, name) for name in SHAPE_FIELDS})
+
+    def served_dtype(self) -> str:
+        """The dtype the Hugging Face weights are written in and 'auto' serves: bfloat16, as the real models
+        ship (a campaign that wants float32 kernels says `dtype: float32`)."""
+        return "bfloat16" if self.dtype == "auto" else self.dtype
+
+    def gguf_type(self) -> GgufQuantization:
+        """The GGUF file's matrix type: the campaign's `quantization`, else f32 for float32 and the tiny test
+        model (its near-ties), f16 for a real shape."""
+        if self.quantization:
+            return self.quantization
+        return "f32" if self.dtype == "float32" or self.generate == "tiny-llama" else "f16"
 
 
 class LocalModelSpec(StrictModel):
