@@ -1,21 +1,19 @@
-"""The model a campaign serves: a local directory (Hugging Face layout) or GGUF file, or a tiny
-random-weight Llama that is generated and cached by config and seed. How it is generated is the
+"""The model a campaign serves: a local directory (Hugging Face layout) or GGUF file, or a
+random-weight model of a named shape, generated and cached by spec and seed. How it is generated is the
 engine's declaration (`Engine.default_model`, one of the generators here, one per model format):
-a Hugging Face directory by the engine venv's python (which has torch), or a GGUF file by
-servebench's own (numpy and `gguf`, servebench/builds/tiny_gguf.py)."""
+a Hugging Face directory (numpy and `tokenizers`, servebench/builds/hf_model.py) or a GGUF file (numpy
+and `gguf`, servebench/builds/gguf_model.py), both by servebench's own python."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from servebench.builds import tiny_gguf
-from servebench.builds.venv import source_digest
+from servebench.builds import gguf_model, hf_model
 from servebench.spec.campaign import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
 
 GGUF_NAME = "model.gguf"
@@ -66,32 +64,42 @@ class ModelGenerator:
 
 
 def _write_hf(spec: GeneratedModelSpec, engine_python: str, into: Path) -> None:
-    """By the engine venv's python: transformers and torch live there, not in servebench's venv."""
-    config = spec.model_dump(mode="json", exclude={"generate", "dtype"})
-    result = subprocess.run(
-        [engine_python, "-m", "servebench_engine.tiny_llama", "--out", str(into), "--config", json.dumps(config)],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )
-    if result.returncode != 0:
-        raise ModelError(f"generating the tiny Llama failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    """By servebench's own python (numpy and `tokenizers`): no engine venv, any shape, streamed."""
+    try:
+        hf_model.write_hf_model(spec, into)
+    except Exception as exc:
+        raise ModelError(f"writing the generated Hugging Face model failed: {exc}") from exc
+
+
+def _hf_code() -> str:
+    """The writer's source, and the versions of numpy (its generators' streams may change between
+    versions) and `tokenizers` (it serializes tokenizer.json)."""
+    from importlib.metadata import version
+
+    source = hashlib.sha256(Path(hf_model.__file__).read_bytes()).hexdigest()
+    return f"{source}-numpy-{version('numpy')}-tokenizers-{version('tokenizers')}"
 
 
 def _write_gguf(spec: GeneratedModelSpec, engine_python: str, into: Path) -> None:
     """By servebench's own python (numpy and `gguf`): no engine venv needed."""
     into.mkdir(parents=True)
     try:
-        tiny_gguf.write_tiny_gguf(spec, into / GGUF_NAME)
+        gguf_model.write_gguf(spec, into / GGUF_NAME)
     except Exception as exc:
-        raise ModelError(f"writing the tiny GGUF failed: {exc}") from exc
+        raise ModelError(f"writing the generated GGUF failed: {exc}") from exc
 
 
 def _gguf_code() -> str:
-    return hashlib.sha256(Path(tiny_gguf.__file__).read_bytes()).hexdigest()
+    """The writer's source and the `gguf` package's version (its quantizers make the bytes)."""
+    from importlib.metadata import version
+
+    source = hashlib.sha256(Path(gguf_model.__file__).read_bytes()).hexdigest()
+    return f"{source}-gguf-{version('gguf')}"
 
 
-# A Hugging Face directory with a locally trained tokenizer; a GGUF file (the same weights' shapes)
-TINY_LLAMA_HF = ModelGenerator("hf", "tiny-llama", None, source_digest, _write_hf)
-TINY_LLAMA_GGUF = ModelGenerator("gguf", "tiny-gguf", GGUF_NAME, _gguf_code, _write_gguf)
+# A Hugging Face directory with a tokenizer of the model's vocabulary; a GGUF file (the same weights' shapes)
+GENERATED_HF = ModelGenerator("hf", "generated-hf", None, _hf_code, _write_hf)
+GENERATED_GGUF = ModelGenerator("gguf", "generated-gguf", GGUF_NAME, _gguf_code, _write_gguf)
 
 
 def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
@@ -100,7 +108,7 @@ def _local_path(spec: LocalModelSpec, base_dir: Path | None) -> Path:
 
 
 def ensure_model(spec: ModelSpec, engine_python: str, cache: Path, base_dir: Path | None = None,
-                 generator: ModelGenerator = TINY_LLAMA_HF) -> Path:
+                 generator: ModelGenerator = GENERATED_HF) -> Path:
     """Return the model directory (or GGUF file), generating it first by the engine's `generator` if needed."""
     if isinstance(spec, LocalModelSpec):
         path = _local_path(spec, base_dir)
@@ -122,6 +130,6 @@ def model_tree(model_path: Path) -> Path:
 def vocab_size(model_dir: Path) -> int:
     """The vocabulary size the load generator draws token ids from."""
     if model_dir.suffix.lower() == ".gguf":
-        return tiny_gguf.gguf_vocab_size(model_dir)
+        return gguf_model.gguf_vocab_size(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     return int(config.get("text_config", config)["vocab_size"])

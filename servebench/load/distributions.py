@@ -45,7 +45,9 @@ class LengthSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical"]
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical"] = Field(description=(
+        "How lengths (tokens) are drawn: 'fixed' (`value`), 'uniform' (`min` to `max`), 'normal' or 'lognormal' "
+        "(`mean`, `stdev`), 'empirical' (the lengths in `file`)."))
     value: int | None = Field(None, ge=1, description="fixed: the length.")
     mean: float | None = Field(None, gt=0, description="normal, lognormal: the mean length.")
     stdev: float | None = Field(None, ge=0, description="normal, lognormal: the lengths' standard deviation.")

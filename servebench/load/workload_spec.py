@@ -84,8 +84,10 @@ class DatasetWorkload(WorkloadBase):
     or `{"messages": [...]}`). Text is counted with the model's tokenizer."""
 
     kind: Literal["dataset"]
-    format: Literal["sharegpt", "jsonl"]
-    path: str = Field(min_length=1)
+    format: Literal["sharegpt", "jsonl"] = Field(description="'sharegpt': a ShareGPT JSON file; 'jsonl': one "
+                                                 "JSON object a line (`prompt`, `prompt_ids` or `messages`).")
+    path: str = Field(min_length=1, description="The file: absolute, or relative to the campaign file's "
+                      "directory; read and checked when the campaign is loaded.")
     output: Length | None = Field(None, description="Answer lengths instead of the file's.")
 
     @field_validator("path")
@@ -142,8 +144,10 @@ class TraceWorkload(WorkloadBase):
     Azure-style CSV (TIMESTAMP, ContextTokens, GeneratedTokens)."""
 
     kind: Literal["trace"]
-    format: Literal["mooncake", "azure"]
-    path: str = Field(min_length=1)
+    format: Literal["mooncake", "azure"] = Field(description="'mooncake': Mooncake JSONL; 'azure': an "
+                                                 "Azure-style CSV (TIMESTAMP, ContextTokens, GeneratedTokens).")
+    path: str = Field(min_length=1, description="The trace file: absolute, or relative to the campaign file's "
+                      "directory; read and checked when the campaign is loaded.")
     time_scale: float = Field(1.0, gt=0, description="Offsets are the trace's times this: 0.1 replays 10x "
                               "faster. With a rate (`--rate`, a campaign's `rates`), the rate decides instead.")
     start_s: float = Field(0.0, ge=0, description="Window: trace seconds after its first request to start at.")

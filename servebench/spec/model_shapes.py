@@ -49,6 +49,8 @@ class ModelShape:
         kv = 2 * self.hidden * self.kv_heads * self.head_size
         o = self.heads * self.head_size * self.hidden
         bias = (self.heads + 2 * self.kv_heads) * self.head_size if self.attention_bias else 0
+        if self.attention_bias and self.architecture == "llama":
+            bias += self.hidden  # Llama's attention_bias biases o_proj too (Qwen2 biases q, k and v only)
         mlp = 3 * self.hidden * self.intermediate
         return q + kv + o + bias + mlp + 2 * self.hidden
 

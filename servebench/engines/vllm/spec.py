@@ -69,7 +69,9 @@ class VllmEngineSpec(EngineSpecBase):
     kind: Literal["vllm"] = "vllm"
     package: str = Field(DEFAULT_VLLM_PACKAGE, description="Pinned requirement for vLLM.")
     ray: str = Field(DEFAULT_RAY_PACKAGE, description="Pinned requirement for Ray (executor 'ray').")
-    extra_packages: list[str] = Field(default_factory=list)
+    extra_packages: list[str] = Field(default_factory=list, description=(
+        "More pip requirements installed into the engine's venv beside vLLM and Ray (pin them with '==' for a "
+        "reproducible build); part of the build's key."))
     source: VllmSourceSpec | None = Field(None, description=(
         "Build vLLM from source instead of installing `package` (the prerequisites are checked first: "
         "`servebench build CAMPAIGN --dry-run`)."))

@@ -11,7 +11,9 @@ from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 
 class LocalProviderSpec(ProviderSpecBase):
     kind: Literal["local"] = "local"
-    nodes: list[NodeSpec] = Field(min_length=1)
+    nodes: list[NodeSpec] = Field(min_length=1, description=(
+        "The nodes: named CPU sets of this host, each standing in for one machine (several of them test "
+        "distributed modes without a cluster)."))
 
     def node_specs(self) -> list[NodeSpec]:
         return list(self.nodes)

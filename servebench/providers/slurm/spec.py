@@ -41,7 +41,8 @@ class SlurmProviderSpec(ProviderSpecBase):
     partition: str | None = Field(None, pattern=SLURM_NAME_PATTERN, description="Default: the cluster's.")
     time_limit: str = Field(description="The allocation's wall-clock limit "
                             "(salloc --time), e.g. '30' (minutes), '01:30:00', '1-00:00:00'.")
-    account: str | None = Field(None, pattern=SLURM_NAME_PATTERN)
+    account: str | None = Field(None, pattern=SLURM_NAME_PATTERN, description="The account the allocation is "
+                                "charged to (salloc --account); default: your default account.")
     nodelist: list[str] | None = Field(None, description="Allocate exactly these nodes (salloc --nodelist); "
                                        "their names are then known before allocating.")
     exclusive: bool = Field(False, description="Allocate whole nodes (salloc --exclusive).")

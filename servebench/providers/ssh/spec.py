@@ -26,9 +26,9 @@ USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 class SshJumpSpec(StrictModel):
     """A bastion the host is reached through (ssh's ProxyJump)."""
 
-    address: str = Field(pattern=ADDRESS_PATTERN)
-    user: str = Field("root", pattern=USER_PATTERN)
-    port: int = Field(22, ge=1, le=65535)
+    address: str = Field(pattern=ADDRESS_PATTERN, description="The jump host's name or IP address.")
+    user: str = Field("root", pattern=USER_PATTERN, description="The user ssh logs in as on the jump host.")
+    port: int = Field(22, ge=1, le=65535, description="The jump host's SSH port.")
     key: Path | None = Field(None, description="Private key for the jump host (default: ssh's own identities).")
 
 
@@ -36,22 +36,26 @@ class SshHostSpec(NodeSpec):
     """One node: a host reached over SSH, and the CPUs servebench may use there."""
 
     address: str = Field(pattern=ADDRESS_PATTERN, description="Where ssh connects and the node's servers listen.")
-    user: str = Field("root", pattern=USER_PATTERN)
-    port: int = Field(22, ge=1, le=65535)
+    user: str = Field("root", pattern=USER_PATTERN, description="The user ssh logs in as; the run's processes "
+                      "on the host run as this user.")
+    port: int = Field(22, ge=1, le=65535, description="The host's SSH port.")
     key: Path | None = Field(None, description="Private key (default: ssh's own identities and agent).")
-    jump: SshJumpSpec | None = None
+    jump: SshJumpSpec | None = Field(None, description="A jump host (bastion) the host is reached through "
+                                     "(ssh's ProxyJump); null: ssh connects directly.")
 
 
 class SshProviderSpec(ProviderSpecBase):
     kind: Literal["ssh"] = "ssh"
     nodes_field: ClassVar[str] = "hosts"
     nodes_on_this_host: ClassVar[bool] = False  # the load generator's CPUs are the orchestrator's, not a node's
-    hosts: list[SshHostSpec] = Field(min_length=1)
+    hosts: list[SshHostSpec] = Field(min_length=1, description="The nodes: each a host reached over SSH, with the "
+                                     "CPUs servebench may use there.")
     ssh_config: Path | None = Field(None, description="An ssh_config file read after the provider's own "
                                     "settings (which win), e.g. for ciphers or a ProxyCommand.")
     known_hosts: Path | None = Field(None, description="Known host keys checked strictly; without it each run "
                                      "trusts a host's key on first use, in a file of its own.")
-    connect_timeout_s: int = Field(10, ge=1, le=300)
+    connect_timeout_s: int = Field(10, ge=1, le=300, description="Seconds ssh waits for a connection to a host "
+                                   "(or jump host) to be set up (ssh's ConnectTimeout).")
     remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",
                             description="Where each run's directory (logs, exit codes) is made on every host.")
     shared_paths: list[str] = Field(default_factory=list, description=(
