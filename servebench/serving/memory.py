@@ -1,0 +1,300 @@
+"""Memory a mode's server needs on each node, known before anything starts (docs/memory.md).
+
+A server's memory is its model's weights, its KV cache and each process's working set. The first two
+follow from the model's shape (servebench/spec/model_shapes.py) and what each process of the mode
+holds of it, which the engine declares (`EngineAPI.memory`: its ranks on the nodes, each one's layers,
+TP share and KV pool); the working set is the engine's measured constant per process. `servebench
+plan` prints it, the campaign check refuses a mode a node cannot hold, the server's start-up timeout
+grows with the bytes a rank loads, and the saturation study compares the KV capacity the shape gives
+with the one the engine logged. Pure but for reading a local model's config.json and this host's
+/proc/meminfo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from servebench.engines.base import Engine, MemoryRequest, RankShare
+from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, NodeSpec
+from servebench.spec.model_shapes import DTYPE_BYTES, ModelShape
+from servebench.spec.sweep import configuration_space
+
+GIB = 1024 ** 3
+GGUF_BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # blocks of 32 with a scale
+GGUF_SMALL_BYTES = 4  # norms and biases stay f32 in a GGUF file
+# A conservative rate at which a rank reads (or, for random weights, writes) its weights; qemu-user
+# emulation is several times slower (an emulated vLLM started in 307-321 s against 45 s natively).
+LOAD_BYTES_PER_S = 100e6
+EMULATED_LOAD_BYTES_PER_S = 20e6
+UNKNOWN_REMOTE = "unknown until provision (the node's inventory records its MemTotal); set memory_gib to check it now"
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """The model as memory sees it: its shape (None: unknown, `why`) and how many bytes its matrices,
+    its norms and biases and its KV cache take per element."""
+
+    shape: ModelShape | None
+    stored_as: str                  # 'bfloat16', 'q4_0': what the matrices are stored in
+    matrix_bytes: float = 2.0
+    small_bytes: int = 2
+    kv_dtype: str = "bfloat16"
+    why: str | None = None
+
+    def kv_bytes_per_token(self, layers: int, tp: int = 1) -> int:
+        """KV bytes a token takes in `layers` layers of one rank (its share of the KV heads; a head is
+        replicated when TP exceeds them)."""
+        if self.shape is None:
+            return 0
+        heads = max(1, self.shape.kv_heads // tp)
+        return 2 * layers * heads * self.shape.head_size * DTYPE_BYTES[self.kv_dtype]
+
+
+def model_weights(model: ModelSpec, engine: Engine, model_path: Path | None) -> ModelWeights:
+    """A generated model's shape in the format the engine serves (GGUF type or served dtype); a local
+    directory's from its config.json, when readable; a GGUF file's is not read (unknown)."""
+    kv_override = engine.api.memory.kv_cache_dtype if engine.api.memory else None
+    if isinstance(model, GeneratedModelSpec):
+        dtype = model.served_dtype()
+        if engine.default_model.format == "gguf":
+            return ModelWeights(model.shape(), model.gguf_type(), GGUF_BYTES_PER_WEIGHT[model.gguf_type()],
+                                GGUF_SMALL_BYTES, kv_override or dtype)
+        return ModelWeights(model.shape(), dtype, DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], kv_override or dtype)
+    if model_path is None or model_path.suffix.lower() == ".gguf":
+        size = f" ({model_path.stat().st_size / GIB:.2f} GiB file)" if model_path and model_path.is_file() else ""
+        return ModelWeights(None, "gguf", why=f"a GGUF file's shape is not read at plan time{size}")
+    try:
+        config = json.loads((model_path / "config.json").read_text())
+        shape = shape_from_config(config)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return ModelWeights(None, "?", why=f"no readable config.json in {model_path}: {exc}")
+    dtype = model.dtype if model.dtype != "auto" else str(config.get("torch_dtype") or config.get("dtype"))
+    if dtype not in DTYPE_BYTES:
+        return ModelWeights(shape, dtype, why=f"config.json's dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    return ModelWeights(shape, dtype, DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], kv_override or dtype)
+
+
+def shape_from_config(config: dict) -> ModelShape:
+    """A Hugging Face config.json's dense decoder dimensions (Llama and Qwen2 names)."""
+    text = config.get("text_config", config)
+    qwen2 = text.get("model_type") == "qwen2"
+    return ModelShape(
+        "qwen2" if qwen2 else "llama", layers=int(text["num_hidden_layers"]), hidden=int(text["hidden_size"]),
+        heads=int(text["num_attention_heads"]),
+        kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
+        intermediate=int(text["intermediate_size"]), vocab_size=int(text["vocab_size"]),
+        max_position=int(text.get("max_position_embeddings") or 2048),
+        tie_embeddings=bool(text.get("tie_word_embeddings", False)),
+        attention_bias=bool(text.get("attention_bias", qwen2)), head_dim=text.get("head_dim"))
+
+
+def share_weight_bytes(weights: ModelWeights, share: RankShare) -> int:
+    """The bytes of the weights one process holds: its layers' matrices split TP ways (norms
+    replicated), and the embedding and output head (one matrix when tied and held together)."""
+    shape = weights.shape
+    assert shape is not None
+    bias = (shape.heads + 2 * shape.kv_heads) * shape.head_size if shape.attention_bias else 0
+    norms = 2 * shape.hidden
+    matrices = shape.layer_parameters() - norms - bias
+    layer = matrices / share.tp * weights.matrix_bytes + (norms + bias / share.tp) * weights.small_bytes
+    vocab = shape.vocab_size * shape.hidden / share.tp * weights.matrix_bytes
+    head = 0.0
+    if share.head:
+        shared = shape.tie_embeddings and share.embedding
+        head = (0.0 if shared else vocab) + shape.hidden * weights.small_bytes
+    return round(share.layers * layer + (vocab if share.embedding else 0.0) + head)
+
+
+def share_kv_bytes(weights: ModelWeights, share: RankShare) -> int:
+    if share.kv_pool_bytes is not None:
+        return share.kv_pool_bytes
+    return (share.kv_pool_tokens or 0) * weights.kv_bytes_per_token(share.layers, share.tp)
+
+
+def share_kv_tokens(weights: ModelWeights, share: RankShare) -> int | None:
+    """The tokens a process's KV pool holds (None: it keeps none)."""
+    if share.kv_pool_tokens is not None:
+        return share.kv_pool_tokens if share.layers else None
+    per_token = weights.kv_bytes_per_token(share.layers, share.tp)
+    return share.kv_pool_bytes // per_token if share.kv_pool_bytes and per_token else None
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    share: RankShare
+    weights: int | None      # None: the model's shape is unknown
+    kv: int | None
+    working_set: int
+
+    @property
+    def total(self) -> int | None:
+        return None if self.weights is None or self.kv is None else self.weights + self.kv + self.working_set
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    node: str
+    ranks: list[RankMemory]
+    available: int | None    # bytes the node's servers may use (None: unknown now)
+    available_from: str      # where that number comes from
+
+    def part(self, name: str) -> int | None:
+        values = [getattr(rank, name) for rank in self.ranks]
+        return None if None in values else sum(values)
+
+    @property
+    def need(self) -> int | None:
+        return self.part("total")
+
+
+@dataclass(frozen=True)
+class ModeMemory:
+    mode: ModeSpec
+    campaign_index: int      # the campaign's mode this configuration is of (its field path)
+    nodes: list[NodeMemory]
+    kv_capacity_tokens: int | None   # the fewest tokens any rank's KV pool holds
+    why_unknown: str | None
+    shared_host: int | None  # this host's MemAvailable when several of the mode's nodes share it
+
+
+def ranks_of(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]],
+             shape: ModelShape) -> list[RankShare]:
+    """The engine's processes of this mode on its nodes (its `nodes:` in their order, else all)."""
+    assert engine.api.memory is not None
+    by_name = dict(nodes)
+    chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
+    return engine.api.memory.ranks(MemoryRequest(
+        mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
+        layers=shape.layers, max_position=shape.max_position))
+
+
+def kv_capacity_tokens(weights: ModelWeights, shares: list[RankShare]) -> int | None:
+    capacities = [t for share in shares if (t := share_kv_tokens(weights, share)) is not None]
+    return min(capacities) if capacities else None
+
+
+def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], weights: ModelWeights,
+                available: dict[str, tuple[int | None, str]], campaign_index: int = 0,
+                shared_host: int | None = None) -> ModeMemory:
+    """Per node of the mode: what each of its processes holds, the sum, and what the node has."""
+    if engine.api.memory is None or weights.shape is None:
+        why = weights.why or f"engine {engine.kind!r} declares no memory layout"
+        return ModeMemory(mode, campaign_index, [], None, why, None)
+    shares = ranks_of(engine, mode, spec, nodes, weights.shape)
+    overhead = engine.api.memory.process_overhead_bytes
+    per_node: dict[str, list[RankMemory]] = {}
+    for share in shares:
+        per_node.setdefault(share.node, []).append(RankMemory(
+            share, share_weight_bytes(weights, share), share_kv_bytes(weights, share), overhead))
+    node_rows = [NodeMemory(name, ranks, *available.get(name, (None, UNKNOWN_REMOTE)))
+                 for name, ranks in per_node.items()]
+    host = shared_host if len(node_rows) > 1 else None
+    return ModeMemory(mode, campaign_index, node_rows, kv_capacity_tokens(weights, shares), None, host)
+
+
+def declared_memory(campaign: Campaign) -> dict[str, int]:
+    """Each node's `memory_gib`, in bytes: from the provider's node specs, and from the entries of its
+    nodes field (an ssh host is a node spec with more fields)."""
+    specs: list[NodeSpec] = list(campaign.provider.node_specs())
+    listed = getattr(campaign.provider, campaign.provider.nodes_field, None)
+    if isinstance(listed, list):
+        specs += [entry for entry in listed if isinstance(entry, NodeSpec)]
+    return {spec.name: int(spec.memory_gib * GIB) for spec in specs if spec.memory_gib is not None}
+
+
+def node_availability(campaign: Campaign, names: list[str], host_available: int | None
+                      ) -> dict[str, tuple[int | None, str]]:
+    """(bytes, where from) for each server node: its `memory_gib`, and for a node on this host at
+    most this host's MemAvailable (which every local node shares)."""
+    declared = declared_memory(campaign)
+    result: dict[str, tuple[int | None, str]] = {}
+    for name in names:
+        given = declared.get(name)
+        if campaign.provider.nodes_on_this_host and host_available is not None:
+            if given is not None and given <= host_available:
+                result[name] = (given, "memory_gib")
+            else:
+                result[name] = (host_available, "this host's MemAvailable")
+        else:
+            result[name] = (given, "memory_gib") if given is not None else (None, UNKNOWN_REMOTE)
+    return result
+
+
+def this_host_available_bytes() -> int | None:
+    """This host's MemAvailable (/proc/meminfo), None where there is none."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def resolved_model_path(model: ModelSpec, base_dir: Path | None) -> Path | None:
+    if isinstance(model, GeneratedModelSpec):
+        return None
+    path = Path(os.path.expanduser(model.path))
+    return path if path.is_absolute() or base_dir is None else base_dir / path
+
+
+def campaign_memory(campaign: Campaign, engine_of, nodes: list[tuple[str, list[int]]], base_dir: Path | None,
+                    host_available: int | None) -> list[ModeMemory]:
+    """Every configuration the campaign serves (its modes times the knob axes), with its memory.
+    `engine_of`: an engine kind -> its Engine; `nodes`: the server nodes (name, CPUs for servers)."""
+    available = node_availability(campaign, [name for name, _ in nodes], host_available)
+    shared = host_available if campaign.provider.nodes_on_this_host else None
+    index_of = {mode.name: index for index, mode in enumerate(campaign.modes)}
+    weights_of: dict[str, ModelWeights] = {}
+    result = []
+    for point, mode in configuration_space(campaign):
+        kind = campaign.engine_kind(mode)
+        engine = engine_of(kind)
+        if kind not in weights_of:
+            weights_of[kind] = model_weights(campaign.model, engine, resolved_model_path(campaign.model, base_dir))
+        result.append(mode_memory(engine, mode, campaign.engine_spec_for(mode), nodes, weights_of[kind], available,
+                                  index_of[str(point["mode"])], shared))
+    return result
+
+
+def gib(value: int | None) -> str:
+    return "?" if value is None else f"{value / GIB:.2f}"
+
+
+def memory_problems(modes: list[ModeMemory]) -> list[tuple[int, str]]:
+    """(campaign mode index, why) for every node a configuration needs more of than it has, and for
+    local nodes that together need more than this host has free."""
+    problems = []
+    for memory in modes:
+        for node in memory.nodes:
+            if node.need is not None and node.available is not None and node.need > node.available:
+                problems.append((memory.campaign_index, f"mode {memory.mode.name} needs {gib(node.need)} GiB on node "
+                                 f"{node.node} (weights {gib(node.part('weights'))}, KV {gib(node.part('kv'))}, "
+                                 f"working set {gib(node.part('working_set'))}) but {gib(node.available)} GiB is "
+                                 f"free there ({node.available_from})"))
+        needs = [node.need for node in memory.nodes]
+        if memory.shared_host is not None and None not in needs:
+            total = sum(n for n in needs if n is not None)
+            if total > memory.shared_host and not any(p[1].startswith(f"mode {memory.mode.name} ") for p in problems):
+                problems.append((memory.campaign_index, f"mode {memory.mode.name} needs {gib(total)} GiB on nodes "
+                                 f"{', '.join(n.node for n in memory.nodes)}, which share this host, but "
+                                 f"{gib(memory.shared_host)} GiB is free here (MemAvailable)"))
+    return problems
+
+
+def largest_rank_weight_bytes(memory: ModeMemory) -> int | None:
+    weights = [rank.weights for node in memory.nodes for rank in node.ranks if rank.weights is not None]
+    return max(weights) if weights else None
+
+
+def startup_timeout_s(configured_s: float, rank_weight_bytes: int | None, emulated: bool) -> float:
+    """The engine block's `ready_timeout_s` plus the time a rank takes to load its weights at a
+    conservative rate (slower under emulation): an 8B model must not time out where the tiny one did
+    not, and the tiny one's few megabytes add nothing."""
+    if not rank_weight_bytes:
+        return configured_s
+    rate = EMULATED_LOAD_BYTES_PER_S if emulated else LOAD_BYTES_PER_S
+    return configured_s + float(int(rank_weight_bytes // rate))
