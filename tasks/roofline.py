@@ -1,0 +1,26 @@
+"""Roofline stage: each server node's memory bandwidth and peak matmul rate, measured once the engine
+build is placed there (`servebench.distribution.roofline`), and landed on its `nodes` row."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from servebench.builds.venv import EngineBuild
+from servebench.distribution.roofline import measure_nodes
+from servebench.progress import reporter
+from servebench.providers import Node, Provider
+from servebench.warehouse import landing
+from servebench.warehouse.store import session
+
+
+@task(name="measure-roofline", cache_policy=NONE)
+def measure_roofline(provider: Provider, nodes: list[Node], inventories: dict[str, dict],
+                     build: EngineBuild) -> dict[str, dict]:
+    return measure_nodes(provider, nodes, inventories, build, log=reporter().note)
+
+
+@task(name="land-roofline", cache_policy=NONE)
+def land_roofline(path: str, run_id: str, figures: dict[str, dict]) -> None:
+    with session(path) as con:
+        landing.land_roofline(con, run_id, figures)
