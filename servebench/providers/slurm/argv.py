@@ -95,6 +95,10 @@ def salloc_argv(spec: SlurmProviderSpec, name: str) -> list[str]:
         argv.append(f"--partition={spec.partition}")
     if spec.account:
         argv.append(f"--account={spec.account}")
+    if spec.qos:
+        argv.append(f"--qos={spec.qos}")
+    if spec.constraint:
+        argv.append(f"--constraint={spec.constraint}")
     if spec.nodelist:
         argv.append(f"--nodelist={','.join(spec.nodelist)}")
     if spec.exclusive:
