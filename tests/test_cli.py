@@ -1,6 +1,7 @@
 """The CLI as a user meets it: exit codes and messages."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,83 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     command = next(line for line in ci.splitlines() if "pytest" in line and not line.startswith("#"))
     assert command in readme
+
+
+# What a new user meets when a command line or a file is wrong: the command's own usage, the closest
+# name, one line for a file or a value whose content is wrong.
+
+def test_an_unknown_flag_after_a_command_shows_that_commands_usage():
+    done = servebench("query", "--fmt", "csv", "select 1")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: servebench query ")
+    assert "servebench query: error: unrecognized arguments: --fmt" in done.stderr
+    assert "rerun-failed" not in done.stderr  # not the top-level usage listing every command
+
+
+def test_a_mistyped_command_is_answered_with_the_closest():
+    done = servebench("qeury", "select 1")
+    assert done.returncode == 2 and "unknown command 'qeury': did you mean query?" in done.stderr
+
+
+def test_a_mistyped_campaign_name_is_answered_with_the_closest_shipped_one():
+    done = servebench("plan", "smok")
+    assert done.returncode == 1
+    assert done.stderr.strip() == "servebench: no campaign 'smok': did you mean smoke?"
+
+
+def test_an_unknown_campaign_key_is_answered_with_the_closest_field_of_its_block(tmp_path):
+    file = tmp_path / "typo.yaml"
+    file.write_text((ROOT / "campaigns" / "smoke.yaml").read_text().replace("  input_len: 64", "  input_length: 64"))
+    done = servebench("plan", str(file))
+    assert done.returncode == 1
+    assert "load.input_length: unknown key; did you mean input_len" in done.stderr
+
+
+def test_yaml_syntax_errors_name_the_campaign_file_and_the_workload_file(tmp_path):
+    campaign = tmp_path / "broken.yaml"
+    campaign.write_text("name: x\nmodes: [\n  - name: a\n")
+    done = servebench("plan", str(campaign))
+    assert done.returncode == 1 and f'in "{campaign}", line 3' in done.stderr, done.stderr
+    workload = tmp_path / "workload.yaml"
+    workload.write_text("kind: synthetic\ninput: [\n")
+    done = servebench("load", "--base-url", "http://127.0.0.1:9", "--model", "m", "--requests", "1", "--clients", "1",
+                      "--workload", str(workload))
+    assert done.returncode == 2 and f'in "{workload}", line 3' in done.stderr, done.stderr
+    assert "<unicode string>" not in done.stderr
+
+
+def test_a_bad_workload_is_one_line_without_the_usage():
+    done = servebench("load", "--base-url", "http://127.0.0.1:9", "--model", "m", "--requests", "1", "--clients", "1",
+                      "--workload", "{kind: bogus}")
+    assert done.returncode == 2
+    assert done.stderr.startswith("servebench load: --workload: ") and "'bogus'" in done.stderr
+    assert "usage:" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_format_json_is_the_one_output_option(tmp_path):
+    env = {**os.environ, "SERVEBENCH_CACHE": str(tmp_path)}
+    done = servebench("builds", "list", "--format", "json", env=env)
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+    assert servebench("builds", "list", "--json", env=env).returncode == 2
+
+
+def test_runs_beside_warehouse_sets_where_run_directories_go(tmp_path, monkeypatch):
+    from servebench.cli import main
+    from servebench.paths import runs_dir
+
+    monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "from-the-environment"))  # restored after the test
+    db = tmp_path / "w.duckdb"
+    warehouse.connect(db).close()
+    assert main(["query", "select 1", "--warehouse", str(db), "--runs", str(tmp_path / "runs")]) == 0
+    assert runs_dir() == tmp_path / "runs"
+
+
+def test_report_of_a_misspelt_campaign_names_the_campaigns_with_runs(tmp_path):
+    from tests.support.synthetic_runs import synthetic_warehouse
+
+    db = tmp_path / "w.duckdb"
+    synthetic_warehouse(db, tmp_path)
+    done = servebench("report", "--campaign", "synthtic", "--warehouse", str(db))
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("servebench: no run of campaign 'synthtic': did you mean synthetic? "
+                                   "(campaigns with runs: synthetic)")

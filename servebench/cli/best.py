@@ -9,7 +9,7 @@ import json
 from servebench import warehouse
 from servebench.analysis.best import best_per_cluster
 from servebench.analysis.capacity_report import server_command
-from servebench.cli.common import EXIT_FAILED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, format_arg, warehouse_arg, warehouse_path
 from servebench.warehouse.history import capacity_history
 
 
@@ -19,7 +19,7 @@ def add_best_parser(sub) -> None:
     p.add_argument("--fingerprint", help="only this hardware fingerprint (runs.hardware_fingerprint)")
     p.add_argument("--model", help="only models whose path contains this")
     p.add_argument("--campaign", help="only capacities measured by this campaign")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    format_arg(p, ("table", "json"))
     warehouse_arg(p)
     p.set_defaults(func=cmd_best)
 
@@ -37,7 +37,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     if not best:
         print("servebench: no capacity search in the warehouse matches (run a campaign with `search:`)")
         return EXIT_FAILED
-    if args.json:
+    if args.format == "json":
         print(json.dumps([{**r, "server_command": server_command(r)} for r in best], default=str, indent=1))
         return EXIT_OK
     for r in best:

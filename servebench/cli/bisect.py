@@ -11,7 +11,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, warehouse_arg, warehouse_path
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, format_arg, warehouse_arg, warehouse_path
 
 
 def add_bisect_parser(sub) -> None:
@@ -31,7 +31,7 @@ def add_bisect_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="cells per commit, at the load point")
     p.add_argument("--point", help="the load point to measure, as in cell keys (c4, rate8; default: the campaign's "
                    "first)")
-    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    format_arg(p, ("table", "json"))
     warehouse_arg(p)
     p.set_defaults(func=cmd_bisect)
 
@@ -72,7 +72,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the steps measured so far are in the warehouse (bisect_steps)")
         return EXIT_INTERRUPTED
-    if args.json:
+    if args.format == "json":
         print(json.dumps(outcome, default=str, indent=1))
         return EXIT_OK
     print_outcome(Console(width=200), outcome, args.metric)

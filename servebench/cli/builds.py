@@ -13,7 +13,7 @@ from pathlib import Path
 
 from servebench.builds.cache import MARKER
 from servebench.builds.cache_trees import list_cache, plan_gc, remove_item
-from servebench.cli.common import EXIT_FAILED, EXIT_OK
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, format_arg
 from servebench.paths import cache_dir
 
 
@@ -21,7 +21,7 @@ def add_builds_parser(sub) -> None:
     builds = sub.add_parser("builds", help="the engine builds and other trees in the cache: list them, remove old ones")
     actions = builds.add_subparsers(dest="builds_action", required=True)
     listing = actions.add_parser("list", help="every tree: kind, key, what it is, size, last used")
-    listing.add_argument("--json", action="store_true")
+    format_arg(listing, ("table", "json"))
     listing.set_defaults(func=cmd_builds_list)
     gc = actions.add_parser("gc", help="remove builds, their compile caches, sysroots and emulation roots "
                                        "(never one in use or needed by a kept build); say which")
@@ -37,7 +37,7 @@ def add_builds_parser(sub) -> None:
 
 def cmd_builds_list(args: argparse.Namespace) -> int:
     items = list_cache(cache_dir())
-    if args.json:
+    if args.format == "json":
         print(json.dumps([i.model_dump(mode="json", exclude={"entry"}) for i in items], indent=1))
         return EXIT_OK
     if not items:

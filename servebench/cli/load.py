@@ -12,6 +12,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
+from servebench.cli.common import ContentError
 from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
 
@@ -137,13 +138,14 @@ def result_formats() -> dict[str, Callable[[dict], dict]]:
 
 
 def _workload_flag(text: str):
+    """A workload that is not one is a content error: one line naming the field, not the usage."""
     from servebench.load.distributions import WorkloadError
     from servebench.load.workload_spec import parse_workload_option
 
     try:
         return parse_workload_option(text)
     except WorkloadError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--workload: ")) from None
+        raise ContentError(str(exc)) from None
 
 
 def _steady_flag(text: str):

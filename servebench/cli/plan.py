@@ -8,6 +8,7 @@ from typing import cast
 
 from servebench.builds.builders import inputs_and_key
 from servebench.builds.model import ModelGenerator
+from servebench.campaign.feasibility import variant_memory
 from servebench.campaign.placement import split_client_node
 from servebench.campaign.plan import Plan
 from servebench.engines import LaunchRequest, get_engine
@@ -15,8 +16,16 @@ from servebench.engines.base import PortSource
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
 from servebench.serving.deployment import mode_nodes
+from servebench.serving.memory import (
+    GIB,
+    ModeMemory,
+    gib,
+    model_weights,
+    resolved_model_path,
+    this_host_available_bytes,
+)
 from servebench.serving.server import node_argv
-from servebench.spec.campaign import GeneratedModelSpec
+from servebench.spec.campaign import GeneratedModelSpec, variant_label
 
 
 def describe_plan(plan: Plan, file: Path) -> str:
@@ -34,17 +43,23 @@ def describe_plan(plan: Plan, file: Path) -> str:
         f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
         *(f"engine   {spec.describe()}  build key {keys[kind]}" for kind, spec in specs.items()),
         *(f"model    {path}" for path in dict.fromkeys(models.values())),
+        *model_lines(campaign, engines, file),
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
         f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
-        + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else ""),
+        + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else "")
+        + (f" (model variants: {', '.join(variant_label(v) for v in campaign.model_axes.variants())})"
+           if campaign.model_axes else ""),
         *(f"knobs    {kind}: " + (", ".join(sorted(engine.knobs)) or "none")
           + " (the engine's; docs/tuning.md)" for kind, engine in engines.items()),
         *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
         "",
     ]
     by_name = {n.name: n for n in nodes}
+    host = this_host_available_bytes() if campaign.provider.nodes_on_this_host else None
+    memory = {m.mode.name: m for m in variant_memory(campaign, get_engine, [(n.name, n.cpus) for n in nodes],
+                                                     file.parent, host)}
     for mode, cells in plan.modes():
         kind = campaign.engine_kind(mode)
         spec, key = specs[kind], keys[kind]
@@ -52,14 +67,18 @@ def describe_plan(plan: Plan, file: Path) -> str:
             spec = campaign.engine_spec_for(mode)
             key = build_key_or_why(engines[kind], spec)
         build_dir = str(cache_dir() / "engines" / key)
+        model = campaign.model_for(mode)  # its model variant's (`model_axes`), else the campaign's
+        model_dir = models[kind] if not mode.model else model_path(
+            campaign.model_copy(update={"model": model}), file, engines[kind].default_model)
         launch = engines[kind].launch(LaunchRequest(
             python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
-            model_dir=models[kind], served_name=served, dtype=campaign.model.dtype, nodes=mode_nodes(nodes, mode),
+            model_dir=model_dir, served_name=served, dtype=model.dtype, nodes=mode_nodes(nodes, mode),
             # planning=True: the engines only print a port into the command shown, so "PORT" may stand in
             # for the int a PortSource gives
             ports=cast(PortSource, PlaceholderPorts()), planning=True))
         engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
-            (f" build {spec.describe()} key {key}" if mode.build else "")
+            (f" build {spec.describe()} key {key}" if mode.build else "") + \
+            (f" model {variant_label(mode.model)}{gguf_note(model, engines[kind])}" if mode.model else "")
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "
                      f"on {launch.api.node}:")
         for process in launch.processes:
@@ -67,11 +86,53 @@ def describe_plan(plan: Plan, file: Path) -> str:
             where = "" if process.api else f"and on {process.node}: "
             command = provider.command(by_name[process.node], node_argv(by_name[process.node], process.argv))
             lines.append(f"  {where}{env} \\\n    {shlex.join(command)}")
+        lines += memory_lines(memory.get(mode.name))
         for cell in cells:
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def model_lines(campaign, engines: dict, file: Path) -> list[str]:
+    """A generated model's parameter count and KV bytes a token, in the dtype each engine keeps its cache."""
+    if not isinstance(campaign.model, GeneratedModelSpec):
+        return []
+    shape = campaign.model.shape()
+    lines = [f"shape    {campaign.model.generate}: {shape.parameters():,} parameters, {shape.layers} layers"]
+    for kind, engine in engines.items():
+        weights = model_weights(campaign.model, engine, resolved_model_path(campaign.model, file.parent))
+        per_token = weights.kv_bytes_per_token(shape.layers)
+        lines.append(f"         {kind}: weights as {weights.stored_as}, KV {per_token:,} bytes a token "
+                     f"({weights.kv_dtype}, all layers)")
+    return lines
+
+
+def gguf_note(model, engine) -> str:
+    """' (GGUF q4_0)': the file type a variant of a generated model is written in for a GGUF engine."""
+    if isinstance(model, GeneratedModelSpec) and engine.default_model.format == "gguf":
+        return f" (GGUF {model.gguf_type()})"
+    return ""
+
+
+def memory_lines(memory: ModeMemory | None) -> list[str]:
+    """Per node of the mode, in GiB: weights, KV cache, working set, their total and what the node has."""
+    if memory is None:
+        return []
+    if memory.why_unknown:
+        return [f"  memory   unknown: {memory.why_unknown}"]
+    capacity = "" if memory.kv_capacity_tokens is None else f" (KV capacity {memory.kv_capacity_tokens:,} tokens)"
+    lines = [f"  memory   GiB per node{capacity}:"]
+    for node in memory.nodes:
+        ranks = ", ".join(rank.share.label for rank in node.ranks)
+        available = gib(node.available) if node.available is not None else "unknown"
+        lines.append(f"    {node.node} ({ranks}): weights {gib(node.part('weights'))} + KV {gib(node.part('kv'))} + "
+                     f"working set {gib(node.part('working_set'))} = {gib(node.need)} of {available} available "
+                     f"({node.available_from})")
+    if memory.shared_host is not None:
+        total = sum(node.need or 0 for node in memory.nodes)
+        lines.append(f"    these nodes share this host: {total / GIB:.2f} of {gib(memory.shared_host)} available")
+    return lines
 
 
 def build_key_or_why(engine, spec) -> str:
@@ -108,3 +169,23 @@ def search_line(campaign, configurations: int) -> str:
     launched = min(search.trials, configurations) if search.strategy == "optuna" else configurations
     return (f"tune ({search.strategy}) over {search.over}: {launched} of {configurations} configurations, then the "
             f"default again: {launched + 1} server launches, at most {(launched + 1) * per_search} probes")
+
+
+def add_plan_parser(sub) -> None:
+    from servebench.cli.common import campaign_file
+
+    plan = sub.add_parser("plan", help="validate a campaign, print its cells and server commands")
+    plan.add_argument("file", type=campaign_file)
+    plan.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    from servebench.campaign.loading import load_campaign
+    from servebench.campaign.plan import make_plan
+    from servebench.cli.common import EXIT_OK
+    from servebench.providers import Provider, get_provider_class
+
+    campaign = load_campaign(args.file)
+    provider_class: type[Provider] = get_provider_class(campaign.provider.kind)
+    print(describe_plan(make_plan(campaign, provider_class.host_cpus()), Path(args.file)))
+    return EXIT_OK

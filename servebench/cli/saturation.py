@@ -9,7 +9,16 @@ import sys
 
 from servebench import warehouse
 from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
-from servebench.cli.common import EXIT_FAILED, EXIT_OK, chosen_run_id, run_choice_args, warehouse_arg, warehouse_path
+from servebench.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    chosen_run_id,
+    format_arg,
+    no_run_message,
+    run_choice_args,
+    warehouse_arg,
+    warehouse_path,
+)
 
 
 def add_saturation_parser(sub) -> None:
@@ -17,7 +26,7 @@ def add_saturation_parser(sub) -> None:
                        "(most clients without KV misses) against capacity / tokens per sequence (a sessions "
                        "workload: per session at its longest)")
     run_choice_args(p)
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    format_arg(p, ("table", "json"))
     p.add_argument("--miss-threshold", type=float, default=MISS_THRESHOLD, metavar="P",
                    help=f"a client count whose cache-miss probability exceeds P is past the knee (default "
                         f"{MISS_THRESHOLD:g}; 0: the first miss at all, for an engine whose misses are rare per step)")
@@ -29,13 +38,16 @@ def cmd_saturation(args: argparse.Namespace) -> int:
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
         run_id = chosen_run_id(con, args)
-        found = run_saturation(con, run_id, args.miss_threshold) if run_id else []
+        if run_id is None:
+            print(f"servebench: {no_run_message(con, args)}", file=sys.stderr)
+            return EXIT_FAILED
+        found = run_saturation(con, run_id, args.miss_threshold)
     finally:
         con.close()
     if not found:
         print(f"servebench: no completed closed-loop cells in run {run_id}", file=sys.stderr)
         return EXIT_FAILED
-    if args.json:
+    if args.format == "json":
         print(json.dumps([{**s.model_dump(), "series": s.series, "knee_gap": s.knee_gap} for s in found], indent=1))
         return EXIT_OK
     print(f"run {run_id}: knee = the most clients with cache-miss probability <= {args.miss_threshold:g}")
@@ -49,6 +61,7 @@ def cmd_saturation(args: argparse.Namespace) -> int:
                 f"{s.peak_normalized_throughput_past_knee:.0%} at best"
                 if s.peak_normalized_throughput_past_knee is not None else "")
         per_client = s.tokens_per_sequence if s.tokens_per_sequence is not None else "?"
-        print(f"  {s.series}: KV capacity {s.kv_capacity_tokens} tokens / {per_client} {per} = "
+        shape = "" if s.shape_kv_capacity_tokens is None else f" (by the model's shape {s.shape_kv_capacity_tokens})"
+        print(f"  {s.series}: KV capacity {s.kv_capacity_tokens} tokens{shape} / {per_client} {per} = "
               f"{theory} {unit}; measured knee {knee}{gap}{past}")
     return EXIT_OK

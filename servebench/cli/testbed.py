@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from servebench.cli.common import EXIT_FAILED, EXIT_OK
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, format_arg
 
 DESCRIPTION = ("N test hosts on this machine, each with its own address in 198.18.0.0/15, /dev/shm, /tmp, "
                "sshd and slurmd; a Slurm controller on h1. Needs root. See docs/testbed.md.")
@@ -37,7 +37,7 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     status = actions.add_parser("status", help="hosts, addresses and daemons of a testbed (or of all)")
     status.add_argument("--name", default=None, help=name_help)
     status.add_argument("--all", action="store_true", help="every testbed on this machine")
-    status.add_argument("--format", choices=["text", "json"], default="text")
+    format_arg(status, ("table", "json"))
     status.set_defaults(func=cmd_status)
 
     down = actions.add_parser("down", help="stop every daemon and remove namespaces, mounts, links and files")
