@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# the distribution's name on PyPI (pyproject.toml): `servebench` there is an unrelated load tester
+DISTRIBUTION = "servebench-campaigns"
 
 
 def _checkout() -> Path | None:

@@ -59,7 +59,7 @@ def test_bisect_names_the_slowdown_commit_and_commits_run_side_by_side(tmp_path:
     # the tiny model decodes a token in well under a millisecond, with scheduling jitter of tens of
     # percent between cells on any CPU: "bad" is three times slower, which the 20 ms sleep is many times over
     done = servebench(tmp_path, "bisect", str(file), "--good", hashes[0], "--bad", "main", "--metric", "tpot_p50_ms",
-                      "--threshold", "2", "--repeats", "2", "--json", "--warehouse", str(wh))
+                      "--threshold", "2", "--repeats", "2", "--format", "json", "--warehouse", str(wh))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     outcome = json.loads(done.stdout)
     assert outcome["first_bad"] == hashes[SLOW_AT], outcome

@@ -120,6 +120,15 @@ def test_ctrl_c_in_the_last_cell_keeps_the_measured_cells_complete_and_leaves_no
     assert kv and all(samples >= 1 for _, samples, seconds in kv if seconds > 2.0), kv
     assert sum(samples for _, samples, _ in kv) >= 1, kv
     assert con.execute("select kv_capacity_tokens from servers").fetchone()[0] > 0
+    # the node's roofline, measured on its servers' CPU, and every completed cell's fractions of it
+    roof = con.execute("select mem_bandwidth_gbps, matmul_peak_gflops_bf16, matmul_peak_gflops_fp32, roofline_cpus, "
+                       "roofline_emulated from nodes").fetchone()
+    assert roof[0] > 0 and roof[1] > 0 and roof[2] > 0 and roof[3] == [0] and roof[4] is False, roof
+    fractions = con.execute("select cell_key, decode_fraction, prefill_fraction, judged from cell_roofline "
+                            "where status = 'completed' order by cell_key").fetchall()
+    print(f"roofline: {roof}; fractions {fractions}")
+    assert [f[0] for f in fractions] == landed, fractions
+    assert all(0 < decode < 1 and 0 < prefill < 1 and judged for _, decode, prefill, judged in fractions), fractions
     con.close()
     reports = list(runs.glob("*/report.html"))  # rendered while the interrupt unwinds, too
     assert len(reports) == 1, output

@@ -10,7 +10,7 @@ import pytest
 
 import servebench.engines
 from servebench.builds.builders import BUILDERS, builder_for
-from servebench.builds.model import TINY_LLAMA_GGUF, TINY_LLAMA_HF
+from servebench.builds.model import GENERATED_GGUF, GENERATED_HF
 from servebench.builds.recipe import CMakeRecipe, GitSource, TargetPlatform, VenvRecipe, WheelRecipe
 from servebench.engines import EngineRegistrationError, engine_kinds, get_engine, register_engine
 from servebench.engines.base import Engine, EngineAPI, contract_problems
@@ -25,7 +25,7 @@ def test_a_minimal_engine_inherits_the_openai_defaults():
     echo = EchoEngine()
     assert Engine in type(echo).__mro__
     assert (echo.api.stream_token_counts, echo.default_model, echo.api.prefix_cache_metrics) == (
-        OPENAI_TOKEN_COUNT, TINY_LLAMA_HF, None)
+        OPENAI_TOKEN_COUNT, GENERATED_HF, None)
     assert echo.model_problem(GeneratedModelSpec(generate="tiny-llama", hidden=192, heads=4)) is None
 
 
@@ -33,7 +33,7 @@ def test_each_engine_declares_its_stream_count_and_its_model():
     vllm, llamacpp = get_engine("vllm"), get_engine("llamacpp")
     assert vllm.api.stream_token_counts == ("usage.completion_tokens",)
     assert llamacpp.api.stream_token_counts == ("usage.completion_tokens", "timings.predicted_n")
-    assert (vllm.default_model, llamacpp.default_model) == (TINY_LLAMA_HF, TINY_LLAMA_GGUF)
+    assert (vllm.default_model, llamacpp.default_model) == (GENERATED_HF, GENERATED_GGUF)
     assert all(engine.default_model.format == engine.model_formats[0] for engine in (vllm, llamacpp))
 
 

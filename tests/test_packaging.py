@@ -109,7 +109,7 @@ def test_the_wheel_carries_what_a_run_reads_and_no_generic_top_level_name(tmp_pa
     for needed in ["servebench/flows/campaign.py", "servebench/tasks/land.py",
                    "servebench/warehouse/migrations/001_init.sql", "servebench/warehouse/views/cell_kv.sql",
                    "servebench/_shipped/engine_side/pyproject.toml",
-                   "servebench/_shipped/engine_side/servebench_engine/tiny_llama.py",
+                   "servebench/_shipped/engine_side/servebench_engine/dist_alias.py",
                    "servebench/_shipped/campaigns/smoke.yaml", "servebench/_shipped/campaigns/data/mooncake-200.jsonl",
                    "servebench/engines/vllm/patches/gcc-12.2-x86.patch"]:
         assert needed in names, needed
@@ -163,4 +163,10 @@ def test_the_installed_wheel_plans_and_runs_a_campaign_from_another_directory(tm
                         "from cells join runs using (run_id)").fetchall()
     con.close()
     assert [c[:3] for c in cells] == [("single.c1.r0", "completed", 6)], cells
-    assert cells[0][3] == "servebench 0.1.0", cells   # no checkout: the wheel's version
+    assert cells[0][3] == "servebench-campaigns 0.1.0", cells   # no checkout: the wheel's version
+
+
+def test_the_distribution_name_is_the_one_pyproject_declares():
+    from servebench.paths import DISTRIBUTION
+
+    assert tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["name"] == DISTRIBUTION

@@ -8,6 +8,7 @@ from rich.console import Console
 
 from servebench import cli, warehouse
 from servebench.analysis.run_summary import summarize
+from servebench.cli.campaign_flow import print_cells_summary, status_line
 from servebench.warehouse.landing import insert_row
 
 
@@ -86,9 +87,9 @@ def test_the_run_summary_lists_the_runs_cells_and_its_invalid_ones(landed):
 def test_the_end_of_run_output_shows_cells_invalid_reasons_and_a_readable_status(landed):
     stream = io.StringIO()
     console = Console(file=stream)
-    cli.print_cells_summary(console, landed, "r1")
+    print_cells_summary(console, landed, "r1")
     outcome = {"run_id": "r1", "status": "invalid", "cells": {"a": "completed", "b": "completed"}}
-    console.print(cli.status_line("smoke", outcome), soft_wrap=True)
+    console.print(status_line("smoke", outcome), soft_wrap=True)
     lines = stream.getvalue().splitlines()
     assert lines[0].split() == ["cell", "┃", "status", "┃", "correctness", "┃", "valid", "┃", "tok/s", "┃", "reasons",
                                 "/", "error"]  # a table, only the free text wraps at 80 columns
@@ -101,5 +102,105 @@ def test_the_end_of_run_output_shows_cells_invalid_reasons_and_a_readable_status
 
 def test_the_end_of_run_output_survives_a_missing_warehouse(tmp_path):
     stream = io.StringIO()
-    cli.print_cells_summary(Console(file=stream), str(tmp_path / "none.duckdb"), "r1")
+    print_cells_summary(Console(file=stream), str(tmp_path / "none.duckdb"), "r1")
     assert stream.getvalue().startswith("no cell summary: no warehouse at")
+
+
+def test_a_table_rounds_floats_and_reads_bytes_and_durations(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    sql = ("select 347.9515159138403::double as x, 0.0123456::double as small, 3190026240 as mem_used_bytes, "
+           "0.0116::double as warmup_s, 4000::double as duration_s, [1.23456, 2.0]::double[] as v, 42 as n")
+    assert cli.main(["query", sql, "--warehouse", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split("│") == [" 347.952 ", " 0.0123 ", " 2.97 GiB       ", " 11.6 ms  ", " 1 h 6 min 40 s ",
+                                  " [1.235, 2] ", " 42 "]
+
+
+def test_a_header_carries_the_unit_its_columns_comments_give_it(db, capsys):
+    sql = "select 439.12::double as output_throughput, 8.0::double as rate, 11.6::double as ttft_p99_ms, 1.0 as value"
+    assert cli.main(["query", sql, "--format", "markdown", "--warehouse", db]) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "| output_throughput [tok/s] | rate [req/s] | ttft_p99_ms | value |",   # _ms says it; value: many units
+        "| ---: | ---: | ---: | ---: |",
+        "| 439.12 | 8 | 11.6 | 1 |",
+    ]
+
+
+def test_raw_csv_and_json_keep_every_value_as_stored(db, capsys):
+    sql = "select 347.9515159138403::double as output_throughput, 3190026240 as mem_used_bytes"
+    assert cli.main(["query", sql, "--raw", "--format", "markdown", "--warehouse", db]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == "| 347.9515159138403 | 3190026240 |"
+    assert cli.main(["query", sql, "--format", "csv", "--warehouse", db]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "347.9515159138403,3190026240"
+
+
+def test_an_empty_result_says_so(db, capsys):
+    assert cli.main(["query", "select cell_key from cells", "--warehouse", db]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "0 rows"
+    assert cli.main(["query", "select cell_key from cells", "--format", "json", "--warehouse", db]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+
+
+@pytest.mark.parametrize("number, text", [(0, "0"), (2.5, "2.5"), (-0.000123456, "-0.000123"), (1e6 / 3, "333333.333"),
+                                          (float("nan"), "nan")])
+def test_the_rounding_rule(number, text):
+    from servebench.cli.tables import rounded
+
+    assert rounded(number) == text
+
+
+@pytest.mark.parametrize("seconds, text", [(0.25, "250 ms"), (59.5, "59.5 s"), (61, "1 min 1 s"),
+                                           (-90000, "-1 d 1 h"), (3600, "1 h")])
+def test_the_duration_rule(seconds, text):
+    from servebench.cli.tables import duration_text
+
+    assert duration_text(seconds) == text
+
+
+def test_tables_lists_every_table_and_view_with_its_columns_and_comments(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["tables", "--warehouse", db]) == 0
+    out = capsys.readouterr().out
+    for heading in ("cells (table): One row per cell", "requests (table):", "measured_requests (view):",
+                    "cell_kv (view):"):
+        assert heading in out, heading
+    assert cli.main(["tables", "cells", "--warehouse", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("cells (table)") and "measured_requests (view)" not in "".join(lines)
+    row = next(line for line in lines if line.startswith(" output_throughput "))
+    assert [cell.strip() for cell in row.split("│")] == [
+        "output_throughput", "DOUBLE", "output tokens per second over the steady window [tok/s]"]
+
+
+def test_tables_of_one_unknown_name_suggests_the_close_ones(db, capsys):
+    assert cli.main(["tables", "cell", "--warehouse", db]) == 1
+    assert "no table or view 'cell' in the warehouse: did you mean cells" in capsys.readouterr().err
+
+
+def test_tables_as_json(db, capsys):
+    import json
+
+    assert cli.main(["tables", "measured_requests", "--format", "json", "--warehouse", db]) == 0
+    (view,) = json.loads(capsys.readouterr().out)
+    assert view["kind"] == "view" and {"name": "ttft_ms", "type": "DOUBLE", "comment": (
+        "time to first token: first token event - send (NULL: failed) [ms]")} in view["columns"]
+
+
+def test_the_run_summary_and_the_report_say_when_a_schedule_missed_its_rate(landed):
+    from servebench.analysis.report import cell_table
+    from servebench.warehouse import reads
+
+    con = warehouse.connect(landed)
+    add_cell(con, "r1", "tp1.c1.r0", status="completed", valid=True, output_throughput=10.0, rate=8.0,
+             offered_rate=8.0, realized_rate=11.0)
+    add_cell(con, "r1", "tp1.c3.r0", status="completed", valid=True, output_throughput=10.0, rate=2.0,
+             offered_rate=2.0, realized_rate=2.1)
+    cells = reads.report_cells(con, "r1")
+    con.close()
+    stream = io.StringIO()
+    print_cells_summary(Console(file=stream, width=200), landed, "r1")
+    out = stream.getvalue()
+    assert "schedule realized 11 req/s, +38% from the 8 req/s offered" in out
+    assert "1 open-loop cell(s) ran a schedule more than 10% off the rate their key names" in out
+    table = cell_table(cells, [])
+    assert table.count("schedule realized") == 1 and "+38% from the 8 req/s offered" in table

@@ -110,6 +110,20 @@ def test_salloc_argv():
     assert "--partition" not in " ".join(salloc_argv(spec_of(), "n"))
 
 
+def test_qos_and_constraint_go_to_salloc_and_leave_the_spec_hash_alone_when_unset():
+    argv = salloc_argv(spec_of(partition="p", account="a", qos="normal", constraint="intel&avx512",
+                               salloc_args=["--reservation=bench"]), "n")
+    assert argv[-4:] == ["--account=a", "--qos=normal", "--constraint=intel&avx512", "--reservation=bench"]
+    for constraint in ("sapphirerapids", "grace|neoverse_v2", "[rack1|rack2]", "intel&(avx512|amx)"):
+        assert spec_of(constraint=constraint).constraint == constraint
+    for bad in ({"qos": "-x"}, {"qos": "a b"}, {"constraint": "-w h1"}, {"constraint": "a b"}):
+        with pytest.raises(ValidationError):
+            spec_of(**bad)
+    unset = spec_of().model_dump(mode="json")   # a campaign without them: the same normalized spec as before
+    assert "qos" not in unset and "constraint" not in unset
+    assert spec_of(qos="q").model_dump(mode="json")["qos"] == "q"
+
+
 def test_client_env_drops_the_orchestrators_job_context(tmp_path):
     environ = {"PATH": "/bin", "SLURM_JOB_ID": "9", "SLURM_CPUS_PER_TASK": "8", "SRUN_CPUS_PER_TASK": "8",
                "SALLOC_PARTITION": "x", "SLURM_CONF": "/etc/a.conf", "SLURM_CLUSTERS": "c"}

@@ -79,3 +79,46 @@ def test_two_link_settings_with_one_label_are_refused_by_line():
     from servebench.campaign.loading import SpecError
     with pytest.raises(SpecError, match=r"<string>:8: network.links\[1\]: link setting 'd5ms' is given more than once"):
         parse_campaign(NETWORK.replace("{delay_ms: 0}", "{delay_ms: 5}"))
+
+
+MODEL_AXES = CAMPAIGN.replace("model: {generate: tiny-llama}", """engine: {kind: llamacpp}
+model: {generate: tiny-llama}
+model_axes: {quantization: [f32, q4_0]}""").replace(
+    "{name: tp2, tp: 2}", "{name: rpc2, executor: rpc, pp: 2, oversubscribe: true}")
+
+
+def test_model_axes_give_every_mode_one_configuration_per_variant_named_by_it():
+    from servebench.spec.sweep import configurations
+
+    campaign = parse_campaign(MODEL_AXES)
+    served = configurations(campaign)
+    assert [(m.name, m.model) for m in served] == [
+        ("tp1-f32", {"quantization": "f32"}), ("tp1-q4_0", {"quantization": "q4_0"}),
+        ("rpc2-f32", {"quantization": "f32"}), ("rpc2-q4_0", {"quantization": "q4_0"})]
+    assert [campaign.model_for(m).gguf_type() for m in served] == ["f32", "q4_0", "f32", "q4_0"]
+    cells = expand(campaign)
+    assert [c.key for c in cells[:3]] == ["tp1-f32.c1.r0", "tp1-f32.c1.r1", "tp1-f32.c4.r0"]
+    by_key = {c.key: c for c in cells}
+    assert by_key["tp1-f32.c4.r0"].seed == by_key["tp1-q4_0.c4.r0"].seed  # the same requests for each variant
+
+
+def test_model_axes_combine_with_knob_axes_and_dtype_before_quantization():
+    from servebench.spec.sweep import configuration_space
+
+    text = MODEL_AXES.replace("model_axes: {quantization: [f32, q4_0]}",
+                              "model_axes: {dtype: [float32, auto], quantization: [q8_0]}\nknobs: {parallel: [2]}")
+    space = configuration_space(parse_campaign(text))
+    assert [m.name for _, m in space][:2] == ["tp1-p2-fp32-q8_0", "tp1-p2-auto-q8_0"]
+    assert space[0][0] == {"mode": "tp1", "parallel": 2, "dtype": "float32", "quantization": "q8_0"}
+
+
+def test_a_variant_is_part_of_the_series_identity_and_no_axes_keep_the_hash():
+    from servebench.analysis.regression.series import series_id
+
+    campaign = parse_campaign(MODEL_AXES)
+    identities = {c.mode.name: {"campaign": campaign.name, "mode": c.mode.name} for c in expand(campaign)}
+    assert series_id(identities["tp1-f32"], "hw") != series_id(identities["tp1-q4_0"], "hw")
+    plain = parse_campaign(CAMPAIGN)
+    assert "model_axes" not in plain.normalized()
+    assert all("model" not in mode for mode in plain.normalized()["modes"])
+    assert [c.mode.model for c in expand(plain)] == [{}] * len(expand(plain))

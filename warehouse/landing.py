@@ -18,7 +18,7 @@ import duckdb
 
 from servebench.builds.venv import EngineBuild
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
-from servebench.paths import CHECKOUT
+from servebench.paths import CHECKOUT, DISTRIBUTION
 from servebench.spec.sweep import Cell
 
 
@@ -35,7 +35,7 @@ def servebench_commit() -> str | None:
     if CHECKOUT is None:
         from importlib.metadata import PackageNotFoundError, version
         try:
-            return f"servebench {version('servebench')}"
+            return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
         except PackageNotFoundError:
             return None
     try:
@@ -127,6 +127,23 @@ def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: s
                conflict="or replace")
 
 
+RANK_FIGURES = ("served_dtype", "rank_weight_bytes", "rank_kv_bytes_per_token", "rank_parameters", "ranks_per_node")
+
+
+def land_roofline(con: duckdb.DuckDBPyConnection, run_id: str, figures: dict[str, dict]) -> None:
+    """Each node's measured roofline (`servebench.distribution.roofline`): a column already set (by
+    another engine's build, measured first) is kept, so a torch build's bf16 peak is never lost."""
+    for node, f in figures.items():
+        con.execute(
+            "update nodes set mem_bandwidth_gbps = coalesce(mem_bandwidth_gbps, ?), "
+            "matmul_peak_gflops_bf16 = coalesce(matmul_peak_gflops_bf16, ?), "
+            "matmul_peak_gflops_fp32 = coalesce(matmul_peak_gflops_fp32, ?), "
+            "roofline_cpus = coalesce(roofline_cpus, ?), roofline_emulated = coalesce(roofline_emulated, ?), "
+            "roofline_method = coalesce(roofline_method, ?) where run_id = ? and node = ?",
+            [f.get("mem_bandwidth_gbps"), f.get("matmul_peak_gflops_bf16"), f.get("matmul_peak_gflops_fp32"),
+             f.get("cpus") or None, bool(f.get("emulated")), f.get("method"), run_id, node])
+
+
 def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: list[dict]) -> None:
     """How each tree reached each node (`servebench.distribution.distribute.TreePlacement` dumps)."""
     by_node: dict[str, list[dict]] = {}
@@ -141,8 +158,11 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
                 kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
-                engine: str | None = None, build_key: str | None = None) -> None:
+                engine: str | None = None, build_key: str | None = None, rank_figures: dict | None = None) -> None:
+    """`rank_figures`: the mode's bytes and parameters per rank (servers.served_dtype, rank_weight_bytes,
+    rank_kv_bytes_per_token, rank_parameters, ranks_per_node), which cell_roofline reads."""
     insert_row(con, "servers", dict(
+        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES},
         run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command,
         env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
@@ -176,6 +196,7 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
                                                 "prefix_cache_hit_rate")},
         **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
            for metric in ("ttft", "tpot", "itl", "e2el", "ttft_text") for pct in ("p50", "p99")},
+        realized_rate=summary.get("scheduled_rate"),  # the schedule as drawn: what validity is judged against
         schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
         slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),

@@ -13,12 +13,16 @@ from servebench.warehouse import Connection, rows
 REPORT_CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name"""
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name, offered_rate, realized_rate"""
 # (length, source) -> the requests column holding it: what a workload asked for, what the server served
 WORKLOAD_LENGTHS = {
     ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
     ("output", "sent"): "requested_output_tokens", ("output", "served"): "output_tokens"}
 MEASURED = "not coalesce(r.warmup, false)"   # warm-up requests are not part of the measurement
+# how far an open-loop cell's schedule as drawn (realized_rate) may lie from the rate asked (offered_rate)
+# before the run's summary and the report say so: a few Poisson arrivals realize a rate of their own,
+# and the cell measured that load, not the one its key names
+RATE_TOLERANCE = 0.10
 
 
 # the run
@@ -68,11 +72,38 @@ def summary_cells(con: Connection, run_id: str) -> list[dict]:
         order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key""", [run_id])
 
 
+def schedule_note(offered_rate: float | None, realized_rate: float | None) -> str | None:
+    """What to say of a cell whose schedule realized a rate more than RATE_TOLERANCE from the one
+    asked (None: within it, or not an open-loop cell)."""
+    if not offered_rate or realized_rate is None:
+        return None
+    off = realized_rate / offered_rate - 1
+    if abs(off) <= RATE_TOLERANCE:
+        return None
+    return f"schedule realized {realized_rate:.3g} req/s, {off:+.0%} from the {offered_rate:g} req/s offered"
+
+
+def schedule_notes(con: Connection, run_id: str) -> dict[str, str]:
+    """The run's cells whose realized schedule rate is off the offered one, by cell key."""
+    found = rows(con, "select cell_key, coalesce(offered_rate, rate) as offered, realized_rate from cells "
+                      "where run_id = ? and realized_rate is not null", [run_id])
+    notes = {cell["cell_key"]: schedule_note(cell["offered"], cell["realized_rate"]) for cell in found}
+    return {key: note for key, note in notes.items() if note is not None}
+
+
 def kv_cells(con: Connection, run_id: str) -> list[dict]:
     """Each cell's KV usage and misses (`cell_kv`) with its normalized and output throughput."""
     return rows(con, "select k.*, n.normalized_throughput, c.output_throughput, c.workload_name "
                      "from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id) "
                      "where k.run_id = ?", [run_id])
+
+
+def roofline_cells(con: Connection, run_id: str) -> list[dict]:
+    """Each completed cell's fractions of its node's roofline (`cell_roofline`), in sweep order."""
+    return rows(con, "select cell_key, mode, load_kind, clients, rate, decode_fraction, prefill_fraction, emulated, "
+                     "judged, note, decode_gbps, mem_bandwidth_gbps, prefill_gflops, matmul_peak_gflops "
+                     "from cell_roofline where run_id = ? and status = 'completed' "
+                     "order by mode, load_kind, clients, rate, cell_key", [run_id])
 
 
 def saturation_cells(con: Connection, run_id: str) -> list[dict]:
@@ -82,6 +113,16 @@ def saturation_cells(con: Connection, run_id: str) -> list[dict]:
                c.output_throughput, c.input_len, c.output_len, c.workload, c.workload_name
         from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id)
         where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
+
+
+def saturation_modes(con: Connection, run_id: str) -> list[dict]:
+    """Each mode of the run's saturation cells as served (engine, layout, knobs) and the run's normalized
+    spec: what the KV capacity the model's shape gives is computed from."""
+    return rows(con, """
+        select c.mode, any_value(s.engine) as engine, any_value(c.tp) as tp, any_value(c.pp) as pp,
+               any_value(c.executor) as executor, any_value(c.knobs) as knobs, any_value(r.spec_normalized) as spec
+        from cells c join servers s on s.run_id = c.run_id and s.mode = c.mode join runs r on r.run_id = c.run_id
+        where c.run_id = ? and c.clients is not null group by c.mode""", [run_id])
 
 
 def engine_cells(con: Connection, run_id: str) -> list[dict]:

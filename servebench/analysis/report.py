@@ -323,6 +323,50 @@ def network_response(cells: list[dict]) -> alt.VConcatChart | None:
         "dNms, rate cap rNmbit) on the testbed's host links"))
 
 
+def roofline_rows(cells: list[dict]) -> list[dict]:
+    """One row per judged cell and phase (decode, prefill) with its fraction of the roofline."""
+    found = []
+    for cell in cells:
+        for phase in ("decode", "prefill"):
+            if cell["judged"] and cell[f"{phase}_fraction"] is not None:
+                found.append({"mode": cell["mode"], "point": _point(cell), "phase": phase,
+                              "fraction": cell[f"{phase}_fraction"]})
+    return found
+
+
+def roofline_chart(cells: list[dict]) -> alt.FacetChart | None:
+    """Fraction of the roofline per mode and load point: decode (bytes per step / TPOT against the
+    node's bandwidth) and prefill (FLOPs per prompt token / its time against the peak matmul rate);
+    emulated cells are named in the subtitle, not judged (docs/roofline.md)."""
+    found = roofline_rows(cells)
+    if not found:
+        return None
+    emulated = sorted({f"{c['mode']} {_point(c)}" for c in cells if c["emulated"]})
+    subtitle = ("decode: bytes per step / TPOT vs memory bandwidth; prefill: FLOPs per prompt token / its time "
+                "vs peak matmul" + (f"; emulated, not judged: {', '.join(emulated)}" if emulated else ""))
+    chart = alt.Chart(_data(found)).mark_bar().encode(
+        x=alt.X("point:N", title="load point", sort=None),
+        xOffset=alt.XOffset("mode:N"),
+        y=alt.Y("mean(fraction):Q", title="fraction of the roofline (0-1)"),
+        color=alt.Color("mode:N", title="mode"),
+        tooltip=["mode:N", "point:N", "phase:N", alt.Tooltip("mean(fraction):Q", format=".4f")],
+    ).properties(width=WIDTH // 2 + 60, height=HEIGHT)
+    return chart.facet(column=alt.Column("phase:N", title=None, sort=["decode", "prefill"])).properties(
+        title=alt.TitleParams("Fraction of the roofline per mode and load point", subtitle=subtitle))
+
+
+def roofline_note(cells: list[dict]) -> str:
+    """The one line said instead of the roofline chart when no cell can be judged against it."""
+    if roofline_rows(cells):
+        return ""
+    if cells and all(cell["emulated"] for cell in cells):
+        why = "every cell ran on an emulated node (qemu-user): measured, not judged"
+    else:
+        notes = sorted({cell["note"] for cell in cells if cell["note"]})
+        why = "; ".join(notes) if notes else "no completed cell"
+    return f'<p class="sub">Fraction of the roofline: not known ({html.escape(why)}; docs/roofline.md).</p>'
+
+
 def history(nights: list[dict], changes: list[dict]) -> alt.VConcatChart | None:
     """Each series of the run, night by night (median of repeats), with the regressions and
     improvements detection placed at their first bad night."""
@@ -354,6 +398,11 @@ def history(nights: list[dict], changes: list[dict]) -> alt.VConcatChart | None:
                                                  "(first bad night), red regression, green improvement"))
 
 
+# what the cache-miss chart plots: `cell_kv.cache_miss_probability`, defined in warehouse/views/cell_kv.sql
+CACHE_MISS_SUBTITLE = ("the fraction of decode attempts that found no room in the KV cache (batches that failed, "
+                       "or sequences preempted); a cell without a step count: misses per completed request")
+
+
 def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
     cells = reads.report_cells(con, run_id)
     kv = saturation_series(reads.kv_cells(con, run_id))
@@ -370,13 +419,13 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
         "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage (0-1)",
                                    "the engine's KV-cache usage, peak during the cell", saturation, knees=knees),
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
-                                     "KV misses per decode attempt",
-                                     "KV misses (batches that found no room in the KV cache, or sequences "
-                                     "preempted) per decode attempt", saturation, knees=knees),
+                                     "KV misses per decode attempt (0-1)", CACHE_MISS_SUBTITLE, saturation,
+                                     knees=knees),
         "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
+        "roofline": roofline_chart(reads.roofline_cells(con, run_id)),
         "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
         "engines_side_by_side": engines_chart(engine_cells(con, run_id), WIDTH, HEIGHT),
         **workload_charts(con, run_id),   # lengths sent and served, per turn, prefix cache: workload cells only
@@ -420,7 +469,8 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     gates = reads.gates(con, run_id)
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
                  f"spec {info['spec_hash']}, started {info['started_at']}", specs,
-                 capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
+                 roofline_note(reads.roofline_cells(con, run_id))
+                 + capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
                  + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates)
                  + spread_table(run_spreads(con, run_id)))
     path = out_dir / "report.html"
@@ -429,8 +479,9 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
 
 
 def cell_table(cells: list[dict], gates: list[dict]) -> str:
-    """Every cell with its verdicts (status, correctness gate, validity and why), and each
-    mode's gate: a chart shows numbers, this says which of them to trust."""
+    """Every cell with its verdicts (status, correctness gate, validity and why, and an open-loop
+    schedule that realized a rate off the one asked), and each mode's gate: a chart shows numbers,
+    this says which of them to trust."""
     head = "<tr><th>cell</th><th>status</th><th>gate</th><th>valid</th><th>tok/s</th><th>client CPU</th>" \
            "<th>invalid because / error</th></tr>"
     body = []
@@ -438,7 +489,8 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
         valid = validity_word(c["valid"])
         busy = "-" if c["client_cpu_fraction"] is None else \
             f"{c['client_cpu_fraction']:.0%} of CPU {c['client_cpus']}"
-        why = cell_notes(c["error"], c["invalid_reasons"])
+        rate_note = reads.schedule_note(c["offered_rate"] or c["rate"], c["realized_rate"])
+        why = cell_notes(c["error"], list(c["invalid_reasons"] or []) + ([rate_note] if rate_note else []))
         tokens = throughput_text(c["output_throughput"])
         flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""
         body.append(f"<tr{flagged}><td>{html.escape(c['cell_key'])}</td><td>{c['status']}</td>"

@@ -6,10 +6,12 @@ prompt + output; with multi-turn sessions (`clients` = conversations at once) it
 whole conversation at the end of its last turn, since every turn's prompt re-sends every earlier
 prompt and answer (`tokens_per_client`, from the cell's workload block). The measured knee is the
 most clients the cache held without misses: the last client count before the first whose
-cache-miss probability (misses per decode attempt) exceeds MISS_THRESHOLD, going up from one
+cache-miss probability exceeds MISS_THRESHOLD, going up from one
 client. Engine-neutral: the inputs are the warehouse's `cell_kv` rows, which hold llama.cpp's
 failed batches and vLLM's preemptions alike. A run's cells are grouped per mode and workload (a
-series): two workloads on one server have two theoretical points.
+series): two workloads on one server have two theoretical points. The cache-miss probability is
+read, never recomputed, from `cell_kv.cache_miss_probability` (defined once in
+warehouse/views/cell_kv.sql: the fraction of decode attempts that found no room in the KV cache).
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from collections import defaultdict
 from statistics import mean
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from servebench.engines import get_engine
+from servebench.engines.base import RankShare
+from servebench.serving.memory import kv_capacity_tokens, model_weights, ranks_of, resolved_model_path
+from servebench.spec.campaign import ModelSpec, ModeSpec
 from servebench.warehouse import Connection, reads
 
 MISS_THRESHOLD = 0.01   # a cell whose decode attempts missed more often than this is past the knee
@@ -30,7 +36,8 @@ class Saturation(BaseModel):
     mode: str
     workload: str | None = None           # the cells' workload name (None: the fixed input_len/output_len)
     workload_kind: str | None = None      # 'sessions': a client is a conversation
-    kv_capacity_tokens: int | None
+    kv_capacity_tokens: int | None       # as the engine logged it at start-up
+    shape_kv_capacity_tokens: int | None = None  # as the model's shape gives it: KV pool / KV bytes a token
     tokens_per_sequence: int | None       # KV tokens a client holds at its longest (None: lengths drawn)
     theoretical_clients: float | None     # capacity / tokens per sequence
     measured_knee: int | None             # the most clients held without misses (None: no point had misses)
@@ -167,5 +174,39 @@ def saturation_by_mode(cells: list[dict], input_len: int | None = None, output_l
 
 
 def run_saturation(con: Connection, run_id: str, threshold: float = MISS_THRESHOLD) -> list[Saturation]:
-    """The run's saturation per mode and workload, from the warehouse."""
-    return saturation_by_mode(reads.saturation_cells(con, run_id), threshold=threshold)
+    """The run's saturation per mode and workload, from the warehouse, with the capacity the shape gives."""
+    found = saturation_by_mode(reads.saturation_cells(con, run_id), threshold=threshold)
+    shape = {row["mode"]: shape_capacity(row) for row in reads.saturation_modes(con, run_id)}
+    return [s.model_copy(update={"shape_kv_capacity_tokens": shape.get(s.mode)}) for s in found]
+
+
+def shape_capacity(row: dict) -> int | None:
+    """The KV tokens the mode's server holds by the model's shape and the engine's KV pool
+    (servebench/serving/memory.py): the fewest any rank's pool holds. None when the run's spec does
+    not say the shape (a GGUF file) or no longer validates. Placement does not change a pool, so the
+    ranks are laid out on stand-in nodes."""
+    spec = json.loads(row["spec"]) if isinstance(row["spec"], str) else row["spec"]
+    try:
+        engine = get_engine(row["engine"] or spec["engine"]["kind"])
+        blocks = {block["kind"]: block for block in [spec["engine"], *spec.get("engines", [])]}
+        engine_spec = engine.spec_model.model_validate(blocks[engine.kind])
+        model = TypeAdapter(ModelSpec).validate_python(spec["model"])
+        mode = served_mode(spec["modes"], row)
+    except (KeyError, ValueError, ValidationError):
+        return None
+    weights = model_weights(model, engine, resolved_model_path(model, None))
+    if weights.shape is None or engine.api.memory is None:
+        return None
+    nodes = [(f"node{i}", list(range(mode.world_size))) for i in range(mode.world_size)]
+    shares: list[RankShare] = ranks_of(engine, mode, engine_spec, nodes, weights.shape)
+    return kv_capacity_tokens(weights, shares)
+
+
+def served_mode(modes: list[dict], row: dict) -> ModeSpec:
+    """The campaign's mode a served configuration (`tp1-mns8`) is of, with the configuration's layout and knobs."""
+    name = row["mode"]
+    base = max((m for m in modes if name == m["name"] or name.startswith(m["name"] + "-")),
+               key=lambda m: len(m["name"]))
+    knobs = json.loads(row["knobs"]) if isinstance(row["knobs"], str) else row["knobs"]
+    return ModeSpec.model_validate({**base, "name": name, "tp": row["tp"], "pp": row["pp"], "executor": row["executor"],
+                                    "nodes": None, "knobs": knobs or base.get("knobs", {})})

@@ -1,23 +1,26 @@
 """Problems a well-typed campaign can still have: modes the nodes, the engine or the model
-cannot hold, CPUs this host does not have. Pure: the engine, the provider's class and the
-host's CPUs are given."""
+cannot hold (their CPUs, and their memory: servebench/serving/memory.py), CPUs this host does not
+have. Pure: the engine, the provider's class, the host's CPUs and its available memory are given
+(the memory by default read from /proc/meminfo, for nodes on this host only)."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
-from servebench.spec.campaign import Campaign, GeneratedModelSpec, KnobValue, ModelSpec
+from servebench.serving.memory import ModeMemory, campaign_memory, memory_problems, this_host_available_bytes
+from servebench.spec.campaign import Campaign, GeneratedModelSpec, KnobValue, ModelSpec, variant_label
 
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
 
 
 def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provider, base_dir: Path | None,
-                      host_cpus: set[int]) -> list[Problem]:
-    """`engine_of`: an engine kind -> its Engine; `provider`: the provider's class (spec checks only)."""
+                      host_cpus: set[int], host_memory: Callable[[], int | None] | None = None) -> list[Problem]:
+    """`engine_of`: an engine kind -> its Engine; `provider`: the provider's class (spec checks only);
+    `host_memory`: this host's available bytes (read only for nodes on this host)."""
     problems = _engine_problems(campaign)
     if problems:
         return problems
@@ -26,6 +29,8 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
     fmt = model_format(campaign.model, base_dir)
     problems += [(("model",), problem) for engine in engines.values()
                  if (problem := engine.model_problem(campaign.model))]
+    problems += _quantization_problems(campaign.model, engines.values())
+    problems += _model_axes_problems(campaign, engines)
     for index, mode in enumerate(campaign.modes):
         engine = engines[campaign.engine_kind(mode)]
         if fmt is not None and fmt not in engine.model_formats:
@@ -61,8 +66,72 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
-    return (problems + _target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
-            + list(dict.fromkeys(knob_problems)))
+    problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
+                 + list(dict.fromkeys(knob_problems)))
+    if problems or not all(nodes):  # a mode the nodes cannot hold has no memory layout to check
+        return problems
+    return _memory_problems(campaign, engine_of, list(zip([n.name for n in node_specs], nodes)), base_dir,
+                            host_memory)
+
+
+def _memory_problems(campaign: Campaign, engine_of: Callable[[str], Any], nodes: list[tuple[str, list[int]]],
+                     base_dir: Path | None, host_memory: Callable[[], int | None] | None) -> list[Problem]:
+    """Modes whose weights, KV cache and working set a node cannot hold (servebench/serving/memory.py),
+    at the mode's name."""
+    host = (host_memory or this_host_available_bytes)() if campaign.provider.nodes_on_this_host else None
+    modes = variant_memory(campaign, engine_of, nodes, base_dir, host)
+    return list(dict.fromkeys((("modes", index, "name"), message) for index, message in memory_problems(modes)))
+
+
+def variant_memory(campaign: Campaign, engine_of: Callable[[str], Any], nodes: list[tuple[str, list[int]]],
+                   base_dir: Path | None, host: int | None) -> list[ModeMemory]:
+    """`campaign_memory` of every configuration with the weights of its own model variant (`model_axes`:
+    a q4_0 file is a quarter of the f16 one)."""
+    if campaign.model_axes is None:
+        return campaign_memory(campaign, engine_of, nodes, base_dir, host)
+    result: list[ModeMemory] = []
+    for variant in campaign.model_axes.variants():
+        served = campaign.model_copy(update={"model": campaign.model_variant(variant)})
+        result += [m for m in campaign_memory(served, engine_of, nodes, base_dir, host) if m.mode.model == variant]
+    return result
+
+
+def _quantization_problems(model: ModelSpec, engines: Iterable[Any]) -> list[Problem]:
+    """`quantization` is a GGUF file's matrix type: an engine whose generated model is another format
+    (a Hugging Face directory, written in `dtype`) would silently serve it unquantized."""
+    if not isinstance(model, GeneratedModelSpec) or model.quantization is None:
+        return []
+    return [(("model", "quantization"), f"engine {engine.kind!r} serves the generated model as "
+             f"{engine.default_model.format}, not gguf: quantization {model.quantization!r} is a GGUF type "
+             "(drop it, or set dtype for a Hugging Face model)")
+            for engine in engines if engine.default_model.format != "gguf"]
+
+
+def _model_axes_problems(campaign: Campaign, engines: dict[str, Any]) -> list[Problem]:
+    """`model_axes` values an engine of the campaign cannot serve: a quantization axis needs an engine that
+    serves the generated model as GGUF; a GGUF engine computes in its file's types, which have no bfloat16
+    (sweep its quantization instead)."""
+    axes = campaign.model_axes
+    if axes is None:
+        return []
+    kinds = dict.fromkeys(campaign.engine_kind(mode) for mode in campaign.modes)
+    problems: list[Problem] = []
+    for kind in kinds:
+        engine = engines[kind]
+        gguf = engine.default_model.format == "gguf"
+        if axes.quantization and not gguf:
+            problems.append((("model_axes", "quantization"), f"engine {kind!r} serves the generated model as "
+                             f"{engine.default_model.format}, not gguf: quantization types are GGUF types "
+                             "(sweep model_axes.dtype instead)"))
+        unservable = [value for value in axes.dtype if gguf and value == "bfloat16"]
+        if unservable and isinstance(campaign.model, GeneratedModelSpec):
+            problems.append((("model_axes", "dtype"), f"engine {kind!r} serves GGUF files (f32, f16, q8_0, q4_0), "
+                             "none of them bfloat16: sweep model_axes.quantization instead"))
+    for variant in axes.variants():
+        model = campaign.model_variant(variant)
+        problems += [(("model_axes",), f"{variant_label(variant)}: {problem}") for kind in kinds
+                     if (problem := engines[kind].model_problem(model))]
+    return list(dict.fromkeys(problems))
 
 
 def _target_problems(campaign: Campaign) -> list[Problem]:

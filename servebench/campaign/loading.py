@@ -13,9 +13,11 @@ fields have those models, so their errors carry lines like any other.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import types
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Iterable, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
@@ -47,6 +49,29 @@ class SpecError(Exception):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+class NoSuchCampaign(SpecError):
+    """A campaign named on the command line that is neither a file nor a shipped campaign: one line,
+    with the closest names, rather than every shipped campaign."""
+
+    def __init__(self, given: Path, closest: list[str]):
+        hint = suggestion(closest)
+        self.message = f"no campaign '{given}'" + (f": {hint}" if hint else
+                                                   ": no such file, nor a shipped campaign (servebench campaigns)")
+        super().__init__([SpecProblem(file=str(given), line=None, field="", message=self.message)])
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str | None:
+    """'did you mean X?' (or 'X or Y?') for the known words closest to a mistyped one; None if none is close."""
+    return suggestion(difflib.get_close_matches(word, sorted(known), n=3))
+
+
+def suggestion(closest: list[str]) -> str | None:
+    return f"did you mean {' or '.join(closest)}?" if closest else None
+
+
 def campaign_path(given: str | Path) -> Path:
     """The campaign file a command line names: a path, else a campaign shipped with servebench by its
     name (`smoke`, `smoke.yaml`; `servebench campaigns` lists them), so an installed wheel runs one
@@ -71,12 +96,23 @@ def load_campaign(path: str | Path, host_cpus: set[int] | None = None) -> Campai
     path = Path(path)
     try:
         text = path.read_text()
+    except FileNotFoundError:
+        raise NoSuchCampaign(path, _closest_campaigns(path)) from None
     except OSError as exc:
         names = ", ".join(p.stem for p in shipped_campaigns())
         raise SpecError([SpecProblem(file=str(path), line=None, field="",
                                      message=f"{exc.strerror or exc} (a shipped campaign is named without a "
                                              f"directory: {names})")]) from exc
     return parse_campaign(text, source=str(path), base_dir=path.parent, host_cpus=host_cpus)
+
+
+def _closest_campaigns(path: Path) -> list[str]:
+    """What a missing campaign file may have meant: for a bare name the closest shipped campaigns,
+    else the closest campaign files in its directory (matched by name, shown as paths)."""
+    bare = path.parent == Path(".")
+    files = shipped_campaigns() if bare else sorted(path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+    shown = {file.stem: file.stem if bare else str(file) for file in files}
+    return [shown[stem] for stem in difflib.get_close_matches(path.stem, list(shown), n=3)]
 
 
 def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = None,
@@ -86,11 +122,12 @@ def parse_campaign(text: str, source: str = "<string>", base_dir: Path | None = 
         raise SpecError([SpecProblem(file=source, line=1, field="", message="a campaign is a YAML mapping")])
     engine_kind, provider_kind, more = _kinds(data, lines, source)
     _fill_default_executors(data, engine_kind)
+    model = campaign_model(engine_kind, provider_kind, more)
     try:
-        campaign = campaign_model(engine_kind, provider_kind, more).model_validate(
+        campaign = model.model_validate(
             data, context={"base_dir": base_dir})  # a workload's data files are relative to the campaign file
     except ValidationError as exc:
-        raise SpecError([_problem_from_error(err, data, lines, source) for err in exc.errors()]) from None
+        raise SpecError([_problem_from_error(err, data, lines, source, model) for err in exc.errors()]) from None
     provider: type[Provider] = get_provider_class(provider_kind)
     host = provider.host_cpus() if host_cpus is None else host_cpus
     problems = [
@@ -166,6 +203,9 @@ def _load_yaml_with_lines(text: str, source: str) -> tuple[dict[tuple, int], Any
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
+        for each in (getattr(exc, "context_mark", None), mark):  # PyYAML names a string "<unicode string>"
+            if each is not None:
+                each.name = source
         raise SpecError([SpecProblem(file=source, line=line, field="", message=f"invalid YAML: {exc}")]) from None
     if root is None:
         raise SpecError([SpecProblem(file=source, line=1, field="", message="the file is empty")])
@@ -196,16 +236,60 @@ def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list[Spec
             _walk(item, child, lines, dups, source)
 
 
-def _problem_from_error(err: ErrorDetails, data: Any, lines: dict[tuple, int], source: str) -> SpecProblem:
+def _problem_from_error(err: ErrorDetails, data: Any, lines: dict[tuple, int], source: str,
+                        model: type[BaseModel]) -> SpecProblem:
     path = _user_path(err["loc"], data, keep_missing_last=err["type"] == "missing")
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        message = "unknown key"
+        hint = did_you_mean(str(err["loc"][-1]), known_keys(model, err["loc"][:-1]))
+        message = "unknown key" + (f"; {hint}" if hint else "")
     elif err["type"] == "missing":
         message = "required field is missing"
     elif err["type"] != "value_error" and not isinstance(err.get("input"), (dict, list)) and "input" in err:
         message = f"{message} (got {err['input']!r})"
     return SpecProblem(file=source, line=_line_for(path, lines), field=_dotted(path), message=message)
+
+
+def known_keys(model: type[BaseModel], loc: tuple) -> set[str]:
+    """The keys the model at `loc` (a pydantic error's location under `model`) takes: what an unknown
+    key there may have meant. Follows fields, list items, mapping values and union members (pydantic's
+    tag in `loc` picks the member: a `Tag`, a `kind` value or a class name)."""
+    found = _members(model)
+    for part in loc:
+        step: list[tuple[Any, set[str]]] = []
+        for candidate, tags in found:
+            if isinstance(part, str) and part.startswith("function-"):
+                step.append((candidate, tags))  # a validator's entry, not a key of the file
+            elif _is_model(candidate) and isinstance(part, str) and part in candidate.model_fields:
+                step += _members(candidate.model_fields[part].annotation)
+            elif part in tags:
+                step.append((candidate, set()))
+            elif isinstance(part, int) and get_origin(candidate) in (list, tuple, set, frozenset):
+                step += [m for arg in get_args(candidate) if arg is not Ellipsis for m in _members(arg)]
+            elif isinstance(part, str) and get_origin(candidate) is dict and len(get_args(candidate)) == 2:
+                step += _members(get_args(candidate)[1])
+        found = step
+    return {key for candidate, _ in found if _is_model(candidate)
+            for name, field in candidate.model_fields.items() for key in (name, field.alias) if key}
+
+
+def _members(annotation: Any, tags: frozenset[str] = frozenset()) -> list[tuple[Any, set[str]]]:
+    """A type without its Annotated metadata and, for a union (an optional one too), each member; each
+    with the names pydantic may put in an error's location for it as a union member."""
+    if get_origin(annotation) is Annotated:
+        kind, *metadata = get_args(annotation)
+        return _members(kind, tags | {m.tag for m in metadata if isinstance(getattr(m, "tag", None), str)})
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for arg in get_args(annotation) for m in _members(arg, tags)]
+    if _is_model(annotation):
+        field = annotation.model_fields.get("kind")
+        kinds = {str(v) for v in get_args(field.annotation)} if field is not None else set()
+        return [(annotation, {*tags, annotation.__name__, *kinds})]
+    return [(annotation, set(tags))]
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
 def _user_path(loc: tuple, data: Any, keep_missing_last: bool) -> tuple:

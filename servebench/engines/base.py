@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar, cast
 
-from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
+from servebench.builds.model import GENERATED_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
 from servebench.load.sse import OPENAI_TOKEN_COUNT
@@ -55,6 +55,54 @@ def legacy_logprobs(choice: dict, token_id: Callable[[str], int]) -> GateChoice:
     logprobs = choice["logprobs"]
     return ([token_id(t) for t in logprobs["tokens"]], [float(lp) for lp in logprobs["token_logprobs"]],
             [[token_id(t) for t in (candidates or {})] for candidates in logprobs["top_logprobs"]])
+
+
+def stage_layers(layers: int, stages: int, stage: int) -> int:
+    """Decoder layers of one pipeline stage when `layers` are split evenly over `stages` (the first stages
+    take the remainder)."""
+    return layers // stages + (1 if stage < layers % stages else 0)
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """What one process of a mode's server holds, and where: its decoder layers (each matrix split `tp`
+    ways), the token embedding and output head if it has them, and its KV pool, given as bytes (a size
+    the engine reserves whatever the model: vLLM's GiB per rank) or as tokens of its layers (a context
+    length: llama.cpp's cells). The neutral code turns a share into bytes with the model's shape
+    (servebench/serving/memory.py)."""
+
+    node: str
+    label: str                            # 'rank0', 'rpc1', 'server': what `servebench plan` prints
+    layers: int
+    tp: int = 1
+    embedding: bool = False
+    head: bool = False
+    kv_pool_bytes: int | None = None
+    kv_pool_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """What an engine's rank layout is computed from: the mode, the engine block, the server nodes the
+    mode runs on (their CPUs for servers) and the model's layers and declared context."""
+
+    mode: ModeSpec
+    spec: EngineSpecBase
+    node_names: list[str]
+    node_cpus: list[list[int]]
+    layers: int
+    max_position: int
+
+
+@dataclass(frozen=True)
+class ServerMemory:
+    """How a mode's server spends memory: the processes and what each holds (`ranks`), the dtype its KV
+    cache is kept in (None: the served dtype) and each process's working set beyond weights and KV
+    (interpreter, libraries, compute buffers), measured for a tiny model: see each engine's value."""
+
+    process_overhead_bytes: int
+    ranks: Callable[[MemoryRequest], list[RankShare]]
+    kv_cache_dtype: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +126,9 @@ class EngineAPI:
     kv_failure_pattern: str | None = None       # a log line's regex: a batch that found no room in the KV cache
     # `servebench load --export NAME=PATH` layouts of a load result
     result_formats: Mapping[str, Callable[[dict], dict]] = field(default_factory=dict)
+    # what its processes hold in memory, known before anything starts (servebench/serving/memory.py;
+    # None: not declared, the plan says unknown)
+    memory: ServerMemory | None = None
 
     def __post_init__(self) -> None:
         # One object serves every instance of the engine class for the whole process: read-only views keep
@@ -213,7 +264,7 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     api: ClassVar[EngineAPI]
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)  # 'hf' (a Hugging Face directory), 'gguf' (a file)
     # how `model: {generate: tiny-llama}` is made for it (servebench/builds/model.py), in its first format
-    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF
+    default_model: ClassVar[ModelGenerator] = GENERATED_HF
     knobs: ClassVar[Mapping[str, Knob]] = MappingProxyType({})  # settings a mode may set or a campaign sweep;
                                                                  # `launch` applies them
 

@@ -252,6 +252,9 @@ def parse_workload_option(text: str) -> WorkloadSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
+        for mark in (getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)):
+            if mark is not None:  # PyYAML names a string "<unicode string>"
+                mark.name = str(path) if base else "--workload"
         raise WorkloadError(f"{source}: not YAML or JSON: {exc}") from None
     if isinstance(data, str) and path.suffix in (".yaml", ".yml", ".json"):
         raise WorkloadError(f"{source}: no such file: {path}")

@@ -3,6 +3,7 @@ every stage shares."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -36,19 +37,27 @@ class EngineRun:
     reference_name: str                            # the reference server's mode name, when one is started
     deployment: Deployment | None = None           # set once provisioned
     vocab: int = 0
-    reference: GateAnswer | None = None            # the TP=1 answers its other modes are judged against
-    reference_problem: str | None = None           # why there is no reference: its modes are then unchecked
+    # by model variant (`variant_key`: "" without `model_axes`): the TP=1 answers its other modes are judged
+    # against, and why there is none (its modes are then unchecked)
+    references: dict[str, GateAnswer] = field(default_factory=dict)
+    reference_problems: dict[str, str] = field(default_factory=dict)
     build_hold: IO | None = None                   # the build's use lock, held until release (`builds gc` waits)
-    # one per `build:` block that differs (two blocks may share a key)
+    # one per `build:` block or model variant that differs (two blocks may share a key)
     variants: list[Deployment] = field(default_factory=list)
     variant_holds: list[IO] = field(default_factory=list)
 
     def deployment_for(self, mode: ModeSpec) -> Deployment | None:
-        """What `mode` is started from: the engine's deployment, or the one of its own build."""
-        if self.deployment is None or not mode.build:
+        """What `mode` is started from: the engine's deployment, or the one of its own build or model variant."""
+        if self.deployment is None or (not mode.build and mode.model == self.deployment.variant):
             return self.deployment
         spec = self.deployment.campaign.engine_spec_for(mode)
-        return next((d for d in self.variants if d.spec == spec), self.deployment)
+        return next((d for d in [self.deployment, *self.variants] if d.spec == spec and d.variant == mode.model),
+                    self.deployment)
+
+
+def variant_key(mode: ModeSpec) -> str:
+    """A mode's model variant as the key of its engine's reference answers ("" for the campaign's model)."""
+    return json.dumps(mode.model, sort_keys=True) if mode.model else ""
 
 
 @dataclass
@@ -88,7 +97,7 @@ class RunContext:
     def engine_serving(self, server_mode: str) -> EngineRun:
         """The engine of a server, by its mode name (a campaign's configuration or a reference's)."""
         for run in self.engines.values():
-            if server_mode == run.reference_name:
+            if server_mode == run.reference_name or server_mode.startswith(run.reference_name + "-"):  # a variant's
                 return run
         for mode in configurations(self.campaign):
             if mode.name == server_mode or server_mode.startswith(mode.name + "-"):  # `<default>-again` too

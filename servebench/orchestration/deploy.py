@@ -16,13 +16,14 @@ from servebench.orchestration.context import EngineRun, RunContext, first_line
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 from servebench.serving.deployment import ClientNode, Deployment
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import configurations, variant_specs
+from servebench.spec.campaign import Campaign, ModeSpec, variant_label
+from servebench.spec.sweep import configurations
 from servebench.tasks.build import build_engine
 from servebench.tasks.distribute import place_artifacts
 from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_update
 from servebench.tasks.model import prepare_model
 from servebench.tasks.provision import provision
+from servebench.tasks.roofline import land_roofline, measure_roofline
 from servebench.tasks.shared import start_shared_services
 
 
@@ -57,27 +58,30 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
     build = build_engine(run.engine.build_recipe(run.spec))
     run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
     land_build(wh, ctx.run_id, build)
-    reporter().stage(f"preparing the model{named and ' for' + named}")
-    model_dir = prepare_model(campaign.model, build, str(ctx.campaign_dir), run.engine.kind)
+    served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
+    variant = served[0].model if served else {}  # the engine's deployment serves its first model variant
+    reporter().stage(f"preparing the model{named and ' for' + named}"
+                     + (f" ({variant_label(variant)})" if variant else ""))
+    model_dir = prepare_model(campaign.model_variant(variant), build, str(ctx.campaign_dir), run.engine.kind)
     if run is ctx.primary:
         land_run_update(wh, ctx.run_id, model_path=model_dir)
     run.vocab = vocab_size(Path(model_dir))
     reporter().stage(f"placing the engine build{named} and the model on every node"
                      + (f", the load generator on {client.name}" if client else ""))
     placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
+    land_roofline(wh, ctx.run_id, measure_roofline(ctx.provider, servers, inventories, build))  # docs/roofline.md
     load_client = None if client is None else ClientNode(
         provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
-    run.deployment = Deployment(campaign=campaign, engine=run.engine, spec=run.spec, provider=ctx.provider,
-                                nodes=servers, build=build, model_dir=model_dir, served_name=ctx.served_name,
-                                run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir, clock_offsets=offsets,
-                                client=load_client)
+    run.deployment = Deployment(campaign=served_campaign(campaign, variant), engine=run.engine, spec=run.spec,
+                                provider=ctx.provider, nodes=servers, build=build, model_dir=model_dir,
+                                served_name=ctx.served_name, run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir,
+                                clock_offsets=offsets, client=load_client, variant=variant)
     reporter().stage(f"starting the services the{named} modes share, if any")
     modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
     shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
     for line in shared.notes if shared is not None else []:
         reporter().stage(line)
     run.deployment = replace(run.deployment, shared=shared)
-    served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
     return ([p.model_dump() for p in placed.placements]
             + deploy_build_variants(ctx, run, served, servers, inventories))  # a commit axis's too
 
@@ -85,21 +89,39 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
 def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec], servers: list,
                           inventories: dict) -> list[dict]:
     """Modes whose `build:` differs from their engine's block (another target CPU, a commit of a
-    commit axis): each distinct build is made (or found by key), recorded and placed like the
-    engine's; the rest of the deployment (model, nodes, shared services) is the engine's."""
+    commit axis) or whose model variant (`model_axes`) differs from the deployment's: each distinct
+    build is made (or found by key) and each distinct model prepared, once, recorded and placed like
+    the engine's; the rest of the deployment (nodes, shared services) is the engine's."""
     deployment = run.deployment
     assert deployment is not None  # deploy_engine made the engine's deployment before its variants
     placements: list[dict] = []
-    for spec in variant_specs(ctx.campaign, modes, run.spec):
-        reporter().stage(f"building the engine {spec.describe()}")
-        require(run.engine.build_prerequisites(spec), f"engine {run.engine.kind}: {spec.describe()}")
-        build = build_engine(run.engine.build_recipe(spec))
-        run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
-        land_build(ctx.warehouse, ctx.run_id, build)
-        placed = place_artifacts(ctx.provider, servers, None, inventories, build, deployment.model_dir)
+    for mode in modes:
+        spec = ctx.campaign.engine_spec_for(mode)
+        made = [deployment, *run.variants]
+        if any(d.spec == spec and d.variant == mode.model for d in made):
+            continue
+        build = next((d.build for d in made if d.spec == spec), None)
+        if build is None:
+            reporter().stage(f"building the engine {spec.describe()}")
+            require(run.engine.build_prerequisites(spec), f"engine {run.engine.kind}: {spec.describe()}")
+            build = build_engine(run.engine.build_recipe(spec))
+            run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
+            land_build(ctx.warehouse, ctx.run_id, build)
+        model_dir = next((d.model_dir for d in made if d.variant == mode.model), None)
+        if model_dir is None:
+            reporter().stage(f"preparing the model ({variant_label(mode.model)})")
+            model_dir = prepare_model(ctx.campaign.model_for(mode), build, str(ctx.campaign_dir), run.engine.kind)
+        placed = place_artifacts(ctx.provider, servers, None, inventories, build, model_dir)
         placements += [p.model_dump() for p in placed.placements]
-        run.variants.append(replace(deployment, spec=spec, build=build))
+        run.variants.append(replace(deployment, spec=spec, build=build, model_dir=model_dir, variant=mode.model,
+                                    campaign=served_campaign(ctx.campaign, mode.model)))
     return placements
+
+
+def served_campaign(campaign: Campaign, variant: dict[str, str]) -> Campaign:
+    """The campaign as a deployment of this model variant serves it: its `model` the variant's (what the
+    mode's server is started with: dtype, weights' memory)."""
+    return campaign if not variant else campaign.model_copy(update={"model": campaign.model_variant(variant)})
 
 
 def allocation_text(provider: Provider) -> str | None:

@@ -7,42 +7,46 @@ from __future__ import annotations
 from servebench.campaign.outcome import blocked_reason
 from servebench.orchestration.capacity import search_mode_capacity
 from servebench.orchestration.cells import land_failed_cell, run_one_cell
-from servebench.orchestration.context import EngineRun, RunContext, first_line
+from servebench.orchestration.context import EngineRun, RunContext, first_line, variant_key
 from servebench.orchestration.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import Cell, reference_knobs
+from servebench.spec.campaign import ModeSpec, variant_label
+from servebench.spec.sweep import Cell, reference_knobs, with_model_variant
 from servebench.tasks.land import land_failed_server
 from servebench.tasks.network import set_links
 from servebench.tasks.serve import correctness_gate, start_mode_server
 
 
 def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) -> None:
-    """No single-worker mode of this engine in the campaign: a TP=1 server of it answers the gate
-    prompts once, with the knobs that change arithmetic which all of `modes` (those it judges) share.
+    """No single-worker mode of this engine (and of `modes`' model variant) in the campaign: a TP=1
+    server of it answers the gate prompts once, with the knobs that change arithmetic which all of
+    `modes` (those it judges, all of one model variant) share.
 
-    If it cannot, none of the engine's modes is compared with anything: each is marked `unchecked`,
-    never silently judged against another distributed mode (nor against another engine)."""
+    If it cannot, none of those modes is compared with anything: each is marked `unchecked`,
+    never silently judged against another distributed mode (nor another engine or model variant)."""
     numerics = {name for name, knob in run.engine.knobs.items() if knob.numerics}
-    mode = run.engine.reference_mode(run.reference_name)
+    variant = modes[0].model if modes else {}
+    mode = with_model_variant(run.engine.reference_mode(run.reference_name), variant)
     mode = mode.model_copy(update={"knobs": {**mode.knobs, **reference_knobs(numerics, modes)}})
-    who = "" if run is ctx.primary else f" of {run.engine.kind}"
+    key = variant_key(mode)
+    who = ("" if run is ctx.primary else f" of {run.engine.kind}") + (f" ({variant_label(variant)})" if variant else "")
     reporter().stage(f"correctness reference: starting a TP=1 server{who}")
     try:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            run.deployment, mode)
+            run.deployment_for(mode), mode)
     except Exception as exc:
-        run.reference_problem = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
+        run.reference_problems[key] = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
         land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc))
-        reporter().stage(run.reference_problem + f"; every mode{who} runs unchecked")
+        reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
         return
     gate = None
     try:
-        gate, run.reference = correctness_gate(run.engine, server, ctx.served_name, run.vocab, None, None)
+        gate, run.references[key] = correctness_gate(run.engine, server, ctx.served_name, run.vocab, None, None)
     except Exception as exc:
-        run.reference_problem = f"the TP=1 reference server{who} did not answer the gate prompts: {first_line(exc)}"
-        reporter().stage(run.reference_problem + f"; every mode{who} runs unchecked")
+        run.reference_problems[key] = (f"the TP=1 reference server{who} did not answer the gate prompts: "
+                                       f"{first_line(exc)}")
+        reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
     finally:
         stop_server_and_telemetry(ctx, server, telemetry, gate)
 
@@ -50,8 +54,8 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
 def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     """Start the mode's server once, gate it, run its cells in order, stop it whatever happens.
 
-    The first single-worker mode of each engine gives that engine's reference answers."""
-    run = ctx.engine_run(mode)
+    The first single-worker mode of each engine and model variant gives their reference answers."""
+    run, key = ctx.engine_run(mode), variant_key(mode)
     deployment = run.deployment_for(mode)
     assert deployment is not None  # modes run only after deploy()
     reporter().stage(f"mode {mode.name}: starting the server")
@@ -61,18 +65,18 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     except Exception as exc:
         land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc), engine=run.engine.kind,
                            build_key=deployment.build.key)
-        if run.reference is None and run.reference_problem is None and ctx.gives_reference(mode):
-            run.reference_problem = f"the reference mode {mode.name} did not start: {first_line(exc)}"
+        if key not in run.references and key not in run.reference_problems and ctx.gives_reference(mode):
+            run.reference_problems[key] = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
             land_failed_cell(ctx, cell, f"server did not start: {exc}")
         return
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(run.engine, server, ctx.served_name, run.vocab, run.reference,
-                                         run.reference_problem)
+        gate, answer = correctness_gate(run.engine, server, ctx.served_name, run.vocab, run.references.get(key),
+                                         run.reference_problems.get(key))
         if gate.status == "reference":
-            run.reference = answer
+            run.references[key] = answer
         land_mode_server(ctx, server, "ready", gate)
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for index, cell in enumerate(cells):

@@ -45,7 +45,7 @@ from servebench.providers import Provider, claims, get_provider, get_provider_cl
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving import links
 from servebench.spec.campaign import Campaign, ModeSpec
-from servebench.spec.sweep import Cell, configurations
+from servebench.spec.sweep import Cell, configurations, model_variants
 from servebench.tasks.land import land_run_start
 from servebench.tasks.regressions import detect_regressions, publish_regressions
 from servebench.warehouse import landing
@@ -157,11 +157,15 @@ def measure(ctx: RunContext, cells: list[Cell]) -> None:
     modes = modes_in_order(ctx, cells)
     optuna = tuned_by_optuna(ctx)
     for run in ctx.engines.values():
-        served: list[ModeSpec | None] = [mode for mode, _ in modes if ctx.engine_run(mode) is run]
-        if optuna and run is ctx.primary:
-            served = [optuna_first_mode(ctx)]
-        if served and (served[0] is None or not ctx.gives_reference(served[0])):
-            reference_answers(ctx, run, [m for m in configurations(ctx.campaign) if ctx.engine_run(m) is run])
+        for variant in model_variants(ctx.campaign):  # each model variant its own reference
+            served: list[ModeSpec | None] = [mode for mode, _ in modes
+                                             if ctx.engine_run(mode) is run and mode.model == variant]
+            if optuna and run is ctx.primary:
+                first = optuna_first_mode(ctx)
+                served = [first] if first is None or first.model == variant else [None]  # None: not known
+            if served and (served[0] is None or not ctx.gives_reference(served[0])):
+                reference_answers(ctx, run, [m for m in configurations(ctx.campaign)
+                                             if ctx.engine_run(m) is run and m.model == variant])
     if optuna:
         tune_with_optuna(ctx, cells)
     else:

@@ -3,9 +3,15 @@ warehouse, a restart after a fault, and the stop (with its telemetry) whatever h
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
 from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
+from servebench.serving.deployment import mode_nodes
+from servebench.serving.memory import model_weights, ranks_of, share_weight_bytes
 from servebench.serving.sampling import stop_telemetry
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv, stop_server
 from servebench.serving.telemetry import Telemetry
@@ -70,7 +76,34 @@ def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateRes
             stopped_at=server.stopped_at, status=status, error=None, correctness=gate.status if gate else None,
             correctness_detail=gate.detail if gate else None,
             correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
-            kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)))
+            kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)),
+            rank_figures=rank_figures(ctx, run, server.mode))
+
+
+def rank_figures(ctx: RunContext, run: EngineRun, server_mode: str) -> dict | None:
+    """The mode's largest rank from its model's shape (servebench/serving/memory.py): its weights, a
+    token's KV and its parameters, and how many ranks share a node (cell_roofline, docs/roofline.md);
+    None for a server of no campaign mode (a reference) or a shape not known."""
+    mode = next((m for m in configurations(ctx.campaign) if m.name == server_mode), None)
+    d = run.deployment_for(mode) if mode is not None else None
+    if mode is None or d is None or d.engine.api.memory is None:
+        return None
+    try:
+        weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
+        if weights.shape is None:
+            return None
+        shares = [s for s in ranks_of(d.engine, mode, d.spec, [(n.name, n.cpus) for n in mode_nodes(d.nodes, mode)],
+                                      weights.shape) if s.layers]
+    except Exception as exc:  # context for the roofline only: the server's row lands anyway
+        reporter().note(f"mode {server_mode}: bytes per rank unknown: {first_line(exc)}")
+        return None
+    if not shares:
+        return None
+    largest = max(shares, key=lambda s: share_weight_bytes(weights, s))
+    return {"served_dtype": weights.stored_as, "rank_weight_bytes": share_weight_bytes(weights, largest),
+            "rank_kv_bytes_per_token": weights.kv_bytes_per_token(largest.layers, largest.tp),
+            "rank_parameters": share_weight_bytes(replace(weights, matrix_bytes=1.0, small_bytes=1), largest),
+            "ranks_per_node": max(Counter(s.node for s in shares).values())}
 
 
 def server_build_key(ctx: RunContext, run: EngineRun, server_mode: str) -> str | None:

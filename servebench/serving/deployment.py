@@ -30,9 +30,10 @@ class ClientNode:
 
 @dataclass(frozen=True)
 class Deployment:
-    """What every mode of one engine is started from (set once per run and engine)."""
+    """What every mode of one engine is started from (set once per run and engine), or those of one
+    build (`build:`) or model variant (`model_axes`) of it."""
 
-    campaign: Campaign
+    campaign: Campaign                             # its `model` the one this deployment serves (its variant's)
     engine: Engine
     spec: EngineSpecBase                           # the engine's block of the campaign
     provider: Provider
@@ -45,6 +46,7 @@ class Deployment:
     tools_dir: str | None = None                   # the node tools (sampler), the same path on every node
     clock_offsets: dict[str, float | None] = field(default_factory=dict)  # node -> wall clock ahead of ours
     client: ClientNode | None = None                 # the load generator's node (load.client.node), serving nothing
+    variant: dict[str, str] = field(default_factory=dict)  # the model variant it serves (a mode's `model:`)
 
     @property
     def sampled_nodes(self) -> list[Node]:

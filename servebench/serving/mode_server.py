@@ -8,8 +8,10 @@ from pathlib import Path
 from servebench.engines import Engine, LaunchRequest
 from servebench.paths import cache_dir
 from servebench.progress import reporter
+from servebench.providers.base import Node
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.deployment import Deployment, mode_nodes
+from servebench.serving.memory import largest_rank_weight_bytes, mode_memory, model_weights, startup_timeout_s
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.sampling import start_telemetry, stop_telemetry
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
@@ -30,16 +32,25 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
         python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
         served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider,
         shared=d.shared))
-    server = start_server(d.provider, nodes, launch, mode.name, Path(d.run_dir) / "servers",
-                          d.spec.ready_timeout_s)
+    timeout_s = ready_timeout_s(d, mode, nodes)
+    server = start_server(d.provider, nodes, launch, mode.name, Path(d.run_dir) / "servers", timeout_s)
     telemetry = start_telemetry(d, server)
     try:
-        wait_ready(server, d.spec.ready_timeout_s)
+        wait_ready(server, timeout_s)
     except BaseException:
         stop_telemetry(d.provider, telemetry)
         stop_server(d.provider, server)
         raise
     return server, telemetry
+
+
+def ready_timeout_s(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> float:
+    """The engine block's `ready_timeout_s` plus the time the mode's largest rank takes to load its
+    weights (servebench/serving/memory.py; slower on an emulated node)."""
+    weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
+    memory = mode_memory(d.engine, mode, d.spec, [(n.name, n.cpus) for n in nodes], weights, {})
+    return startup_timeout_s(d.spec.ready_timeout_s, largest_rank_weight_bytes(memory),
+                             any(n.emulate for n in nodes))
 
 
 def gate_server(engine: Engine, server: Server, served_name: str, vocab: int, reference: GateAnswer | None,

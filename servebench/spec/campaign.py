@@ -9,6 +9,7 @@ and reports every problem with its file, line and field. Nothing here reads the 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 from typing import Annotated, Any, ClassVar, Literal
@@ -18,12 +19,14 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
     Tag,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -39,11 +42,24 @@ class StrictModel(BaseModel):
 
 
 class NodeSpec(StrictModel):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
+        "The node's name, as a mode's `nodes:`, `load.client.node` and faults refer to it and as results "
+        "record it; letters, digits, '_', '.', '-'."))
     cpus: list[int] = Field(description="CPU ids this node may use, e.g. [0, 1] or '0-3,8'.")
     emulate: str | None = Field(None, description=(
         "A target CPU profile of another architecture (graviton2, graviton3, graviton4, ampere-altra, armv8-a) "
         "this node *is*: its processes run under qemu-user with that CPU model (docs/builds.md)."))
+    memory_gib: float | None = Field(None, gt=0, description=(
+        "GiB of memory the node's servers may use: a mode that needs more is refused at plan time (docs/memory.md). "
+        "Unset: this host's MemAvailable for local nodes, unknown for other hosts."))
+
+    @model_serializer(mode="wrap")
+    def _without_unset_memory(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A node without `memory_gib` dumps as before the field existed (its campaign's spec hash stays)."""
+        data = handler(self)
+        if data.get("memory_gib") is None:
+            data.pop("memory_gib", None)
+        return data
 
     @field_validator("cpus", mode="before")
     @classmethod
@@ -238,7 +254,9 @@ class GeneratedModelSpec(StrictModel):
 class LocalModelSpec(StrictModel):
     """A model directory on the nodes (HF layout with config.json)."""
 
-    path: str = Field(min_length=1)
+    path: str = Field(min_length=1, description=(
+        "A Hugging Face model directory (with config.json) or a .gguf file on this host, absolute or relative "
+        "to the campaign file; every node gets a verified copy unless it already sees the same files."))
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
 
 
@@ -270,19 +288,24 @@ def _check_knob_names(names: Any) -> None:
 
 
 class ModeSpec(StrictModel):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$", description=(
+        "The mode's name: the first part of its cells' keys (`tp2.c4.r0`) and its label in reports; letters, "
+        "digits, '_', '-'."))
     engine: str | None = Field(None, description="The engine kind serving this mode: one of the campaign's "
                                "`engines:` (side by side with the campaign's `engine:`); the campaign's engine "
                                "when left out.")
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, description="Tensor-parallel size: workers that each hold a slice of every layer "
+                    "(vLLM's --tensor-parallel-size); 1: none. llama.cpp has no tensor parallelism.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size: workers that each hold a share of the layers "
+                    "(vLLM's stages, llama.cpp's RPC workers); 1: none. A mode runs tp x pp workers.")
     executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
                           "engine's executors; its first when left out.")
     oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
                                 "share cores): a smoke test of a distributed mode on a small host, never a "
                                 "number to compare.")
     args: list[str] = Field(default_factory=list, description="Extra arguments for the server.")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of this mode's server processes, "
+                                "added over the engine block's `env` (values become strings).")
     knobs: dict[str, KnobValue] = Field(default_factory=dict, description=(
         "Engine knobs of this mode (`max_num_seqs: 8`): names the engine knows (`servebench plan` lists "
         "them); recorded with every cell and part of its series. The campaign's `knobs:` axes add to these."))
@@ -292,6 +315,9 @@ class ModeSpec(StrictModel):
     build: dict[str, Any] = Field(default_factory=dict, description=(
         "Fields of the engine block this mode's build differs in (`{target: graviton3}`): a build of its "
         "own, keyed and cached like the engine's."))
+    model: dict[str, str] = Field(default_factory=dict, description=(
+        "Fields of the campaign's `model:` this mode's model differs in (`{quantization: q4_0}`): its model "
+        "variant, prepared apart and gated against a reference of the same variant. Set by `model_axes`."))
 
     @field_validator("env", mode="before")
     @classmethod
@@ -304,9 +330,53 @@ class ModeSpec(StrictModel):
         _check_knob_names(value)
         return value
 
+    @field_validator("model")
+    @classmethod
+    def _variant_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        if unknown := sorted(set(value) - {"dtype", "quantization"}):
+            raise ValueError(f"a model variant sets dtype or quantization, not {', '.join(unknown)}")
+        return value
+
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
+
+
+class ModelAxes(StrictModel):
+    """The model as a sweep axis: every configuration once per combination of these values (in file order,
+    dtype before quantization), named by them (`tp1-fp32`, `local-q4_0`), each with its own model
+    (generated and cached by spec) and its own correctness reference."""
+
+    dtype: list[ServedDtype] = Field(default_factory=list, description=(
+        "Values of `model.dtype` (auto, bfloat16, float32): mode names get fp32, bf16, auto."))
+    quantization: list[GgufQuantization] = Field(default_factory=list, description=(
+        "Values of `model.quantization` (f32, f16, q8_0, q4_0): a generated model served as GGUF only "
+        "(llama.cpp); mode names get the type."))
+
+    @model_validator(mode="after")
+    def _values(self) -> "ModelAxes":
+        if not self.dtype and not self.quantization:
+            raise ValueError("give 'dtype' or 'quantization' values (model_axes: {quantization: [f32, q4_0]})")
+        for name in ("dtype", "quantization"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"model_axes.{name}: values repeat: {values}")
+        return self
+
+    def variants(self) -> list[dict[str, str]]:
+        """Every combination as a mode's `model:` (dtype first), in file order."""
+        axes = [[(name, value) for value in getattr(self, name)] for name in ("dtype", "quantization")
+                if getattr(self, name)]
+        return [dict(combination) for combination in itertools.product(*axes)]
+
+
+DTYPE_LABELS = {"float32": "fp32", "bfloat16": "bf16", "auto": "auto"}
+
+
+def variant_label(variant: dict[str, str]) -> str:
+    """A model variant in a mode's name: {dtype: float32, quantization: q4_0} -> 'fp32-q4_0'."""
+    parts = [DTYPE_LABELS[variant["dtype"]]] if "dtype" in variant else []
+    return "-".join(parts + ([variant["quantization"]] if "quantization" in variant else []))
 
 
 class ClientSpec(StrictModel):
@@ -357,24 +427,32 @@ class ValiditySpec(StrictModel):
 class LoadSpec(StrictModel):
     rates: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list, description="Open-loop req/s.")
     clients: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, description="Closed-loop clients.")
-    arrival: Literal["poisson", "constant"] = "poisson"
-    input_len: int = Field(64, ge=1)
-    output_len: int = Field(32, ge=1)
-    requests: int | None = Field(None, ge=1)
+    arrival: Literal["poisson", "constant"] = Field("poisson", description=(
+        "Open loop: how send times are spaced at a rate: 'poisson' (random exponential gaps, from the cell's "
+        "seed) or 'constant' (exactly 1/rate apart). Closed loop ignores it."))
+    input_len: int = Field(64, ge=1, description="Prompt tokens of every request (random token ids) when there "
+                           "is no `workload` block.")
+    output_len: int = Field(32, ge=1, description="Tokens generated for every answer (the request's max_tokens, "
+                            "end-of-sequence ignored) when there is no `workload` block.")
+    requests: int | None = Field(None, ge=1, description="Requests sent per cell, warm-up ones included; give "
+                                 "this or `duration`, not both.")
     duration: float | None = Field(None, gt=0, description="Seconds of sending per cell.")
     warmup: int = Field(0, ge=0, description="Leading requests left out of steady-state metrics.")
     warm_until_steady: SteadyWarmup | None = Field(None, description=(
         "Before each cell, warm-up requests at its concurrency until TTFT and TPOT stop drifting (two windows' "
         "medians within a tolerance), bounded in time; landed per cell (docs/load-generator.md). {} for the "
         "defaults."))
-    repeats: int = Field(1, ge=1)
-    seed: int = 0
+    repeats: int = Field(1, ge=1, description="How many times each load point is measured per mode (cells r0, "
+                         "r1, ...), each with its own seed; 1: once.")
+    seed: int = Field(0, description="Base of every cell's seed (prompts, lengths, send times): a load point and "
+                      "repeat get the same requests in every mode; another seed gives other requests.")
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
     hang_after_s: float | None = Field(30.0, gt=0, description=(
         "A server whose health path does not answer for this long during a cell is hung: the cell's load stops "
         "then (not after every request's timeout), requests in flight are error rows 'hung', the cell fails "
         "saying so, the server is restarted for the next. null: no probe during cells."))
-    client: ClientSpec = Field(default_factory=ClientSpec)
+    client: ClientSpec = Field(default_factory=ClientSpec, description="Where the load generator runs, on which "
+                               "CPUs and at which priority.")
     workload: list[WorkloadSpec] = Field(default_factory=list, description=(
         "What the requests ask (docs/workloads.md): one block, or a list of them as a sweep axis (every "
         "mode's load points run once per workload; cell keys `tp1.<name>.c4.r0`). Kinds: synthetic (length "
@@ -469,7 +547,9 @@ class NetworkSpec(StrictModel):
     (docs/testbed.md), whose kernel-level delay and rate it sets and reads back."""
 
     testbed: str = Field(pattern=r"^[a-z][a-z0-9]{0,9}$", description="The testbed whose links are set.")
-    links: list[LinkSetting] = Field(min_length=1)
+    links: list[LinkSetting] = Field(min_length=1, description=(
+        "The link settings of the axis, measured in this order: every mode's load points run under each "
+        "(`{}` is the plain network)."))
 
 
 class FaultSpec(StrictModel):
@@ -527,7 +607,9 @@ class SearchSpec(StrictModel):
     start: float = Field(1.0, gt=0, description="The first point probed: a guess. 8 probes reach 5 % when the "
                          "capacity is within about 0.25x-7x of it.")
     precision: float = Field(0.05, gt=0, lt=1, description="Stop when (hi - lo) / hi is at most this.")
-    max_probes: int = Field(8, ge=2, le=64)
+    max_probes: int = Field(8, ge=2, le=64, description="At most this many points probed per mode or "
+                            "configuration (each run `repeats` times); then the search stops, its capacity the "
+                            "highest point that met the SLO.")
     max_value: float = Field(1024.0, gt=0, description="Never probe above this.")
     repeats: int = Field(1, ge=1, le=10, description="Each probe is run this many times (cells r0, r1, ...); "
                          "it meets the SLO only if every repeat does (a verdict that survives noise).")
@@ -548,31 +630,52 @@ class SearchSpec(StrictModel):
 
 
 class Campaign(StrictModel):
-    schema_version: Literal[1] = 1
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    description: str = ""
-    provider: ProviderSpecBase
-    engine: EngineSpecBase
+    schema_version: Literal[1] = Field(1, description="The campaign file format's version; 1 is the only one "
+                                       "(may be left out).")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
+        "The campaign's name: its runs are recorded under it and its measurements' history (regression "
+        "detection) is kept by it, so a new name starts a new history; letters, digits, '_', '.', '-'."))
+    description: str = Field("", description="Free text for people reading the file; nothing acts on it, but it "
+                             "is part of the spec hash (a run resumes only under the same spec).")
+    provider: ProviderSpecBase = Field(description="Where the nodes come from and how they are reached: `kind` "
+                                       "local (CPU sets of this host), ssh or slurm (below).")
+    engine: EngineSpecBase = Field(description="The inference server the modes run (unless a mode names one of "
+                                   "`engines:`): `kind` vllm or llamacpp, with its version or build (below).")
     engines: list[EngineSpecBase] = Field(default_factory=list, description=(
         "More engines, side by side with `engine:` on the same nodes, model shape and load: a mode names "
         "one with `engine: KIND` (campaigns/side-by-side.yaml)."))
-    model: ModelSpec
-    modes: list[ModeSpec] = Field(min_length=1)
-    load: LoadSpec
-    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
-    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
-    validity: ValiditySpec = Field(default_factory=ValiditySpec)
-    detection: DetectionSettings = Field(default_factory=DetectionSettings)
-    network: NetworkSpec | None = None
+    model: ModelSpec = Field(description="The model served: `generate: PRESET` for random weights of a real "
+                             "model's shape (nothing downloaded), or `path:` to a model of your own.")
+    modes: list[ModeSpec] = Field(min_length=1, description="The serving configurations compared (parallelism, "
+                                  "executor, nodes, knobs): each gets its own server and runs every load point.")
+    load: LoadSpec = Field(description="The load every mode is measured under: load points (`rates` or "
+                           "`clients`), requests or duration per cell, prompt and answer lengths, repeats.")
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec, description=(
+        "How often the nodes are sampled and the engine's /metrics scraped while cells run."))
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec, description=(
+        "How closely each mode's greedy answers must match a single-worker (TP=1) reference before its cells "
+        "are measured; a mode that fails gets failed cells."))
+    validity: ValiditySpec = Field(default_factory=ValiditySpec, description=(
+        "When a cell's measurement is not trusted (e.g. the load generator fell behind its schedule) and what "
+        "that does to the run's exit code."))
+    detection: DetectionSettings = Field(default_factory=DetectionSettings, description=(
+        "Regression detection after each run: how its cells are tested against earlier runs of the campaign."))
+    network: NetworkSpec | None = Field(None, description="Network conditions as a sweep axis on the project's "
+                                        "testbed (added delay, rate caps); null: the network as it is.")
     faults: list[FaultSpec] = Field(default_factory=list, description="Faults injected into named cells.")
     slo: dict[str, float] = Field(default_factory=dict, description="Limits on the load generator's percentiles, "
                                   "METRIC_PCT_ms: 500 (ttft, tpot, itl, e2el; p50, p90, p95, p99): a cell meets the "
                                   "SLO if every one holds and it is valid (cells.slo_met).")
-    search: SearchSpec | None = None
+    search: SearchSpec | None = Field(None, description="A capacity search (or a tuning) under `slo`, per mode "
+                                      "after its load points; null: none.")
     knobs: dict[str, list[KnobValue]] = Field(default_factory=dict, description=(
         "Engine knobs as sweep axes: every mode runs once per combination of values (its own server; "
         "mode names get the values, `tp1-mns8`); null = the engine's default. The first value of each "
         "axis with the first mode is the campaign's default configuration (`search: tune`)."))
+    model_axes: ModelAxes | None = Field(None, description=(
+        "The model's dtype and GGUF quantization as sweep axes, beside `knobs:` (every configuration once per "
+        "combination, mode names get the values: `local-q4_0`); each variant its own model and gate reference "
+        "(docs/llamacpp.md). null: the one `model:`."))
 
     @field_validator("knobs")
     @classmethod
@@ -620,13 +723,40 @@ class Campaign(StrictModel):
         if self.search is not None and not self.slo:
             raise ValueError("a capacity search needs the campaign's 'slo' (e.g. slo: {ttft_p99_ms: 500})")
         if self.search is not None and self.search.kind == "tune":
-            configurations = len(self.modes)
+            configurations = len(self.modes) * (len(self.model_axes.variants()) if self.model_axes else 1)
             for values in self.knobs.values():
                 configurations *= len(values)
             if configurations < 2:
                 raise ValueError("'search: {kind: tune}' compares configurations: give two modes or a knob "
                                  "axis with two values (knobs: {max_num_seqs: [null, 8]})")
         return self
+
+    @model_validator(mode="after")
+    def _model_axes(self) -> "Campaign":
+        for mode in self.modes:
+            try:
+                self.model_for(mode)
+            except ValueError as exc:  # pydantic's ValidationError too
+                raise ValueError(f"mode {mode.name}: model {mode.model}: {exc}") from None
+        if self.model_axes is None:
+            return self
+        if self.model_axes.quantization and not isinstance(self.model, GeneratedModelSpec):
+            raise ValueError("model_axes.quantization: a GGUF type of a generated model (`generate:`); a model "
+                             "of your own is served as it is")
+        for name in ("dtype", "quantization"):
+            if getattr(self.model_axes, name) and name in self.model.model_fields_set:
+                raise ValueError(f"model.{name} is set and swept by model_axes.{name}: give it in one place")
+        return self
+
+    def model_for(self, mode: ModeSpec) -> ModelSpec:
+        """The model `mode` serves: the campaign's, with the mode's variant (`model:`) fields."""
+        return self.model_variant(mode.model)
+
+    def model_variant(self, variant: dict[str, str]) -> ModelSpec:
+        """The campaign's model with these fields ({quantization: q4_0}); itself for {}."""
+        if not variant:
+            return self.model
+        return type(self.model).model_validate({**self.model.model_dump(), **variant})
 
     @model_validator(mode="after")
     def _workloads_fit_the_context(self) -> "Campaign":
@@ -664,7 +794,7 @@ class Campaign(StrictModel):
             data["load"].pop("workload", None)
         if data["load"].get("warm_until_steady") is None:  # or without a warm-up until steady
             data["load"].pop("warm_until_steady", None)
-        for optional in ("faults", "slo", "search", "knobs"):  # or without faults, an SLO, a search, knobs
+        for optional in ("faults", "slo", "search", "knobs", "model_axes"):  # or without faults, an SLO, a search, axes
             if not data.get(optional):
                 data.pop(optional, None)
         if not data.get("engines"):  # a campaign of one engine, as before there could be more
@@ -676,6 +806,8 @@ class Campaign(StrictModel):
                 mode.pop("knobs", None)
             if mode.get("engine") is None:
                 mode.pop("engine", None)
+            if not mode.get("model"):
+                mode.pop("model", None)
         for link in (data.get("network") or {}).get("links", []):
             if link.get("name") is None:  # a link setting without a name, as before it could have one
                 link.pop("name", None)

@@ -16,7 +16,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
-from servebench.spec.campaign import Campaign, EngineSpecBase, KnobValue, LinkSetting, ModeSpec, commit_label
+from servebench.spec.campaign import (
+    Campaign,
+    EngineSpecBase,
+    KnobValue,
+    LinkSetting,
+    ModeSpec,
+    commit_label,
+    variant_label,
+)
 
 
 class LoadPoint(BaseModel):
@@ -84,7 +92,9 @@ def configurations(campaign: Campaign) -> list[ModeSpec]:
 
 
 def configuration_space(campaign: Campaign) -> list[tuple[dict[str, KnobValue], ModeSpec]]:
-    """Every configuration with the point it is in the tuning space: {"mode": name, knob: value...}."""
+    """Every configuration with the point it is in the tuning space: {"mode": name, knob: value...}; with
+    `model_axes`, each once per model variant (`tp1-mns8-q4_0`: its `model:` set, "dtype"/"quantization"
+    in its point)."""
     names = list(campaign.knobs)
     space = []
     for mode in campaign.modes:
@@ -93,8 +103,23 @@ def configuration_space(campaign: Campaign) -> list[tuple[dict[str, KnobValue], 
             label = "-".join(knob_label(name, value) for name, value in combination.items() if value is not None)
             served = mode if not combination else mode.model_copy(update={
                 "name": f"{mode.name}-{label}" if label else mode.name, "knobs": {**mode.knobs, **combination}})
-            space += at_each_commit(campaign, {"mode": mode.name, **combination}, served)
+            for variant in model_variants(campaign):
+                point: dict[str, KnobValue] = {"mode": mode.name, **combination, **variant}
+                space += at_each_commit(campaign, point, with_model_variant(served, variant))
     return space
+
+
+def model_variants(campaign: Campaign) -> list[dict[str, str]]:
+    """The model variants every mode is served with: the combinations of `model_axes`, or [{}] (none)."""
+    return campaign.model_axes.variants() if campaign.model_axes is not None else [{}]
+
+
+def with_model_variant(mode: ModeSpec, variant: dict[str, str]) -> ModeSpec:
+    """The mode serving this model variant, named by it: `tp1-q4_0` (itself for {})."""
+    if not variant:
+        return mode
+    return mode.model_copy(update={"name": f"{mode.name}-{variant_label(variant)}",
+                                   "model": {**mode.model, **variant}})
 
 
 def reference_knobs(numerics: set[str], modes: list[ModeSpec]) -> dict[str, KnobValue]:

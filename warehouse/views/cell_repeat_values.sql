@@ -11,3 +11,18 @@ UNPIVOT (
 )
 ON output_throughput, request_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, e2el_p50_ms, goodput
 INTO NAME metric VALUE value;
+
+COMMENT ON VIEW cell_repeat_values IS 'One row per valid measured value of a main metric, with its load point (the cell key without its repeat)';
+COMMENT ON COLUMN cell_repeat_values.run_id IS 'the run';
+COMMENT ON COLUMN cell_repeat_values.cell_point IS 'the load point: the cell key without its repeat, e.g. tp2.c4';
+COMMENT ON COLUMN cell_repeat_values.cell_id IS 'the cell';
+COMMENT ON COLUMN cell_repeat_values."repeat" IS 'which repeat (0 first)';
+COMMENT ON COLUMN cell_repeat_values.series_id IS 'the cell''s nightly series';
+COMMENT ON COLUMN cell_repeat_values.mode IS 'the cell''s mode';
+COMMENT ON COLUMN cell_repeat_values.load_kind IS 'closed | open';
+COMMENT ON COLUMN cell_repeat_values.clients IS 'closed loop: concurrent clients';
+COMMENT ON COLUMN cell_repeat_values.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_repeat_values.link IS 'the network setting';
+COMMENT ON COLUMN cell_repeat_values.workload_name IS 'the workload''s name';
+COMMENT ON COLUMN cell_repeat_values.metric IS 'the cells column (output_throughput [tok/s], ttft_p50_ms [ms], ...)';
+COMMENT ON COLUMN cell_repeat_values.value IS 'the value [the metric''s unit]';

@@ -6,3 +6,19 @@ FROM cells c
 JOIN server_samples s
   ON s.run_id = c.run_id AND s.mode = c.mode
  AND s.t_mono BETWEEN c.t0_monotonic AND c.t_end_monotonic;
+
+COMMENT ON VIEW cell_server_samples IS 'Every server sample (/metrics scrape) that falls inside a cell, from its t0 to its last token';
+COMMENT ON COLUMN cell_server_samples.run_id IS 'the run';
+COMMENT ON COLUMN cell_server_samples.cell_id IS 'the cell';
+COMMENT ON COLUMN cell_server_samples.cell_key IS 'the cell''s key';
+COMMENT ON COLUMN cell_server_samples.mode IS 'the cell''s mode';
+COMMENT ON COLUMN cell_server_samples.t_mono IS 'when, on the load generator''s monotonic clock [monotonic s]';
+COMMENT ON COLUMN cell_server_samples.t_wall IS 'when, as unix time [unix s]';
+COMMENT ON COLUMN cell_server_samples.kv_usage IS 'KV-cache usage (vllm:kv_cache_usage_perc) [0-1]';
+COMMENT ON COLUMN cell_server_samples.running IS 'sequences running';
+COMMENT ON COLUMN cell_server_samples.waiting IS 'sequences waiting';
+COMMENT ON COLUMN cell_server_samples.preemptions_total IS 'counter: preemptions since the server started';
+COMMENT ON COLUMN cell_server_samples.prompt_tokens_total IS 'counter: prompt tokens since the server started [tokens]';
+COMMENT ON COLUMN cell_server_samples.generation_tokens_total IS 'counter: generated tokens since the server started [tokens]';
+COMMENT ON COLUMN cell_server_samples.kv_tokens IS 'KV tokens held by the sequences in flight [tokens]';
+COMMENT ON COLUMN cell_server_samples.decode_steps_total IS 'counter: decode calls (llama.cpp) / engine steps (vLLM)';

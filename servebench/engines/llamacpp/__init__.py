@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from servebench.builds.model import TINY_LLAMA_GGUF, ModelGenerator
+from servebench.builds.model import GENERATED_GGUF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
 from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, SharedServices
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
+from servebench.engines.llamacpp.memory import SERVER_MEMORY
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.providers.base import Node, Provider
 from servebench.spec.campaign import ModeSpec
@@ -31,7 +32,7 @@ class LlamaCppEngine(Engine[LlamaCppEngineSpec, SharedServices]):  # it shares n
     spec_model: ClassVar[type[LlamaCppEngineSpec]] = LlamaCppEngineSpec
     executors: ClassVar[tuple[str, ...]] = EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("gguf",)
-    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_GGUF  # a GGUF file, written by servebench itself
+    default_model: ClassVar[ModelGenerator] = GENERATED_GGUF  # a GGUF file, written by servebench itself
     api: ClassVar[EngineAPI] = EngineAPI(
         metrics={
             "llamacpp:requests_processing": "running",
@@ -56,6 +57,7 @@ class LlamaCppEngine(Engine[LlamaCppEngineSpec, SharedServices]):  # it shares n
         # the prompt cache held) and those processed (`prompt_n`); together they are usage.prompt_tokens
         prompt_cache_tokens=("timings.cache_n", "timings.prompt_n"),
         gate_extras={"ignore_eos": True},
+        memory=SERVER_MEMORY,  # the server, its RPC workers, their KV cells and working set: memory.py
     )
     knobs: ClassVar[Mapping[str, Knob]] = KNOBS
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from servebench.builds.model import TINY_LLAMA_HF, ModelGenerator
+from servebench.builds.model import GENERATED_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
 from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, legacy_logprobs
@@ -16,6 +16,7 @@ from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
+from servebench.engines.vllm.memory import SERVER_MEMORY
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
@@ -37,7 +38,7 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     spec_model: ClassVar[type[VllmEngineSpec]] = VllmEngineSpec
     executors: ClassVar[tuple[str, ...]] = placement.EXECUTORS
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)
-    default_model: ClassVar[ModelGenerator] = TINY_LLAMA_HF  # a directory with a tokenizer, by the venv's torch
+    default_model: ClassVar[ModelGenerator] = GENERATED_HF  # a directory with a tokenizer, by servebench
     api: ClassVar[EngineAPI] = EngineAPI(
         metrics={
             "vllm:kv_cache_usage_perc": "kv_usage",
@@ -59,6 +60,7 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
         gate_extras={"ignore_eos": True, "return_tokens_as_token_ids": True},
         # `servebench load --export vllm-bench=PATH`: the layout of `vllm bench serve --save-result`
         result_formats={"vllm-bench": to_vllm_result},
+        memory=SERVER_MEMORY,  # ranks, their KV cache and working set: memory.py
     )
     knobs: ClassVar[Mapping[str, Knob]] = KNOBS
 

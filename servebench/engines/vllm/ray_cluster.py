@@ -34,7 +34,6 @@ from pathlib import Path
 from servebench.engines.base import PortSource
 from servebench.logs import tail
 from servebench.providers import Node, NodeProcess, Provider
-from servebench.providers.this_host import short_tmp_dir
 from servebench.waiting import poll
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
@@ -171,10 +170,11 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
     """The `ray start` command and environment of every node (the first is the head).
 
     Each node's Ray temp dir is `<temp_root>/<index>.<attempt>` on that node; temp_root is a
-    new short name under /tmp by default (Ray's Unix socket paths must stay short; `ray start`
-    makes the directories). Every port is picked on the node that binds it (`ports`).
+    new short name in the node's own /tmp by default (Ray's Unix socket paths must stay short; `ray
+    start` makes the directories; the orchestrator's TMPDIR names nothing on another host). Every port
+    is picked on the node that binds it (`ports`).
     """
-    root = temp_root or f"{short_tmp_dir()}/sb-ray-{secrets.token_hex(4)}"
+    root = temp_root or f"/tmp/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
     base_env = {**ray_startup_env(os.environ), **engine_env}

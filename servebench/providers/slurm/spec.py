@@ -9,6 +9,8 @@ provider:
   time_limit: "00:30:00"
   # optional:
   account: myproject
+  qos: normal                       # salloc --qos
+  constraint: "sapphirerapids"      # salloc --constraint: node features, Slurm's expression ('a&b', 'a|b')
   nodelist: [h1, h2]                # exactly these nodes (names known to `plan` before allocating)
   slurm_conf: /etc/slurm/slurm.conf # the controller's config for the Slurm clients (SLURM_CONF)
   client_env: {SLURM_CLUSTERS: c1}  # more environment for salloc/srun/scontrol/scancel
@@ -21,11 +23,20 @@ import re
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from servebench.spec.campaign import NodeSpec, ProviderSpecBase, stringify_env
 
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
+# Slurm's feature expressions: names joined by & (and), | (or), with [..], (..), *N counts; no leading '-'
+CONSTRAINT_PATTERN = r"^[A-Za-z0-9_(\[][A-Za-z0-9_.&|*:,()\[\]-]*$"
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and "infinite"/"unlimited", refused: an
 # allocation must end by itself if the orchestrator dies).
 TIME_LIMIT_PATTERN = r"^(\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?|\d+(:\d{1,2}(:\d{1,2})?)?)$"
@@ -43,11 +54,17 @@ class SlurmProviderSpec(ProviderSpecBase):
                             "(salloc --time), e.g. '30' (minutes), '01:30:00', '1-00:00:00'.")
     account: str | None = Field(None, pattern=SLURM_NAME_PATTERN, description="The account the allocation is "
                                 "charged to (salloc --account); default: your default account.")
+    qos: str | None = Field(None, pattern=SLURM_NAME_PATTERN, description="The quality of service the job runs "
+                            "under (salloc --qos); default: the one your account or the partition gives.")
+    constraint: str | None = Field(None, pattern=CONSTRAINT_PATTERN, description="Node features every node "
+                                   "must have (salloc --constraint), in Slurm's syntax: 'sapphirerapids', "
+                                   "'intel&avx512', 'grace|neoverse_v2'; the features a site defines are "
+                                   "in `sinfo -o '%N %f'`.")
     nodelist: list[str] | None = Field(None, description="Allocate exactly these nodes (salloc --nodelist); "
                                        "their names are then known before allocating.")
     exclusive: bool = Field(False, description="Allocate whole nodes (salloc --exclusive).")
-    salloc_args: list[str] = Field(default_factory=list, description="More salloc options, e.g. "
-                                   "['--qos=short', '--constraint=x86'].")
+    salloc_args: list[str] = Field(default_factory=list, description="More salloc options, "
+                                   "--name=value form, e.g. ['--reservation=bench'].")
     slurm_conf: Path | None = Field(None, description="slurm.conf of the controller, for the Slurm clients "
                                     "(SLURM_CONF); default: the client's own.")
     client_env: dict[str, str] = Field(default_factory=dict, description="Environment added to every Slurm "
@@ -105,6 +122,16 @@ class SlurmProviderSpec(ProviderSpecBase):
             if not arg.startswith("-"):
                 raise ValueError(f"{arg!r}: give options in their --name=value form")
         return value
+
+    @model_serializer(mode="wrap")
+    def _without_unset_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):
+        """qos and constraint left out while unset: a campaign without them keeps the normalized
+        spec, and so the spec hash, it had before they existed."""
+        data = handler(self)
+        for name in ("qos", "constraint"):
+            if isinstance(data, dict) and data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @model_validator(mode="after")
     def _nodelist_matches(self) -> "SlurmProviderSpec":

@@ -24,8 +24,11 @@ from servebench.engines.base import (
     GateChoice,
     Knob,
     LaunchRequest,
+    MemoryRequest,
     ProcessLaunch,
+    RankShare,
     ServerLaunch,
+    ServerMemory,
     legacy_logprobs,
 )
 from servebench.providers.base import Node, Provider
@@ -33,6 +36,15 @@ from servebench.spec.campaign import EngineSpecBase, ModeSpec
 
 SERVER = Path(__file__).with_name("server.py")
 CAPACITY = re.compile(r"capacity (\d+) tokens")
+
+
+def echo_ranks(request: MemoryRequest) -> list[RankShare]:
+    """The echo server loads no model and keeps no KV cache: one process of plain Python."""
+    return [RankShare(node=request.node_names[0], label="server", layers=0, kv_pool_bytes=0)]
+
+
+# a standard-library HTTP server: ~20 MB RSS, bounded generously
+ECHO_MEMORY = ServerMemory(process_overhead_bytes=64 * 1024 ** 2, ranks=echo_ranks)
 
 
 class EchoEngineSpec(EngineSpecBase):
@@ -53,7 +65,8 @@ class EchoEngine(Engine):
                  "echo_prompt_tokens_total": "prompt_tokens_total",
                  "echo_generation_tokens_total": "generation_tokens_total"},
         generation_tokens_metric="echo_generation_tokens_total",
-        request_extras={"stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        request_extras={"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+        memory=ECHO_MEMORY)
     knobs: ClassVar[Mapping[str, Knob]] = {
         "prefill_ms": Knob("--prefill-ms: each request's one-at-a-time prefill (the server's capacity)", float,
                            minimum=0),
