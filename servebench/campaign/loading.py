@@ -55,8 +55,9 @@ class NoSuchCampaign(SpecError):
 
     def __init__(self, given: Path, closest: list[str]):
         hint = suggestion(closest)
+        shipped_names = ", ".join(sorted(path.stem for path in shipped_campaigns()))
         self.message = f"no campaign '{given}'" + (f": {hint}" if hint else
-                                                   ": no such file, nor a shipped campaign (servebench campaigns)")
+                                                   f": no such file, nor a shipped campaign ({shipped_names})")
         super().__init__([SpecProblem(file=str(given), line=None, field="", message=self.message)])
 
     def __str__(self) -> str:
