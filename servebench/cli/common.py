@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from servebench.paths import default_warehouse
@@ -66,6 +67,14 @@ def chosen_run_id(con, args: argparse.Namespace) -> str | None:
     from servebench.warehouse.reads import latest_run_id
 
     return args.run or latest_run_id(con, args.campaign)
+
+
+def chosen_run_or_say_why(con, args: argparse.Namespace) -> str | None:
+    """`chosen_run_id`, or None after saying on stderr why there is none (the commands that show a run)."""
+    run_id = chosen_run_id(con, args)
+    if run_id is None:
+        print(f"servebench: {no_run_message(con, args)}", file=sys.stderr)
+    return run_id
 
 
 def no_run_message(con, args: argparse.Namespace) -> str:

@@ -10,8 +10,7 @@ from servebench import warehouse
 from servebench.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    chosen_run_id,
-    no_run_message,
+    chosen_run_or_say_why,
     run_choice_args,
     warehouse_arg,
     warehouse_path,
@@ -32,9 +31,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
-        run_id = chosen_run_id(con, args)
+        run_id = chosen_run_or_say_why(con, args)
         if run_id is None:
-            print(f"servebench: {no_run_message(con, args)}", file=sys.stderr)
             return EXIT_FAILED
         run_dir = reads.run_directory(con, run_id)
         if run_dir is None:

@@ -12,9 +12,8 @@ from servebench.analysis.saturation import MISS_THRESHOLD, run_saturation
 from servebench.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    chosen_run_id,
+    chosen_run_or_say_why,
     format_arg,
-    no_run_message,
     run_choice_args,
     warehouse_arg,
     warehouse_path,
@@ -37,9 +36,8 @@ def add_saturation_parser(sub) -> None:
 def cmd_saturation(args: argparse.Namespace) -> int:
     con = warehouse.connect(warehouse_path(args), read_only=True)
     try:
-        run_id = chosen_run_id(con, args)
+        run_id = chosen_run_or_say_why(con, args)
         if run_id is None:
-            print(f"servebench: {no_run_message(con, args)}", file=sys.stderr)
             return EXIT_FAILED
         found = run_saturation(con, run_id, args.miss_threshold)
     finally:
