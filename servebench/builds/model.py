@@ -34,9 +34,11 @@ class ModelGenerator:
     file_name: str | None                                  # the model is this file in its directory (None: the dir)
     code_digest: Callable[[], str]                         # the generator's source, part of the key
     write: Callable[[GeneratedModelSpec, str, Path], None]  # (spec, engine python, into this new directory)
+    unused_fields: frozenset[str] = frozenset()             # spec fields this format ignores: not in the key
 
     def cache_key(self, spec: GeneratedModelSpec) -> str:
-        digest = sha256_json({"spec": spec.model_dump(mode="json"), "code": self.code_digest()})
+        fields = spec.model_dump(mode="json", exclude=set(self.unused_fields))
+        digest = sha256_json({"spec": fields, "code": self.code_digest()})
         return f"{self.key_prefix}-{digest[:16]}"
 
     def path(self, spec: GeneratedModelSpec, cache: Path) -> Path:
@@ -98,7 +100,8 @@ def _gguf_code() -> str:
 
 
 # A Hugging Face directory with a tokenizer of the model's vocabulary; a GGUF file (the same weights' shapes)
-GENERATED_HF = ModelGenerator("hf", "generated-hf", None, _hf_code, _write_hf)
+# a GGUF quantization does not change a Hugging Face directory: variants that differ only there share one
+GENERATED_HF = ModelGenerator("hf", "generated-hf", None, _hf_code, _write_hf, frozenset({"quantization"}))
 GENERATED_GGUF = ModelGenerator("gguf", "generated-gguf", GGUF_NAME, _gguf_code, _write_gguf)
 
 
