@@ -15,6 +15,7 @@ import pytest
 import vl_convert
 
 from servebench import warehouse
+from servebench.analysis.charts import label_modes
 from servebench.analysis.report import build_charts
 from servebench.analysis.workload_report import (
     length_bins,
@@ -25,6 +26,7 @@ from servebench.analysis.workload_report import (
     turn_chart,
     turn_points,
     turn_request_rows,
+    workload_charts,
 )
 from servebench.campaign.loading import parse_campaign
 from servebench.load.records import RequestRecord
@@ -222,3 +224,15 @@ def test_a_workload_run_has_the_charts_and_a_run_without_workloads_has_none(db):
     # the workloads share their load points: each its own bar beside the others, not drawn over them
     side = json.dumps(charts["modes_side_by_side"].to_dict())
     assert all(f'"tp1 (mp) {w}"' in side for w in ("mixed", "prefix", "sessions"))
+
+
+def test_the_workload_charts_label_an_oversubscribed_mode_as_the_report_does(db):
+    """The report gives the workload charts its mode labels: an oversubscribed mode says so there too."""
+    path, _ = db
+    con = warehouse.connect(path, read_only=True)
+    try:
+        charts = workload_charts(con, "wl", lambda rows: label_modes(rows, {"tp1": True}))
+    finally:
+        con.close()
+    prefix = json.dumps(charts["prefix_cache"].to_dict())
+    assert '"mode": "tp1 (oversubscribed)"' in prefix and '"mode": "tp1"' not in prefix

@@ -13,6 +13,7 @@ import json
 
 import altair as alt
 
+from servebench.analysis.charts import load_point_label
 from servebench.warehouse import Connection, reads
 
 LATENCIES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"))
@@ -27,7 +28,7 @@ def engine_cells(con: Connection, run_id: str) -> list[dict]:
 def engines_chart(cells: list[dict], width: int, height: int) -> alt.TopLevelMixin | None:
     if not cells:
         return None
-    points = [{**c, "load": c["rate"] if c["rate"] is not None else c["clients"],
+    points = [{**c, "load": c["rate"] if c["rate"] is not None else c["clients"], "load_point": load_point_label(c),
                "series": f"{c['engine']} {c['mode']}"} for c in cells]
     panels = []
     for field, label in LATENCIES:
@@ -36,14 +37,14 @@ def engines_chart(cells: list[dict], width: int, height: int) -> alt.TopLevelMix
             x=alt.X(f"{field}:Q", title=label), y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)"),
             color=alt.Color("series:N", title="engine, mode"), strokeDash=alt.StrokeDash("engine:N", title="engine"),
             order="load:Q",
-            tooltip=["engine:N", "mode:N", "load_kind:N", alt.Tooltip("load:Q", title="req/s or clients"),
+            tooltip=["engine:N", "mode:N", alt.Tooltip("load_point:N", title="load point"),
                      alt.Tooltip("output_throughput:Q", format=".1f"), alt.Tooltip(f"{field}:Q", format=".1f")])
         labels = base.mark_text(dx=8, dy=-6, fontSize=10).encode(
-            x=f"{field}:Q", y="output_throughput:Q", text=alt.Text("load:Q", format="~g"), color="series:N")
+            x=f"{field}:Q", y="output_throughput:Q", text="load_point:N", color="series:N")
         panels.append((line + labels).properties(width=width, height=height))
     return alt.hconcat(*panels).properties(title=alt.TitleParams(
-        "Engines side by side", subtitle="the same nodes, model shape and load; each point one request rate "
-                                         "(labelled; or client count), one line per engine and mode"))
+        "Engines side by side", subtitle="the same nodes, model shape and load; each point one load point "
+                                         "(labelled), one line per engine and mode"))
 
 
 def engines_section(cells: list[dict]) -> str:
@@ -63,7 +64,7 @@ def engines_section(cells: list[dict]) -> str:
 
 
 def _load(cell: dict) -> str:
-    return f"{cell['rate']:g} req/s" if cell["rate"] is not None else f"{cell['clients']} clients"
+    return load_point_label(cell)
 
 
 def _num(value: float | None, fmt: str) -> str:

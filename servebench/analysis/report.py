@@ -27,14 +27,28 @@ import vl_convert as vlc
 from servebench.analysis.capacity_report import capacity_rows, capacity_section, pareto_chart, tuning_row
 from servebench.analysis.cell_dispersion import METRICS as SPREAD_METRICS
 from servebench.analysis.cell_dispersion import PointMetric, run_spreads
+from servebench.analysis.charts import (
+    is_oversubscribed,
+    label_modes,
+    load_point_label,
+    load_point_order,
+    mode_cpu_model,
+    mode_label,
+    nothing_to_show,
+    oversubscribed_modes,
+    server_cpu_models,
+    slo_limits,
+    slo_rules,
+    titled,
+)
 from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
-from servebench.analysis.workload_report import workload_charts
+from servebench.analysis.workload_report import whole_axis, workload_charts
 from servebench.warehouse import Connection, reads
-from servebench.warehouse.history import changes_until, nights_until, run_series_points
+from servebench.warehouse.history import changes_until, nights_until, run_nodes, run_series_points, run_spec
 
 WIDTH, HEIGHT = 380, 240
 TIMELINE_POINTS = 400        # per node, server and metric: about one per two pixels of the timeline
@@ -44,37 +58,61 @@ def _data(values: list[dict]) -> alt.Data:
     return alt.Data(values=json.loads(json.dumps(values, default=str)))
 
 
-def _titled(chart: alt.Chart, title: str, subtitle: str) -> alt.Chart:
-    return chart.properties(title=alt.TitleParams(title, subtitle=subtitle), width=WIDTH, height=HEIGHT)
+def _titled(chart: alt.TopLevelMixin, title: str, subtitle: str) -> alt.TopLevelMixin:
+    return chart.properties(title=titled(title, subtitle), width=WIDTH, height=HEIGHT)
 
 
-def throughput_vs_latency(cells: list[dict], latency: str, label: str) -> alt.Chart | None:
-    opened = [c for c in cells if c["load_kind"] == "open" and c["output_throughput"] and c[latency] is not None]
+def throughput_vs_latency(cells: list[dict], latency: str, label: str,
+                          slo: dict[str, float] | None = None) -> alt.TopLevelMixin | None:
+    """Latency against the achieved request rate (completed requests per second), one line per mode
+    through its open-loop load points (each labelled with the rate it was offered): p50 solid, p99
+    dashed, and the campaign's SLO on this latency as a horizontal rule when one is set. `latency`
+    is the p50 field (`ttft_p50_ms`); its p99 is drawn beside it when the cells have it."""
+    opened = [c for c in cells if c["load_kind"] == "open" and c.get("request_throughput") and c[latency] is not None]
     if not opened:
         return None
-    points = point_figures(opened, ["output_throughput", latency])
-    chart = alt.Chart(_data(points)).mark_line(point=alt.OverlayMarkDef(size=60)).encode(
-        x=alt.X(f"{latency}:Q", title=f"{label} (ms)"),
-        y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)"),
-        color=alt.Color("mode:N", title="mode"),
-        order=alt.Order("rate:Q"),
-        tooltip=["point:N", "mode:N", alt.Tooltip("rate:Q", title="offered req/s"), "repeats:Q",
-                 alt.Tooltip(f"{latency}:Q", format=".1f"), alt.Tooltip(f"{latency}_spread:N", title="spread"),
-                 alt.Tooltip("output_throughput:Q", format=".1f"),
-                 alt.Tooltip("output_throughput_spread:N", title="spread")],
-    )
-    labels = alt.Chart(_data(points)).mark_text(dx=8, dy=-8, fontSize=10).encode(
-        x=f"{latency}:Q", y="output_throughput:Q", text=alt.Text("rate:Q", format="~g"), color="mode:N")
-    subtitle = "open loop; each point is one offered rate (req/s, labelled); one line per mode"
-    layers = chart + labels
-    bars = error_bars(points, latency, "output_throughput")
+    high = latency.replace("_p50_", "_p99_")
+    fields = ["request_throughput", "output_throughput", latency] + ([high] if high != latency else [])
+    points = [{**p, "load_point": load_point_label(p)} for p in point_figures(opened, fields)]
+    metric = latency.split("_")[0]
+    name = label.split(" ")[0]
+    long = [{"mode": p["mode"], "point": p["point"], "load_point": p["load_point"], "percentile": percentile,
+             "request_throughput": p["request_throughput"], "ms": p[field], "repeats": p["repeats"],
+             "output_throughput": p["output_throughput"], "realized_rate": p.get("realized_rate")}
+            for p in points for percentile, field in (("p50", latency), ("p99", high))
+            if p.get(field) is not None and (percentile == "p50" or field != latency)]
+    # from 0: one load point still gets an axis of rates, not a lone tick
+    x = alt.X("request_throughput:Q", title="achieved request rate (completed req/s)", scale=alt.Scale(zero=True))
+    y_title = f"{name} (ms)"
+    base = alt.Chart(_data(long)).encode(x=x, y=alt.Y("ms:Q", title=y_title), color=alt.Color("mode:N", title="mode"))
+    lines = base.mark_line().encode(
+        strokeDash=alt.StrokeDash("percentile:N", title="percentile", sort=["p50", "p99"]),
+        detail="percentile:N", order=alt.Order("request_throughput:Q"))
+    line = lines + base.mark_point(size=60, filled=True).encode(
+        tooltip=["point:N", "mode:N", "load_point:N", "percentile:N", "repeats:Q",
+                 alt.Tooltip("request_throughput:Q", title="achieved req/s", format=".2f"),
+                 alt.Tooltip("realized_rate:Q", title="schedule req/s", format=".2f"),
+                 alt.Tooltip("ms:Q", format=".1f"), alt.Tooltip("output_throughput:Q", title="tok/s", format=".1f")])
+    labels = alt.Chart(_data(points)).mark_text(dx=8, dy=-8, fontSize=10, align="left").encode(
+        x="request_throughput:Q", y=f"{latency}:Q", text="load_point:N", color="mode:N")
+    subtitle = ("open loop; x: requests completed per second; each point one load point, labelled with the rate "
+                "offered; one line per mode; solid p50, dashed p99")
+    layers = line + labels
+    bars = error_bars(points, "request_throughput", latency)
     if bars is not None:
         layers = layers + bars
         subtitle += f"; {ERROR_BAR_NOTE}"
-    invalid = invalid_marks(opened, latency, "output_throughput")
+    invalid = invalid_marks(opened, "request_throughput", latency)
     if invalid is not None:
         layers, subtitle = layers + invalid, subtitle + "; red cross: an invalid measurement (see the cell table)"
-    return _titled(layers, f"Throughput vs {label}, per request rate", subtitle)
+    rules = slo_rules(slo or {}, metric)
+    if rules:
+        layers = layers + alt.Chart(_data(rules)).mark_rule(color="#d62728", strokeDash=[2, 2], strokeWidth=2).encode(
+            y="limit:Q", tooltip=["label:N"]) + alt.Chart(_data(rules)).mark_text(
+            align="right", baseline="bottom", dy=-3, color="#d62728", fontSize=11).encode(
+            x=alt.value(WIDTH), y="limit:Q", text="label:N")
+        subtitle += "; red: " + ", ".join(r["label"] for r in rules)
+    return _titled(layers, f"{label} vs achieved request rate", subtitle)
 
 
 ERROR_TICK = 10             # px: an error bar's end ticks (on a band axis they would span the band)
@@ -131,14 +169,44 @@ def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
 
 
 def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
-                   saturation: list[dict], fmt: str = ".2f", knees: Sequence[dict] = ()) -> alt.Chart | None:
+                   saturation: list[dict], fmt: str = ".1%", knees: Sequence[dict] = (),
+                   percent: bool = True, full_scale: bool = False,
+                   one_point_says_nothing: bool = False) -> alt.TopLevelMixin | None:
+    """`field` against the closed-loop client count, one line per mode (series), with each series'
+    theoretical KV saturation as a dashed rule where it falls on the axis (beyond it: written as a
+    number in the subtitle, not drawn at the edge) and its measured knee. `percent`: the field is a
+    fraction, drawn as a percentage; `full_scale`: its axis runs to 100% at least (a usage of 0.05%
+    is not drawn as a full chart). Says so in one line instead when every value is 0, or, with
+    `one_point_says_nothing`, when no series has two client counts."""
     closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
     if not closed:
         return None
+    if all(r[field] == 0 for r in closed):
+        return nothing_to_show(title, f"{axis}: 0 in every one of the {len(closed)} closed-loop cells")
+    counts: dict[str, set[int]] = {}
+    for r in closed:
+        counts.setdefault(r["mode"], set()).add(r["clients"])
+    if all(len(c) < 2 for c in counts.values()):   # no line: a dot per series, overlaid at one x
+        drawn_at = ", ".join(load_point_label(r) for r in sorted(
+            {r["clients"]: r for r in closed}.values(), key=lambda r: r["clients"]))
+        top = max(closed, key=lambda r: r[field])
+        return nothing_to_show(title, f"every mode ran at one client count ({drawn_at}), "
+                               + ("so each cell is its own best (100%)" if one_point_says_nothing else
+                                  f"no line to draw; highest {top[field]:{fmt}} ({top['mode']})"))
     points = point_figures(closed, [field])
+    max_clients, min_clients = max(r["clients"] for r in closed), min(r["clients"] for r in closed)
+    marks = [s for s in saturation if s["saturation_clients"] is not None]
+    drawn = [s for s in marks if s["saturation_clients"] <= max_clients * 1.5]
+    top = max([max_clients] + [s["saturation_clients"] for s in drawn])
+    bottom = min([min_clients] + [s["saturation_clients"] for s in drawn])
+    peak = max((p for p in points if p[field] is not None), key=lambda p: p[field])
+    y_scale = alt.Scale(domain=[0, max(1.0, peak[field])]) if full_scale else alt.Undefined
+    if full_scale:      # a usage of 0.05% is a flat line at 0: its number is said
+        subtitle += f"; highest {peak[field]:.2%} ({peak['mode']}, {load_point_label(peak)})"
+    y_axis = alt.Axis(format="%") if percent else alt.Undefined
     line = alt.Chart(_data(points)).mark_line(point=True).encode(
-        x=alt.X("clients:Q", title="parallel clients (closed loop)"),
-        y=alt.Y(f"{field}:Q", title=axis),
+        x=alt.X("clients:Q", title="parallel clients (closed loop)", axis=whole_axis(bottom, top)),
+        y=alt.Y(f"{field}:Q", title=axis, axis=y_axis, scale=y_scale),
         color=alt.Color("mode:N", title="mode"),
         tooltip=["point:N", "mode:N", "clients:Q", "repeats:Q", alt.Tooltip(f"{field}:Q", format=fmt, title=axis),
                  alt.Tooltip(f"{field}_spread:N", title="±CV [95%]")],
@@ -146,18 +214,15 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
     bars = error_bars(points, "clients", field)
     if bars is not None:
         line, subtitle = line + bars, f"{subtitle}; median of repeats, {ERROR_BAR_NOTE}"
-    max_clients = max(r["clients"] for r in closed)
-    marks = [s for s in saturation if s["saturation_clients"] is not None]
-    if marks:
-        shown = [{**s, "x": min(s["saturation_clients"], max_clients * 1.5)} for s in marks]
-        rule = alt.Chart(_data(shown)).mark_rule(strokeDash=[6, 4]).encode(
-            x="x:Q", color="mode:N",
+    if drawn:
+        rule = alt.Chart(_data(drawn)).mark_rule(strokeDash=[6, 4]).encode(
+            x="saturation_clients:Q", color="mode:N",
             tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=".2f"),
                      alt.Tooltip("kv_capacity_tokens:Q", title="KV capacity (tokens)", format=",")])
         line = line + rule
-        subtitle += "; dashed: theoretical KV saturation = capacity / a client's peak tokens"
-        if any(s["saturation_clients"] > max_clients * 1.5 for s in marks):
-            subtitle += " (drawn at the edge when beyond the chart)"
+        subtitle += ("; dashed: theoretical KV saturation = capacity / a client's peak tokens ("
+                     + ", ".join(f"{s['mode']} {s['saturation_clients']:,.2f}" for s in drawn) + " clients)")
+    subtitle += beyond_note(marks, max_clients * 1.5, "; ")
     measured = [k for k in knees if k.get("measured_knee") is not None]
     if measured:
         medians = {(p["mode"], p["clients"]): p[field] for p in points}
@@ -172,12 +237,25 @@ def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitl
     return _titled(line, title, subtitle)
 
 
+def beyond_note(saturation: Sequence[dict], edge: float | None, join: str) -> str:
+    """The theoretical saturation points past `edge` (None: every one), as numbers: a rule drawn at
+    the chart's edge would say 'here' of a point thousands of clients away."""
+    far = [s for s in saturation if s.get("saturation_clients") is not None
+           and (edge is None or s["saturation_clients"] > edge)]
+    if not far:
+        return ""
+    where = "theoretical KV saturation" + (" beyond the axis, not drawn" if edge is not None else "")
+    return f"{join}{where}: " + ", ".join(f"{s['mode']} at {s['saturation_clients']:,.2f} clients" for s in far)
+
+
 def saturation_series(kv: list[dict]) -> list[dict]:
-    """`cell_kv` rows as the saturation charts draw them: one line per mode and workload (`mode` becomes
-    `<mode>.<workload>` for a workload's cells, as `servebench saturation` names the series), each
-    normalized against its own best cell."""
+    """`cell_kv` rows as the saturation charts draw them: the closed-loop cells, one line per mode and
+    workload (`mode` becomes `<mode>.<workload>` for a workload's cells, as `servebench saturation`
+    names the series), each normalized against its own best drawn cell (not an open-loop cell the
+    chart does not show)."""
+    closed = [row for row in kv if row.get("clients") is not None]
     return [{**row, "mode": f"{row['mode']}.{row['workload_name']}" if row.get("workload_name") else row["mode"]}
-            for row in normalized_per_series(kv)]
+            for row in normalized_per_series(closed)]
 
 
 def thin_timeline(points: list[dict], most: int = TIMELINE_POINTS) -> list[dict]:
@@ -218,14 +296,18 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict
         if rate is not None:
             points.append({**base, "metric": "network (MB/s, all interfaces)", "value": rate})
     thinned = thin_timeline(points)
-    spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"], "start": c["t0_monotonic"] - start,
-              "end": c["t_end_monotonic"] - start} for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
     marks = [{"t": f["t_mono"] - start, "fault": f"{f['action']} on {f['node']}", "cell": f["cell_key"],
               "hit": f["hit"]} for f in faults if f.get("t_mono") is not None]
-    charts = []
+    spans = [{"cell_id": c["cell_id"], "cell": c["cell_key"] + (" (oversubscribed)" if c.get("oversubscribed") else ""),
+              "start": c["t0_monotonic"] - start, "end": c["t_end_monotonic"] - start,
+              "middle": (c["t0_monotonic"] + c["t_end_monotonic"]) / 2 - start}
+             for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
+    ends = [p["t"] for p in thinned] + [s["end"] for s in spans] + [m["t"] for m in marks]
+    x_scale = alt.Scale(domain=[0, max(ends or [1.0])], nice=False)
+    charts: list[alt.LayerChart | alt.FacetChart] = [cell_strip(spans, x_scale)] if spans else []
     for metric in ("CPU busy (%)", "memory used (GB)", "engine RSS (GB)", "network (MB/s, all interfaces)"):
         line = alt.Chart(_data([p for p in thinned if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
-            x=alt.X("t:Q", title="seconds since the first sample"),
+            x=alt.X("t:Q", title="seconds since the first sample", scale=x_scale),
             y=alt.Y("value:Q", title=metric),
             color=alt.Color("node:N", title="node"),
             detail="mode:N",  # one segment per server: no line drawn across the gaps between them
@@ -237,16 +319,32 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict
             layers.append(alt.Chart(_data(marks)).mark_rule(color="#d62728", strokeWidth=2).encode(
                 x="t:Q", tooltip=["fault:N", "cell:N", "hit:N"]))
         charts.append(alt.layer(*layers).properties(width=WIDTH * 2 + 60, height=110, title=metric))
-    subtitle = "shaded: cells (hover for the cell id); sampled by servebench's node sampler" + \
+    subtitle = "shaded: the cells, named in the top row; sampled by servebench's node sampler" + \
         ("; red: faults the campaign injected" if marks else "") + \
         (f"; at most {TIMELINE_POINTS} points a line, each the highest of its samples" if len(thinned) < len(points)
          else "")
-    return alt.vconcat(*charts).properties(title=alt.TitleParams("Per-node timelines", subtitle=subtitle))
+    return alt.vconcat(*charts).properties(title=titled("Per-node timelines", subtitle))
+
+
+CELL_STRIP_HEIGHT = 120      # px: a cell key written upright in 9 px type fits
+
+
+def cell_strip(spans: list[dict], x_scale: alt.Scale) -> alt.LayerChart | alt.FacetChart:
+    """The timelines' top row: each cell's span shaded as below it, and its key written upright in it,
+    so a PNG (no hover) says which cell each shaded band is."""
+    shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
+        x=alt.X("start:Q", title=None, scale=x_scale,
+                axis=alt.Axis(labels=False, ticks=False, grid=False, domain=False)), x2="end:Q",
+        tooltip=["cell_id:N", "cell:N"])
+    names = alt.Chart(_data(spans)).mark_text(angle=270, align="right", baseline="middle", fontSize=9, dy=0).encode(
+        x=alt.X("middle:Q", scale=x_scale), y=alt.value(2), text="cell:N")
+    return alt.layer(shade, names).properties(width=WIDTH * 2 + 60, height=CELL_STRIP_HEIGHT, title="cells")
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.VConcatChart | None:
     # one bar per mode, link setting and workload: a workload campaign's cells share their load point
-    done = [{**c, "mode_executor": f"{c['mode']} ({c['executor']})" + (f" {c['link']}" if c.get("link") else "")
+    done = [{**c, "mode_executor": f"{c['mode'].removesuffix(' (oversubscribed)')} ({c['executor']}"
+             + (", oversubscribed)" if c.get("oversubscribed") else ")") + (f" {c['link']}" if c.get("link") else "")
              + (f" {c['workload_name']}" if c.get("workload_name") else "")}
             for c in cells if c["output_throughput"]]
     if not done:
@@ -284,18 +382,19 @@ def modes_side_by_side(cells: list[dict]) -> alt.VConcatChart | None:
         dots.append(alt.Chart().transform_filter("datum.low != null").mark_errorbar(ticks=True, size=ERROR_TICK).encode(
             x=x, y=alt.Y("low:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")), y2="high:Q",
             color=alt.Color("executor:N", title="executor")))
-    column = alt.Column("load_point:N", title="load point")
+    column = alt.Column("load_point:N", title="load point", sort=load_point_order(points))
+    # each panel its own modes: a workload campaign's load points are not every mode's
     top = alt.layer(*throughput, data=_data(points)).properties(width=140, height=HEIGHT).facet(
-        column=column).properties(title="throughput")
+        column=column).resolve_scale(x="independent").properties(title="throughput")
     bottom = alt.layer(*dots, data=_data(latency)).properties(width=140, height=HEIGHT).facet(
-        column=column).properties(title="latency percentiles")
+        column=column).resolve_scale(x="independent").properties(title="latency percentiles")
     subtitle = "one panel per load point" + (f"; medians of repeats, {ERROR_BAR_NOTE}" if repeated else "")
     return alt.vconcat(top, bottom).properties(title=alt.TitleParams("Modes and executors side by side",
                                                                      subtitle=subtitle))
 
 
 def _point(cell: dict) -> str:
-    return f"c{cell['clients']}" if cell["load_kind"] == "closed" else f"{cell['rate']:g} req/s"
+    return load_point_label(cell)
 
 
 def network_response(cells: list[dict]) -> alt.VConcatChart | None:
@@ -308,12 +407,15 @@ def network_response(cells: list[dict]) -> alt.VConcatChart | None:
     ranked = sorted(swept, key=lambda c: (c["link_rate_mbit"] is not None, c["link_delay_ms"] or 0,
                                           -(c["link_rate_mbit"] or 0)))
     order = list(dict.fromkeys(c["link"] for c in ranked))  # plain, more delay, then tighter caps
-    panels = []
+    panels: list[alt.Chart] = []
     for field, title in (("output_throughput", "output throughput (tokens/s)"), ("tpot_p50_ms", "TPOT p50 (ms)")):
+        if not any(c.get(field) for c in swept):      # every value 0 or unknown: a flat line at 0 says nothing
+            panels.append(nothing_to_show(title, f"0 or not measured in every one of the {len(swept)} cells"))
+            continue
         panels.append(alt.Chart(_data(swept)).mark_line(point=True).encode(
             x=alt.X("link:N", sort=order, title="link setting", axis=alt.Axis(labelAngle=0)),
             y=alt.Y(f"mean({field}):Q", title=title), color=alt.Color("mode:N", title="mode"),
-            column=alt.Column("point:N", title="load point"),
+            column=alt.Column("point:N", title="load point", sort=load_point_order(swept)),
             tooltip=["cell_id:N", "link:N", alt.Tooltip("link_delay_ms:Q", title="delay ms"),
                      alt.Tooltip("link_rate_mbit:Q", title="rate Mbit/s"),
                      alt.Tooltip(f"mean({field}):Q", format=".1f")],
@@ -345,11 +447,11 @@ def roofline_chart(cells: list[dict]) -> alt.FacetChart | None:
     subtitle = ("decode: bytes per step / TPOT vs memory bandwidth; prefill: FLOPs per prompt token / its time "
                 "vs peak matmul" + (f"; emulated, not judged: {', '.join(emulated)}" if emulated else ""))
     chart = alt.Chart(_data(found)).mark_bar().encode(
-        x=alt.X("point:N", title="load point", sort=None),
+        x=alt.X("point:N", title="load point", sort=load_point_order(cells)),
         xOffset=alt.XOffset("mode:N"),
-        y=alt.Y("mean(fraction):Q", title="fraction of the roofline (0-1)"),
+        y=alt.Y("mean(fraction):Q", title="share of the roofline", axis=alt.Axis(format="%")),
         color=alt.Color("mode:N", title="mode"),
-        tooltip=["mode:N", "point:N", "phase:N", alt.Tooltip("mean(fraction):Q", format=".4f")],
+        tooltip=["mode:N", "point:N", "phase:N", alt.Tooltip("mean(fraction):Q", format=".2%")],
     ).properties(width=WIDTH // 2 + 60, height=HEIGHT)
     return chart.facet(column=alt.Column("phase:N", title=None, sort=["decode", "prefill"])).properties(
         title=alt.TitleParams("Fraction of the roofline per mode and load point", subtitle=subtitle))
@@ -404,33 +506,54 @@ CACHE_MISS_SUBTITLE = ("the fraction of decode attempts that found no room in th
 
 
 def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
-    cells = reads.report_cells(con, run_id)
-    kv = saturation_series(reads.kv_cells(con, run_id))
-    samples = reads.node_samples(con, run_id)
-    knees = [{**k.model_dump(), "mode": k.series} for k in run_saturation(con, run_id)]
+    spec = run_spec(con, run_id)
+    modes = oversubscribed_modes(spec)
+    slo = slo_limits(spec)
+    cells = label_modes(reads.report_cells(con, run_id), modes)
+    kv = label_modes(saturation_series(reads.kv_cells(con, run_id)), modes)
+    samples = label_modes(reads.node_samples(con, run_id), modes)
+    knees = label_modes([{**k.model_dump(), "mode": k.series} for k in run_saturation(con, run_id)], modes)
     saturation = [{"mode": k["mode"], "kv_capacity_tokens": k["kv_capacity_tokens"],
                    "saturation_clients": k["theoretical_clients"]} for k in knees]
+    capacities, tuning = label_capacities(capacity_rows(con, run_id), tuning_row(con, run_id), modes)
     charts = {
-        "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT p50"),
-        "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT p50"),
+        "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT", slo),
+        "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT", slo),
         "normalized_throughput": versus_clients(kv, "normalized_throughput", "Normalized throughput vs clients",
-                                                "throughput / best cell of the mode", "1.0 = the mode's best cell",
-                                                saturation, knees=knees),
-        "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage (0-1)",
-                                   "the engine's KV-cache usage, peak during the cell", saturation, knees=knees),
+                                                "throughput, % of the mode's best cell",
+                                                "100% = the mode's best cell on this chart", saturation, knees=knees,
+                                                one_point_says_nothing=True),
+        "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage",
+                                   "the engine's KV-cache usage, peak during the cell, on a 0-100% axis",
+                                   saturation, fmt=".2%", knees=knees, full_scale=True),
         "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
-                                     "KV misses per decode attempt (0-1)", CACHE_MISS_SUBTITLE, saturation,
+                                     "KV misses per decode attempt", CACHE_MISS_SUBTITLE, saturation, fmt=".2%",
                                      knees=knees),
         "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
         "history": history(*history_rows(con, run_id)),
-        "roofline": roofline_chart(reads.roofline_cells(con, run_id)),
-        "capacity_pareto": pareto_chart(capacity_rows(con, run_id), tuning_row(con, run_id), WIDTH, HEIGHT),
-        "engines_side_by_side": engines_chart(engine_cells(con, run_id), WIDTH, HEIGHT),
-        **workload_charts(con, run_id),   # lengths sent and served, per turn, prefix cache: workload cells only
+        "roofline": roofline_chart(label_modes(reads.roofline_cells(con, run_id), modes)),
+        "capacity_pareto": pareto_chart(capacities, tuning, WIDTH, HEIGHT),
+        "engines_side_by_side": engines_chart(label_modes(engine_cells(con, run_id), modes), WIDTH, HEIGHT),
+        # lengths sent and served, per turn, prefix cache: workload cells only
+        **workload_charts(con, run_id, lambda rows: label_modes(rows, modes)),
     }
     return {name: chart for name, chart in charts.items() if chart is not None}
+
+
+def label_capacities(found: list[dict], tuning: dict | None,
+                     modes: dict[str, bool]) -> tuple[list[dict], dict | None]:
+    """The capacity rows and the tuner's verdict with their configurations as drawn (`mode_label`)."""
+    if not any(is_oversubscribed(r["mode"], modes) for r in found):
+        return found, tuning
+    found = label_modes(found, modes)
+    if tuning:
+        tuning = {**tuning, **{key: mode_label(tuning[key], modes) for key in ("default_mode", "best_mode")
+                               if tuning.get(key)}}
+        if tuning.get("pareto"):
+            tuning["pareto"] = json.dumps([mode_label(m, modes) for m in json.loads(tuning["pareto"])])
+    return found, tuning
 
 
 def history_rows(con: Connection, run_id: str) -> tuple[list[dict], list[dict]]:
@@ -467,22 +590,29 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
         (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
     cells = sorted(reads.report_cells(con, run_id), key=lambda cell: (cell["mode"], cell["cell_key"]))
     gates = reads.gates(con, run_id)
+    spec = run_spec(con, run_id)
+    cpu_by_mode = server_cpu_models(spec, run_nodes(con, run_id))
     page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
                  f"spec {info['spec_hash']}, started {info['started_at']}", specs,
                  roofline_note(reads.roofline_cells(con, run_id))
                  + capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
-                 + engines_section(engine_cells(con, run_id)) + cell_table(cells, gates)
+                 + engines_section(engine_cells(con, run_id))
+                 + cell_table(cells, gates, cpu_by_mode, oversubscribed_modes(spec))
                  + spread_table(run_spreads(con, run_id)))
     path = out_dir / "report.html"
     path.write_text(page)
     return path
 
 
-def cell_table(cells: list[dict], gates: list[dict]) -> str:
+def cell_table(cells: list[dict], gates: list[dict], cpu_by_mode: dict[str, str] | None = None,
+               modes: dict[str, bool] | None = None) -> str:
     """Every cell with its verdicts (status, correctness gate, validity and why, and an open-loop
-    schedule that realized a rate off the one asked), and each mode's gate: a chart shows numbers,
-    this says which of them to trust."""
-    head = "<tr><th>cell</th><th>status</th><th>gate</th><th>valid</th><th>tok/s</th><th>client CPU</th>" \
+    schedule that realized a rate off the one asked), its throughput and latency percentiles and the
+    CPU model of its mode's server nodes (`cpu_by_mode`, from `server_cpu_models`), and each mode's
+    gate: a chart shows numbers, this says which of them to trust. A cell of a mode marked
+    oversubscribed (`modes`) says so beside its key."""
+    head = "<tr><th>cell</th><th>status</th><th>gate</th><th>valid</th><th>tok/s</th>" \
+           "<th>TTFT p50 / p99 (ms)</th><th>TPOT p50 / p99 (ms)</th><th>server CPU</th><th>client CPU</th>" \
            "<th>invalid because / error</th></tr>"
     body = []
     for c in cells:
@@ -493,14 +623,23 @@ def cell_table(cells: list[dict], gates: list[dict]) -> str:
         why = cell_notes(c["error"], list(c["invalid_reasons"] or []) + ([rate_note] if rate_note else []))
         tokens = throughput_text(c["output_throughput"])
         flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""
-        body.append(f"<tr{flagged}><td>{html.escape(c['cell_key'])}</td><td>{c['status']}</td>"
+        tag = " <b>(oversubscribed)</b>" if modes and is_oversubscribed(c["mode"], modes) else ""
+        cpu = mode_cpu_model(c["mode"], cpu_by_mode) if cpu_by_mode else "-"
+        body.append(f"<tr{flagged}><td>{html.escape(c['cell_key'])}{tag}</td><td>{c['status']}</td>"
                     f"<td>{c['correctness'] or '-'}</td><td>{valid}</td><td>{tokens}</td>"
-                    f"<td>{busy}</td><td>{html.escape(why)}</td></tr>")
+                    f"<td>{_pair(c.get('ttft_p50_ms'), c.get('ttft_p99_ms'), '.1f')}</td>"
+                    f"<td>{_pair(c.get('tpot_p50_ms'), c.get('tpot_p99_ms'), '.2f')}</td>"
+                    f"<td>{html.escape(cpu)}</td><td>{busy}</td><td>{html.escape(why)}</td></tr>")
     gate_rows = "".join(f"<li><b>{html.escape(g['mode'])}</b>: {g['correctness'] or 'not gated'}"
                         f"{' - ' + html.escape(g['correctness_detail']) if g['correctness_detail'] else ''}</li>"
                         for g in gates)
     return (f'<section id="cells"><h2>Cells</h2><table class="cells">{head}{"".join(body)}</table>'
             f"<h3>Correctness gate per mode</h3><ul>{gate_rows}</ul></section>")
+
+
+def _pair(p50: float | None, p99: float | None, fmt: str) -> str:
+    """'12.3 / 45.6' ('-' for a percentile not measured)."""
+    return " / ".join("-" if v is None else format(v, fmt) for v in (p50, p99))
 
 
 SPREAD_HEADINGS = {"output_throughput": "tok/s", "request_throughput": "req/s", "ttft_p50_ms": "TTFT p50 ms",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import altair as alt
 
@@ -197,11 +197,14 @@ def prefix_shape(workload: str | dict | None) -> str:
     return f"{block.get('groups')} groups x {block.get('prefix_len')} + {suffix} tokens"
 
 
-def workload_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin | None]:
-    """The three charts by their report names (None where no cell of the run has their data)."""
+def workload_charts(con: Connection, run_id: str, label: Callable[[list[dict]], list[dict]] | None = None
+                    ) -> dict[str, alt.TopLevelMixin | None]:
+    """The three charts by their report names (None where no cell of the run has their data); `label`
+    gives rows their modes as drawn (the report's: an oversubscribed mode says so)."""
+    named = label or (lambda rows: rows)
     return {"workload_lengths": length_histograms(length_bins(length_count_rows(con, run_id))),
-            "session_turns": turn_chart(turn_points(turn_request_rows(con, run_id))),
-            "prefix_cache": prefix_chart(prefix_cell_rows(con, run_id))}
+            "session_turns": turn_chart(turn_points(named(turn_request_rows(con, run_id)))),
+            "prefix_cache": prefix_chart(named(prefix_cell_rows(con, run_id)))}
 
 
 def _data(values: Iterable[dict]) -> alt.Data:

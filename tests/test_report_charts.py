@@ -1,0 +1,373 @@
+"""Charts that cannot mislead (issue 42, item 4): each test holds one fix to the report's charts and
+fails on the chart as it was. The charts are inspected as Vega-Lite specs (their dicts), never as
+pixels; the data is built here as rows, or landed through servebench's own landing code (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servebench import warehouse
+from servebench.analysis.capacity_report import pareto_chart
+from servebench.analysis.charts import (
+    label_modes,
+    load_point_label,
+    load_point_order,
+    oversubscribed_modes,
+    server_cpu_models,
+    subtitle_lines,
+)
+from servebench.analysis.engines_report import engines_section
+from servebench.analysis.report import (
+    build_charts,
+    cell_table,
+    label_capacities,
+    modes_side_by_side,
+    network_response,
+    node_timelines,
+    roofline_chart,
+    run_report,
+    saturation_series,
+    throughput_vs_latency,
+    versus_clients,
+)
+from servebench.campaign.loading import parse_campaign
+from servebench.spec.sweep import expand
+from servebench.warehouse import landing
+
+CAMPAIGN = """
+name: charts
+provider: {kind: local, nodes: [{name: node0, cpus: "0-1"}, {name: loader, cpus: "0"}]}
+model: {generate: tiny-llama}
+modes: [{name: tp1}, {name: tp2, tp: 2, oversubscribe: true}]
+load: {clients: [1, 2], rates: [2, 10], requests: 8, input_len: 32, output_len: 16, client: {node: loader}}
+slo: {ttft_p99_ms: 50}
+"""
+NODE = {"hostname": "h", "cpus": [0, 1], "cpu_model": "Server CPU 9000", "arch": "x86_64", "logical_cores": 2,
+        "physical_cores": 2, "numa_nodes": 1, "mem_total_bytes": 8 * 2**30, "kernel": "6", "isa_flags": []}
+
+
+def spec_texts(chart) -> str:
+    return json.dumps(chart.to_dict())
+
+
+def data_rows(spec) -> list[dict]:
+    """Every inline data row anywhere in a Vega-Lite spec (layers, facets, concatenations)."""
+    found = []
+    if isinstance(spec, dict):
+        values = spec.get("values")
+        if isinstance(values, list):
+            found += [v for v in values if isinstance(v, dict)]
+        for value in spec.values():
+            found += data_rows(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += data_rows(value)
+    return found
+
+
+def marks(spec) -> list[str]:
+    """Every mark type in a spec."""
+    found = []
+    if isinstance(spec, dict):
+        mark = spec.get("mark")
+        if mark is not None:
+            found.append(mark if isinstance(mark, str) else mark["type"])
+        for value in spec.values():
+            found += marks(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += marks(value)
+    return found
+
+
+def encoded(spec, mark: str) -> list[dict]:
+    """The encodings of every layer drawing `mark`, with the encodings of the layers around it."""
+    found = []
+    if isinstance(spec, dict):
+        own = spec.get("mark")
+        if own is not None and (own if isinstance(own, str) else own["type"]) == mark:
+            found.append(spec.get("encoding", {}))
+        for key, value in spec.items():
+            inner = encoded(value, mark)
+            found += [{**spec.get("encoding", {}), **e} if key == "layer" else e for e in inner]
+    elif isinstance(spec, list):
+        for value in spec:
+            found += encoded(value, mark)
+    return found
+
+
+def kv_row(mode: str, clients: int | None, **values) -> dict:
+    key = f"{mode}.c{clients}.r0" if clients is not None else f"{mode}.rate8.r0"
+    return {"cell_id": f"r/{key}", "cell_key": key, "mode": mode, "clients": clients, "valid": True,
+            "invalid_reasons": [], "kv_capacity_tokens": 1000, **values}
+
+
+def open_cell(mode: str, rate: float, achieved: float, ttft: float, **values) -> dict:
+    return {"cell_id": f"r/{mode}.rate{rate:g}.r0", "cell_key": f"{mode}.rate{rate:g}.r0", "mode": mode,
+            "executor": "mp", "load_kind": "open", "rate": rate, "clients": None, "request_throughput": achieved,
+            "output_throughput": 16 * achieved, "ttft_p50_ms": ttft, "ttft_p99_ms": 2 * ttft, "tpot_p50_ms": 3.0,
+            "tpot_p99_ms": 4.0, "valid": True, "invalid_reasons": [], **values}
+
+
+def closed_cell(mode: str, clients: int, tput: float) -> dict:
+    return {"cell_id": f"r/{mode}.c{clients}.r0", "cell_key": f"{mode}.c{clients}.r0", "mode": mode,
+            "executor": "mp", "load_kind": "closed", "rate": None, "clients": clients, "output_throughput": tput,
+            "request_throughput": tput / 16, "ttft_p50_ms": 10.0, "ttft_p99_ms": 20.0, "tpot_p50_ms": 3.0,
+            "tpot_p99_ms": 4.0, "valid": True, "invalid_reasons": []}
+
+
+# a theoretical line beyond the axis is written as a number, not drawn at the edge
+
+
+def test_a_theoretical_saturation_beyond_the_axis_is_a_number_not_a_line_at_the_edge():
+    kv = [kv_row("tp1", c, kv_usage_peak=0.1 * c) for c in (1, 4)]
+    far = [{"mode": "tp1", "kv_capacity_tokens": 1_000_000, "saturation_clients": 10922.67}]
+    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", far).to_dict()
+    assert "rule" not in marks(spec)                      # was a dashed rule at x = 6 (1.5 x the 4 clients drawn)
+    assert "tp1 at 10,922.67 clients" in json.dumps(spec["title"])
+    near = [{"mode": "tp1", "kv_capacity_tokens": 1000, "saturation_clients": 3.5}]
+    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", near).to_dict()
+    rules = [layer for layer in spec["layer"] if layer["mark"] == "rule" or layer["mark"].get("type") == "rule"]
+    assert len(rules) == 1 and rules[0]["data"]["values"][0]["saturation_clients"] == 3.5   # where it is
+    assert "tp1 3.50 clients" in json.dumps(spec["title"])
+
+
+# percentages as percentages
+
+
+def test_fractions_are_drawn_as_percentages_and_usage_on_a_full_scale():
+    kv = [kv_row("tp1", c, kv_usage_peak=0.0005 * c) for c in (1, 2)]
+    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", [], full_scale=True).to_dict()
+    y = spec["encoding"]["y"]
+    assert y["axis"]["format"] == "%" and y["scale"]["domain"] == [0, 1.0]   # not a 0-0.001 axis that looks full
+    assert "(0-1)" not in json.dumps(spec) and "highest 0.10% (tp1, 2 clients)" in json.dumps(spec["title"])
+    roof = [{"cell_key": "tp1.c1.r0", "mode": "tp1", "load_kind": "closed", "clients": 1, "rate": None,
+             "judged": True, "emulated": False, "decode_fraction": 0.25, "prefill_fraction": 0.5, "note": None}]
+    roofline = roofline_chart(roof).to_dict()
+    assert roofline["spec"]["encoding"]["y"]["axis"]["format"] == "%" and "(0-1)" not in json.dumps(roofline)
+
+
+# a chart with nothing to show says so in one line
+
+
+def test_a_chart_with_nothing_to_show_says_so_in_one_line():
+    zeros = [kv_row("tp1", c, cache_miss_probability=0.0) for c in (1, 4)]
+    spec = versus_clients(zeros, "cache_miss_probability", "Cache-miss probability vs clients",
+                          "KV misses per decode attempt", "misses", []).to_dict()
+    assert marks(spec) == ["text"]                           # was a line along 0 on a one-tick axis
+    (line,) = data_rows(spec)
+    assert line["line"] == ("Cache-miss probability vs clients: nothing to show (KV misses per decode attempt: 0 "
+                            "in every one of the 2 closed-loop cells)")
+    one_each = [kv_row("tp1.a", 2, normalized_throughput=1.0), kv_row("tp1.b", 2, normalized_throughput=1.0)]
+    spec = versus_clients(one_each, "normalized_throughput", "Normalized", "% of best", "n", [],
+                          one_point_says_nothing=True).to_dict()
+    assert marks(spec) == ["text"] and data_rows(spec)[0]["line"] == (
+        "Normalized: nothing to show (every mode ran at one client count (2 clients), so each cell is its own best "
+        "(100%))")
+    alone = [kv_row("tp1.a", 2, kv_usage_peak=0.0007), kv_row("tp1.b", 2, kv_usage_peak=0.0001)]
+    spec = versus_clients(alone, "kv_usage_peak", "KV", "peak KV-cache usage", "u", [], full_scale=True).to_dict()
+    assert marks(spec) == ["text"] and data_rows(spec)[0]["line"].endswith("no line to draw; highest 0.1% (tp1.a))")
+    links = [{"cell_id": f"r/single.{link}.c1.r0", "mode": "single", "executor": "mp", "load_kind": "closed",
+              "clients": 1, "rate": None, "output_throughput": 90.0, "tpot_p50_ms": 0.0, "link": link,
+              "link_delay_ms": delay, "link_rate_mbit": None} for link, delay in (("plain", 0), ("d5ms", 5))]
+    panels = network_response(links).to_dict()["vconcat"]
+    assert "line" in marks(panels[0]) and marks(panels[1]) == ["text"]     # TPOT 0 everywhere: was a flat line
+    assert data_rows(panels[1])[0]["line"].startswith("TPOT p50 (ms): nothing to show")
+    some = zeros + [kv_row("tp1", 8, cache_miss_probability=0.2)]
+    assert "line" in marks(versus_clients(some, "cache_miss_probability", "C", "misses", "m", []).to_dict())
+
+
+# load points labelled one way
+
+
+def test_load_points_are_labelled_one_way_everywhere_in_load_order():
+    cells = [closed_cell("tp1", 4, 100.0), closed_cell("tp1", 1, 30.0), open_cell("tp1", 10, 9.0, 12.0),
+             open_cell("tp1", 2, 2.0, 10.0)]
+    assert [load_point_label(c) for c in cells] == ["4 clients", "1 client", "10 req/s", "2 req/s"]
+    assert load_point_order(cells) == ["1 client", "4 clients", "2 req/s", "10 req/s"]   # not '10' before '2'
+    spec = modes_side_by_side(cells).to_dict()
+    facet = spec["vconcat"][0]["facet"]["column"]
+    assert facet["sort"] == ["1 client", "4 clients", "2 req/s", "10 req/s"]
+    assert {row["load_point"] for row in data_rows(spec)} == {"1 client", "4 clients", "2 req/s", "10 req/s"}
+    assert "c4" not in {row.get("load_point") for row in data_rows(spec)}
+    latency = throughput_vs_latency(cells, "ttft_p50_ms", "TTFT").to_dict()
+    labels = [layer for layer in latency["layer"] if layer["mark"].get("type") == "text"]
+    assert labels[0]["encoding"]["text"]["field"] == "load_point"
+    engines = engines_section([{**c, "engine": "vllm"} for c in cells])
+    assert "4 clients" in engines and "10 req/s" in engines
+
+
+# a mode marked oversubscribed is labelled so wherever it is drawn
+
+
+def test_an_oversubscribed_mode_is_labelled_so_in_every_chart_and_the_cell_table(report_db):
+    db, run_id = report_db
+    con = warehouse.connect(db, read_only=True)
+    charts = build_charts(con, run_id)
+    con.close()
+    drawn_modes = {name: {row["mode"] for row in data_rows(chart.to_dict()) if row.get("mode")}
+                   for name, chart in charts.items()}
+    with_modes = {name: modes for name, modes in drawn_modes.items() if modes}
+    assert {"throughput_vs_ttft", "modes_side_by_side", "kv_usage", "normalized_throughput"} <= set(with_modes)
+    for name, modes in with_modes.items():
+        assert "tp2" not in modes and "tp2 (oversubscribed)" in modes, (name, modes)
+        assert "tp1" in modes or name == "node_timelines", (name, modes)   # tp1 is not marked
+    assert "tp2 (mp, oversubscribed)" in spec_texts(charts["modes_side_by_side"])
+    strip = [row["cell"] for row in data_rows(charts["node_timelines"].to_dict()) if "cell" in row and "start" in row]
+    assert "tp2.c1.r0 (oversubscribed)" in strip and "tp1.c1.r0" in strip
+    assert oversubscribed_modes({"modes": [{"name": "tp2", "oversubscribe": True}, {"name": "tp2-ray"}]}) == {
+        "tp2": True, "tp2-ray": False}
+    labelled = label_modes([{"mode": "tp2-ray"}, {"mode": "tp2-mns8"}, {"mode": "tp2.prefix"}],
+                           {"tp2": True, "tp2-ray": False})
+    assert [r["mode"] for r in labelled] == ["tp2-ray", "tp2-mns8 (oversubscribed)", "tp2.prefix (oversubscribed)"]
+
+
+def test_the_capacity_chart_labels_an_oversubscribed_configuration_and_keeps_its_roles():
+    found = [{"mode": m, "capacity": c, "tpot_p50_ms": t, "knobs": "{}", "search_over": "rate"}
+             for m, c, t in (("tp2-mns8", 4.0, 30.0), ("tp2-mns16", 6.0, 35.0), ("tp1", 5.0, 20.0))]
+    tuning = {"default_mode": "tp2-mns8", "best_mode": "tp2-mns16", "pareto": json.dumps(["tp2-mns16", "tp1"])}
+    labelled, verdict = label_capacities(found, tuning, {"tp1": False, "tp2": True})
+    rows = data_rows(pareto_chart(labelled, verdict, 300, 200).to_dict())
+    roles = {r["mode"]: (r["role"], r["on_front"]) for r in rows}
+    assert roles == {"tp2-mns8 (oversubscribed)": ("default", False), "tp2-mns16 (oversubscribed)": ("best", True),
+                     "tp1": ("other", True)}
+    assert label_capacities(found, tuning, {"tp1": False, "tp2": False}) == (found, tuning)
+
+
+# latency drawn against the achieved rate with the SLO line when one is set
+
+
+def test_latency_is_drawn_against_the_achieved_rate_with_the_slo_line():
+    cells = [open_cell("tp1", 2, 1.7, 10.0), open_cell("tp1", 8, 11.0, 30.0), closed_cell("tp1", 4, 100.0)]
+    spec = throughput_vs_latency(cells, "ttft_p50_ms", "TTFT", {"ttft_p99_ms": 50, "tpot_p50_ms": 9}).to_dict()
+    lines = encoded(spec, "line")
+    assert lines and all(encoding["x"]["field"] == "request_throughput" for encoding in lines)
+    assert lines[0]["x"]["title"] == "achieved request rate (completed req/s)"
+    assert lines[0]["x"]["scale"]["zero"] is True            # rates from 0: one point is not a lone tick
+    assert lines[0]["y"]["field"] == "ms"          # latency up, the achieved rate along
+    drawn = {(r["percentile"], r["request_throughput"], r["ms"]) for r in data_rows(spec) if "percentile" in r}
+    assert drawn == {("p50", 1.7, 10.0), ("p50", 11.0, 30.0), ("p99", 1.7, 20.0), ("p99", 11.0, 60.0)}
+    rules = [layer for layer in spec["layer"] if layer["mark"].get("type") == "rule"]
+    assert [row["limit"] for layer in rules for row in layer["data"]["values"]] == [50]   # TTFT's, not TPOT's
+    assert "SLO TTFT p99 ≤ 50 ms" in json.dumps(spec, ensure_ascii=False)
+    without = throughput_vs_latency(cells, "ttft_p50_ms", "TTFT").to_dict()
+    assert "rule" not in marks(without) and "SLO" not in json.dumps(without)
+
+
+# the timelines' cells labelled
+
+
+def test_the_timelines_name_each_shaded_cell_in_the_picture():
+    samples = [{"node": "n0", "mode": "tp1", "t_mono": 100 + i, "cpu_pct": 50.0, "mem_used_bytes": 1e9,
+                "engine_rss_bytes": 5e8, "net": {"eth0": [i * 1000, 0]}} for i in range(60)]
+    cells = [{"cell_id": "r/tp1.c1.r0", "cell_key": "tp1.c1.r0", "t0_monotonic": 110.0, "t_end_monotonic": 130.0},
+             {"cell_id": "r/tp1.rate2.r0", "cell_key": "tp1.rate2.r0", "t0_monotonic": 135.0,
+              "t_end_monotonic": 150.0}]
+    spec = node_timelines(samples, cells).to_dict()
+    strip = spec["vconcat"][0]
+    texts = [layer for layer in strip["layer"] if layer["mark"].get("type") == "text"]
+    assert texts and texts[0]["encoding"]["text"]["field"] == "cell"
+    assert [row["cell"] for row in texts[0]["data"]["values"]] == ["tp1.c1.r0", "tp1.rate2.r0"]
+    assert [row["middle"] for row in texts[0]["data"]["values"]] == [20.0, 42.5]   # in the middle of its band
+    assert "hover" not in json.dumps(spec["title"])
+
+
+# the report's cell table with TTFT/TPOT p50/p99, validity and the node's CPU model
+
+
+def test_the_cell_table_has_latency_percentiles_validity_and_the_servers_cpu_model(report_db, tmp_path):
+    cells = [{**closed_cell("tp1", 1, 30.0), "status": "completed", "correctness": "reference", "error": None,
+              "client_cpu_fraction": None, "client_cpus": None, "offered_rate": None, "realized_rate": None},
+             {**closed_cell("tp2", 1, 20.0), "status": "completed", "correctness": "passed", "error": None,
+              "client_cpu_fraction": None, "client_cpus": None, "offered_rate": None, "realized_rate": None,
+              "valid": False, "invalid_reasons": ["schedule lag"]}]
+    table = cell_table(cells, [], {"tp1": "Server CPU 9000", "tp2": "Other CPU"}, {"tp1": False, "tp2": True})
+    assert "<th>TTFT p50 / p99 (ms)</th><th>TPOT p50 / p99 (ms)</th><th>server CPU</th>" in table
+    assert "<td>10.0 / 20.0</td><td>3.00 / 4.00</td><td>Server CPU 9000</td>" in table
+    assert "<td>NO</td>" in table and "<td>yes</td>" in table and "Other CPU" in table
+    assert "tp2.c1.r0 <b>(oversubscribed)</b>" in table and "tp1.c1.r0 <b>" not in table
+    spec = {"modes": [{"name": "tp1"}, {"name": "tp2", "nodes": ["b"]}], "load": {"client": {"node": "loader"}}}
+    nodes = [{"node": "a", "cpu_model": "A"}, {"node": "b", "cpu_model": "B"}, {"node": "loader", "cpu_model": "L"}]
+    assert server_cpu_models(spec, nodes) == {"tp1": "A / B", "tp2": "B"}   # the load generator's node is not one
+    db, run_id = report_db
+    con = warehouse.connect(db, read_only=True)
+    page = run_report(con, run_id, tmp_path / "out").read_text()
+    con.close()
+    assert "<td>Server CPU 9000</td>" in page and "TTFT p50 / p99 (ms)" in page
+
+
+# normalized throughput against a cell the chart shows
+
+
+def test_normalized_throughput_is_against_the_best_cell_drawn():
+    kv = [kv_row("tp2", 1, output_throughput=20.0, normalized_throughput=0.2),
+          kv_row("tp2", 4, output_throughput=40.0, normalized_throughput=0.4),
+          kv_row("tp2", None, output_throughput=100.0, normalized_throughput=1.0)]   # an open-loop cell, not drawn
+    drawn = saturation_series(kv)
+    assert [r["clients"] for r in drawn] == [1, 4]
+    assert max(r["normalized_throughput"] for r in drawn) == pytest.approx(1.0)   # was 0.4: its best is not drawn
+
+
+# subtitles that fit the chart
+
+
+def test_a_long_subtitle_is_broken_between_its_clauses():
+    text = "; ".join(f"clause number {i} says something about the chart" for i in range(8))
+    lines = subtitle_lines(text)
+    assert len(lines) > 1 and all(len(line) <= 110 for line in lines)
+    assert " ".join(lines).replace("; ", ";").replace(";", "; ") == text.replace(";", "; ").replace(";  ", "; ")
+    kv = [kv_row("tp1", c, kv_usage_peak=0.1 * c) for c in (1, 4)]
+    spec = versus_clients(kv, "kv_usage_peak", "KV", "usage", "a; " * 60 + "end", []).to_dict()
+    assert isinstance(spec["title"]["subtitle"], list) and max(map(len, spec["title"]["subtitle"])) <= 110
+
+
+# a landed run: two modes, the second marked oversubscribed, an SLO, a load generator node of its own
+
+
+@pytest.fixture(scope="module")
+def report_db(tmp_path_factory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("charts")
+    db = tmp / "w.duckdb"
+    campaign = parse_campaign(CAMPAIGN)
+    con = warehouse.connect(db)
+    landing.insert_run(con, run_id="r1", campaign="charts", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
+                       spec_normalized=campaign.normalized(), campaign_file="charts.yaml", run_dir=tmp)
+    landing.land_node(con, "r1", "node0", "127.0.0.1", NODE)
+    landing.land_node(con, "r1", "loader", "127.0.0.1", {**NODE, "cpu_model": "Loader CPU"})
+    t0 = 1000.0
+    for cell in expand(campaign):
+        speed = 1.0 if cell.mode.name == "tp1" else 0.5
+        requests: list[dict] = [
+            dict(index=i, warmup=False, client=0, scheduled_s=i * 0.1, sent_s=i * 0.1,
+                 first_token_s=i * 0.1 + 0.02 / speed, last_token_s=i * 0.1 + 0.3 / speed, input_tokens=32,
+                 output_tokens=16, chunks=16, chunk_times=[], chunk_tokens=[], token_source="usage",
+                 http_status=200, error_kind=None, error=None) for i in range(8)]
+        summary = {"completed": 8, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed,
+                   "request_throughput": 6 * speed, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
+                   "tpot_ms": {"p50": 18 / speed, "p99": 25 / speed}, "valid": True, "invalid_reasons": []}
+        landing.land_cell(con, "r1", cell, input_len=32, output_len=16, status="completed", error=None,
+                          started_at=None, ended_at=None, correctness="passed",
+                          result={"t0": {"monotonic": t0}, "summary": summary, "requests": requests},
+                          result_path=None)
+        t0 += 5.0
+    node_file, server_file = tmp / "n.jsonl", tmp / "s.jsonl"
+    with open(node_file, "w") as nf, open(server_file, "w") as sf:
+        for k in range(int((t0 - 1000.0) * 2)):
+            t = 1000.0 + k / 2
+            nf.write(json.dumps({"node": "node0", "t_mono": t, "t_wall": t, "cpu_pct": 50.0,
+                                 "cpu_pct_per_core": {"0": 50.0, "1": 50.0}, "mem_used_bytes": 4e9,
+                                 "mem_available_bytes": 2e10, "engine_rss_bytes": 2e9, "engine_processes": 4,
+                                 "net": {"lo": [k * 1000, k * 1200, k, k]}}) + "\n")
+            sf.write(json.dumps({"t_mono": t, "t_wall": t, "kv_usage": min(1.0, k / 200), "running": 2.0,
+                                 "waiting": 0.0, "preemptions_total": k // 20, "prompt_tokens_total": k * 10.0,
+                                 "generation_tokens_total": k * 5.0}) + "\n")
+    for mode in ("tp1", "tp2"):
+        landing.land_server(con, "r1", mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
+                            started_at=None, ready_seconds=5.0, stopped_at=None, status="ready", error=None,
+                            correctness="passed", kv_capacity_tokens=480)
+        landing.land_samples(con, "r1", mode, [node_file], [server_file])
+    con.close()
+    return db, "r1"
