@@ -2,10 +2,23 @@
 numpy and the PyPI `gguf` package; nothing downloaded).
 
 Layout: llama.cpp's own architecture names and keys (`llama`, `qwen2`: `qwen2.*` keys and the
-`blk.N.attn_{q,k,v}.bias` tensors), `attention.key_length`/`value_length` when head_dim is not
-hidden / heads, no `output.weight` when the embeddings are tied (llama.cpp then reuses
-`token_embd.weight`), `rope.freq_base` = rope_theta, Llama 3's RoPE scaling as the `rope_freqs.weight`
-factors the converter writes (yarn and linear as `rope.scaling.*` keys), context length = max_position.
+`blk.N.attn_{q,k,v}.bias` tensors; `qwen3moe` for qwen3_moe, `deepseek2` for deepseek_v3, see below),
+`attention.key_length`/`value_length` when head_dim is not hidden / heads, no `output.weight` when the
+embeddings are tied (llama.cpp then reuses `token_embd.weight`), `rope.freq_base` = rope_theta, Llama 3's
+RoPE scaling as the `rope_freqs.weight` factors the converter writes (yarn and linear as `rope.scaling.*`
+keys), context length = max_position.
+
+Mixture of experts as llama.cpp's converter writes it: each layer's experts stacked into one 3-D tensor
+per projection (`ffn_{gate,up,down}_exps`, numpy [experts, out, in]), the router `ffn_gate_inp` in F32 (the
+converter keeps it so). DEEPSEEK2 (docs/research/models-modes-on-cpu.md §6): MLA with `kv_b_proj` split
+into the per-head `attn_k_b` (numpy [heads, kv_lora_rank, qk_nope], transposed as the converter does) and
+`attn_v_b` ([heads, v_head, kv_lora_rank]), both `attention.key_length_mla`/`value_length_mla` keys (without
+them llama.cpp runs the legacy non-MLA path), `head_count_kv` 1 and key/value lengths of the latent (576
+and 512 for DeepSeek-V3: its KV cache keeps only the latent and the RoPE key), the leading dense blocks,
+the shared experts (`ffn_*_shexp`), the routing bias `exp_probs_b.bias` (F32) and
+`expert_gating_func` = 2 (sigmoid: absent, llama.cpp would route by softmax), the expert groups, the
+weights' scale and renormalization, and YaRN's `rope.scaling.yarn_log_multiplier` (0.1 x mscale_all_dim,
+as the converter writes it).
 
 Types: every matrix, the token embedding and the output head included, is stored as the spec's
 `gguf_type()` (F32, F16, Q8_0 or Q4_0), as `convert_hf_to_gguf.py --outtype` does; norms, biases and
@@ -56,6 +69,10 @@ BYTE_TOKENS = [f"<0x{value:02X}>" for value in range(256)]
 WEIGHT_SCALE = 0.02
 BLOCK_WEIGHTS = 1 << 24  # weights generated, quantized and written at once (64 MiB as float32)
 ROPE_FREQS = "rope_freqs.weight"  # RoPE factors: a tensor in the file, not a parameter of the model
+# llama.cpp's architecture name of each generated architecture
+GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3_moe": "qwen3moe", "deepseek_v3": "deepseek2"}
+# DEEPSEEK2 models llama.cpp reads without attention.q_lora_rank (its "lite" ones: by layer count)
+DEEPSEEK2_LITE_LAYERS = (26, 27, 48)
 
 Fill = Literal["random", "ones", "rope_freqs"]
 
@@ -118,6 +135,13 @@ def vocabulary(size: int) -> tuple[list[str], list[int], list[float]]:
     return tokens, [int(t) for t in types], scores
 
 
+def check_spec(spec: GeneratedModelSpec) -> None:
+    """Refuse what llama.cpp would not read as the shape says."""
+    if spec.architecture == "deepseek_v3" and not spec.q_lora_rank and spec.layers not in DEEPSEEK2_LITE_LAYERS:
+        raise ValueError(f"q_lora_rank null: a DEEPSEEK2 GGUF without attention.q_lora_rank is read only at "
+                         f"{', '.join(map(str, DEEPSEEK2_LITE_LAYERS))} layers (the 'lite' models)")
+
+
 def planned_tensors(spec: GeneratedModelSpec) -> list[PlannedTensor]:
     """Every tensor of the file in order (the converter's: embedding, head, then each layer)."""
     from gguf import GGMLQuantizationType
@@ -128,8 +152,12 @@ def planned_tensors(spec: GeneratedModelSpec) -> list[PlannedTensor]:
     hidden, head, q_width, kv_width = shape.hidden, shape.head_size, shape.heads * shape.head_size, \
         shape.kv_heads * shape.head_size
 
-    def matrix(name: str, rows: int, columns: int) -> PlannedTensor:
-        return PlannedTensor(name, (rows, columns), _blockable(matrix_type, columns), "random")
+    def matrix(name: str, rows: int, columns: int, *outer: int) -> PlannedTensor:
+        """A matrix (out, in); with `outer`, a stack of them ([experts, out, in], [heads, ...])."""
+        return PlannedTensor(name, (*outer, rows, columns), _blockable(matrix_type, columns), "random")
+
+    def small(name: str, *dims: int, fill: Fill = "ones") -> PlannedTensor:
+        return PlannedTensor(name, dims, f32, fill)
 
     tensors = [matrix("token_embd.weight", shape.vocab_size, hidden),
                PlannedTensor("output_norm.weight", (hidden,), f32, "ones")]
@@ -139,18 +167,60 @@ def planned_tensors(spec: GeneratedModelSpec) -> list[PlannedTensor]:
         tensors.append(PlannedTensor(ROPE_FREQS, (head // 2,), f32, "rope_freqs"))
     for layer in range(shape.layers):
         prefix = f"blk.{layer}."
-        tensors += [PlannedTensor(prefix + "attn_norm.weight", (hidden,), f32, "ones"),
-                    PlannedTensor(prefix + "ffn_norm.weight", (hidden,), f32, "ones"),
-                    matrix(prefix + "attn_q.weight", q_width, hidden),
-                    matrix(prefix + "attn_k.weight", kv_width, hidden),
-                    matrix(prefix + "attn_v.weight", kv_width, hidden)]
-        if shape.attention_bias:
-            tensors += [PlannedTensor(prefix + f"attn_{part}.bias", (width,), f32, "random")
-                        for part, width in (("q", q_width), ("k", kv_width), ("v", kv_width))]
-        tensors += [matrix(prefix + "attn_output.weight", hidden, q_width),
-                    matrix(prefix + "ffn_gate.weight", shape.intermediate, hidden),
-                    matrix(prefix + "ffn_up.weight", shape.intermediate, hidden),
-                    matrix(prefix + "ffn_down.weight", hidden, shape.intermediate)]
+        tensors += [small(prefix + "attn_norm.weight", hidden), small(prefix + "ffn_norm.weight", hidden)]
+        if shape.is_mla:
+            tensors += _latent_attention(prefix, shape, matrix, small)
+        else:
+            tensors += [matrix(prefix + "attn_q.weight", q_width, hidden),
+                        matrix(prefix + "attn_k.weight", kv_width, hidden),
+                        matrix(prefix + "attn_v.weight", kv_width, hidden)]
+            if shape.attention_bias:
+                tensors += [small(prefix + f"attn_{part}.bias", width, fill="random")
+                            for part, width in (("q", q_width), ("k", kv_width), ("v", kv_width))]
+            if spec.architecture == "qwen3_moe":
+                tensors += [small(prefix + "attn_q_norm.weight", head), small(prefix + "attn_k_norm.weight", head)]
+            tensors.append(matrix(prefix + "attn_output.weight", hidden, q_width))
+        if shape.is_moe_layer(layer):
+            tensors += _experts(prefix, shape, matrix, small)
+        else:
+            tensors += [matrix(prefix + "ffn_gate.weight", shape.intermediate, hidden),
+                        matrix(prefix + "ffn_up.weight", shape.intermediate, hidden),
+                        matrix(prefix + "ffn_down.weight", hidden, shape.intermediate)]
+    return tensors
+
+
+def _latent_attention(prefix: str, shape, matrix, small) -> list[PlannedTensor]:
+    """DEEPSEEK2's MLA tensors (llama.cpp's deepseek2.cpp): q_a/q_a_norm/q_b (or attn_q), kv_a_mqa, its norm,
+    the per-head k_b and v_b split of kv_b_proj, attn_output."""
+    heads, hidden, rank = shape.heads, shape.hidden, shape.kv_lora_rank
+    rope, nope, v_head = shape.qk_rope_head_dim, shape.qk_nope_head_dim, shape.v_head_dim
+    if shape.q_lora_rank:
+        tensors = [matrix(prefix + "attn_q_a.weight", shape.q_lora_rank, hidden),
+                   small(prefix + "attn_q_a_norm.weight", shape.q_lora_rank),
+                   matrix(prefix + "attn_q_b.weight", heads * (nope + rope), shape.q_lora_rank)]
+    else:
+        tensors = [matrix(prefix + "attn_q.weight", heads * (nope + rope), hidden)]
+    return tensors + [matrix(prefix + "attn_kv_a_mqa.weight", rank + rope, hidden),
+                      small(prefix + "attn_kv_a_norm.weight", rank),
+                      matrix(prefix + "attn_k_b.weight", rank, nope, heads),
+                      matrix(prefix + "attn_v_b.weight", v_head, rank, heads),
+                      matrix(prefix + "attn_output.weight", hidden, heads * v_head)]
+
+
+def _experts(prefix: str, shape, matrix, small) -> list[PlannedTensor]:
+    """A MoE layer: the router (F32), DEEPSEEK2's routing bias, the stacked experts, the shared experts."""
+    hidden, inner, experts = shape.hidden, shape.expert_intermediate, shape.experts
+    tensors = [small(prefix + "ffn_gate_inp.weight", experts, hidden, fill="random")]
+    if shape.architecture == "deepseek_v3":
+        tensors.append(small(prefix + "exp_probs_b.bias", experts, fill="random"))
+    tensors += [matrix(prefix + "ffn_gate_exps.weight", inner, hidden, experts),
+                matrix(prefix + "ffn_up_exps.weight", inner, hidden, experts),
+                matrix(prefix + "ffn_down_exps.weight", hidden, inner, experts)]
+    if shape.shared_experts:
+        shared = inner * shape.shared_experts
+        tensors += [matrix(prefix + "ffn_gate_shexp.weight", shared, hidden),
+                    matrix(prefix + "ffn_up_shexp.weight", shared, hidden),
+                    matrix(prefix + "ffn_down_shexp.weight", hidden, shared)]
     return tensors
 
 
@@ -171,8 +241,9 @@ def write_gguf(spec: GeneratedModelSpec, path: Path) -> Path:
     """Write the model to `path` (a .gguf file), one block of rows at a time; return it."""
     import gguf
 
+    check_spec(spec)
     tensors = planned_tensors(spec)
-    writer = gguf.GGUFWriter(str(path), spec.architecture)
+    writer = gguf.GGUFWriter(str(path), GGUF_ARCHITECTURES[spec.architecture])
     _add_metadata(writer, spec)
     for tensor in tensors:
         writer.add_tensor_info(tensor.name, tensor.stored_shape(), tensor.stored_dtype(), tensor.nbytes(),
@@ -201,11 +272,16 @@ def _add_metadata(writer: GGUFWriter, spec: GeneratedModelSpec) -> None:
     writer.add_block_count(shape.layers)
     writer.add_feed_forward_length(shape.intermediate)
     writer.add_head_count(shape.heads)
-    writer.add_head_count_kv(shape.kv_heads)
-    if shape.head_size * shape.heads != shape.hidden:
-        writer.add_key_length(shape.head_size)
-        writer.add_value_length(shape.head_size)
-    writer.add_rope_dimension_count(shape.head_size)
+    if shape.is_mla:
+        _add_latent_attention(writer, spec)
+    else:
+        writer.add_head_count_kv(shape.kv_heads)
+        if shape.head_size * shape.heads != shape.hidden:
+            writer.add_key_length(shape.head_size)
+            writer.add_value_length(shape.head_size)
+        writer.add_rope_dimension_count(shape.head_size)
+    if shape.is_moe:
+        _add_experts(writer, spec)
     writer.add_rope_freq_base(shape.rope_theta)
     _add_rope_scaling(writer, spec)
     writer.add_layer_norm_rms_eps(shape.rms_norm_eps)
@@ -225,6 +301,43 @@ def _add_metadata(writer: GGUFWriter, spec: GeneratedModelSpec) -> None:
     writer.add_add_space_prefix(False)
 
 
+def _add_latent_attention(writer: GGUFWriter, spec: GeneratedModelSpec) -> None:
+    """DEEPSEEK2's MLA keys as the converter writes them: one KV head of the latent (key: latent + RoPE key,
+    value: latent) and both `*_mla` lengths, which switch llama.cpp to its MLA path."""
+    shape = spec.shape()
+    rank, rope = shape.kv_lora_rank or 0, shape.qk_rope_head_dim or 0
+    writer.add_head_count_kv(1)
+    writer.add_key_length(rank + rope)
+    writer.add_value_length(rank)
+    writer.add_key_length_mla((shape.qk_nope_head_dim or 0) + rope)
+    writer.add_value_length_mla(shape.v_head_dim or 0)
+    writer.add_rope_dimension_count(rope)
+    if shape.q_lora_rank:
+        writer.add_q_lora_rank(shape.q_lora_rank)
+    writer.add_kv_lora_rank(rank)
+
+
+def _add_experts(writer: GGUFWriter, spec: GeneratedModelSpec) -> None:
+    """The experts' keys; DEEPSEEK2's dense lead, shared experts, groups, weights' scale and norm and its
+    sigmoid gating (llama.cpp's default is softmax)."""
+    import gguf
+
+    shape = spec.shape()
+    writer.add_expert_count(shape.experts)
+    writer.add_expert_used_count(shape.experts_per_token)
+    writer.add_expert_feed_forward_length(shape.expert_intermediate)
+    if shape.architecture != "deepseek_v3":
+        return
+    writer.add_leading_dense_block_count(shape.dense_layers)
+    writer.add_expert_shared_count(shape.shared_experts)
+    writer.add_expert_weights_scale(shape.routed_scaling_factor)
+    writer.add_expert_weights_norm(shape.norm_topk_prob)
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if shape.expert_groups > 1:
+        writer.add_expert_group_count(shape.expert_groups)
+        writer.add_expert_group_used_count(shape.expert_groups_used)
+
+
 # general.file_type: what llama.cpp reports as the model's type (the matrices' type; 1-d tensors stay F32)
 FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}  # gguf.LlamaFileType ALL_F32, MOSTLY_F16, ...
 
@@ -239,6 +352,9 @@ def _add_rope_scaling(writer: GGUFWriter, spec: GeneratedModelSpec) -> None:
         writer.add_rope_scaling_factor(float(scaling["factor"]))
     if kind == "yarn" and "original_max_position_embeddings" in scaling:
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    if kind == "yarn" and spec.architecture == "deepseek_v3" and "mscale_all_dim" in scaling:
+        # the converter's 0.1 x mscale_all_dim, which llama.cpp's deepseek2 divides by 0.1 again
+        writer.add_rope_scaling_yarn_log_mul(0.1 * float(scaling["mscale_all_dim"]))
 
 
 def stored_blocks(spec: GeneratedModelSpec, tensor: PlannedTensor) -> Iterator[np.ndarray]:

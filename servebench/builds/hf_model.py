@@ -3,8 +3,14 @@
 numpy and `tokenizers` only: no torch, no transformers, so any shape (an 8B Llama is 16 GB in bf16) is
 written without an engine venv and without ever holding the model in memory. What is written:
 
-- `config.json` in the architecture's own format (`LlamaForCausalLM`, `Qwen2ForCausalLM`) and a
-  `generation_config.json` with only the special ids (no sampling defaults that vLLM would apply);
+- `config.json` in the architecture's own format (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+  `Qwen3MoeForCausalLM`, `DeepseekV3ForCausalLM`) and a `generation_config.json` with only the special ids
+  (no sampling defaults that vLLM would apply);
+- a mixture-of-experts layer as the real checkpoints have it, one tensor per expert
+  (`mlp.experts.{e}.{gate,up,down}_proj.weight`, the router `mlp.gate.weight`; DeepSeek-V3's
+  `mlp.shared_experts.*` and its float32 `mlp.gate.e_score_correction_bias`), and DeepSeek's multi-head
+  latent attention by its own names (`q_a_proj`, `q_a_layernorm`, `q_b_proj`, `kv_a_proj_with_mqa`,
+  `kv_a_layernorm`, `kv_b_proj`, `o_proj`): what vLLM's loader maps onto its fused parameters;
 - the weights as safetensors, written by hand tensor by tensor in chunks: each tensor is drawn from a
   generator seeded by (seed, tensor name), normal * 0.02 (Hugging Face's init), norms ones, so the same
   spec gives the same bytes and a TP rank's shard is the slice of the same full tensor (the correctness
@@ -55,21 +61,36 @@ CONFIG_LAYOUT_VERSION = "4.46.0"
 
 SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float32": "F32"}
 DTYPE_BYTES = {"BF16": 2, "F32": 4}
+# the transformers model classes and model types of each architecture
+HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                    "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+                    "deepseek_v3": ("DeepseekV3ForCausalLM", "deepseek_v3")}
+
+# the MLA latent and RoPE key sizes the CPU MLA attention backends take (CPU_MLA, AMX_MLA: head size 576)
+CPU_MLA_LATENT = (512, 64)
 
 Fill = Literal["normal", "ones"]
 
 
 @dataclass(frozen=True)
 class TensorPlan:
-    """One tensor of the checkpoint: its name as transformers and vLLM expect it, its shape, its values."""
+    """One tensor of the checkpoint: its name as transformers and vLLM expect it, its shape, its values,
+    and its own dtype when it is not the model's (DeepSeek's routing bias is float32 in any checkpoint)."""
 
     name: str
     shape: tuple[int, ...]
     fill: Fill = "normal"
+    dtype: str | None = None
 
     @property
     def values(self) -> int:
         return math.prod(self.shape)
+
+    def file_dtype(self, model_dtype: str) -> str:
+        return self.dtype or model_dtype
+
+    def nbytes(self, model_dtype: str) -> int:
+        return self.values * DTYPE_BYTES[self.file_dtype(model_dtype)]
 
 
 def check_spec(spec: GeneratedModelSpec) -> None:
@@ -79,6 +100,15 @@ def check_spec(spec: GeneratedModelSpec) -> None:
     if spec.architecture == "qwen2" and spec.head_dim not in (None, spec.hidden // spec.heads):
         raise ValueError(f"qwen2: head_dim must be hidden / heads ({spec.hidden // spec.heads}): "
                          "Qwen2's model class ignores head_dim")
+    if spec.architecture in ("qwen3_moe", "deepseek_v3") and spec.attention_bias:
+        raise ValueError(f"{spec.architecture}: attention_bias must be false (its checkpoints have no biases)")
+    latent = (spec.kv_lora_rank, spec.qk_rope_head_dim)
+    if spec.kv_lora_rank is not None and latent != CPU_MLA_LATENT:
+        # the CPU MLA decode kernel (mla_decode_kvcache) is compiled for 512 + 64 only; another size starts,
+        # then fails its first decode step with "RuntimeError: Unsupported block size: 16"
+        raise ValueError(f"kv_lora_rank ({spec.kv_lora_rank}) and qk_rope_head_dim ({spec.qk_rope_head_dim}): "
+                         f"the CPU MLA kernels take only {CPU_MLA_LATENT[0]} and {CPU_MLA_LATENT[1]} (a cache "
+                         f"head of {sum(CPU_MLA_LATENT)}); a GGUF model takes any")
 
 
 def tensor_plans(spec: GeneratedModelSpec) -> list[TensorPlan]:
@@ -87,29 +117,78 @@ def tensor_plans(spec: GeneratedModelSpec) -> list[TensorPlan]:
     hidden, q_out, kv_out = shape.hidden, shape.heads * shape.head_size, shape.kv_heads * shape.head_size
     plans = [TensorPlan("model.embed_tokens.weight", (shape.vocab_size, hidden))]
     for layer in range(shape.layers):
-        plans += _layer_plans(f"model.layers.{layer}", spec, q_out, kv_out)
+        plans += _layer_plans(f"model.layers.{layer}", spec, q_out, kv_out, layer)
     plans.append(TensorPlan("model.norm.weight", (hidden,), "ones"))
     if not shape.tie_embeddings:
         plans.append(TensorPlan("lm_head.weight", (shape.vocab_size, hidden)))
     return plans
 
 
-def _layer_plans(prefix: str, spec: GeneratedModelSpec, q_out: int, kv_out: int) -> list[TensorPlan]:
-    """A decoder layer. Biases: Qwen2's on q, k and v; Llama's `attention_bias` also puts one on o."""
-    hidden, intermediate = spec.hidden, spec.intermediate
-    attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
+def _layer_plans(prefix: str, spec: GeneratedModelSpec, q_out: int, kv_out: int,
+                 layer: int = 0) -> list[TensorPlan]:
+    """A decoder layer. Biases: Qwen2's on q, k and v; Llama's `attention_bias` also puts one on o.
+    Qwen3-MoE adds per-head q/k norms; DeepSeek-V3's attention is MLA. The MLP is dense, or the router and
+    the experts in a MoE layer."""
+    hidden = spec.hidden
+    attn = f"{prefix}.self_attn"
     plans = [TensorPlan(f"{prefix}.input_layernorm.weight", (hidden,), "ones")]
-    for proj, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
-        plans.append(TensorPlan(f"{attn}.{proj}.weight", (out, hidden)))
-        if spec.attention_bias:
-            plans.append(TensorPlan(f"{attn}.{proj}.bias", (out,)))
-    plans.append(TensorPlan(f"{attn}.o_proj.weight", (hidden, q_out)))
-    if spec.attention_bias and spec.architecture == "llama":
-        plans.append(TensorPlan(f"{attn}.o_proj.bias", (hidden,)))
+    if spec.architecture == "deepseek_v3":
+        plans += _latent_attention_plans(attn, spec)
+    else:
+        for proj, out in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+            plans.append(TensorPlan(f"{attn}.{proj}.weight", (out, hidden)))
+            if spec.attention_bias:
+                plans.append(TensorPlan(f"{attn}.{proj}.bias", (out,)))
+        plans.append(TensorPlan(f"{attn}.o_proj.weight", (hidden, q_out)))
+        if spec.attention_bias and spec.architecture == "llama":
+            plans.append(TensorPlan(f"{attn}.o_proj.bias", (hidden,)))
+        if spec.architecture == "qwen3_moe":
+            head = spec.shape().head_size
+            plans += [TensorPlan(f"{attn}.q_norm.weight", (head,), "ones"),
+                      TensorPlan(f"{attn}.k_norm.weight", (head,), "ones")]
     plans.append(TensorPlan(f"{prefix}.post_attention_layernorm.weight", (hidden,), "ones"))
-    plans += [TensorPlan(f"{mlp}.gate_proj.weight", (intermediate, hidden)),
-              TensorPlan(f"{mlp}.up_proj.weight", (intermediate, hidden)),
-              TensorPlan(f"{mlp}.down_proj.weight", (hidden, intermediate))]
+    if spec.shape().is_moe_layer(layer):
+        return plans + _moe_plans(f"{prefix}.mlp", spec)
+    return plans + _mlp_plans(f"{prefix}.mlp", hidden, spec.intermediate)
+
+
+def _mlp_plans(prefix: str, hidden: int, intermediate: int) -> list[TensorPlan]:
+    return [TensorPlan(f"{prefix}.gate_proj.weight", (intermediate, hidden)),
+            TensorPlan(f"{prefix}.up_proj.weight", (intermediate, hidden)),
+            TensorPlan(f"{prefix}.down_proj.weight", (hidden, intermediate))]
+
+
+def _latent_attention_plans(attn: str, spec: GeneratedModelSpec) -> list[TensorPlan]:
+    """DeepSeek's MLA: the query through its low-rank bottleneck (or one q_proj), the KV latent and the
+    shared RoPE key from one projection, the latent's expansion to every head's key (no RoPE) and value."""
+    shape = spec.shape()
+    heads, hidden, rank = shape.heads, shape.hidden, shape.kv_lora_rank or 0
+    rope, nope, v_head = shape.qk_rope_head_dim or 0, shape.qk_nope_head_dim or 0, shape.v_head_dim or 0
+    q_out = heads * (nope + rope)
+    if shape.q_lora_rank:
+        plans = [TensorPlan(f"{attn}.q_a_proj.weight", (shape.q_lora_rank, hidden)),
+                 TensorPlan(f"{attn}.q_a_layernorm.weight", (shape.q_lora_rank,), "ones"),
+                 TensorPlan(f"{attn}.q_b_proj.weight", (q_out, shape.q_lora_rank))]
+    else:
+        plans = [TensorPlan(f"{attn}.q_proj.weight", (q_out, hidden))]
+    return plans + [TensorPlan(f"{attn}.kv_a_proj_with_mqa.weight", (rank + rope, hidden)),
+                    TensorPlan(f"{attn}.kv_a_layernorm.weight", (rank,), "ones"),
+                    TensorPlan(f"{attn}.kv_b_proj.weight", (heads * (nope + v_head), rank)),
+                    TensorPlan(f"{attn}.o_proj.weight", (hidden, heads * v_head))]
+
+
+def _moe_plans(mlp: str, spec: GeneratedModelSpec) -> list[TensorPlan]:
+    """The router, DeepSeek's routing bias (float32, `noaux_tc`), every routed expert, the shared experts
+    (one MLP of shared_experts x moe_intermediate, as DeepSeek's checkpoints have it)."""
+    shape = spec.shape()
+    hidden, inner = shape.hidden, shape.expert_intermediate
+    plans = [TensorPlan(f"{mlp}.gate.weight", (shape.experts, hidden))]
+    if spec.architecture == "deepseek_v3":
+        plans.append(TensorPlan(f"{mlp}.gate.e_score_correction_bias", (shape.experts,), dtype="F32"))
+    for expert in range(shape.experts):
+        plans += _mlp_plans(f"{mlp}.experts.{expert}", hidden, inner)
+    if shape.shared_experts:
+        plans += _mlp_plans(f"{mlp}.shared_experts", hidden, inner * shape.shared_experts)
     return plans
 
 
@@ -162,8 +241,9 @@ def safetensors_header(plans: list[TensorPlan], dtype: str) -> bytes:
     entries: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for plan in plans:
-        size = plan.values * DTYPE_BYTES[dtype]
-        entries[plan.name] = {"dtype": dtype, "shape": list(plan.shape), "data_offsets": [offset, offset + size]}
+        size = plan.nbytes(dtype)
+        entries[plan.name] = {"dtype": plan.file_dtype(dtype), "shape": list(plan.shape),
+                              "data_offsets": [offset, offset + size]}
         offset += size
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
@@ -189,7 +269,7 @@ def write_safetensors(path: Path, plans: list[TensorPlan], seed: int, dtype: str
 
 def _write_tensor(file: BinaryIO, plan: TensorPlan, seed: int, dtype: str, chunk_values: int) -> None:
     for chunk in tensor_chunks(seed, plan, chunk_values):
-        file.write(encoded(chunk, dtype).data)
+        file.write(encoded(chunk, plan.file_dtype(dtype)).data)
 
 
 def shards(plans: list[TensorPlan], dtype: str, max_bytes: int = MAX_SHARD_BYTES) -> list[list[TensorPlan]]:
@@ -197,7 +277,7 @@ def shards(plans: list[TensorPlan], dtype: str, max_bytes: int = MAX_SHARD_BYTES
     groups: list[list[TensorPlan]] = [[]]
     size = 0
     for plan in plans:
-        tensor_bytes = plan.values * DTYPE_BYTES[dtype]
+        tensor_bytes = plan.nbytes(dtype)
         if groups[-1] and size + tensor_bytes > max_bytes:
             groups.append([])
             size = 0
@@ -218,7 +298,7 @@ def write_weights(into: Path, spec: GeneratedModelSpec, max_shard_bytes: int = M
     names = [f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
     for name, group in zip(names, groups):
         write_safetensors(into / name, group, spec.seed, dtype, chunk_values)
-    index = {"metadata": {"total_size": sum(p.values for p in plans) * DTYPE_BYTES[dtype]},
+    index = {"metadata": {"total_size": sum(p.nbytes(dtype) for p in plans)},
              "weight_map": {plan.name: name for name, group in zip(names, groups) for plan in group}}
     _write_json(into / "model.safetensors.index.json", index)
     return [*names, "model.safetensors.index.json"]
@@ -239,11 +319,34 @@ def hf_config(spec: GeneratedModelSpec) -> dict[str, Any]:
     }
     if spec.head_dim is not None:
         common["head_dim"] = spec.head_dim
+    architecture, model_type = HF_ARCHITECTURES[spec.architecture]
+    named = {"architectures": [architecture], "model_type": model_type}
     if spec.architecture == "qwen2":  # q/k/v biases are part of Qwen2 itself; no sliding window
-        return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common,
-                "max_window_layers": spec.layers, "sliding_window": None, "use_sliding_window": False}
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **common,
-            "attention_bias": spec.attention_bias, "mlp_bias": False, "pretraining_tp": 1}
+        return {**named, **common, "max_window_layers": spec.layers, "sliding_window": None,
+                "use_sliding_window": False}
+    if spec.architecture == "qwen3_moe":  # experts in every layer (Qwen3-30B-A3B's config.json)
+        return {**named, **common, "attention_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                "moe_intermediate_size": spec.shape().expert_intermediate, "norm_topk_prob": spec.norm_topk_prob,
+                "num_experts": spec.experts, "num_experts_per_tok": spec.experts_per_token,
+                "output_router_logits": False, "router_aux_loss_coef": 0.001, "max_window_layers": spec.layers,
+                "sliding_window": None, "use_sliding_window": False}
+    if spec.architecture == "deepseek_v3":  # DeepSeek-V3's config.json, without auto_map or fp8 quantization
+        return {**named, **common, "attention_bias": False, "first_k_dense_replace": spec.dense_layers,
+                "kv_lora_rank": spec.kv_lora_rank, "moe_intermediate_size": spec.shape().expert_intermediate,
+                "moe_layer_freq": 1, "n_group": spec.expert_groups, "n_routed_experts": spec.experts,
+                "n_shared_experts": spec.shared_experts, "norm_topk_prob": spec.norm_topk_prob,
+                "num_experts_per_tok": spec.experts_per_token, "num_nextn_predict_layers": 0,
+                "q_lora_rank": spec.q_lora_rank, "qk_nope_head_dim": spec.qk_nope_head_dim,
+                "qk_rope_head_dim": spec.qk_rope_head_dim, "routed_scaling_factor": spec.routed_scaling_factor,
+                "scoring_func": "sigmoid", "topk_group": spec.expert_groups_used, "topk_method": "noaux_tc",
+                "v_head_dim": spec.v_head_dim}
+    return {**named, **common, "attention_bias": spec.attention_bias, "mlp_bias": False, "pretraining_tp": 1}
+
+
+def tokenizer_family(architecture: str) -> str:
+    """Whose text pipeline the tokenizer has: Qwen2's for every Qwen (transformers loads qwen3_moe's as
+    `Qwen2Tokenizer` too), GPT-2's byte-level one otherwise (DeepSeek-V3's is read from tokenizer.json)."""
+    return "qwen2" if architecture in ("qwen2", "qwen3_moe") else "llama"
 
 
 def generation_config() -> dict[str, Any]:
@@ -345,7 +448,7 @@ def write_hf_model(spec: GeneratedModelSpec, into: Path, max_shard_bytes: int = 
     into.mkdir(parents=True)
     _write_json(into / "config.json", hf_config(spec))
     _write_json(into / "generation_config.json", generation_config())
-    write_tokenizer(into, spec.vocab_size, spec.architecture)
+    write_tokenizer(into, spec.vocab_size, tokenizer_family(spec.architecture))
     files = write_weights(into, spec, max_shard_bytes, chunk_values)
     _write_json(into / MARKER_NAME, {"generator": GENERATOR_NAME, "spec": spec.model_dump(mode="json"),
                                      "parameters": sum(plan.values for plan in tensor_plans(spec)), "weights": files})

@@ -267,6 +267,9 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     default_model: ClassVar[ModelGenerator] = GENERATED_HF
     knobs: ClassVar[Mapping[str, Knob]] = MappingProxyType({})  # settings a mode may set or a campaign sweep;
                                                                  # `launch` applies them
+    # the parallel fields its modes may set: TP and PP, plus data (`dp`) and expert (`ep`) parallelism
+    # where the engine has them (docs/parallel-modes.md); the campaign check refuses the others by name
+    parallel_fields: ClassVar[frozenset[str]] = frozenset({"tp", "pp"})
 
     @abc.abstractmethod
     def build_recipe(self, spec: SpecT) -> BuildRecipe:
@@ -313,6 +316,11 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     def model_problem(self, model: ModelSpec) -> str | None:
         """Why it cannot serve this model (a generated one's shape its kernels do not take), or None.
         By default none: a local model is the user's, and the engine says at start-up what it refuses."""
+        return None
+
+    def moe_mode_problem(self, mode: ModeSpec, experts: int) -> str | None:
+        """Why this mode cannot serve a model of `experts` routed experts (a data- or expert-parallel
+        layout the engine's MoE kernels do not take), or None. By default none."""
         return None
 
 

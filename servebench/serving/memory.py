@@ -19,7 +19,7 @@ from pathlib import Path
 
 from servebench.engines.base import Engine, MemoryRequest, RankShare
 from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, NodeSpec
-from servebench.spec.model_shapes import DTYPE_BYTES, ModelShape
+from servebench.spec.model_shapes import DTYPE_BYTES, Architecture, ModelShape
 from servebench.spec.sweep import configuration_space
 
 GIB = 1024 ** 3
@@ -45,12 +45,13 @@ class ModelWeights:
     why: str | None = None
 
     def kv_bytes_per_token(self, layers: int, tp: int = 1) -> int:
-        """KV bytes a token takes in `layers` layers of one rank (its share of the KV heads; a head is
-        replicated when TP exceeds them)."""
+        """KV bytes a token takes in `layers` layers of one rank: its share of the KV heads (a head is
+        replicated when TP exceeds them), or with multi-head latent attention the latent and the RoPE key
+        (kv_lora_rank + qk_rope_head_dim values a layer, on every TP rank: vLLM's MLA cache and llama.cpp's
+        K-only MLA cache alike)."""
         if self.shape is None:
             return 0
-        heads = max(1, self.shape.kv_heads // tp)
-        return 2 * layers * heads * self.shape.head_size * DTYPE_BYTES[self.kv_dtype]
+        return layers * self.shape.kv_values_per_token_layer(tp) * DTYPE_BYTES[self.kv_dtype]
 
 
 def model_weights(model: ModelSpec, engine: Engine, model_path: Path | None) -> ModelWeights:
@@ -77,35 +78,64 @@ def model_weights(model: ModelSpec, engine: Engine, model_path: Path | None) -> 
     return ModelWeights(shape, dtype, DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], kv_override or dtype)
 
 
+# a config.json's model_type -> the layout its parameters are counted by (any other: Llama's)
+CONFIG_ARCHITECTURES: dict[str, Architecture] = {"qwen2": "qwen2", "qwen3_moe": "qwen3_moe",
+                                                 "deepseek_v3": "deepseek_v3", "deepseek_v2": "deepseek_v3"}
+
+
 def shape_from_config(config: dict) -> ModelShape:
-    """A Hugging Face config.json's dense decoder dimensions (Llama and Qwen2 names)."""
+    """A Hugging Face config.json's decoder dimensions: Llama and Qwen2 names, and the experts and latent
+    attention of Qwen3-MoE (`num_experts`) and DeepSeek-V2/V3 (`n_routed_experts`, `kv_lora_rank`)."""
     text = config.get("text_config", config)
-    qwen2 = text.get("model_type") == "qwen2"
-    return ModelShape(
-        "qwen2" if qwen2 else "llama", layers=int(text["num_hidden_layers"]), hidden=int(text["hidden_size"]),
+    model_type = text.get("model_type")
+    qwen2 = model_type == "qwen2"
+    architecture = CONFIG_ARCHITECTURES.get(model_type, "llama")
+    dense = ModelShape(
+        architecture, layers=int(text["num_hidden_layers"]), hidden=int(text["hidden_size"]),
         heads=int(text["num_attention_heads"]),
         kv_heads=int(text.get("num_key_value_heads") or text["num_attention_heads"]),
         intermediate=int(text["intermediate_size"]), vocab_size=int(text["vocab_size"]),
         max_position=int(text.get("max_position_embeddings") or 2048),
         tie_embeddings=bool(text.get("tie_word_embeddings", False)),
-        attention_bias=bool(text.get("attention_bias", qwen2)), head_dim=text.get("head_dim"))
+        attention_bias=bool(text.get("attention_bias", qwen2)) and architecture in ("llama", "qwen2"),
+        head_dim=text.get("head_dim") if architecture != "deepseek_v3" else None)
+    experts = int(text.get("num_experts") or text.get("n_routed_experts") or 0)
+    if not experts or architecture == "llama":
+        return dense
+    moe = dense.with_overrides(
+        experts=experts, experts_per_token=int(text.get("num_experts_per_tok") or 0),
+        moe_intermediate=text.get("moe_intermediate_size"), shared_experts=int(text.get("n_shared_experts") or 0),
+        dense_layers=int(text.get("first_k_dense_replace") or 0))
+    if architecture != "deepseek_v3":
+        return moe
+    return moe.with_overrides(q_lora_rank=text.get("q_lora_rank"), kv_lora_rank=text.get("kv_lora_rank"),
+                              qk_nope_head_dim=text.get("qk_nope_head_dim"),
+                              qk_rope_head_dim=text.get("qk_rope_head_dim"), v_head_dim=text.get("v_head_dim"))
 
 
 def share_weight_bytes(weights: ModelWeights, share: RankShare) -> int:
-    """The bytes of the weights one process holds: its layers' matrices split TP ways (norms
-    replicated), and the embedding and output head (one matrix when tied and held together)."""
+    """The bytes of the weights one process holds: its layers' matrices split TP ways (norms, MoE routers
+    and MLA's q_a/kv_a projections replicated; every expert split TP ways, as vLLM does without expert
+    parallelism), and the embedding and output head (one matrix when tied and held together). A share
+    of fewer than all layers of a MoE model is counted with its largest layers (those with experts)
+    first: the share does not say which layers it has, so a pipeline stage is never underestimated."""
     shape = weights.shape
     assert shape is not None
-    bias = (shape.heads + 2 * shape.kv_heads) * shape.head_size if shape.attention_bias else 0
-    norms = 2 * shape.hidden
-    matrices = shape.layer_parameters() - norms - bias
-    layer = matrices / share.tp * weights.matrix_bytes + (norms + bias / share.tp) * weights.small_bytes
+    layers = 0.0
+    held = min(share.layers, shape.layers)
+    moe = min(held, shape.moe_layers)
+    for count, is_moe in ((moe, True), (held - moe, False)):
+        parts = shape.layer_breakdown(is_moe)
+        bias = (shape.heads + 2 * shape.kv_heads) * shape.head_size if shape.attention_bias else 0
+        small = parts.small - bias
+        layers += count * ((parts.split / share.tp + parts.replicated) * weights.matrix_bytes
+                           + (small + bias / share.tp) * weights.small_bytes)
     vocab = shape.vocab_size * shape.hidden / share.tp * weights.matrix_bytes
     head = 0.0
     if share.head:
         shared = shape.tie_embeddings and share.embedding
         head = (0.0 if shared else vocab) + shape.hidden * weights.small_bytes
-    return round(share.layers * layer + (vocab if share.embedding else 0.0) + head)
+    return round(layers + (vocab if share.embedding else 0.0) + head)
 
 
 def share_kv_bytes(weights: ModelWeights, share: RankShare) -> int:

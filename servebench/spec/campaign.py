@@ -182,27 +182,36 @@ DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) com
                      "model's own. float32 keeps sharded kernels from flipping near-ties of a random model.")
 
 
-ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b"]
+ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b", "deepseek-r1",
+                          "qwen3-30b-a3b"]
 GgufQuantization = Literal["f32", "f16", "q8_0", "q4_0"]
 SHAPE_FIELDS = ("architecture", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab_size", "max_position",
-                "head_dim", "tie_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rms_norm_eps")
+                "head_dim", "tie_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rms_norm_eps",
+                "experts", "experts_per_token", "moe_intermediate", "shared_experts", "dense_layers", "expert_groups",
+                "expert_groups_used", "routed_scaling_factor", "norm_topk_prob", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 class GeneratedModelSpec(StrictModel):
     """A random-weight model of a named shape (nothing downloaded: a model's cost on a CPU is its shape, its
     dtype and its tokens), written in the format each engine serves: a Hugging Face directory with a
     tokenizer whose vocabulary matches (vLLM), a GGUF file (llama.cpp). Every dimension the preset sets
-    may be overridden (`{generate: llama-3.1-8b, layers: 4}`); the shapes are servebench/spec/model_shapes.py."""
+    may be overridden (`{generate: llama-3.1-8b, layers: 4}`, `{generate: deepseek-r1, layers: 3, experts: 16}`);
+    the shapes are servebench/spec/model_shapes.py."""
 
     generate: ModelPresetName = Field(description="The shape by name: tiny-llama (under a million parameters, "
                                       "for tests), llama-3.1-8b, llama-2-7b, llama-3.2-1b, qwen2-1.5b "
-                                      "(DeepSeek-R1-Distill-Qwen-1.5B's shape)")
+                                      "(DeepSeek-R1-Distill-Qwen-1.5B's shape); mixture of experts: deepseek-r1 "
+                                      "(DeepSeek-R1/V3: MLA, 3 dense layers, 256 routed experts and 1 shared), "
+                                      "qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 a token)")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = Field(0, description="Seed of the random weights (the same seed, shape and dtype: the same file)")
     quantization: GgufQuantization | None = Field(
         None, description="GGUF only: the type its matrices are stored in (f32, f16, q8_0, q4_0; norms stay f32). "
                           "Default: f32 when dtype is float32, else f16")
-    architecture: Literal["llama", "qwen2"] = Field(description="The layer layout (qwen2: biases on q, k and v)")
+    architecture: Literal["llama", "qwen2", "qwen3_moe", "deepseek_v3"] = Field(description=(
+        "The layer layout (qwen2: biases on q, k and v; qwen3_moe: q/k norms and experts in every layer; "
+        "deepseek_v3: multi-head latent attention, leading dense layers, routed and shared experts)"))
     layers: int = Field(ge=1, description="Decoder layers")
     hidden: int = Field(ge=32, description="Hidden size")
     heads: int = Field(ge=1, description="Attention heads")
@@ -216,23 +225,56 @@ class GeneratedModelSpec(StrictModel):
     rope_theta: float = Field(10000.0, gt=0, description="RoPE base")
     rope_scaling: dict[str, Any] | None = Field(None, description="RoPE scaling as in config.json (llama3, yarn)")
     rms_norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon")
+    experts: int = Field(0, ge=0, le=1024, description="Routed experts of each MoE layer (0: a dense model)")
+    experts_per_token: int = Field(0, ge=0, description="Routed experts a token goes through (top-k), at most "
+                                   "`experts`")
+    moe_intermediate: int | None = Field(None, ge=1, description="Each expert's intermediate size; null: "
+                                         "`intermediate`")
+    shared_experts: int = Field(0, ge=0, description="Experts every token goes through (deepseek_v3), of "
+                                "`moe_intermediate` each")
+    dense_layers: int = Field(0, ge=0, description=(
+        "Leading layers with a dense MLP of `intermediate` (DeepSeek's first_k_dense_replace); the rest have "
+        "experts. When `layers` is cut below the preset's and this is not given, it is cut to layers - 1"))
+    expert_groups: int = Field(1, ge=1, description="Routing groups (deepseek_v3's n_group): `experts` must "
+                               "divide into them")
+    expert_groups_used: int = Field(1, ge=1, description="Groups a token's experts may come from (topk_group)")
+    routed_scaling_factor: float = Field(1.0, gt=0, description="Scale of the routed experts' output")
+    norm_topk_prob: bool = Field(False, description="Renormalize the top-k routing weights to sum to 1")
+    q_lora_rank: int | None = Field(None, ge=1, description="MLA: the query's low-rank size (null: a plain "
+                                    "query projection)")
+    kv_lora_rank: int | None = Field(None, ge=1, description=(
+        "MLA: the compressed KV latent's size, what the KV cache keeps with the RoPE key (null: ordinary "
+        "attention). vLLM's CPU MLA kernels take only 512 (with qk_rope_head_dim 64)"))
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA: the per-head query/key size without RoPE")
+    qk_rope_head_dim: int | None = Field(None, ge=2, description="MLA: the RoPE part of a query/key head, "
+                                         "shared by all heads in the cache")
+    v_head_dim: int | None = Field(None, ge=1, description="MLA: the per-head value size")
 
     @model_validator(mode="before")
     @classmethod
     def _from_preset(cls, data: Any) -> Any:
-        """The preset's dimensions first, then what the campaign overrides."""
+        """The preset's dimensions first, then what the campaign overrides. A preset's leading dense layers
+        are cut to layers - 1 when `layers` is cut below them and `dense_layers` is not given, so that
+        `{generate: deepseek-r1, layers: 3}` still has a layer with experts."""
         if isinstance(data, dict) and isinstance(data.get("generate"), str):
             shape = PRESETS.get(data["generate"])
             if shape is not None:
-                return {**{name: getattr(shape, name) for name in SHAPE_FIELDS}, **data}
+                merged = {**{name: getattr(shape, name) for name in SHAPE_FIELDS}, **data}
+                layers = merged.get("layers")
+                if "dense_layers" not in data and isinstance(layers, int) and 1 <= layers <= shape.dense_layers:
+                    merged["dense_layers"] = layers - 1
+                return merged
         return data
 
     @model_validator(mode="after")
     def _shape(self) -> "GeneratedModelSpec":
-        if self.head_dim is None and self.hidden % self.heads:
+        mla = self.kv_lora_rank is not None
+        if self.head_dim is None and not mla and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        _check_experts(self)
+        _check_latent_attention(self)
         return self  # a shape an engine's kernels do not take is that engine's to say (Engine.model_problem)
 
     def shape(self) -> ModelShape:
@@ -249,6 +291,64 @@ class GeneratedModelSpec(StrictModel):
         if self.quantization:
             return self.quantization
         return "f32" if self.dtype == "float32" or self.generate == "tiny-llama" else "f16"
+
+
+MOE_ARCHITECTURES = ("qwen3_moe", "deepseek_v3")
+MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _check_experts(spec: GeneratedModelSpec) -> None:
+    """A MoE shape whose routing can be done: top-k within the experts and their groups; a dense
+    architecture without experts."""
+    moe = spec.architecture in MOE_ARCHITECTURES
+    if not moe:
+        if spec.experts:
+            raise ValueError(f"experts: {spec.experts} on architecture {spec.architecture}, which has no experts "
+                             f"(one of {', '.join(MOE_ARCHITECTURES)} has)")
+        return
+    if not spec.experts:
+        raise ValueError(f"experts: architecture {spec.architecture} needs at least 1 routed expert")
+    if not 1 <= spec.experts_per_token <= spec.experts:
+        raise ValueError(f"experts_per_token ({spec.experts_per_token}) must be between 1 and experts "
+                         f"({spec.experts})")
+    if spec.experts % spec.expert_groups:
+        raise ValueError(f"experts ({spec.experts}) must be divisible by expert_groups ({spec.expert_groups})")
+    if spec.expert_groups_used > spec.expert_groups:
+        raise ValueError(f"expert_groups_used ({spec.expert_groups_used}) must be at most expert_groups "
+                         f"({spec.expert_groups})")
+    if spec.expert_groups > 1:
+        reachable = spec.experts // spec.expert_groups * spec.expert_groups_used
+        if reachable < spec.experts_per_token:
+            raise ValueError(f"experts_per_token ({spec.experts_per_token}) is more than the {reachable} experts in "
+                             f"expert_groups_used ({spec.expert_groups_used}) groups of "
+                             f"{spec.experts // spec.expert_groups}")
+        if spec.expert_groups >= spec.experts:
+            raise ValueError(f"expert_groups ({spec.expert_groups}) must be fewer than experts ({spec.experts})")
+    if spec.dense_layers >= spec.layers:
+        raise ValueError(f"dense_layers ({spec.dense_layers}) must be fewer than layers ({spec.layers}): "
+                         "no layer would have experts")
+    if spec.architecture == "qwen3_moe" and spec.dense_layers:
+        raise ValueError(f"dense_layers ({spec.dense_layers}): qwen3_moe has experts in every layer "
+                         "(a qwen3moe GGUF has no dense layer)")
+    if spec.architecture == "qwen3_moe" and spec.shared_experts:
+        raise ValueError(f"shared_experts ({spec.shared_experts}): qwen3_moe has none")
+
+
+def _check_latent_attention(spec: GeneratedModelSpec) -> None:
+    """deepseek_v3 has MLA with all four sizes; no other architecture has any."""
+    given = [name for name in MLA_FIELDS if getattr(spec, name) is not None]
+    if spec.architecture != "deepseek_v3":
+        if given or spec.q_lora_rank is not None:
+            raise ValueError(f"{(given or ['q_lora_rank'])[0]}: multi-head latent attention is deepseek_v3's, "
+                             f"not {spec.architecture}'s")
+        return
+    if missing := [name for name in MLA_FIELDS if getattr(spec, name) is None]:
+        raise ValueError(f"{missing[0]}: deepseek_v3 needs {', '.join(MLA_FIELDS)}")
+    if spec.kv_heads != spec.heads:
+        raise ValueError(f"kv_heads ({spec.kv_heads}) must equal heads ({spec.heads}) for deepseek_v3 "
+                         "(MLA expands the latent to every head)")
+    if spec.qk_rope_head_dim is not None and spec.qk_rope_head_dim % 2:
+        raise ValueError(f"qk_rope_head_dim ({spec.qk_rope_head_dim}) must be even (RoPE rotates pairs)")
 
 
 class LocalModelSpec(StrictModel):
@@ -297,7 +397,17 @@ class ModeSpec(StrictModel):
     tp: int = Field(1, ge=1, description="Tensor-parallel size: workers that each hold a slice of every layer "
                     "(vLLM's --tensor-parallel-size); 1: none. llama.cpp has no tensor parallelism.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size: workers that each hold a share of the layers "
-                    "(vLLM's stages, llama.cpp's RPC workers); 1: none. A mode runs tp x pp workers.")
+                    "(vLLM's stages, llama.cpp's RPC workers); 1: none. A mode runs dp x tp x pp workers.")
+    dp: int = Field(1, ge=1, description=(
+        "Data-parallel size (vLLM's --data-parallel-size): dp engines of tp x pp workers each, behind one API "
+        "server that spreads the requests over them (executor mp: on one node; mp-multinode: engines spread "
+        "over the nodes, the others --headless; ray: vLLM's Ray DP backend). On a dense model each engine is a "
+        "whole replica; an MoE model is refused on vLLM 0.32's CPU backend. 1: none. llama.cpp has no data "
+        "parallelism (docs/parallel-modes.md)."))
+    ep: bool = Field(False, description=(
+        "Expert parallel (vLLM's --enable-expert-parallel): the MoE layers' routed experts split over the "
+        "dp x tp ranks instead of each expert's matrices TP ways; needs an MoE model, dp x tp >= 2 dividing its "
+        "experts. Refused on vLLM 0.32's CPU backend, which crashes with it (docs/parallel-modes.md)."))
     executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
                           "engine's executors; its first when left out.")
     oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
@@ -339,7 +449,18 @@ class ModeSpec(StrictModel):
 
     @property
     def world_size(self) -> int:
+        """Every worker of the mode: dp engines of tp x pp workers."""
+        return self.dp * self.tp * self.pp
+
+    @property
+    def engine_size(self) -> int:
+        """The workers of one data-parallel engine (tp x pp): vLLM's world size."""
         return self.tp * self.pp
+
+    @property
+    def ep_size(self) -> int:
+        """The ranks the routed experts are split over: dp x tp with `ep`, else 1 (vLLM flattens TP across DP)."""
+        return self.dp * self.tp if self.ep else 1
 
 
 class ModelAxes(StrictModel):
@@ -808,6 +929,10 @@ class Campaign(StrictModel):
                 mode.pop("engine", None)
             if not mode.get("model"):
                 mode.pop("model", None)
+            if mode.get("dp") == 1:  # a mode without data or expert parallelism, as before they existed
+                mode.pop("dp", None)
+            if not mode.get("ep"):
+                mode.pop("ep", None)
         for link in (data.get("network") or {}).get("links", []):
             if link.get("name") is None:  # a link setting without a name, as before it could have one
                 link.pop("name", None)

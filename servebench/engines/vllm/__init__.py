@@ -63,6 +63,8 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
         memory=SERVER_MEMORY,  # ranks, their KV cache and working set: memory.py
     )
     knobs: ClassVar[Mapping[str, Knob]] = KNOBS
+    # a mode may set dp (--data-parallel-size) and ep (--enable-expert-parallel) beside tp and pp
+    parallel_fields: ClassVar[frozenset[str]] = frozenset({"tp", "pp", "dp", "ep"})
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
         if spec.source is not None and spec.source.target is not None:
@@ -113,6 +115,11 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         return placement.mode_problem(mode, server_cpus, node_names)
 
+    def moe_mode_problem(self, mode: ModeSpec, experts: int) -> str | None:
+        """What this mode cannot do on a model with `experts` routed experts (measured on vLLM 0.32's CPU
+        backend: placement.py)."""
+        return placement.moe_mode_problem(mode, experts)
+
     def reference_mode(self, name: str) -> ModeSpec:
         return ModeSpec(name=name, tp=1, pp=1, executor="mp", oversubscribe=True)
 
@@ -125,10 +132,11 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     def start_shared(self, modes: list[ModeSpec], spec: VllmEngineSpec, nodes: list[Node], build_dir: str,
                      provider: Provider, run_dir: Path) -> RayCluster | None:
         """A Ray cluster over the nodes when a mode uses executor 'ray' (once per campaign)."""
-        ray_sizes = [m.world_size for m in modes if m.executor == "ray"]
-        if not ray_sizes:
+        ray_modes = [m for m in modes if m.executor == "ray"]
+        if not ray_modes:
             return None
-        slots = placement.ray_slots_per_node(ray_sizes, len(nodes))
+        slots = placement.ray_slots_per_node([m.world_size for m in ray_modes if m.dp == 1], len(nodes),
+                                             tuple(m for m in ray_modes if m.dp > 1))
         python = str(Path(build_dir) / "bin" / "python")
         plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env, ports=provider)
         return start_cluster(provider, plans, python, run_dir / "ray")
@@ -146,11 +154,17 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
         return legacy_logprobs(choice, token_id)
 
     def model_problem(self, model: ModelSpec) -> str | None:
-        """A generated model's head_dim must be one the CPU attention kernels take (a local model is the
-        user's: vLLM says so itself at start-up)."""
+        """A generated model's head_dim must be one the CPU attention kernels take, an MLA model's latent
+        the one CPU_MLA takes (a local model is the user's: vLLM says so itself at start-up)."""
         if not isinstance(model, GeneratedModelSpec):
             return None
-        head_dim = model.hidden // model.heads
+        if model.kv_lora_rank is not None:   # multi-head latent attention: the cache holds the latent, not heads
+            if (model.kv_lora_rank, model.qk_rope_head_dim) == (512, 64):
+                return None
+            return (f"kv_lora_rank {model.kv_lora_rank} + qk_rope_head_dim {model.qk_rope_head_dim}: vLLM's CPU_MLA "
+                    "backend takes only 512 + 64 (a head of 576; another fails its first decode with "
+                    "'Unsupported block size: 16')")
+        head_dim = model.head_dim or model.hidden // model.heads
         if head_dim in CPU_ATTENTION_HEAD_DIMS:
             return None
         return (f"head_dim = hidden/heads = {head_dim}; vLLM's CPU attention kernels need one of "

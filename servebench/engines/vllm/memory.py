@@ -1,7 +1,11 @@
 """What a vLLM mode's ranks hold: each worker its pipeline stage's layers split TP ways, on the nodes
 `placement.workers_per_node` puts it, and a KV cache of its own of `VLLM_CPU_KVCACHE_SPACE` GiB
 (what the launch sets: the engine block's or mode's env, the `kv_cache_gib` knob last) or, with the
-`kv_cache_blocks` knob, that many blocks of 128 tokens of its layers."""
+`kv_cache_blocks` knob, that many blocks of 128 tokens of its layers. What a token of the pool takes is the
+model's (servebench/serving/memory.py): with multi-head latent attention (DeepSeek) the latent and the RoPE
+key, 576 values a layer on every TP rank, which CPU_MLA keeps in blocks of 16 tokens (vLLM forces it): the
+`kv_cache_blocks` count is then 16 tokens a block, which this layout cannot see (the request carries no
+model), so it still says 128."""
 
 from __future__ import annotations
 
