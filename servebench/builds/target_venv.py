@@ -16,7 +16,9 @@ Three things differ from a venv for this host (venv.py), each measured on this m
   itself is installed last, `--no-deps`.
 - **Loading**: with `lazy_binding`, a hook in the venv (a `.pth` file) loads extension modules
   with RTLD_LAZY (vLLM's aarch64 `_C` names OpenBLAS's `sbgemm_`, which PyPI's aarch64 torch does
-  not carry; resolved on first use, never used at fp32). The same hook makes a process that
+  not carry; resolved on first use, called only by bf16 kernels). A venv whose packages include an
+  OpenBLAS that has it (`scipy-openblas32`) gets a forwarding shim instead (blas_shim.py), which the
+  hook loads first with RTLD_GLOBAL: extension modules then bind at load. The same hook makes a process that
   runs under qemu-user start its children through the node's wrapper (emulation.py) when the
   node names one: without binfmt_misc the kernel cannot start an aarch64 program itself.
 
@@ -42,7 +44,7 @@ from typing import Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from servebench.builds import venv
+from servebench.builds import blas_shim, venv
 from servebench.builds.cache import ArtifactCache
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
 from servebench.paths import ENGINE_SOURCE_DIR
@@ -56,6 +58,8 @@ HOOK = '''"""Installed by servebench (servebench/builds/target_venv.py) into a v
 - Lazy binding ({lazy}): extension modules load with RTLD_LAZY, so a symbol that this platform's
   wheels do not provide (an engine extension naming OpenBLAS's sbgemm_, absent from aarch64 torch)
   fails only if it is called.
+- BLAS shim ({shim}): loaded first, with RTLD_GLOBAL, so extension modules bind sbgemm_ at load
+  (servebench/builds/blas_shim.py).
 - Under qemu-user (the emulated node gives SERVEBENCH_EMULATED_PYTHON: a host program that starts
   $SERVEBENCH_GUEST_EXECUTABLE under the node's qemu): children started from sys.executable (the
   multiprocessing spawn, subprocesses) go through it; the kernel cannot start a {arch} program
@@ -66,10 +70,19 @@ import sys
 
 if {lazy}:
     sys.setdlopenflags(os.RTLD_LAZY)
+BLAS_SHIM = None
+if {shim!r}:
+    import ctypes
+
+    BLAS_SHIM = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), {shim!r}),
+                            mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 if os.environ.get("SERVEBENCH_EMULATED_PYTHON"):
     os.environ["SERVEBENCH_GUEST_EXECUTABLE"] = sys.executable
     sys.executable = os.environ["SERVEBENCH_EMULATED_PYTHON"]
 '''
+# run by the target's python after the shim is compiled: the hook loaded it, and sbgemm_ is in the global scope
+SHIM_CHECK = ("import ctypes, servebench_target_hooks as hooks; assert hooks.BLAS_SHIM is not None; "
+              "ctypes.CDLL(None).sbgemm_")
 MAIN_WHEEL = "<the main wheel>.whl"  # in the steps until it is downloaded (and in the dry run)
 # Not a requirement of the engine's own (the alias distribution servebench writes, pip itself).
 NOT_CONSTRAINED = {"pip", "setuptools-scm", "servebench-engine"}
@@ -172,6 +185,9 @@ def target_inputs(recipe: VenvRecipe, sysroot: Sysroot) -> dict:
         "post_install": [list(args) for args in recipe.post_install],
         "lazy_binding": platform.lazy_binding,
     }
+    provider = blas_shim.provider_in(recipe.packages)
+    if provider is not None:   # only then: every other venv keeps its key
+        inputs["blas_shim"] = blas_shim.shim_inputs(provider, platform.arch)
     if platform.constraints_from is not None:
         inputs["constraints_from"] = venv.build_key(platform.constraints_from)
     if recipe.local_wheels:   # built here: the wheel build's key stands for its content
@@ -222,7 +238,12 @@ def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source
         # built in pip's isolated environment: this host's python need not have setuptools and wheel
         steps.append(("install servebench-engine", [*pip, "install", "--target", site, "--no-deps",
                                                     "--no-warn-conflicts", str(engine_source)]))
+    provider = blas_shim.provider_in(recipe.packages)
     python = str(venv_dir / "bin" / "python")
+    if provider is not None:   # before anything runs the venv's python: its hook loads the shim
+        steps.append(("compile the BLAS shim", blas_shim.compile_argv(
+            provider, platform.arch, scratch / blas_shim.SHIM_SOURCE_NAME, Path(site))))
+        steps.append(("check the BLAS shim loads", [*runner, python, "-c", SHIM_CHECK]))
     return steps + [(f"post-install: {' '.join(args[:3])}", [*runner, python, *args]) for args in recipe.post_install]
 
 
@@ -258,8 +279,10 @@ def _ensure_on(recipe: VenvRecipe, sysroot: Sysroot, cache: Path, log: Callable[
     return build
 
 
-def write_layout(venv_dir: Path, sysroot: Sysroot, platform: TargetPlatform) -> Path:
-    """The venv's files without pip: pyvenv.cfg, bin/python -> the sysroot's CPython, site-packages."""
+def write_layout(venv_dir: Path, sysroot: Sysroot, platform: TargetPlatform,
+                 packages: tuple[str, ...] = ()) -> Path:
+    """The venv's files without pip: pyvenv.cfg, bin/python -> the sysroot's CPython, site-packages, the hook
+    (and the BLAS shim's directory when `packages` name its provider)."""
     bin_dir = venv_dir / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     site = site_packages(venv_dir, platform)
@@ -269,7 +292,12 @@ def write_layout(venv_dir: Path, sysroot: Sysroot, platform: TargetPlatform) -> 
         f"executable = {sysroot.python}\n")
     for name in ("python", "python3", f"python{platform.python_minor}"):
         (bin_dir / name).symlink_to(sysroot.python)
-    (site / f"{HOOK_MODULE}.py").write_text(HOOK.format(arch=platform.arch, lazy=platform.lazy_binding))
+    shim = None
+    if blas_shim.provider_in(list(packages)) is not None:
+        blas_shim.shim_path(site).parent.mkdir(parents=True, exist_ok=True)
+        shim = str(blas_shim.shim_path(site).relative_to(site))
+    lazy = platform.lazy_binding and shim is None   # the shim gives what lazy binding left unbound
+    (site / f"{HOOK_MODULE}.py").write_text(HOOK.format(arch=platform.arch, lazy=lazy, shim=shim))
     (site / f"{HOOK_MODULE}.pth").write_text(f"import {HOOK_MODULE}\n")
     return site
 
@@ -289,7 +317,10 @@ def _build(recipe: VenvRecipe, key: str, inputs: dict, sysroot: Sysroot, freeze:
     with open(log_path, "w") as out, tempfile.TemporaryDirectory(dir=venv_dir.parent,
                                                                  prefix=f".{key}.scratch-") as scratch_dir:
         scratch = Path(scratch_dir)
-        site = write_layout(venv_dir, sysroot, platform)
+        site = write_layout(venv_dir, sysroot, platform, tuple(recipe.packages))
+        provider = blas_shim.provider_in(recipe.packages)
+        if provider is not None:
+            (scratch / blas_shim.SHIM_SOURCE_NAME).write_text(blas_shim.shim_source(provider))
         engine_source = scratch / "engine"
         if recipe.engine_package:
             for path in venv.engine_source_files():
