@@ -7,13 +7,13 @@ model's own values) and command line.
 
 The campaign itself (campaigns/arm-emulated-vllm.yaml: every emulated server start is minutes,
 the whole run half an hour on 2 cores) runs in the nightly deployment (prefect.yaml) and here only
-with SERVEBENCH_NIGHTLY=1; CI keeps the short check of the aarch64 venv and its `_C` under qemu.
+with SERVEBENCH_NIGHTLY=1; CI keeps the short check of the aarch64 venv and its `_C` under qemu, on
+a remote (testbed) host: tests/test_arm_partition.py.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,32 +26,13 @@ from servebench.engines.vllm import VllmEngine
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.paths import CHECKOUT, cache_dir
 from servebench.platform.emulation import cpuinfo_text, guest_argv, node_root, userland_of
-from servebench.platform.sysroot import SysrootError, check_foreign_arch
 from servebench.platform.targets import profile
-from servebench.providers import Node
 from servebench.providers.local import LocalProvider
 from servebench.providers.local.spec import LocalProviderSpec
 from servebench.serving.preflight import ServerRefused, check_build_fits
+from tests.support.arm import needs_arm64_packages, needs_cross
 
 CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated-vllm.yaml"
-MISSING = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(tool) is None]
-needs_cross = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: apt-get install "
-                                 "gcc-aarch64-linux-gnu qemu-user-static (README command 2 installs them)")
-
-
-def arm64_known() -> bool:
-    """apt downloads arm64 packages (the aarch64 CPython's sysroot) only once dpkg knows the architecture."""
-    try:
-        check_foreign_arch("aarch64")
-    except (SysrootError, OSError):
-        return False
-    return True
-
-
-needs_arm64_packages = pytest.mark.skipif(not arm64_known(), reason=(
-    "dpkg does not know arm64: the aarch64 CPython is unpacked from Debian's arm64 packages. Once per host: "
-    "dpkg --add-architecture arm64 && apt-get update (README command 2)"))
-
 VLLM_ON_GRAVITON2 = """
 name: vllm-on-arm
 provider:
@@ -173,67 +154,6 @@ def test_an_emulated_nodes_root_gives_its_cpu_ids_and_a_wrapper_for_its_children
 
 
 
-# What a process of the aarch64 venv reports under qemu with the node's CPU: its machine, torch, and
-# vLLM's _C twice: bound now (Python's default) it cannot load (OpenBLAS's sbgemm_ is not in PyPI's
-# aarch64 torch), with the venv's lazy binding it does and registers its ops; then a child started
-# from sys.executable (the node's wrapper) and one by multiprocessing's spawn, as vLLM starts them.
-C_EXTENSION_CHECK = """
-import multiprocessing, os, platform, subprocess, sys
-
-def check():
-    import torch
-    print("machine", platform.machine(), "torch", torch.__version__, flush=True)
-    sys.setdlopenflags(os.RTLD_NOW)
-    try:
-        import vllm._C
-    except ImportError as exc:
-        print("bound now:", exc, flush=True)
-    sys.setdlopenflags(os.RTLD_LAZY)
-    import vllm._C
-    print("lazy: loaded", hasattr(torch.ops._C, "rms_norm"), flush=True)
-    child = subprocess.run([sys.executable, "-c", "import platform; print(platform.machine())"],
-                           capture_output=True, text=True)
-    print("child", child.returncode, child.stdout.strip(), flush=True)
-    spawned = multiprocessing.get_context("spawn").Process(target=os.getpid)
-    spawned.start()
-    spawned.join()
-    print("spawned", spawned.exitcode, flush=True)
-
-if __name__ == "__main__":
-    check()
-"""
-
-
-@pytest.mark.e2e  # builds vLLM's aarch64 venv (5.9 GB, minutes cold): not for the fast run
-@pytest.mark.arm
-@pytest.mark.vllm
-@needs_cross
-@needs_arm64_packages
-def test_the_aarch64_vllm_venv_builds_and_its_c_extension_loads_on_an_emulated_graviton3(tmp_path: Path):
-    """CI's short check of the aarch64 venv (the emulated serve itself is the nightly campaign):
-    built once (about 4 minutes and 5.7 GB cold), found by key after; under qemu -cpu of the
-    Graviton3 profile, in the node's root, its `_C` loads only with lazy binding."""
-    import subprocess
-
-    from servebench.builds.builders import ensure
-    from servebench.platform.emulation import node_argv
-
-    build = ensure(VllmEngine().build_recipe(VllmEngineSpec(target="graviton3")), cache_dir())
-    assert build.platform == "linux-aarch64" and build.inputs["arch"] == "aarch64"
-    assert build.inputs["target"].endswith("_aarch64") and build.engine_version == "0.32.0"
-    assert "torch==2.13.0\n" in build.pip_freeze and "torchvision" not in build.pip_freeze
-    script = tmp_path / "check.py"
-    script.write_text(C_EXTENSION_CHECK)
-    node = Node(name="graviton3", address="127.0.1.2", cpus=[0], emulate="graviton3")
-    argv = node_argv(node, [build.python, str(script)])
-    assert argv[:3] == ["qemu-aarch64-static", "-cpu", "max,sve-max-vq=2"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                          env=os.environ | {"TMPDIR": str(tmp_path)})
-    out = done.stdout
-    assert done.returncode == 0, (out + done.stderr)[-3000:]
-    assert "machine aarch64 torch 2.13.0" in out, out
-    assert "bound now:" in out and "undefined symbol: sbgemm_" in out, out
-    assert "lazy: loaded True" in out and "child 0 aarch64" in out and "spawned 0" in out, out
 
 
 @pytest.mark.e2e

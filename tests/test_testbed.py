@@ -24,6 +24,7 @@ from servebench.cli.testbed import add_testbed_parser
 from servebench.testbed import configs
 from servebench.testbed.layout import (
     BENCHMARK_RANGE,
+    Layout,
     check_name,
     choose_slot,
     hidden_on_hosts,
@@ -110,6 +111,26 @@ def test_host_files_and_commands():
     assert "default" not in script  # no route out
     assert configs.enter_argv(layout, h2)[:2] == ["nsenter", "--net=/run/netns/sb-h2"]
     assert f"{h2.address}\th2" in configs.hosts_file(layout)
+
+
+def test_a_shared_directory_is_shown_read_only_on_every_host_and_kept_in_the_state(tmp_path):
+    """`testbed up --share DIR`: a cluster's NFS home, read-only at the same path on each host."""
+    outside = tmp_path / "builds"
+    outside.mkdir()
+    layout = make_layout("sb", 2, 2, 7, shared=(str(outside),))
+    script = configs.host_setup_script(layout, layout.hosts[0])
+    assert f"mount --bind {outside} {outside}\nmount -o remount,bind,ro {outside}\n" in script
+    assert Layout.from_json(layout.to_json()).shared == (str(outside),)
+    home = layout.home_dir(layout.hosts[0])
+    assert configs.software_binds(home, ("/root/.cache/x",))[-3:] == [
+        f"mkdir -p {home}/.cache/x", f"mount --bind /root/.cache/x {home}/.cache/x",
+        f"mount -o remount,bind,ro {home}/.cache/x"]
+    with pytest.raises(ValueError, match="--share relative: give an existing directory by its absolute path"):
+        make_layout("sb", 2, 2, 7, shared=("relative",))
+    parser = argparse.ArgumentParser()
+    add_testbed_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["testbed", "up", "--hosts", "1", "--share", "/a", "--share", "/b"])
+    assert args.share == ["/a", "/b"]
 
 
 def test_a_missing_binary_names_its_package(monkeypatch):

@@ -151,6 +151,10 @@ def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: lis
         by_node.setdefault(placement["node"], []).append({k: v for k, v in placement.items() if k != "node"})
     for node, rows in by_node.items():
         con.execute("update nodes set placements = ? where run_id = ? and node = ?", [json.dumps(rows), run_id, node])
+        interpreters = [row["note"] for row in rows if row["what"] == "python" and row.get("note")]
+        if interpreters:  # the last build placed (a variant's) speaks for the node when they differ
+            con.execute("update nodes set interpreter = ? where run_id = ? and node = ?",
+                        ["; ".join(dict.fromkeys(interpreters)), run_id, node])
 
 
 def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
@@ -162,13 +166,29 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
     """`rank_figures`: the mode's bytes and parameters per rank (servers.served_dtype, rank_weight_bytes,
     rank_kv_bytes_per_token, rank_parameters, ranks_per_node), which cell_roofline reads."""
     insert_row(con, "servers", dict(
-        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES},
+        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES}, **served_layout(con, run_id, mode),
         run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command,
         env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
         correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
         correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),
         conflict="or replace")
+
+
+def served_layout(con: duckdb.DuckDBPyConnection, run_id: str, mode: str) -> dict:
+    """tp, pp, dp, ep of the mode a server serves, from the run's spec: a configuration (`dp2-mns8`, `tp1-fp32`)
+    is of the campaign mode its name starts with (the longest); a reference server (`reference-tp1`) is one
+    worker; NULLs for a server of no mode the run's spec has."""
+    row = con.execute("select spec_normalized from runs where run_id = ?", [run_id]).fetchone()
+    modes = json.loads(row[0]).get("modes", []) if row else []
+    matching = [m for m in modes if mode == m["name"] or mode.startswith(m["name"] + "-")]
+    if matching:
+        served = max(matching, key=lambda m: len(m["name"]))
+        return {"tp": served.get("tp", 1), "pp": served.get("pp", 1), "dp": served.get("dp", 1),
+                "ep": bool(served.get("ep", False))}
+    if mode.startswith("reference-"):
+        return {"tp": 1, "pp": 1, "dp": 1, "ep": False}
+    return {"tp": None, "pp": None, "dp": None, "ep": None}
 
 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
@@ -186,7 +206,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
     t0 = (result or {}).get("t0", {})
     row = dict(
         run_id=run_id, cell_id=cid, cell_key=cell.key, mode=cell.mode.name, tp=cell.mode.tp, pp=cell.mode.pp,
-        executor=cell.mode.executor, load_kind=cell.point.kind, rate=cell.point.rate, clients=cell.point.clients,
+        dp=cell.mode.dp, ep=cell.mode.ep, executor=cell.mode.executor, load_kind=cell.point.kind,
+        rate=cell.point.rate, clients=cell.point.clients,
         repeat=cell.repeat, input_len=input_len, output_len=output_len, seed=cell.seed, status=status, error=error,
         correctness=correctness, started_at=started_at, ended_at=ended_at, t0_monotonic=t0.get("monotonic"),
         t_end_monotonic=_end_monotonic(result),

@@ -56,22 +56,71 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("executor",), f"engine {engine.kind!r} has no executor {mode.executor!r}; "
                              f"it has: {', '.join(engine.executors)}"))
             continue
-        problem = engine.mode_problem(mode, nodes, [n.name for n in node_specs]) if nodes and all(nodes) else None
+        unsupported = _parallel_support_problems(mode, engine, where)
+        problems += unsupported
+        problem = (engine.mode_problem(mode, nodes, [n.name for n in node_specs])
+                   if nodes and all(nodes) and not unsupported else None)
         if problem:
-            problems.append((size_field, problem))
+            field = "ep" if mode.ep and problem.startswith("ep: ") else "dp" if mode.dp > 1 else size_field[-1]
+            problems.append((where + (field,), problem if mode.dp == 1 and not mode.ep
+                             else f"mode {mode.name}: {problem}"))
         if shape and shape["heads"] % mode.tp:
             problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
                              f"divisible by tp={mode.tp}"))
         if shape and shape["layers"] < mode.pp:
             problems.append((where + ("pp",), f"pp={mode.pp} stages but the model has only "
                              f"{shape['layers']} layers"))
+        elif shape and shape["layers"] % mode.pp:
+            problems.append((where + ("pp",), f"mode {mode.name}: pp={mode.pp} does not divide the model's "
+                             f"{shape['layers']} layers (stages of {shape['layers'] // mode.pp} and "
+                             f"{shape['layers'] // mode.pp + 1} layers: the slowest stage sets the pace)"))
+        if shape and (mode.ep or mode.dp > 1) and not unsupported:
+            problems += _expert_problems(mode, engine, shape.get("experts", 0), where)
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
     problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
                  + list(dict.fromkeys(knob_problems)))
+    problems += _bf16_build_problems(campaign, engines, base_dir)
     if problems or not all(nodes):  # a mode the nodes cannot hold has no memory layout to check
         return problems
     return _memory_problems(campaign, engine_of, list(zip([n.name for n in node_specs], nodes)), base_dir,
                             host_memory)
+
+
+def _parallel_support_problems(mode, engine, where: tuple) -> list[Problem]:
+    """dp or ep on an engine without data or expert parallelism, at the field, naming the mode."""
+    fields = engine.parallel_fields
+    problems: list[Problem] = []
+    if mode.dp > 1 and "dp" not in fields:
+        problems.append((where + ("dp",), f"mode {mode.name}: engine {engine.kind!r} has no data parallelism "
+                         f"(dp={mode.dp}): its modes take {', '.join(sorted(fields))} only (serve copies side by "
+                         "side as separate modes instead)"))
+    if mode.ep and "ep" not in fields:
+        problems.append((where + ("ep",), f"mode {mode.name}: engine {engine.kind!r} has no expert parallelism "
+                         f"(ep: true): its modes take {', '.join(sorted(fields))} only"))
+    return problems
+
+
+def _expert_problems(mode, engine, experts: int, where: tuple) -> list[Problem]:
+    """What the engine cannot do with this mode on an MoE model (its `moe_mode_problem`, e.g. dp on vLLM's
+    CPU backend); ep on a model without routed experts, or over more ranks than experts, or a split that does
+    not divide them (vLLM would give the first experts % ranks ranks one expert more)."""
+    if experts and (problem := engine.moe_mode_problem(mode, experts)):
+        return [(where + ("ep" if problem.startswith("ep: ") else "dp",), f"mode {mode.name}: {problem}")]
+    if not mode.ep:
+        return []
+    if not experts:
+        return [(where + ("ep",), f"mode {mode.name}: ep: true but the model is dense (no routed experts): "
+                 "expert parallelism splits an MoE layer's experts over the ranks; drop ep or serve an MoE model")]
+    ranks = mode.ep_size
+    if ranks > experts:
+        return [(where + ("ep",), f"mode {mode.name}: ep: true splits the model's {experts} routed experts over "
+                 f"dp x tp = {ranks} ranks: {ranks - experts} of them would hold none")]
+    if experts % ranks:
+        return [(where + ("ep",), f"mode {mode.name}: ep: true splits the model's {experts} routed experts over "
+                 f"dp x tp = {ranks} ranks, which does not divide them (ranks of {experts // ranks} and "
+                 f"{experts // ranks + 1} experts: the fullest rank sets the pace); choose dp x tp dividing "
+                 f"{experts}")]
+    return []
 
 
 def _memory_problems(campaign: Campaign, engine_of: Callable[[str], Any], nodes: list[tuple[str, list[int]]],
@@ -134,6 +183,51 @@ def _model_axes_problems(campaign: Campaign, engines: dict[str, Any]) -> list[Pr
     return list(dict.fromkeys(problems))
 
 
+def _bf16_build_problems(campaign: Campaign, engines: dict[str, Any], base_dir: Path | None) -> list[Problem]:
+    """A mode whose build for another architecture cannot serve the model in bfloat16 (`dtype: bfloat16`, or
+    `auto` and the model's own dtype is bf16): a prebuilt wheel's extension leaves OpenBLAS's bf16 GEMM unbound
+    and the model's bf16 kernels call it (servebench/builds/blas_shim.py; docs/builds.md, "bf16 on aarch64")."""
+    from servebench.builds.blas_shim import bf16_problem
+
+    models = ([campaign.model] if campaign.model_axes is None
+              else [campaign.model_variant(variant) for variant in campaign.model_axes.variants()])
+    served = [served_dtype_and_architectures(model, base_dir) for model in models]
+    problems: list[Problem] = []
+    for index, mode in enumerate(campaign.modes):
+        try:
+            spec = campaign.engine_spec_for(mode)
+        except ValueError:
+            continue   # _target_problems names it
+        if spec.build_target() is None:
+            continue
+        recipe = engines[campaign.engine_kind(mode)].build_recipe(spec)
+        for dtype, architectures in served:
+            if problem := bf16_problem(recipe, dtype, architectures):
+                problems.append((("modes", index, "build") if mode.build else ("modes", index, "name"),
+                                 f"mode {mode.name}: build {spec.describe()} cannot serve this model: {problem}"))
+                break
+    return problems
+
+
+def served_dtype_and_architectures(model: ModelSpec, base_dir: Path | None) -> tuple[str | None, list[str]]:
+    """The dtype a model is served in (`auto`: a generated model's bf16, a local one's config.json
+    `torch_dtype`) and its config.json `architectures` (a generated model's presets have no layer that needs
+    more than the build: none)."""
+    if isinstance(model, GeneratedModelSpec):
+        return model.served_dtype(), []
+    model_dir = Path(os.path.expanduser(model.path))
+    if not model_dir.is_absolute() and base_dir is not None:
+        model_dir = base_dir / model_dir
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return (None if model.dtype == "auto" else model.dtype), []   # model_shape says what is wrong
+    text_config = config.get("text_config") or {}
+    dtype = model.dtype if model.dtype != "auto" else (
+        config.get("torch_dtype") or config.get("dtype") or text_config.get("torch_dtype") or text_config.get("dtype"))
+    return dtype, [str(name) for name in config.get("architectures") or []]
+
+
 def _target_problems(campaign: Campaign) -> list[Problem]:
     """Emulated nodes and per-mode builds: a known profile with an emulator model, the nodes a mode
     names, build fields its engine takes, and a build of the architecture of every node it runs on
@@ -141,10 +235,10 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
     from servebench.platform.targets import TargetError, host_arch, profile
 
     problems: list[Problem] = []
-    arches: dict[str, str] = {}
+    arches: dict[str, str | None] = {}   # None: another host, whose architecture its inventory tells (at placement)
     node_field = campaign.provider.nodes_field
     for index, node in enumerate(campaign.provider.node_specs()):
-        arches[node.name] = host_arch()
+        arches[node.name] = host_arch() if campaign.provider.nodes_on_this_host else None
         if node.emulate is None:
             continue
         try:
@@ -175,7 +269,7 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
         build_target = spec.build_target()
         build_arch = profile(build_target).arch if build_target else host_arch()
         for name in (mode.nodes or servers):
-            if arches.get(name, build_arch) != build_arch:
+            if arches.get(name) not in (None, build_arch):
                 where = ("modes", index, "build") if mode.build else ("modes", index, "name")
                 problems.append((where, f"mode {mode.name} runs on node {name} ({arches[name]}) but its build is "
                                  f"for {build_arch}: give the mode `build: {{target: PROFILE}}` of that architecture"
@@ -325,7 +419,7 @@ def model_format(model: ModelSpec, base_dir: Path | None) -> str | None:
 def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int] | None, str | None]:
     """Heads and layers of the model, from its spec or its config.json."""
     if isinstance(model, GeneratedModelSpec):
-        return {"heads": model.heads, "layers": model.layers}, None
+        return {"heads": model.heads, "layers": model.layers, "experts": routed_experts(model.shape())}, None
     model_dir = Path(os.path.expanduser(model.path))
     if not model_dir.is_absolute() and base_dir is not None:
         model_dir = base_dir / model_dir
@@ -339,8 +433,18 @@ def model_shape(model: ModelSpec, base_dir: Path | None) -> tuple[dict[str, int]
     text_config = config.get("text_config", config)
     try:
         return {"heads": int(text_config["num_attention_heads"]),
-                "layers": int(text_config["num_hidden_layers"])}, None
+                "layers": int(text_config["num_hidden_layers"]),
+                "experts": int(next((text_config[key] for key in EXPERT_KEYS if text_config.get(key)), 0))}, None
     except (KeyError, TypeError, ValueError):
         return None, f"{config_file} lacks num_attention_heads / num_hidden_layers"
+
+
+# config.json's routed-experts count: DeepSeek-V2/V3, Mixtral, Qwen2/Qwen3-MoE (a dense model has none)
+EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
+
+
+def routed_experts(shape: Any) -> int:
+    """A generated model's routed experts per MoE layer (0: dense; servebench/spec/model_shapes.py)."""
+    return int(shape.experts)
 
 

@@ -28,6 +28,20 @@ from servebench.serving.server import node_argv
 from servebench.spec.campaign import GeneratedModelSpec, variant_label
 
 
+def architecture_line(nodes: list, on_this_host: bool) -> str:
+    """Which nodes are emulated, where, and which are real: what the campaign's numbers can say."""
+    emulated = [n for n in nodes if n.emulate]
+    where = "on this host" if on_this_host else "on each node's own host"
+    parts = [f"{', '.join(n.name for n in emulated if n.emulate == name)} emulated {name} (qemu-user {where})"
+             for name in dict.fromkeys(n.emulate for n in emulated)]
+    native = [n.name for n in nodes if not n.emulate]
+    if native:
+        parts.append(f"{', '.join(native)} " + ("this host's own CPU" if on_this_host else
+                                                 "their own CPU, not emulated (the inventory tells the architecture)"))
+    return "; ".join(parts) + ("; emulated numbers say a path works and answers right, not how fast its CPU is"
+                               if emulated else "")
+
+
 def describe_plan(plan: Plan, file: Path) -> str:
     campaign = plan.campaign
     specs = campaign.engine_specs()
@@ -45,6 +59,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
         *(f"model    {path}" for path in dict.fromkeys(models.values())),
         *model_lines(campaign, engines, file),
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
+        f"arch     {architecture_line(nodes, campaign.provider.nodes_on_this_host)}",
         f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
@@ -79,8 +94,11 @@ def describe_plan(plan: Plan, file: Path) -> str:
         engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
             (f" build {spec.describe()} key {key}" if mode.build else "") + \
             (f" model {variant_label(mode.model)}{gguf_note(model, engines[kind])}" if mode.model else "")
-        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp} executor={mode.executor}{engine_note}) "
+        parallel = (f" dp={mode.dp}" if mode.dp > 1 else "") + (f" ep={mode.ep_size}" if mode.ep else "")
+        lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp}{parallel} executor={mode.executor}{engine_note}) "
                      f"on {launch.api.node}:")
+        if mode.dp > 1 or mode.ep:
+            lines.append(f"  ranks    {mode.world_size} workers: {placement_text(launch)}")
         for process in launch.processes:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
             where = "" if process.api else f"and on {process.node}: "
@@ -92,6 +110,17 @@ def describe_plan(plan: Plan, file: Path) -> str:
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def placement_text(launch) -> str:
+    """Where a data- or expert-parallel mode's processes run and on which cores: each process's node and
+    its core lists (the engine's binding variable, one list per local worker, '|' between them)."""
+    parts = []
+    for process in launch.processes:
+        binds = [value for key, value in process.env.items() if key.endswith("OMP_THREADS_BIND")]
+        role = "API server" if process.api else "headless"
+        parts.append(f"{process.node} ({role}" + (f", cores {binds[0]}" if binds else "") + ")")
+    return "; ".join(parts)
 
 
 def model_lines(campaign, engines: dict, file: Path) -> list[str]:

@@ -30,6 +30,9 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     up.add_argument("--hosts", type=int, required=True, help=f"number of hosts (1-{MAX_HOSTS})")
     up.add_argument("--name", default=None, help=name_help)
     up.add_argument("--cpus", type=int, help="CPUs each host declares to Slurm (default: the machine's)")
+    up.add_argument("--share", action="append", default=[], metavar="DIR",
+                    help="a directory of this machine every host sees at the same path, read-only (as a "
+                         "cluster's NFS home): campaigns declare it in the provider's shared_paths; repeatable")
     up.add_argument("--keep-on-failure", action="store_true",
                     help="leave a testbed that failed to come up in place, with its logs (then `down`)")
     up.set_defaults(func=cmd_up)
@@ -74,7 +77,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         name = _name(args)
         layout = up(name, args.hosts, args.cpus, keep_on_failure=args.keep_on_failure,
-                    log=lambda text: print(text, file=sys.stderr))
+                    log=lambda text: print(text, file=sys.stderr), shared=tuple(args.share))
     except (TestbedError, ValueError) as exc:
         print(f"servebench: {exc}", file=sys.stderr)
         return EXIT_FAILED

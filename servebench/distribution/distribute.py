@@ -5,11 +5,12 @@ same tree at the same absolute path (a venv names its own path in its scripts), 
 because the path is on a file system the campaign declares shared (`provider.shares`) or by
 a copy, keyed by the tree's digest: a node that already holds a tree with that digest gets
 nothing, a copy is verified by recomputing the digest on the node. Before anything is copied,
-a node whose architecture is not the build's is refused, and afterwards one whose copy of the
-engine's python does not run there (a missing base interpreter, a wrong C library), each with
-the node named. A client node (`load.client.node`) gets no engine build: the load generator's
-own tree (`servebench.distribution.load_tree`) and the sampler's run with the node's python3
-(`Provider.node_python`), and the generator must import there.
+a node whose architecture is not the build's is refused; then the build's interpreter is given
+to the node (`servebench.distribution.interpreter`: the build's own CPython placed beside the
+venv, or the node's own), and a node where the engine's python still does not run (a wrong C
+library) is refused, each with the node named. A client node (`load.client.node`) gets no engine
+build: the load generator's own tree (`servebench.distribution.load_tree`) and the sampler's run
+with the node's python3 (`Provider.node_python`), and the generator must import there.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from servebench.distribution.interpreter import InterpreterMissing, NodeInterpreter, node_interpreter
 from servebench.distribution.load_tree import IMPORT_CHECK
+from servebench.paths import cache_dir
 from servebench.platform.emulation import node_argv
 from servebench.providers import Node, NodeFiles, Provider, node_tools
 
@@ -39,11 +42,18 @@ class NodeRefused(RuntimeError):
 
 class TreePlacement(BaseModel):
     node: str
-    what: str               # engine | model | tools
+    what: str               # engine | model | tools | interpreter | emulation-root | load-generator | python
     path: str
-    how: str                # shared (same file system) | present (digest matched) | copied
+    how: str                # shared (same file system) | present (digest matched) | copied | runs (the python)
     digest: str | None
     seconds: float
+    note: str | None = None  # for `python`: which interpreter the node runs the build with, and why
+    bytes: int | None = None  # what a copy sent (the tree's files; links as links); None when nothing was copied
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of a tree's files, symlinks not followed: what a copy of it sends."""
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def local_digest(path: Path) -> str:
@@ -84,22 +94,24 @@ def arch_problem(node: Node, inventory: dict, build_platform: str) -> str | None
     return None
 
 
-def place_tree(provider: NodeFiles, node: Node, what: str, path: Path) -> TreePlacement:
-    """One tree on one node, at the same path: shared, already there, or copied and verified."""
+def place_tree(provider: NodeFiles, node: Node, what: str, path: Path, at: str | None = None) -> TreePlacement:
+    """One tree on one node, at the same path (or at `at`): shared, already there, or copied and verified."""
     started = time.monotonic()
-    if provider.shares(str(path)):
-        return TreePlacement(node=node.name, what=what, path=str(path), how="shared", digest=None, seconds=0.0)
+    remote = at or str(path)
+    if provider.shares(remote):
+        return TreePlacement(node=node.name, what=what, path=remote, how="shared", digest=None, seconds=0.0)
     digest = local_digest(path)
     how = "present"
-    if provider.tree_digest(node, str(path)) != digest:
-        provider.put_tree(node, path, str(path))
-        found = provider.tree_digest(node, str(path))
+    if provider.tree_digest(node, remote) != digest:
+        provider.put_tree(node, path, remote)
+        found = provider.tree_digest(node, remote)
         if found != digest:
-            raise NodeRefused(f"node {node.name}: the copy of {path} does not verify (sha256 {found} there, "
-                              f"{digest} here)")
+            raise NodeRefused(f"node {node.name}: the copy of {path} at {remote} does not verify (sha256 {found} "
+                              f"there, {digest} here)")
         how = "copied"
-    return TreePlacement(node=node.name, what=what, path=str(path), how=how, digest=digest,
-                         seconds=round(time.monotonic() - started, 2))
+    return TreePlacement(node=node.name, what=what, path=remote, how=how, digest=digest,
+                         seconds=round(time.monotonic() - started, 2),
+                         bytes=tree_bytes(path) if how == "copied" else None)
 
 
 def check_python_runs(provider: Provider, node: Node, python: str, build_platform: str) -> None:
@@ -115,6 +127,17 @@ def check_python_runs(provider: Provider, node: Node, python: str, build_platfor
                           f"{build_platform!r}")
 
 
+def interpreter_for(provider: Provider, node: Node, python: str | None, build_platform: str,
+                    inventories: dict[str, dict]) -> NodeInterpreter:
+    """How the node gets the build's interpreter (servebench/distribution/interpreter.py), or refused."""
+    assert python is not None  # asked only for a build with a python
+    try:
+        return node_interpreter(provider, node, python, build_platform, inventories.get(node.name, {}).get("arch"),
+                                node.interpreter, cache_dir())
+    except InterpreterMissing as exc:
+        raise NodeRefused(str(exc)) from None
+
+
 def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict],
                    trees: dict[str, dict[str, Path]], python: str | None, build_platform: str,
                    log: Callable[[str], None] = print) -> list[TreePlacement]:
@@ -125,7 +148,11 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
                             if "engine" in trees[n.name]) if p]
     if problems:
         raise NodeRefused("; ".join(problems))
-    for path in {path for node_trees in trees.values() for path in node_trees.values()}:
+    interpreters = {node.name: interpreter_for(provider, node, python, build_platform, inventories)
+                    for node in nodes if python is not None and "engine" in trees[node.name]}
+    local_trees = {path for node_trees in trees.values() for path in node_trees.values()}
+    local_trees |= {local for i in interpreters.values() for local, at in i.trees.values() if not provider.shares(at)}
+    for path in local_trees:
         if not provider.shares(str(path)):
             local_digest(path)  # once, before the nodes' threads need it
 
@@ -136,8 +163,16 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
             if placement.how == "copied":
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
             done.append(placement)
-        if python is not None and "engine" in trees[node.name]:
+        interpreter = interpreters.get(node.name)
+        if python is not None and interpreter is not None:
+            for what, (local, at) in interpreter.trees.items():
+                placement = place_tree(provider, node, what, local, at)
+                if placement.how == "copied":
+                    log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({at})")
+                done.append(placement)
             check_python_runs(provider, node, python, build_platform)
+            done.append(TreePlacement(node=node.name, what="python", path=python, how="runs", digest=None,
+                                      seconds=0.0, note=interpreter.description))
         return done
 
     with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node

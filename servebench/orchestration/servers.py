@@ -92,7 +92,8 @@ def rank_figures(ctx: RunContext, run: EngineRun, server_mode: str) -> dict | No
         weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
         if weights.shape is None:
             return None
-        shares = [s for s in ranks_of(d.engine, mode, d.spec, [(n.name, n.cpus) for n in mode_nodes(d.nodes, mode)],
+        chosen = [(n.name, n.cpus) for n in mode_nodes(d.nodes, mode)]  # named as allocated (Slurm: not node1)
+        shares = [s for s in ranks_of(d.engine, mode.model_copy(update={"nodes": None}), d.spec, chosen,
                                       weights.shape) if s.layers]
     except Exception as exc:  # context for the roofline only: the server's row lands anyway
         reporter().note(f"mode {server_mode}: bytes per rank unknown: {first_line(exc)}")

@@ -406,8 +406,10 @@ class RemoteNodes(Provider):
         return self.channel().run(self.node_host(node), list(argv), timeout=timeout)
 
     def inventory(self, node: Node) -> dict:
-        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over)."""
-        return self._call(node, INVENTORY, "collect", cpus=node.cpus)
+        """servebench.providers.inventory.collect, run by the node's python3 (its source sent over); an
+        emulated host (`emulate:`, a testbed host standing for an ARM node) reports its profile's CPU."""
+        facts = self._call(node, INVENTORY, "collect", cpus=node.cpus)
+        return inventory_module.emulated(facts, node.emulate) if node.emulate else facts
 
     def free_port(self, node: Node) -> int:
         """A port the node's kernel picks on the node's address (free there, not here)."""

@@ -55,8 +55,9 @@ class Deployment:
 
 
 def mode_nodes(nodes: list[Node], mode: ModeSpec) -> list[Node]:
-    """The nodes a mode runs on: those it names, in its order (checked by feasibility), else all."""
+    """The nodes a mode runs on: those it names, in its order (checked by feasibility), else all. A
+    name is the node's own or the one the campaign gave it before the allocation named it (`node1`)."""
     if not mode.nodes:
         return list(nodes)
-    by_name = {node.name: node for node in nodes}
+    by_name = {node.declared_as: node for node in nodes if node.declared_as} | {node.name: node for node in nodes}
     return [by_name[name] for name in mode.nodes]

@@ -48,7 +48,8 @@ def ready_timeout_s(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> float:
     """The engine block's `ready_timeout_s` plus the time the mode's largest rank takes to load its
     weights (servebench/serving/memory.py; slower on an emulated node)."""
     weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
-    memory = mode_memory(d.engine, mode, d.spec, [(n.name, n.cpus) for n in nodes], weights, {})
+    memory = mode_memory(d.engine, mode.model_copy(update={"nodes": None}), d.spec,   # `nodes`: chosen already
+                         [(n.name, n.cpus) for n in nodes], weights, {})
     return startup_timeout_s(d.spec.ready_timeout_s, largest_rank_weight_bytes(memory),
                              any(n.emulate for n in nodes))
 

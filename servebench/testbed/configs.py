@@ -152,12 +152,17 @@ def hidden_software() -> list[str]:
     return [str(prefix)] if hidden_on_hosts(prefix) and str(prefix).startswith("/root/") else []
 
 
-def software_binds(home: Path) -> list[str]:
-    """Bind each hidden software prefix into the host's future /root before that is mounted (the
-    machine's /root is covered afterwards); `--rbind` of the home then carries the binds along."""
+def software_binds(home: Path, shared: tuple[str, ...] = ()) -> list[str]:
+    """Bind each hidden software prefix, and each directory the testbed shares (`--share`: a
+    cluster's NFS home or parallel file system, read-only here), into the host's future /root
+    before that is mounted (the machine's /root is covered afterwards); `--rbind` of the home then
+    carries the binds along. A shared directory outside /root is bound over itself, read-only."""
     q = shlex.quote
     lines = []
-    for prefix in hidden_software():
+    for path in shared:
+        if not path.startswith("/root/"):
+            lines += [f"mount --bind {q(path)} {q(path)}", f"mount -o remount,bind,ro {q(path)}"]
+    for prefix in [*hidden_software(), *(path for path in shared if path.startswith("/root/"))]:
         target = home / Path(prefix).relative_to("/root")
         lines += [f"mkdir -p {q(str(target))}", f"mount --bind {q(prefix)} {q(str(target))}",
                   f"mount -o remount,bind,ro {q(str(target))}"]
@@ -180,7 +185,7 @@ def host_setup_script(layout: Layout, host: Host) -> str:
         f"awk -v p={q(ns_dirs)} '$5 ~ p {{print $5}}' /proc/self/mountinfo "
         "| while read -r m; do umount -l \"$m\" 2>/dev/null || true; done",
         "umount -l /run/netns 2>/dev/null || true",
-        *software_binds(layout.home_dir(host)),
+        *software_binds(layout.home_dir(host), layout.shared),
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
         "mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run",

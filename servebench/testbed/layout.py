@@ -97,6 +97,7 @@ class Layout:
     cpus: int  # CPUs each host declares to Slurm
     state_dir: Path
     hosts: tuple[Host, ...] = field(default_factory=tuple)
+    shared: tuple[str, ...] = ()  # the machine's directories every host sees read-only at the same path (`--share`)
 
     @property
     def subnet(self) -> ipaddress.IPv4Network:
@@ -231,25 +232,30 @@ class Layout:
         return {"name": self.name, "slot": self.slot, "cpus": self.cpus, "state_dir": str(self.state_dir),
                 "subnet": str(self.subnet), "machine_address": self.machine_address,
                 "hosts": [{"name": h.name, "index": h.index, "address": h.address, "netns": h.netns}
-                          for h in self.hosts]}
+                          for h in self.hosts], "shared": list(self.shared)}
 
     @classmethod
     def from_json(cls, data: dict) -> "Layout":
         return cls(name=data["name"], slot=data["slot"], cpus=data["cpus"], state_dir=Path(data["state_dir"]),
-                   hosts=tuple(Host(**h) for h in data["hosts"]))
+                   hosts=tuple(Host(**h) for h in data["hosts"]), shared=tuple(data.get("shared", ())))
 
 
 def state_dir_for(name: str, root: Path | None = None) -> Path:
     return (root or state_root()) / f"{STATE_PREFIX}{check_name(name)}"
 
 
-def make_layout(name: str, hosts: int, cpus: int, slot: int, root: Path | None = None) -> Layout:
+def make_layout(name: str, hosts: int, cpus: int, slot: int, root: Path | None = None,
+                shared: tuple[str, ...] = ()) -> Layout:
     check_name(name)
+    for path in shared:
+        if not Path(path).is_absolute() or not Path(path).is_dir():
+            raise ValueError(f"--share {path}: give an existing directory by its absolute path")
     if not 1 <= hosts <= MAX_HOSTS:
         raise ValueError(f"--hosts {hosts}: give 1 to {MAX_HOSTS}")
     if cpus < 1:
         raise ValueError(f"--cpus {cpus}: give at least 1")
     subnet = slot_subnet(slot)
     return Layout(name=name, slot=slot, cpus=cpus, state_dir=state_dir_for(name, root),
+                  shared=tuple(str(Path(path).resolve()) for path in shared),
                   hosts=tuple(Host(name=f"h{i}", index=i, address=str(subnet.network_address + i),
                                    netns=f"{name}-h{i}") for i in range(1, hosts + 1)))

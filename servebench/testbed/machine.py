@@ -190,7 +190,7 @@ def mounts_under(path: Path) -> list[str]:
 # ---------------------------------------------------------------------------- up
 
 def up(name: str, hosts: int, cpus: int | None = None, keep_on_failure: bool = False,
-       log: Callable[[str], None] = lambda text: None) -> Layout:
+       log: Callable[[str], None] = lambda text: None, shared: tuple[str, ...] = ()) -> Layout:
     """Bring the testbed up; on a failure take down what was built (unless keep_on_failure:
     then `status` shows it and its logs stay for a look) and raise."""
     preflight()
@@ -205,7 +205,8 @@ def up(name: str, hosts: int, cpus: int | None = None, keep_on_failure: bool = F
     state_dir.parent.mkdir(parents=True, exist_ok=True)
     daemons: list[Daemon] = []
     with locked(state_dir.parent):  # two `up`s at once never pick the same /24
-        layout = make_layout(name, hosts, cpus or os.cpu_count() or 1, choose_slot(name, taken_slots(name)))
+        layout = make_layout(name, hosts, cpus or os.cpu_count() or 1, choose_slot(name, taken_slots(name)),
+                             shared=shared)
         try:
             state_dir.mkdir(mode=0o755)
         except FileExistsError:

@@ -42,16 +42,18 @@ def on_the_testbed(test):
 
 
 @contextlib.contextmanager
-def own_testbed(prefix: str, hosts: int) -> Iterator[Layout]:
+def own_testbed(prefix: str, hosts: int, share: tuple[str, ...] = ()) -> Iterator[Layout]:
     """A testbed under a name of its own (another can be up at the same time), taken down
-    afterwards whatever happens; skips, saying why, where none can come up."""
+    afterwards whatever happens; skips, saying why, where none can come up. `share`: directories
+    every host sees read-only (`testbed up --share`)."""
     reason = no_testbed_reason()
     if reason:
         print(f"skipped: {reason}")
         pytest.skip(reason)
     name = prefix + secrets.token_hex(3)
     try:
-        result = run_testbed_cli("up", "--hosts", str(hosts), "--name", name)
+        result = run_testbed_cli("up", "--hosts", str(hosts), "--name", name,
+                                 *(word for path in share for word in ("--share", path)))
         assert result.returncode == 0, result.stdout + result.stderr
         yield load(name)
     finally:

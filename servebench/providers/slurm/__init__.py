@@ -124,7 +124,8 @@ class SlurmProvider(RemoteNodes):
         no address yet)."""
         if self._nodes is not None:
             return list(self._nodes)
-        return [Node(name=n.name, address="", cpus=n.cpus) for n in self.spec.node_specs()]
+        return [Node(name=n.name, address="", cpus=n.cpus, emulate=n.emulate, interpreter=self.spec.interpreter)
+                for n in self.spec.node_specs()]
 
     def allocate(self) -> list[Node]:
         """salloc --no-shell (waits for the grant, at most allocate_timeout_s), then until the job
@@ -209,13 +210,17 @@ class SlurmProvider(RemoteNodes):
                              f"{probe.stderr.strip()[-2000:]}")
         cpus = parse_probe(probe.stdout)
         nodes = []
-        for name in allocation.node_names:
+        declared = self.spec.node_specs()  # `emulate` names a nodelist's nodes, else node1, node2... in order
+        for position, name in enumerate(allocation.node_names):
             usable = cpus.get(name)
             if usable is None or len(usable) < self.spec.cpus_per_node:
                 raise SlurmError(f"node {name} of slurm job {allocation.job_id}: a step may use CPUs {usable}, "
                                  f"fewer than cpus_per_node={self.spec.cpus_per_node}")
+            emulate = self.spec.emulate.get(name) if self.spec.nodelist else declared[position].emulate
             nodes.append(Node(name=name, address=addresses.get(name) or name,
-                              cpus=sorted(usable)[:self.spec.cpus_per_node]))
+                              cpus=sorted(usable)[:self.spec.cpus_per_node], emulate=emulate,
+                              interpreter=self.spec.interpreter,
+                              declared_as=None if self.spec.nodelist else declared[position].name))
         return nodes
 
     def _allocation(self) -> Allocation:

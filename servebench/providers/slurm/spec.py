@@ -78,6 +78,15 @@ class SlurmProviderSpec(ProviderSpecBase):
         "parallel file system): an engine build or model under one is used in place, never copied."))
     python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
                         description="The Python 3 on the nodes (runs inventory, ports, /dev/shm and process tools).")
+    interpreter: Literal["placed", "node"] = Field("placed", description=(
+        "Where the engine build's Python comes from on a node that does not have it (an aarch64 build made "
+        "on an x86 login node links a CPython servebench unpacked there): `placed`, the build's own, copied "
+        "by digest beside the venv; `node`, the node's own python3.X of the build's minor version, refused "
+        "before serving when the node has none (docs/arm-partition.md)."))
+    emulate: dict[str, str] = Field(default_factory=dict, description=(
+        "Nodes that stand for another architecture (`{node1: graviton3}`, by the names of `nodelist` or "
+        "node1, node2, ... in allocation order): every program the campaign starts there runs under "
+        "qemu-user on that node (a testbed's stand-in for an ARM partition; docs/arm-partition.md)."))
     lease_s: int = Field(60, ge=5, le=3600, description=(
         "Seconds the allocation outlives silence from the orchestrator: a warden step on the first node "
         "hears a heartbeat every lease_s/5 s and cancels the job (scancel) when the orchestrator's end "
@@ -143,8 +152,16 @@ class SlurmProviderSpec(ProviderSpecBase):
         """The nodelist, or placeholders `node1`... until an allocation names the real ones."""
         return list(self.nodelist) if self.nodelist else [f"node{i}" for i in range(1, self.nodes + 1)]
 
+    @model_validator(mode="after")
+    def _emulated_nodes_exist(self) -> "SlurmProviderSpec":
+        if unknown := sorted(set(self.emulate) - set(self.node_names())):
+            raise ValueError(f"emulate names {', '.join(unknown)}, not node(s) of the allocation "
+                             f"({', '.join(self.node_names())})")
+        return self
+
     def node_specs(self) -> list[NodeSpec]:
-        return [NodeSpec(name=name, cpus=list(range(self.cpus_per_node))) for name in self.node_names()]
+        return [NodeSpec(name=name, cpus=list(range(self.cpus_per_node)), emulate=self.emulate.get(name))
+                for name in self.node_names()]
 
     @property
     def total_cpus(self) -> int:

@@ -62,9 +62,6 @@ class SshProvider(RemoteNodes):
         ssh = cast(SshProviderSpec, spec)
         problems: list[tuple[tuple, str]] = []
         for index, host in enumerate(ssh.hosts):
-            if host.emulate is not None:
-                problems.append((("provider", "hosts", index, "emulate"), "emulated nodes are local provider "
-                                 "nodes (qemu-user on this host); an SSH host runs its own CPU"))
             earlier = ssh.hosts[:index]
             if any(other.name == host.name for other in earlier):
                 problems.append((("provider", "hosts", index, "name"), f"host name {host.name!r} is used "
@@ -79,7 +76,8 @@ class SshProvider(RemoteNodes):
     # ------------------------------------------------------------------ nodes
 
     def nodes(self) -> list[Node]:
-        return [Node(name=host.name, address=host.address, cpus=list(host.cpus)) for host in self.spec.hosts]
+        return [Node(name=host.name, address=host.address, cpus=list(host.cpus), emulate=host.emulate,
+                     interpreter=self.spec.interpreter) for host in self.spec.hosts]
 
     def allocate(self) -> list[Node]:
         """Open each host's master connection (in parallel); an unreachable host is named with ssh's words."""

@@ -63,13 +63,19 @@ class SshProviderSpec(ProviderSpecBase):
         "parallel file system): an engine build or model under one is used in place, never copied."))
     python: str = Field("python3", pattern=r"^[A-Za-z0-9_./-]+$",
                         description="The Python 3 on the hosts (runs inventory, ports, /dev/shm and process tools).")
+    interpreter: Literal["placed", "node"] = Field("placed", description=(
+        "Where the engine build's Python comes from on a host that does not have it (an aarch64 build made "
+        "on this x86 host links a CPython servebench unpacked here): `placed`, the build's own, copied by "
+        "digest beside the venv; `node`, the host's own python3.X of the build's minor version, refused "
+        "before serving when the host has none (docs/arm-partition.md)."))
     lease_s: int = Field(60, ge=5, le=3600, description=(
         "Seconds a host keeps the run's processes without hearing from the orchestrator (it renews "
         "a lease there every lease_s/5 s); then the host stops them itself: an orchestrator killed "
         "or cut off from the host leaves nothing behind."))
 
     def node_specs(self) -> list[NodeSpec]:
-        return [NodeSpec(name=host.name, cpus=host.cpus) for host in self.hosts]
+        return [NodeSpec(name=host.name, cpus=host.cpus, emulate=host.emulate, memory_gib=host.memory_gib)
+                for host in self.hosts]
 
     @property
     def total_cpus(self) -> int:
