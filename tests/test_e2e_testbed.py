@@ -120,8 +120,10 @@ def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_no
     for node, _, offset, placements, role in nodes:
         assert offset is not None and abs(offset) < 1.0, (node, offset)  # one machine: the clocks agree
         hows = {p["what"]: p["how"] for p in json.loads(placements)}
+        python = hows.pop("python", None)   # the engine's python checked there (servebench/distribution/interpreter.py)
         trees = {"tools", "load-generator"} if role == "client" else {"engine", "model", "tools"}
         assert set(hows) == trees and set(hows.values()) <= {"copied", "present"}, hows
+        assert python == (None if role == "client" else "runs"), (node, python)
 
     # samples from every host (the client's too), in the orchestrator's time base, where the generator's
     # start was moved from h3's clocks: some fall inside every cell
