@@ -114,7 +114,9 @@ def test_the_shim_defines_only_sbgemm_and_forwards_it_to_the_prefixed_openblas(t
     compiler = shutil.which("aarch64-linux-gnu-gcc")
     nm = shutil.which("aarch64-linux-gnu-nm")
     if compiler is None or nm is None:
-        pytest.skip("needs Debian's aarch64 cross compiler and binutils (gcc-aarch64-linux-gnu)")
+        reason = "needs Debian's aarch64 cross compiler and binutils: apt-get install gcc-aarch64-linux-gnu"
+        print(f"skipped: {reason}")
+        pytest.skip(reason)
     provider = blas_shim.PROVIDERS[0]
     site = tmp_path / "site"
     lib = provider.library_dir(site)

@@ -127,10 +127,9 @@ def check_python_runs(provider: Provider, node: Node, python: str, build_platfor
                           f"{build_platform!r}")
 
 
-def interpreter_for(provider: Provider, node: Node, python: str | None, build_platform: str,
+def interpreter_for(provider: Provider, node: Node, python: str, build_platform: str,
                     inventories: dict[str, dict]) -> NodeInterpreter:
     """How the node gets the build's interpreter (servebench/distribution/interpreter.py), or refused."""
-    assert python is not None  # asked only for a build with a python
     try:
         return node_interpreter(provider, node, python, build_platform, inventories.get(node.name, {}).get("arch"),
                                 node.interpreter, cache_dir())
@@ -148,13 +147,13 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
                             if "engine" in trees[n.name]) if p]
     if problems:
         raise NodeRefused("; ".join(problems))
-    interpreters = {node.name: interpreter_for(provider, node, python, build_platform, inventories)
-                    for node in nodes if python is not None and "engine" in trees[node.name]}
-    local_trees = {path for node_trees in trees.values() for path in node_trees.values()}
-    local_trees |= {local for i in interpreters.values() for local, at in i.trees.values() if not provider.shares(at)}
-    for path in local_trees:
-        if not provider.shares(str(path)):
-            local_digest(path)  # once, before the nodes' threads need it
+    interpreters = {} if python is None else {
+        node.name: interpreter_for(provider, node, python, build_platform, inventories)
+        for node in nodes if "engine" in trees[node.name]}
+    copies = {path for node_trees in trees.values() for path in node_trees.values() if not provider.shares(str(path))}
+    copies |= {local for i in interpreters.values() for local, at in i.trees.values() if not provider.shares(at)}
+    for path in copies:
+        local_digest(path)  # once, before the nodes' threads need it
 
     def place(node: Node) -> list[TreePlacement]:
         done = []
@@ -164,7 +163,8 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
             done.append(placement)
         interpreter = interpreters.get(node.name)
-        if python is not None and interpreter is not None:
+        if interpreter is not None:   # (a build with a python, on a node that runs the engine)
+            assert python is not None
             for what, (local, at) in interpreter.trees.items():
                 placement = place_tree(provider, node, what, local, at)
                 if placement.how == "copied":
