@@ -50,6 +50,9 @@ class Server:
     ready_seconds: float | None = None
     stopped_at: datetime | None = None
     removed_shm: list[str] = field(default_factory=list)
+    # Instances scraped one by one, by name: a `replicas: N` mode's servers behind its balancer
+    # ({"r0": url, ...}); empty for one server (its data-parallel engines come apart by label)
+    instance_urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def api(self) -> RunningProcess:
