@@ -82,16 +82,17 @@ def test_a_build_for_missing_features_dies_with_sigill_and_says_so(tmp_path):
     """Past the preflight (a node that lies about its CPU), the Graviton3 build on a Neoverse N1
     dies at its first SVE instruction: qemu re-raises SIGILL, which the server's error names."""
     from servebench.builds.builders import ensure
+    from servebench.builds.gguf_model import write_gguf
     from servebench.engines import get_engine
     from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
     from servebench.paths import cache_dir
     from servebench.serving.server import describe_exit
+    from servebench.spec.campaign import GeneratedModelSpec
 
     build = ensure(get_engine("llamacpp").build_recipe(LlamaCppEngineSpec(target="graviton3")), cache_dir())
-    model = sorted((cache_dir() / "models").glob("tiny-gguf-*/model.gguf"))
-    assert model, "the campaign test generates the tiny GGUF first"
+    model = write_gguf(GeneratedModelSpec(generate="tiny-llama"), tmp_path / "model.gguf")  # its own: no other test's
     done = subprocess.run(["qemu-aarch64-static", "-cpu", "neoverse-n1", "-L", "/usr/aarch64-linux-gnu",
-                           str(Path(build.venv_path) / "bin" / "llama-server"), "-m", str(model[0]), "--port", "1",
+                           str(Path(build.venv_path) / "bin" / "llama-server"), "-m", str(model), "--port", "1",
                            "--host", "127.0.0.1", "-t", "1", "-n", "1"], capture_output=True, text=True, timeout=120)
     assert done.returncode in (-4, 132), (done.returncode, done.stderr[-500:])
     assert describe_exit(done.returncode).startswith(f"{done.returncode} (SIGILL")
