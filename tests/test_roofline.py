@@ -11,8 +11,17 @@ from servebench import warehouse
 from servebench.analysis.report import roofline_chart, roofline_note
 from servebench.builds.venv import EngineBuild
 from servebench.distribution import roofline as node_roofline
+from servebench.engines.base import RankShare
 from servebench.platform import roofline
 from servebench.providers import Node
+from servebench.serving.memory import (
+    ModelWeights,
+    rank_roofline_figures,
+    share_step_bytes,
+    share_token_parameters,
+    share_weight_bytes,
+)
+from servebench.spec.model_shapes import preset
 from servebench.warehouse import landing, reads
 
 
@@ -49,7 +58,7 @@ def test_output_without_a_result_line_is_an_error():
 
 
 def test_the_program_runs_with_a_small_buffer_and_reports_a_bandwidth():
-    args = json.dumps({"cpus": [0], "buffer_mib": 8, "matmul_n": 64, "budget_s": 0.5})
+    args = json.dumps({"cpus": [0], "buffer_mib": 8, "matmul_shapes": [[64, 64, 64]], "budget_s": 0.5})
     result = subprocess.run([sys.executable, "-c", roofline.PROGRAM, args], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
@@ -57,10 +66,23 @@ def test_the_program_runs_with_a_small_buffer_and_reports_a_bandwidth():
     assert found["mem_bandwidth_gbps"] > 0 and found["cpus"] == [0]
 
 
+def test_the_peak_is_the_best_of_several_shapes_and_names_the_kernel_that_gave_it():
+    args = json.dumps({"cpus": [0], "buffer_mib": 8, "matmul_shapes": [[64, 64, 64], [32, 64, 128]], "budget_s": 0.5})
+    result = subprocess.run([sys.executable, "-c", roofline.PROGRAM, args], capture_output=True, text=True,
+                            timeout=60)
+    found = roofline.parse(result.stdout)
+    assert found["matmul_peak_gflops_fp32"] > 0, result.stdout + result.stderr
+    [kernel] = found["matmul_kernels"].values()
+    assert kernel.endswith(("64x64x64", "32x64x128")) and f"peak: {kernel}" in roofline.method(found)
+
+
 def test_emulated_nodes_get_smaller_sizes():
     native, emulated = json.loads(roofline.program_args([1, 0], False)), json.loads(roofline.program_args([0], True))
-    assert native["cpus"] == [0, 1] and native["buffer_mib"] == 256 and native["matmul_n"] == 2048
-    assert emulated["buffer_mib"] < native["buffer_mib"] and emulated["matmul_n"] < native["matmul_n"]
+    assert native["cpus"] == [0, 1] and native["buffer_mib"] == 256
+    assert [2048, 2048, 2048] in native["matmul_shapes"] and len(native["matmul_shapes"]) > 1
+    assert emulated["buffer_mib"] < native["buffer_mib"]
+    products = [[m * k * n for m, k, n in sizes["matmul_shapes"]] for sizes in (emulated, native)]
+    assert max(products[0]) < min(products[1])
 
 
 def build(key="k1", python_version="3.11"):
@@ -108,6 +130,40 @@ def test_a_node_that_cannot_be_measured_is_said_and_left_out(tmp_path, monkeypat
     found = node_roofline.measure_nodes(Failing(), [Node(name="n0", address="a", cpus=[0])],
                                         {"n0": {"arch": "x86_64"}}, build(), log=said.append)
     assert found == {} and "roofline not measured" in said[0]
+
+
+# what a cell is put against: the bytes a decode step reads, the parameters a prompt token goes through
+
+
+def rank(layers=28, tp=1, embedding=True, head=True):
+    return RankShare(node="n0", label="rank0", layers=layers, tp=tp, embedding=embedding, head=head)
+
+
+def test_a_decode_step_reads_all_but_an_untied_embedding_and_a_prompt_token_goes_through_the_layers_only():
+    qwen = ModelWeights(preset("qwen2-1.5b"), "bfloat16")   # untied: embedding and head 151,936 x 1,536 each
+    vocab = 151_936 * 1_536
+    figures = rank_roofline_figures(qwen, [rank()])
+    assert figures["rank_weight_bytes"] == share_weight_bytes(qwen, rank()) - 2 * vocab
+    # 1,777,088,000 parameters less the embedding, the head and the final norm: the 28 layers'
+    assert figures["rank_parameters"] == 1_777_088_000 - 2 * vocab - 1_536 - 28 * (2 * 1_536 + 2_048)
+    assert figures["rank_parameters"] == pytest.approx(1.31e9, rel=0.001)
+    assert figures["rank_kv_bytes_per_token"] == 28 * 2 * 2 * 128 * 2 and figures["ranks_per_node"] == 1
+    tp2 = rank_roofline_figures(qwen, [rank(tp=2), RankShare(node="n0", label="rank1", layers=28, tp=2,
+                                                             embedding=True, head=True)])
+    assert tp2["ranks_per_node"] == 2 and tp2["rank_parameters"] == pytest.approx(figures["rank_parameters"] / 2,
+                                                                                   rel=0.001)
+    tied = ModelWeights(preset("qwen2-1.5b").with_overrides(tie_embeddings=True), "bfloat16")
+    assert share_step_bytes(tied, rank()) == share_weight_bytes(tied, rank())  # the one matrix is the head too
+    first_stage = rank(layers=14, head=False)                                  # PP: the embedding alone
+    assert share_step_bytes(qwen, first_stage) == share_weight_bytes(qwen, first_stage) - 2 * vocab
+
+
+def test_a_moe_prompt_token_goes_through_its_active_experts_only():
+    shape = preset("qwen3-30b-a3b")
+    weights = ModelWeights(shape, "bfloat16")
+    active_layers = shape.active_parameters() - shape.embedding_parameters()
+    norms_and_small = shape.layers * shape.layer_breakdown(True).small
+    assert share_token_parameters(weights, rank(layers=shape.layers)) == active_layers - norms_and_small
 
 
 # the warehouse
@@ -201,6 +257,22 @@ def test_emulated_cells_are_not_judged_and_unknowns_are_null(con):
     assert emulated["emulated"] and not emulated["judged"] and emulated["note"].startswith("emulated")
     assert emulated["decode_gbps"] == pytest.approx(0.116)  # the figures are there, only not judged
     assert bare["decode_fraction"] is None and not bare["judged"] and bare["note"] == "node not measured"
+
+
+def test_a_rate_above_its_roof_is_clipped_to_one_and_flagged_never_reported_above_one(con):
+    measured(con, "r", bf16=100.0)
+    server_row(con, "r", "tp1", rank_parameters=60_000_000)  # 2 x 6e7 FLOPs a token at 1 ms a token: 120 GFLOP/s
+    cell_row(con, "r", "tp1.c2.r0", "tp1")
+    row = roof(con, "tp1.c2.r0")
+    assert row["prefill_gflops"] == pytest.approx(120.0) and row["prefill_fraction"] == 1.0
+    assert row["above_roofline"] and row["judged"]
+    assert row["note"].startswith("prefill at 1.20 of the measured roof: clipped to 1")
+    assert row["decode_fraction"] == pytest.approx(0.0116)  # decode is within its roof: not clipped
+    measured(con, "ok")
+    server_row(con, "ok", "tp1")
+    cell_row(con, "ok", "tp1.c4.r0", "tp1")
+    within = roof(con, "tp1.c4.r0")
+    assert within["above_roofline"] is False and within["note"] is None
 
 
 def test_a_shape_not_known_leaves_the_fractions_null(con):

@@ -1,8 +1,9 @@
 """The model a campaign serves: a local directory (Hugging Face layout) or GGUF file, or a
 random-weight model of a named shape, generated and cached by spec and seed. How it is generated is the
 engine's declaration (`Engine.default_model`, one of the generators here, one per model format):
-a Hugging Face directory (numpy and `tokenizers`, servebench/builds/hf_model.py) or a GGUF file (numpy
-and `gguf`, servebench/builds/gguf_model.py), both by servebench's own python."""
+a Hugging Face directory (numpy and `tokenizers`, servebench/builds/hf_model.py; quantized for vLLM's
+int8/int4 kernels by servebench/builds/hf_quantized.py when `quantization` names one of its formats) or a
+GGUF file (numpy and `gguf`, servebench/builds/gguf_model.py), all by servebench's own python."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from servebench.builds import gguf_model, hf_model
+from servebench.builds import gguf_model, hf_model, hf_quantized
 from servebench.spec.campaign import GeneratedModelSpec, LocalModelSpec, ModelSpec, sha256_json
 
 GGUF_NAME = "model.gguf"
@@ -35,10 +36,15 @@ class ModelGenerator:
     code_digest: Callable[[], str]                         # the generator's source, part of the key
     write: Callable[[GeneratedModelSpec, str, Path], None]  # (spec, engine python, into this new directory)
     unused_fields: frozenset[str] = frozenset()             # spec fields this format ignores: not in the key
+    # what a variant adds to the key (a quantized format and its writer's code); {}: nothing, the key as before
+    key_variant: Callable[[GeneratedModelSpec], dict[str, str]] | None = None
 
     def cache_key(self, spec: GeneratedModelSpec) -> str:
         fields = spec.model_dump(mode="json", exclude=set(self.unused_fields))
-        digest = sha256_json({"spec": fields, "code": self.code_digest()})
+        payload: dict[str, object] = {"spec": fields, "code": self.code_digest()}
+        if self.key_variant is not None and (variant := self.key_variant(spec)):
+            payload["variant"] = variant
+        digest = sha256_json(payload)
         return f"{self.key_prefix}-{digest[:16]}"
 
     def path(self, spec: GeneratedModelSpec, cache: Path) -> Path:
@@ -66,7 +72,17 @@ class ModelGenerator:
 
 
 def _write_hf(spec: GeneratedModelSpec, engine_python: str, into: Path) -> None:
-    """By servebench's own python (numpy and `tokenizers`): no engine venv, any shape, streamed."""
+    """By servebench's own python (numpy and `tokenizers`): no engine venv, any shape, streamed. A quantized
+    format (`hf_quantized.FORMATS`) is the unquantized model's directory, generated (or found) in the same
+    cache first (`ensure` writes into `<cache>/models/<key>.tmp`), then quantized into `into`."""
+    if hf_quantized.is_hf_quantization(spec.quantization):
+        source = GENERATED_HF.ensure(spec.model_copy(update={"quantization": None}), engine_python,
+                                     into.parent.parent)
+        try:
+            hf_quantized.write_quantized_model(source, into, str(spec.quantization))
+        except Exception as exc:
+            raise ModelError(f"writing the {spec.quantization} model from {source} failed: {exc}") from exc
+        return
     try:
         hf_model.write_hf_model(spec, into)
     except Exception as exc:
@@ -99,9 +115,20 @@ def _gguf_code() -> str:
     return f"{source}-gguf-{version('gguf')}"
 
 
+def _hf_variant(spec: GeneratedModelSpec) -> dict[str, str]:
+    """A quantized Hugging Face format is another directory, keyed by the format and the quantizer's source
+    (its code changes only the quantized copies, never the unquantized model's key)."""
+    if not hf_quantized.is_hf_quantization(spec.quantization):
+        return {}
+    source = hashlib.sha256(Path(hf_quantized.__file__).read_bytes()).hexdigest()
+    return {"quantization": str(spec.quantization), "quantizer": source}
+
+
 # A Hugging Face directory with a tokenizer of the model's vocabulary; a GGUF file (the same weights' shapes)
-# a GGUF quantization does not change a Hugging Face directory: variants that differ only there share one
-GENERATED_HF = ModelGenerator("hf", "generated-hf", None, _hf_code, _write_hf, frozenset({"quantization"}))
+# a GGUF quantization does not change a Hugging Face directory: variants that differ only there share one; a
+# Hugging Face quantized format (w8a8, w4a16, gptq, awq) is a variant of its own
+GENERATED_HF = ModelGenerator("hf", "generated-hf", None, _hf_code, _write_hf, frozenset({"quantization"}),
+                              _hf_variant)
 GENERATED_GGUF = ModelGenerator("gguf", "generated-gguf", GGUF_NAME, _gguf_code, _write_gguf)
 
 

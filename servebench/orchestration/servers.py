@@ -3,15 +3,13 @@ warehouse, a restart after a fault, and the stop (with its telemetry) whatever h
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
-from servebench.serving.deployment import mode_nodes
-from servebench.serving.memory import model_weights, ranks_of, share_weight_bytes
+from servebench.serving.deployment import replica_nodes
+from servebench.serving.memory import model_weights, rank_roofline_figures, ranks_of
 from servebench.serving.sampling import stop_telemetry
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv, stop_server
 from servebench.serving.telemetry import Telemetry
@@ -58,13 +56,18 @@ def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Teleme
             stop()
         except Exception as exc:
             reporter().stage(f"mode {server.mode}: stopping its {what} failed: {first_line(exc)}")
+    if server.balancer is not None:
+        served = ", ".join(f"{name} {count}" for name, count in server.balancer.requests.items())
+        reporter().stage(f"mode {server.mode}: requests per replica ({server.balancer.policy}, nginx's access log "
+                         f"{server.balancer.access_log}): {served}")
     land_mode_server(ctx, server, "ready", gate)
     with session(ctx.warehouse) as con:
         landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
 def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateResult | None = None) -> None:
-    """The server's row: its API process, its gate, and the KV capacity its log states (a plain call)."""
+    """The server's row: its API process (a replicas mode's: r0's, its port the balancer's), its gate, and the
+    KV capacity its log states (one replica's), a plain call; the layout (replicas, balancer) from the run's spec."""
     api = server.api
     run = ctx.engine_serving(server.mode)
     engine = run.engine
@@ -92,19 +95,14 @@ def rank_figures(ctx: RunContext, run: EngineRun, server_mode: str) -> dict | No
         weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
         if weights.shape is None:
             return None
-        chosen = [(n.name, n.cpus) for n in mode_nodes(d.nodes, mode)]  # named as allocated (Slurm: not node1)
+        # named as allocated (Slurm: not node1); a replicas mode's ranks are one replica's (each is alike)
+        chosen = [(n.name, n.cpus) for n in replica_nodes(d.nodes, mode)[0]]
         shares = [s for s in ranks_of(d.engine, mode.model_copy(update={"nodes": None}), d.spec, chosen,
                                       weights.shape) if s.layers]
     except Exception as exc:  # context for the roofline only: the server's row lands anyway
         reporter().note(f"mode {server_mode}: bytes per rank unknown: {first_line(exc)}")
         return None
-    if not shares:
-        return None
-    largest = max(shares, key=lambda s: share_weight_bytes(weights, s))
-    return {"served_dtype": weights.stored_as, "rank_weight_bytes": share_weight_bytes(weights, largest),
-            "rank_kv_bytes_per_token": weights.kv_bytes_per_token(largest.layers, largest.tp),
-            "rank_parameters": share_weight_bytes(replace(weights, matrix_bytes=1.0, small_bytes=1), largest),
-            "ranks_per_node": max(Counter(s.node for s in shares).values())}
+    return rank_roofline_figures(weights, shares) if shares else None
 
 
 def server_build_key(ctx: RunContext, run: EngineRun, server_mode: str) -> str | None:

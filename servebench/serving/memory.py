@@ -3,21 +3,24 @@
 A server's memory is its model's weights, its KV cache and each process's working set. The first two
 follow from the model's shape (servebench/spec/model_shapes.py) and what each process of the mode
 holds of it, which the engine declares (`EngineAPI.memory`: its ranks on the nodes, each one's layers,
-TP share and KV pool); the working set is the engine's measured constant per process. `servebench
-plan` prints it, the campaign check refuses a mode a node cannot hold, the server's start-up timeout
-grows with the bytes a rank loads, and the saturation study compares the KV capacity the shape gives
-with the one the engine logged. Pure but for reading a local model's config.json and this host's
-/proc/meminfo.
+TP share and KV pool); the working set is the engine's, from the shape and its settings (vLLM) or a
+measured constant per process (llama.cpp). `servebench plan` prints it, the campaign check refuses a
+mode a node cannot hold, the server's start-up timeout grows with the bytes a rank loads, and the
+saturation study compares the KV capacity the shape gives with the one the engine logged. The bytes
+a decode step reads and the parameters a prompt token goes through (`rank_roofline_figures`) put
+each cell against its node's roofline. Pure but for reading a local model's config.json and this
+host's /proc/meminfo.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from servebench.engines.base import Engine, MemoryRequest, RankShare
+from servebench.engines.base import Engine, MemoryRequest, RankShare, ServerMemory
 from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, NodeSpec
 from servebench.spec.model_shapes import DTYPE_BYTES, Architecture, ModelShape
 from servebench.spec.sweep import configuration_space
@@ -138,6 +141,46 @@ def share_weight_bytes(weights: ModelWeights, share: RankShare) -> int:
     return round(layers + (vocab if share.embedding else 0.0) + head)
 
 
+def share_step_bytes(weights: ModelWeights, share: RankShare) -> int:
+    """The weight bytes one decode step of this process reads: all it holds but an untied token
+    embedding, of which a step reads one row a sequence (a tied one is read whole, as the head)."""
+    shape = weights.shape
+    assert shape is not None
+    lookup_only = share.embedding and not (shape.tie_embeddings and share.head)
+    embedding = shape.vocab_size * shape.hidden / share.tp * weights.matrix_bytes if lookup_only else 0.0
+    return round(share_weight_bytes(weights, share) - embedding)
+
+
+def share_token_parameters(weights: ModelWeights, share: RankShare) -> int:
+    """The parameters a prompt token is multiplied through in this process (2 FLOPs each): its layers'
+    matrices, a MoE layer's routed experts only `experts_per_token` of them; not the embedding (a
+    lookup) nor the head (vLLM and llama.cpp compute logits for a sequence's last prompt token only, so
+    over a prompt the head adds 1/prompt tokens of itself: left out, the prefill rate a lower bound)."""
+    shape = weights.shape
+    assert shape is not None
+    held = min(share.layers, shape.layers)
+    moe = min(held, shape.moe_layers)
+    idle = (shape.experts - shape.experts_per_token) * 3 * shape.hidden * shape.expert_intermediate
+    total = 0.0
+    for count, is_moe in ((moe, True), (held - moe, False)):
+        parts = shape.layer_breakdown(is_moe)
+        split = parts.split - (idle if is_moe else 0)
+        total += count * (split / share.tp + parts.replicated)
+    return round(total)
+
+
+def rank_roofline_figures(weights: ModelWeights, shares: list[RankShare]) -> dict:
+    """What `cell_roofline` (docs/roofline.md) puts a mode's cells against, for its largest rank: the
+    weight bytes a decode step reads (`rank_weight_bytes`), a token's KV bytes, the parameters a prompt
+    token goes through (`rank_parameters`) and the most ranks holding layers on one node."""
+    held = [share for share in shares if share.layers]
+    largest = max(held, key=lambda s: share_weight_bytes(weights, s))
+    return {"served_dtype": weights.stored_as, "rank_weight_bytes": share_step_bytes(weights, largest),
+            "rank_kv_bytes_per_token": weights.kv_bytes_per_token(largest.layers, largest.tp),
+            "rank_parameters": share_token_parameters(weights, largest),
+            "ranks_per_node": max(Counter(s.node for s in held).values())}
+
+
 def share_kv_bytes(weights: ModelWeights, share: RankShare) -> int:
     if share.kv_pool_bytes is not None:
         return share.kv_pool_bytes
@@ -190,15 +233,29 @@ class ModeMemory:
     shared_host: int | None  # this host's MemAvailable when several of the mode's nodes share it
 
 
+def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], shape: ModelShape) -> MemoryRequest:
+    """What the engine's layout is computed from: the mode on its nodes (its `nodes:` in their order, else all)."""
+    by_name = dict(nodes)
+    chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
+    return MemoryRequest(mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
+                         layers=shape.layers, max_position=shape.max_position)
+
+
 def ranks_of(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]],
              shape: ModelShape) -> list[RankShare]:
     """The engine's processes of this mode on its nodes (its `nodes:` in their order, else all)."""
     assert engine.api.memory is not None
-    by_name = dict(nodes)
-    chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
-    return engine.api.memory.ranks(MemoryRequest(
-        mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
-        layers=shape.layers, max_position=shape.max_position))
+    return engine.api.memory.ranks(memory_request(mode, spec, nodes, shape))
+
+
+def working_sets(memory: ServerMemory, request: MemoryRequest, shares: list[RankShare],
+                 weights: ModelWeights) -> list[int]:
+    """Each process's working set: from the shape and the settings where the engine computes it (vLLM:
+    `SizedServerMemory.working_sets`), else the engine's constant per process."""
+    sized = getattr(memory, "working_sets", None)
+    if sized is None or weights.shape is None:
+        return [memory.process_overhead_bytes] * len(shares)
+    return sized(request, shares, weights.shape, weights.matrix_bytes)
 
 
 def kv_capacity_tokens(weights: ModelWeights, shares: list[RankShare]) -> int | None:
@@ -213,12 +270,12 @@ def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, lis
     if engine.api.memory is None or weights.shape is None:
         why = weights.why or f"engine {engine.kind!r} declares no memory layout"
         return ModeMemory(mode, campaign_index, [], None, why, None)
-    shares = ranks_of(engine, mode, spec, nodes, weights.shape)
-    overhead = engine.api.memory.process_overhead_bytes
+    request = memory_request(mode, spec, nodes, weights.shape)
+    shares = engine.api.memory.ranks(request)
     per_node: dict[str, list[RankMemory]] = {}
-    for share in shares:
+    for share, working_set in zip(shares, working_sets(engine.api.memory, request, shares, weights)):
         per_node.setdefault(share.node, []).append(RankMemory(
-            share, share_weight_bytes(weights, share), share_kv_bytes(weights, share), overhead))
+            share, share_weight_bytes(weights, share), share_kv_bytes(weights, share), working_set))
     node_rows = [NodeMemory(name, ranks, *available.get(name, (None, UNKNOWN_REMOTE)))
                  for name, ranks in per_node.items()]
     host = shared_host if len(node_rows) > 1 else None

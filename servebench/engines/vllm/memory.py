@@ -1,26 +1,51 @@
-"""What a vLLM mode's ranks hold: each worker its pipeline stage's layers split TP ways, on the nodes
+"""What a vLLM mode's processes hold: each worker its pipeline stage's layers split TP ways, on the nodes
 `placement.workers_per_node` puts it, and a KV cache of its own of `VLLM_CPU_KVCACHE_SPACE` GiB
 (what the launch sets: the engine block's or mode's env, the `kv_cache_gib` knob last) or, with the
-`kv_cache_blocks` knob, that many blocks of 128 tokens of its layers. What a token of the pool takes is the
-model's (servebench/serving/memory.py): with multi-head latent attention (DeepSeek) the latent and the RoPE
-key, 576 values a layer on every TP rank, which CPU_MLA keeps in blocks of 16 tokens (vLLM forces it): the
-`kv_cache_blocks` count is then 16 tokens a block, which this layout cannot see (the request carries no
-model), so it still says 128."""
+`kv_cache_blocks` knob, that many blocks of 128 tokens of its layers. With `dp: N` there are N engines of
+tp x pp workers each, every engine with the whole model (its own embedding, layers and head) and its own
+KV pools. What a token of the pool takes is the model's (servebench/serving/memory.py): with multi-head
+latent attention (DeepSeek) the latent and the RoPE key, 576 values a layer on every TP rank, which
+CPU_MLA keeps in blocks of 16 tokens (vLLM forces it): the `kv_cache_blocks` count is then 16 tokens a
+block, which this layout cannot see (the request carries no model), so it still says 128.
+
+Each process's working set beyond its weights and KV pool (`working_sets`, docs/memory.md) follows from
+the shape and the settings, measured per process on this machine kind at the Qwen2-1.5B shape and the
+tiny one: the runtime of every process that imports torch and vLLM (the API server, the DP coordinator,
+each engine core, each worker), and in each worker the second copy of its vocabulary matrices (vLLM's
+CPU backend packs the embedding and the head for oneDNN and keeps the originals: the embedding needs
+them for its lookup), one step's activations at `max_num_batched_tokens` and the sampler's float32
+logits of `max_num_seqs` sequences over the whole vocabulary."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 from servebench.engines.base import MemoryRequest, RankShare, ServerMemory, stage_layers
 from servebench.engines.vllm.knobs import knob_env
 from servebench.engines.vllm.launch import DEFAULT_KVCACHE_GIB
 from servebench.engines.vllm.placement import workers_per_node
+from servebench.spec.model_shapes import ModelShape
 
 GIB = 1024 ** 3
+MIB = 1024 ** 2
 BLOCK_TOKENS = 128  # a KV block on CPU (the kv_cache_blocks knob)
-# Measured (facts file, 2-core x86, vLLM 0.32): ~1.8 GB RSS per worker with 1 GiB of KV cache for the
-# tiny model, so ~0.73 GB beyond KV and weights; rounded up to 1 GiB to cover the API server's and the
-# engine core's processes, which the measurement does not separate. Under qemu-user (aarch64) the same
-# server was ~4.4 GB: an emulated node needs more than this says.
-PROCESS_OVERHEAD_BYTES = GIB
+# vLLM 0.32's defaults on CPU for the OpenAI server (engine/arg_utils.py get_batch_defaults), per engine of
+# world size tp x pp: tokens a scheduler step may hold and sequences it may batch
+DEFAULT_BATCHED_TOKENS_PER_WORKER = 2048
+DEFAULT_SEQS_PER_WORKER = 128
+# Measured (docs/memory.md: smaps_rollup Pss of every process of served vLLM 0.32 servers, 2-core x86, torch
+# 2.13): a python process with torch and vLLM imported holds 0.41-0.47 GiB whatever the model (the tiny
+# model's API server, DP coordinator, engine cores and workers less their KV pool); rounded up
+PROCESS_RUNTIME_BYTES = 512 * MIB
+# ... and grows with the vocabulary where the tokenizer lives: at the Qwen2-1.5B shape (151,936 tokens) the API
+# server held 0.48 GiB more than at the tiny model's 1,024 and the engine core 0.15 GiB more (3.4 and 1.1 KiB a
+# token); rounded up
+API_SERVER_BYTES_PER_TOKEN = 4 * 1024
+ENGINE_CORE_BYTES_PER_TOKEN = 1536
+LOGITS_COPIES = 4                   # float32 logits, their softmax / log-softmax and the sampler's copies
+# the working set a process when the shape is not known (a local model without a readable config.json)
+PROCESS_OVERHEAD_BYTES = 2 * GIB
 
 
 def kv_cache_gib(request: MemoryRequest) -> float:
@@ -31,21 +56,87 @@ def kv_cache_gib(request: MemoryRequest) -> float:
 
 
 def rank_shares(request: MemoryRequest) -> list[RankShare]:
-    """Every worker of the mode, in rank order (stage-major, as vLLM numbers them), on its node."""
+    """Every worker of the mode, in rank order (DP engine, then stage, then TP rank, as vLLM numbers
+    them), on its node: each data-parallel engine holds the whole model over its own tp x pp workers."""
     mode = request.mode
-    counts = workers_per_node(mode.executor, mode.world_size, request.node_cpus)
+    counts = workers_per_node(mode.executor, mode.world_size, request.node_cpus, mode.engine_size)
     blocks = mode.knobs.get("kv_cache_blocks")
     pool_tokens = int(blocks) * BLOCK_TOKENS if blocks is not None else None
     pool_bytes = None if pool_tokens is not None else int(kv_cache_gib(request) * GIB)
     nodes = [name for name, count in zip(request.node_names, counts) for _ in range(count)]
     shares = []
     for rank, node in enumerate(nodes):
-        stage = rank // mode.tp
-        shares.append(RankShare(node=node, label=f"rank{rank}", tp=mode.tp,
+        engine, local = divmod(rank, mode.engine_size)
+        stage = local // mode.tp
+        label = f"rank{rank}" if mode.dp == 1 else f"dp{engine}.rank{local}"
+        shares.append(RankShare(node=node, label=label, tp=mode.tp,
                                 layers=stage_layers(request.layers, mode.pp, stage),
                                 embedding=stage == 0, head=stage == mode.pp - 1,
                                 kv_pool_bytes=pool_bytes, kv_pool_tokens=pool_tokens))
     return shares
 
 
-SERVER_MEMORY = ServerMemory(process_overhead_bytes=PROCESS_OVERHEAD_BYTES, ranks=rank_shares)
+def batch_limits(request: MemoryRequest) -> tuple[int, int]:
+    """(tokens a step holds, sequences a step batches): the knobs, else vLLM's CPU defaults for an engine."""
+    knobs, engine = request.mode.knobs, request.mode.engine_size
+    tokens = knobs.get("max_num_batched_tokens") or DEFAULT_BATCHED_TOKENS_PER_WORKER * engine
+    seqs = knobs.get("max_num_seqs") or DEFAULT_SEQS_PER_WORKER * engine
+    return int(tokens), int(seqs)
+
+
+def activation_values_per_token(shape: ModelShape, tp: int) -> int:
+    """Values one token keeps alive in a decoder layer's forward pass on one TP rank: the residual, the
+    hidden state and its norm, q/k/v and the attention's output, the MLP's gate and up projections and
+    their product (a MoE layer's experts run one after another: one expert's width at a time)."""
+    inner = 3 * (shape.expert_intermediate if shape.is_moe else shape.intermediate) // tp
+    attention = (2 * shape.heads + 2 * shape.kv_heads) * shape.head_size // tp
+    return 3 * shape.hidden + attention + inner
+
+
+def worker_working_set(share: RankShare, request: MemoryRequest, shape: ModelShape, matrix_bytes: float) -> int:
+    """One worker's bytes beyond its weights and KV pool: the runtime, the packed second copy of the
+    vocabulary matrices it holds, one step's activations and, on a rank with the head, the logits."""
+    tokens, seqs = batch_limits(request)
+    vocab_matrix = shape.vocab_size * shape.hidden / share.tp * matrix_bytes
+    copies = (1 if share.embedding else 0) + (1 if share.head else 0)
+    if shape.tie_embeddings and share.embedding and share.head:
+        copies = 1
+    activations = tokens * activation_values_per_token(shape, share.tp) * matrix_bytes if share.layers else 0
+    logits = seqs * shape.vocab_size * 4 * LOGITS_COPIES if share.head else 0
+    return round(PROCESS_RUNTIME_BYTES + copies * vocab_matrix + activations + logits)
+
+
+def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelShape, matrix_bytes: float
+                 ) -> list[int]:
+    """Each worker's working set, with the mode's other processes counted on the rank beside them: the
+    API server (and with dp > 1 the DP coordinator) on rank 0, each engine's core process on the
+    engine's first worker (servebench launches with a distributed executor, so even TP=1 has its worker
+    in a process of its own beside the engine core), and with `mp-multinode` the `--headless` launcher
+    on every other node's first worker."""
+    mode = request.mode
+    api_server = PROCESS_RUNTIME_BYTES + shape.vocab_size * API_SERVER_BYTES_PER_TOKEN
+    engine_core = PROCESS_RUNTIME_BYTES + shape.vocab_size * ENGINE_CORE_BYTES_PER_TOKEN
+    sets, nodes_seen = [], set()
+    for rank, share in enumerate(shares):
+        others = 0
+        if rank == 0:
+            others += api_server + (PROCESS_RUNTIME_BYTES if mode.dp > 1 else 0)   # and the DP coordinator
+        elif mode.executor == "mp-multinode" and share.node not in nodes_seen:
+            others += PROCESS_RUNTIME_BYTES                                          # a headless node's launcher
+        if rank % mode.engine_size == 0:
+            others += engine_core
+        nodes_seen.add(share.node)
+        sets.append(worker_working_set(share, request, shape, matrix_bytes) + others)
+    return sets
+
+
+@dataclass(frozen=True)
+class SizedServerMemory(ServerMemory):
+    """`ServerMemory` whose working set follows from the shape and the settings (`working_sets`); the
+    constant `process_overhead_bytes` stays for a model whose shape is not known."""
+
+    working_sets: Callable[[MemoryRequest, list[RankShare], ModelShape, float], list[int]] | None = None
+
+
+SERVER_MEMORY = SizedServerMemory(process_overhead_bytes=PROCESS_OVERHEAD_BYTES, ranks=rank_shares,
+                                  working_sets=working_sets)
