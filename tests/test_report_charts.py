@@ -371,3 +371,96 @@ def report_db(tmp_path_factory) -> tuple[Path, str]:
         landing.land_samples(con, "r1", mode, [node_file], [server_file])
     con.close()
     return db, "r1"
+
+
+# the load each instance took and each node's bytes (issue 43 item 4): data from rows, shown only when there
+# is something to show
+
+
+def balance_row(mode: str, clients: int, instance: str, requests: float | None, waiting_max: float,
+                **values) -> dict:
+    key = f"{mode}.c{clients}.r0"
+    return {"cell_id": f"r/{key}", "cell_key": key, "mode": mode, "load_kind": "closed", "clients": clients,
+            "rate": None, "instance": instance, "requests": requests, "generation_tokens": 16 * (requests or 0),
+            "waiting_mean": waiting_max / 2, "waiting_max": waiting_max, "running_mean": 1.0, "instances": 2,
+            **values}
+
+
+def test_the_balance_chart_draws_each_instances_requests_and_queue_and_names_the_most_uneven_cell():
+    from servebench.analysis.parallel_report import balance_chart, balance_points
+
+    rows = [balance_row("dp2", 4, "dp0", 9, 3.0), balance_row("dp2", 4, "dp1", 3, 0.0),
+            balance_row("dp2", 1, "dp0", 2, 0.0), balance_row("dp2", 1, "dp1", 2, 0.0)]
+    points = {(p["cell"], p["instance"]): p for p in balance_points(rows)}
+    assert points[("dp2 · 4 clients", "dp0")]["share"] == 0.75 and points[("dp2 · 1 client", "dp1")]["share"] == 0.5
+    assert points[("dp2 · 4 clients", "dp0")]["measure"] == "requests finished"
+    spec = balance_chart(rows).to_dict()
+    text = json.dumps(spec, ensure_ascii=False)
+    assert "most uneven: dp2 · 4 clients, dp0 took 75% (even: 50%)" in text
+    assert spec["vconcat"][0]["facet"]["column"]["sort"] == ["dp2 · 1 client", "dp2 · 4 clients"]  # load order
+    assert {m for m in marks(spec)} == {"bar", "tick"}
+    drawn = {(r["cell"], r["instance"]): r["served"] for r in data_rows(spec)}
+    assert drawn[("dp2 · 4 clients", "dp1")] == 3
+
+
+def test_the_balance_chart_falls_back_to_tokens_and_says_when_nothing_waited():
+    from servebench.analysis.parallel_report import balance_chart, balance_points
+
+    rows = [balance_row("r2", 2, "r0", None, 0.0, generation_tokens=160),     # llama.cpp: no request counter
+            balance_row("r2", 2, "r1", None, 0.0, generation_tokens=96)]
+    assert {p["measure"] for p in balance_points(rows)} == {"tokens generated"}
+    assert balance_chart([]) is None
+    text = spec_texts(balance_chart(rows))
+    assert "requests waiting: nothing to show (no request waited" in text and "tokens generated" in text
+    even = [balance_row("dp2", 4, "dp0", 6, 0.0), balance_row("dp2", 4, "dp1", 6, 0.0)]
+    assert "every cell evenly spread" in spec_texts(balance_chart(even))
+    zero = [balance_row("r2", 2, "r0", 0, 0.0, generation_tokens=0), balance_row("r2", 2, "r1", 0, 0.0,
+                                                                               generation_tokens=0)]
+    assert "Load balance across instances: nothing to show" in spec_texts(balance_chart(zero))
+
+
+def network_row(mode: str, node: str, sent: float, received: float, completed: int, **values) -> dict:
+    return {"cell_id": f"r/{mode}.c1.r0", "cell_key": f"{mode}.c1.r0", "mode": mode, "node": node, "role": "server",
+            "tp": 2, "pp": 1, "dp": 1, "ep": False, "bytes_sent": sent, "bytes_received": received,
+            "completed": completed, **values}
+
+
+def test_the_network_chart_draws_each_nodes_bytes_per_request_per_mode():
+    from servebench.analysis.parallel_report import network_points, rank_network_chart
+
+    rows = [network_row("tp2", "h1", 8000, 6000, 4), network_row("tp2", "h2", 6000, 8000, 4),
+            {**network_row("tp2", "h3", 400, 2000, 4), "role": "client"},
+            {**network_row("tp2", "h1", 8000, 6000, 4), "cell_id": "r/tp2.c2.r0"},
+            network_row("pp2", "h1", 1000, None, 4)]            # under two samples: left out
+    points = {(p["mode"], p["node"], p["direction"]): p for p in network_points(rows)}
+    assert points[("tp2", "h1", "sent")]["kb_per_request"] == 16000 / 8 / 1e3      # two cells, 8 requests
+    assert points[("tp2", "h3 (client)", "received")]["kb_per_request"] == 0.5
+    assert points[("tp2", "h2", "received")]["layout"] == "tp2 pp1 dp1"
+    assert not any(mode == "pp2" for mode, _, _ in points)
+    spec = rank_network_chart(rows).to_dict()
+    assert "KB per request completed" in json.dumps(spec) and marks(spec) == ["bar"]
+    assert rank_network_chart([network_row("tp1", "node0", 0, 0, 4)]) is None          # one node: no network
+    assert "nothing to show" in spec_texts(rank_network_chart([network_row("tp1", "a", 0, 0, 4),
+                                                              network_row("tp1", "b", 0, 0, 4)]))
+
+
+def test_the_parallel_charts_are_in_a_report_only_when_the_run_has_instances_and_nodes(report_db, tmp_path):
+    from tests.support.instance_runs import land_instances_run
+
+    db, run_id = report_db
+    con = warehouse.connect(db, read_only=True)
+    plain = build_charts(con, run_id)
+    con.close()
+    assert "load_balance" not in plain and "rank_network" not in plain     # one node, no instances
+    con = warehouse.connect(tmp_path / "dp.duckdb")
+    land_instances_run(con, tmp_path)
+    charts = build_charts(con, "r1")
+    page = run_report(con, "r1", tmp_path / "report")     # both drawn by Vega, in the page and as PNGs
+    con.close()
+    assert (page.parent / "charts" / "load_balance.png").stat().st_size and \
+        (page.parent / "charts" / "rank_network.png").stat().st_size
+    balance = {(r["instance"], r["served"]) for r in data_rows(charts["load_balance"].to_dict()) if "served" in r}
+    assert balance == {("dp0", 3.0), ("dp1", 1.0)}
+    network = {(r["node"], r["direction"]): r["kb_per_request"] for r in data_rows(charts["rank_network"].to_dict())
+               if "direction" in r}
+    assert network[("n0", "sent")] == 2500 / 4 / 1e3 and network[("n1", "received")] == 2000 / 4 / 1e3

@@ -316,7 +316,8 @@ def test_servers_and_cells_rows_name_dp_and_ep(tmp_path):
     assert con.execute("select dp, ep from cells").fetchall() == [(2, False)]
     comments = dict(con.execute("select table_name || '.' || column_name, comment from duckdb_columns() "
                                 "where column_name in ('dp', 'ep')").fetchall())
-    assert set(comments) == {"cells.dp", "cells.ep", "servers.dp", "servers.ep"} and all(comments.values())
+    # the tables', and the views that carry them (cell_rank_network) say what they hold too
+    assert {"cells.dp", "cells.ep", "servers.dp", "servers.ep"} <= set(comments) and all(comments.values()), comments
     con.close()
 
 
@@ -366,7 +367,28 @@ def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeyp
     assert command[command.index("--data-parallel-size") + 1] == "2"
     cells = con.execute("select cell_key, status, valid, correctness, dp, client_output_tokens, server_output_tokens, "
                         "output_throughput from cells order by cell_key").fetchall()
+    # per DP engine (issue 43 item 4): the scraper keeps each engine's columns; the server's kv_usage is their
+    # mean (a fraction of each engine's own pool), never their sum
+    samples = con.execute("select mode, kv_usage, requests_total, instances from server_samples "
+                          "order by mode, t_mono").fetchall()
+    balance = con.execute("select cell_key, instance, requests, requests_share, waiting_max, samples "
+                          "from cell_balance order by cell_key, instance").fetchall()
     con.close()
+    print("balance", balance)
+    dp2 = [s for s in samples if s[0] == "dp2"]
+    assert dp2 and all(0 <= kv <= 1 for _, kv, _, _ in dp2 if kv is not None), dp2
+    assert all(s[3] is None for s in samples if s[0] == "tp1"), "one engine: no instances"
+    last = json.loads(dp2[-1][3])
+    assert set(last) == {"dp0", "dp1"} and all(last[e]["requests_total"] > 0 for e in last), last
+    assert dp2[-1][2] == last["dp0"]["requests_total"] + last["dp1"]["requests_total"], (dp2[-1], last)
+    # the 4 gate prompts and 2 cells of 12 requests (the warm-up one among them), over the two engines: the
+    # scraper's last sample, taken as it is stopped, has them all
+    assert dp2[-1][2] == 4 + 2 * 12, dp2[-1]
+    assert {(key, instance) for key, instance, *_ in balance} == {
+        (key, engine) for key in ("dp2.c4.r0", "dp2.rate4.r0") for engine in ("dp0", "dp1")}, balance
+    for key in ("dp2.c4.r0", "dp2.rate4.r0"):  # each engine served some of each cell's requests
+        served = [row[2] for row in balance if row[0] == key]
+        assert None not in served and all(n > 0 for n in served) and sum(served) >= 12, balance
     print("cells", cells)
     assert [c[:5] for c in cells] == [("dp2.c4.r0", "completed", True, "passed", 2),
                                       ("dp2.rate4.r0", "completed", True, "passed", 2),

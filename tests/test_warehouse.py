@@ -10,6 +10,7 @@ from servebench import warehouse
 from servebench.campaign.loading import parse_campaign
 from servebench.spec.sweep import expand
 from servebench.warehouse import landing
+from tests.support.instance_runs import land_instances_run
 
 CAMPAIGN = """
 name: t
@@ -281,3 +282,42 @@ def test_a_cell_lands_its_offered_and_realized_schedule_rate(db, tmp_path):
     assert notes == {"tp1.c1.r0": "schedule realized 11 req/s, +38% from the 8 req/s offered"}
     assert reads.schedule_note(8.0, 8.7) is None and reads.schedule_note(None, 3.0) is None
     assert reads.schedule_note(2.0, 1.7) == "schedule realized 1.7 req/s, -15% from the 2 req/s offered"
+
+
+# per instance and per node (issue 43 item 4): cell_balance, cell_rank_network (the run: tests/support)
+
+def test_cell_balance_has_each_instances_requests_and_queue_over_the_cell(db, tmp_path):
+    from servebench.warehouse import reads
+
+    con = warehouse.connect(db)
+    land_instances_run(con, tmp_path)
+    balance = {row["instance"]: row for row in reads.balance_cells(con, "r1")}
+    assert set(balance) == {"dp0", "dp1"}
+    dp0, dp1 = balance["dp0"], balance["dp1"]
+    # the counter window: the sample at t=10 (at t0) to the one at t=13 (first at or after 12.5)
+    assert (dp0["requests"], dp1["requests"]) == (3.0, 1.0)
+    assert (dp0["requests_share"], dp1["requests_share"]) == (0.75, 0.25)
+    assert (dp0["generation_tokens"], dp1["generation_tokens"]) == (12.0, 4.0)
+    # gauges inside the cell: the samples at t=10, 11, 12
+    assert (dp1["waiting_mean"], dp1["waiting_max"], dp0["waiting_max"]) == (pytest.approx(2 / 3), 2.0, 0.0)
+    assert (dp0["samples"], dp0["instances"], dp0["kv_usage_mean"]) == (3, 2, pytest.approx(0.2))
+    landed = con.execute("select requests_total, instances->'$.dp1'->>'requests_total' from server_samples "
+                         "where t_mono = 9").fetchone()
+    assert landed == (13.0, "4")
+    con.close()
+
+
+def test_cell_rank_network_counts_each_nodes_bytes_but_loopback_over_the_cell(db, tmp_path):
+    from servebench.warehouse import reads
+
+    con = warehouse.connect(db)
+    land_instances_run(con, tmp_path)
+    network = {row["node"]: row for row in reads.rank_network_cells(con, "r1")}
+    assert set(network) == {"n0", "n1"}
+    # node samples at 10.0 (t0) and 12.5 (the last token): a window of 2.5 s
+    assert network["n0"]["window_s"] == 2.5
+    assert (network["n0"]["bytes_sent"], network["n0"]["bytes_received"]) == (2500.0, 0.0)   # lo left out
+    assert (network["n1"]["bytes_sent"], network["n1"]["bytes_received"]) == (0.0, 800 * 2.5)  # eth0 + eth1
+    assert network["n1"]["bytes_per_request"] == 2000.0 / 4
+    assert (network["n0"]["dp"], network["n0"]["engine_processes"], network["n0"]["executor"]) == (2, 3, "mp-multinode")
+    con.close()

@@ -176,19 +176,21 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
 
 
 def served_layout(con: duckdb.DuckDBPyConnection, run_id: str, mode: str) -> dict:
-    """tp, pp, dp, ep of the mode a server serves, from the run's spec: a configuration (`dp2-mns8`, `tp1-fp32`)
-    is of the campaign mode its name starts with (the longest); a reference server (`reference-tp1`) is one
-    worker; NULLs for a server of no mode the run's spec has."""
+    """tp, pp, dp, ep, replicas and balancer of the mode a server serves, from the run's spec: a configuration
+    (`dp2-mns8`, `tp1-fp32`) is of the campaign mode its name starts with (the longest); a reference server
+    (`reference-tp1`) is one worker; NULLs for a server of no mode the run's spec has."""
     row = con.execute("select spec_normalized from runs where run_id = ?", [run_id]).fetchone()
     modes = json.loads(row[0]).get("modes", []) if row else []
     matching = [m for m in modes if mode == m["name"] or mode.startswith(m["name"] + "-")]
     if matching:
         served = max(matching, key=lambda m: len(m["name"]))
+        replicas = served.get("replicas", 1)
         return {"tp": served.get("tp", 1), "pp": served.get("pp", 1), "dp": served.get("dp", 1),
-                "ep": bool(served.get("ep", False))}
+                "ep": bool(served.get("ep", False)), "replicas": replicas,
+                "balancer": None if replicas == 1 else served.get("balancer") or "least-connections"}
     if mode.startswith("reference-"):
-        return {"tp": 1, "pp": 1, "dp": 1, "ep": False}
-    return {"tp": None, "pp": None, "dp": None, "ep": None}
+        return {"tp": 1, "pp": 1, "dp": 1, "ep": False, "replicas": 1, "balancer": None}
+    return {"tp": None, "pp": None, "dp": None, "ep": None, "replicas": None, "balancer": None}
 
 
 def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
@@ -206,7 +208,8 @@ def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_
     t0 = (result or {}).get("t0", {})
     row = dict(
         run_id=run_id, cell_id=cid, cell_key=cell.key, mode=cell.mode.name, tp=cell.mode.tp, pp=cell.mode.pp,
-        dp=cell.mode.dp, ep=cell.mode.ep, executor=cell.mode.executor, load_kind=cell.point.kind,
+        dp=cell.mode.dp, ep=cell.mode.ep, replicas=cell.mode.replicas, executor=cell.mode.executor,
+        load_kind=cell.point.kind,
         rate=cell.point.rate, clients=cell.point.clients,
         repeat=cell.repeat, input_len=input_len, output_len=output_len, seed=cell.seed, status=status, error=error,
         correctness=correctness, started_at=started_at, ended_at=ended_at, t0_monotonic=t0.get("monotonic"),
@@ -307,11 +310,12 @@ SAMPLE_TABLES = {  # table -> (its columns after run_id and mode, the JSONL colu
                      "'cpu_pct_per_core': 'JSON', 'mem_used_bytes': 'BIGINT', 'mem_available_bytes': 'BIGINT', "
                      "'engine_rss_bytes': 'BIGINT', 'engine_processes': 'INTEGER', 'net': 'JSON'}"),
     "server_samples": ("t_mono, t_wall, kv_usage, running, waiting, preemptions_total, prompt_tokens_total, "
-                       "generation_tokens_total, kv_tokens, decode_steps_total",
+                       "generation_tokens_total, kv_tokens, decode_steps_total, requests_total, instances",
                        "{'t_mono': 'DOUBLE', 't_wall': 'DOUBLE', 'kv_usage': 'DOUBLE', 'running': 'DOUBLE', "
                        "'waiting': 'DOUBLE', 'preemptions_total': 'DOUBLE', 'prompt_tokens_total': 'DOUBLE', "
                        "'generation_tokens_total': 'DOUBLE', 'kv_tokens': 'DOUBLE', "
-                       "'decode_steps_total': 'DOUBLE'}"),
+                       "'decode_steps_total': 'DOUBLE', 'requests_total': 'DOUBLE', "
+                       "'instances': 'JSON'}"),  # instances: per DP engine or replica (migration 029)
 }
 
 

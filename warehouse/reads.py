@@ -156,6 +156,26 @@ def node_samples(con: Connection, run_id: str) -> list[dict]:
                      "where run_id = ? order by t_mono", [run_id])
 
 
+def balance_cells(con: Connection, run_id: str) -> list[dict]:
+    """Each cell's instances (DP engines, replicas; `cell_balance`) with the cell's load kind and
+    validity, in cell and instance order; none for a run whose servers had one instance each."""
+    return rows(con, """select b.cell_id, b.cell_key, b.mode, c.load_kind, b.clients, b.rate, b.instance,
+            b.requests, b.requests_share, b.generation_tokens, b.waiting_mean, b.waiting_max, b.running_mean,
+            b.kv_usage_mean, b.samples, b.instances, c.valid
+        from cell_balance b join cells c using (cell_id)
+        where b.run_id = ? order by b.cell_key, b.instance""", [run_id])
+
+
+def rank_network_cells(con: Connection, run_id: str) -> list[dict]:
+    """Each cell's bytes sent and received per node (`cell_rank_network`), with the cell's load kind,
+    executor and requests completed, in cell and node order."""
+    return rows(con, """select n.cell_id, n.cell_key, n.mode, c.executor, c.load_kind, n.clients, n.rate, n.node,
+            n.role, n.tp, n.pp, n.dp, n.ep, n.engine_processes, n.bytes_sent, n.bytes_received,
+            n.bytes_per_request, n.window_s, c.completed
+        from cell_rank_network n join cells c using (cell_id)
+        where n.run_id = ? order by n.cell_key, n.node""", [run_id])
+
+
 def faults(con: Connection, run_id: str) -> list[dict]:
     """The faults the run's cells injected."""
     return rows(con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])

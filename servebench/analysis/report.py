@@ -5,7 +5,8 @@ Reads only the warehouse, so a report can be rendered again for any past run. Th
 are the seeds' figures: throughput against TTFT and TPOT per request rate; normalized
 throughput, KV-cache usage and cache-miss probability against parallel clients with the
 theoretical saturation point; per-node CPU, memory and network timelines with the cells
-shaded; modes and executors side by side; for cells with a workload, the request lengths sent and
+shaded; modes and executors side by side; the load each DP engine or replica took and each node's
+network bytes per request (parallel_report.py); for cells with a workload, the request lengths sent and
 served, per-turn TTFT and prompt length, and the prefix-cache hit rate (workload_report.py).
 
 With repeats (`load.repeats` >= 2) the per-cell charts draw one point per load point at the
@@ -43,6 +44,7 @@ from servebench.analysis.charts import (
 )
 from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
+from servebench.analysis.parallel_report import balance_chart, rank_network_chart
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
@@ -532,6 +534,9 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
         "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
+        # DP engines' and replicas' share of the load; each node's bytes per request (issue 43)
+        "load_balance": balance_chart(label_modes(reads.balance_cells(con, run_id), modes)),
+        "rank_network": rank_network_chart(label_modes(reads.rank_network_cells(con, run_id), modes)),
         "history": history(*history_rows(con, run_id)),
         "roofline": roofline_chart(label_modes(reads.roofline_cells(con, run_id), modes)),
         "capacity_pareto": pareto_chart(capacities, tuning, WIDTH, HEIGHT),

@@ -12,7 +12,17 @@ from typing import Any, Callable, Iterable
 
 from servebench.campaign.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
 from servebench.serving.memory import ModeMemory, campaign_memory, memory_problems, this_host_available_bytes
-from servebench.spec.campaign import Campaign, GeneratedModelSpec, KnobValue, ModelSpec, variant_label
+from servebench.spec.campaign import (
+    QUANTIZATIONS,
+    Campaign,
+    GeneratedModelSpec,
+    KnobValue,
+    ModelSpec,
+    ModeSpec,
+    quantization_format,
+    split_for_replicas,
+    variant_label,
+)
 
 Problem = tuple[tuple, str]  # (path of the field in the file, message)
 
@@ -57,12 +67,15 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
                              f"it has: {', '.join(engine.executors)}"))
             continue
         unsupported = _parallel_support_problems(mode, engine, where)
+        unsupported += replica_problems(mode, [n.name for n in node_specs], where)
         problems += unsupported
-        problem = (engine.mode_problem(mode, nodes, [n.name for n in node_specs])
+        problem = (_engine_mode_problem(engine, mode, nodes, [n.name for n in node_specs])
                    if nodes and all(nodes) and not unsupported else None)
         if problem:
-            field = "ep" if mode.ep and problem.startswith("ep: ") else "dp" if mode.dp > 1 else size_field[-1]
-            problems.append((where + (field,), problem if mode.dp == 1 and not mode.ep
+            reason = problem.split("): ", 1)[1] if problem.startswith("replica r") else problem  # the engine's words
+            field = "ep" if mode.ep and reason.startswith("ep: ") else "dp" if mode.dp > 1 else size_field[-1]
+            field = "replicas" if reason.startswith("replicas: ") else field
+            problems.append((where + (field,), problem if mode.dp == 1 and not mode.ep and mode.replicas == 1
                              else f"mode {mode.name}: {problem}"))
         if shape and shape["heads"] % mode.tp:
             problems.append((where + ("tp",), f"the model's {shape['heads']} attention heads are not "
@@ -74,7 +87,7 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("pp",), f"mode {mode.name}: pp={mode.pp} does not divide the model's "
                              f"{shape['layers']} layers (stages of {shape['layers'] // mode.pp} and "
                              f"{shape['layers'] // mode.pp + 1} layers: the slowest stage sets the pace)"))
-        if shape and (mode.ep or mode.dp > 1) and not unsupported:
+        if shape and (mode.ep or mode.dp > 1 or mode.pp > 1) and not unsupported:
             problems += _expert_problems(mode, engine, shape.get("experts", 0), where)
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
     problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
@@ -100,12 +113,46 @@ def _parallel_support_problems(mode, engine, where: tuple) -> list[Problem]:
     return problems
 
 
+def replica_problems(mode: ModeSpec, server_names: list[str], where: tuple) -> list[Problem]:
+    """A `replicas` mode whose nodes (its `nodes:`, else every server node) do not split in order into
+    `replicas` equal shares, each replica a server on nodes of its own (docs/parallel-modes.md)."""
+    if mode.replicas == 1:
+        return []
+    names = mode.nodes or server_names
+    given = f"{len(names)} node{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    if len(names) < mode.replicas:
+        return [(where + ("replicas",), f"mode {mode.name}: replicas: {mode.replicas} runs each replica on nodes "
+                 f"of its own, so it needs at least {mode.replicas} server nodes; it has {given}: give the mode "
+                 "more `nodes:` (or the provider more nodes), or fewer replicas")]
+    if len(names) % mode.replicas:
+        return [(where + ("replicas",), f"mode {mode.name}: replicas: {mode.replicas} splits the mode's {given} "
+                 f"in order, the same number to each replica, and {mode.replicas} does not divide "
+                 f"{len(names)}: give it a multiple of {mode.replicas} nodes (`nodes:`)")]
+    return []
+
+
+def _engine_mode_problem(engine, mode: ModeSpec, server_cpus: list[list[int]], names: list[str]) -> str | None:
+    """The engine's `mode_problem` on the mode's nodes; a `replicas` mode's on each replica's share of them
+    (every replica is a whole server of the mode on its own nodes), the first replica that cannot hold it."""
+    if mode.replicas == 1:
+        return engine.mode_problem(mode, server_cpus, names)
+    cpus_by_name = dict(zip(names, server_cpus))
+    if any(name not in cpus_by_name for name in mode.nodes or []):
+        return None   # _target_problems names the node
+    for index, share in enumerate(split_for_replicas(mode.nodes or names, mode.replicas)):
+        problem = engine.mode_problem(mode, [cpus_by_name[name] for name in share], share)
+        if problem:
+            return f"replica r{index} (on {', '.join(share)}): {problem}"
+    return None
+
+
 def _expert_problems(mode, engine, experts: int, where: tuple) -> list[Problem]:
     """What the engine cannot do with this mode on an MoE model (its `moe_mode_problem`, e.g. dp on vLLM's
     CPU backend); ep on a model without routed experts, or over more ranks than experts, or a split that does
     not divide them (vLLM would give the first experts % ranks ranks one expert more)."""
     if experts and (problem := engine.moe_mode_problem(mode, experts)):
-        return [(where + ("ep" if problem.startswith("ep: ") else "dp",), f"mode {mode.name}: {problem}")]
+        field = "ep" if problem.startswith("ep: ") else "pp" if problem.startswith("pp=") else "dp"
+        return [(where + (field,), f"mode {mode.name}: {problem}")]
     if not mode.ep:
         return []
     if not experts:
@@ -135,7 +182,9 @@ def _memory_problems(campaign: Campaign, engine_of: Callable[[str], Any], nodes:
 def variant_memory(campaign: Campaign, engine_of: Callable[[str], Any], nodes: list[tuple[str, list[int]]],
                    base_dir: Path | None, host: int | None) -> list[ModeMemory]:
     """`campaign_memory` of every configuration with the weights of its own model variant (`model_axes`:
-    a q4_0 file is a quarter of the f16 one)."""
+    a q4_0 file is a quarter of the f16 one); a `replicas` mode's is its first replica's, on that replica's
+    nodes (each replica holds the same on its own)."""
+    campaign = first_replicas(campaign)
     if campaign.model_axes is None:
         return campaign_memory(campaign, engine_of, nodes, base_dir, host)
     result: list[ModeMemory] = []
@@ -145,15 +194,24 @@ def variant_memory(campaign: Campaign, engine_of: Callable[[str], Any], nodes: l
     return result
 
 
+def first_replicas(campaign: Campaign) -> Campaign:
+    """The campaign with each `replicas` mode narrowed to its first replica's nodes (memory is per server)."""
+    servers = [node.name for node in server_node_specs(campaign)]
+    narrowed = [mode.model_copy(update={"nodes": split_for_replicas(mode.nodes or servers, mode.replicas)[0]})
+                if mode.replicas > 1 else mode for mode in campaign.modes]
+    return campaign.model_copy(update={"modes": narrowed}) if narrowed != campaign.modes else campaign
+
+
 def _quantization_problems(model: ModelSpec, engines: Iterable[Any]) -> list[Problem]:
     """`quantization` is a GGUF file's matrix type: an engine whose generated model is another format
     (a Hugging Face directory, written in `dtype`) would silently serve it unquantized."""
     if not isinstance(model, GeneratedModelSpec) or model.quantization is None:
         return []
+    wanted = quantization_format(model.quantization)
     return [(("model", "quantization"), f"engine {engine.kind!r} serves the generated model as "
-             f"{engine.default_model.format}, not gguf: quantization {model.quantization!r} is a GGUF type "
-             "(drop it, or set dtype for a Hugging Face model)")
-            for engine in engines if engine.default_model.format != "gguf"]
+             f"{engine.default_model.format}, not {wanted}: quantization {model.quantization!r} is a {wanted} "
+             f"format ({', '.join(QUANTIZATIONS[engine.default_model.format])} for this engine)")
+            for engine in engines if engine.default_model.format != wanted]
 
 
 def _model_axes_problems(campaign: Campaign, engines: dict[str, Any]) -> list[Problem]:
@@ -168,10 +226,12 @@ def _model_axes_problems(campaign: Campaign, engines: dict[str, Any]) -> list[Pr
     for kind in kinds:
         engine = engines[kind]
         gguf = engine.default_model.format == "gguf"
-        if axes.quantization and not gguf:
+        foreign = [value for value in axes.quantization if quantization_format(value) != engine.default_model.format]
+        if foreign:
             problems.append((("model_axes", "quantization"), f"engine {kind!r} serves the generated model as "
-                             f"{engine.default_model.format}, not gguf: quantization types are GGUF types "
-                             "(sweep model_axes.dtype instead)"))
+                             f"{engine.default_model.format}, not {quantization_format(foreign[0])}: "
+                             f"{', '.join(foreign)} are not its formats (its: "
+                             f"{', '.join(QUANTIZATIONS[engine.default_model.format])})"))
         unservable = [value for value in axes.dtype if gguf and value == "bfloat16"]
         if unservable and isinstance(campaign.model, GeneratedModelSpec):
             problems.append((("model_axes", "dtype"), f"engine {kind!r} serves GGUF files (f32, f16, q8_0, q4_0), "

@@ -15,7 +15,8 @@ from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
 from servebench.paths import cache_dir
 from servebench.providers import Node, get_provider
-from servebench.serving.deployment import mode_nodes
+from servebench.serving.balancer import plan_lines
+from servebench.serving.deployment import replica_nodes
 from servebench.serving.memory import (
     GIB,
     ModeMemory,
@@ -85,31 +86,59 @@ def describe_plan(plan: Plan, file: Path) -> str:
         model = campaign.model_for(mode)  # its model variant's (`model_axes`), else the campaign's
         model_dir = models[kind] if not mode.model else model_path(
             campaign.model_copy(update={"model": model}), file, engines[kind].default_model)
-        launch = engines[kind].launch(LaunchRequest(
+        launches = [engines[kind].launch(LaunchRequest(
             python=str(Path(build_dir) / "bin" / "python"), build_dir=build_dir, spec=spec, mode=mode,
-            model_dir=model_dir, served_name=served, dtype=model.dtype, nodes=mode_nodes(nodes, mode),
+            model_dir=model_dir, served_name=served, dtype=model.dtype, nodes=share,
             # planning=True: the engines only print a port into the command shown, so "PORT" may stand in
             # for the int a PortSource gives
-            ports=cast(PortSource, PlaceholderPorts()), planning=True))
+            ports=cast(PortSource, PlaceholderPorts()), planning=True)) for share in replica_nodes(nodes, mode)]
         engine_note = (f" engine={kind}" if len(specs) > 1 else "") + \
             (f" build {spec.describe()} key {key}" if mode.build else "") + \
             (f" model {variant_label(mode.model)}{gguf_note(model, engines[kind])}" if mode.model else "")
-        parallel = (f" dp={mode.dp}" if mode.dp > 1 else "") + (f" ep={mode.ep_size}" if mode.ep else "")
+        parallel = (f" dp={mode.dp}" if mode.dp > 1 else "") + (f" ep={mode.ep_size}" if mode.ep else "") + \
+            (f" replicas={mode.replicas} balancer={mode.balancer_policy}" if mode.replicas > 1 else "")
+        where = ", ".join(f"r{index} {launch.api.node}" for index, launch in enumerate(launches)) \
+            if mode.replicas > 1 else launches[0].api.node
         lines.append(f"mode {mode.name} (tp={mode.tp} pp={mode.pp}{parallel} executor={mode.executor}{engine_note}) "
-                     f"on {launch.api.node}:")
-        if mode.dp > 1 or mode.ep:
-            lines.append(f"  ranks    {mode.world_size} workers: {placement_text(launch)}")
-        for process in launch.processes:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
-            where = "" if process.api else f"and on {process.node}: "
-            command = provider.command(by_name[process.node], node_argv(by_name[process.node], process.argv))
-            lines.append(f"  {where}{env} \\\n    {shlex.join(command)}")
-        lines += memory_lines(memory.get(mode.name))
+                     f"on {where}:")
+        for index, launch in enumerate(launches):
+            indent = "  " if mode.replicas == 1 else "    "
+            if mode.replicas > 1:
+                lines.append(f"  replica r{index} on {', '.join(dict.fromkeys(p.node for p in launch.processes))}:")
+            if mode.dp > 1 or mode.ep:
+                lines.append(f"{indent}ranks    {mode.world_size} workers: {placement_text(launch)}")
+            lines += command_lines(launch, provider, by_name, indent)
+        if mode.replicas > 1:
+            lines += balancer_plan_lines(mode, launches, by_name, plan.client.node)
+        shown = memory_lines(memory.get(mode.name))
+        if shown and mode.replicas > 1:
+            each = f"each of the {mode.replicas} holds the same on its own nodes"
+            shown[0] = shown[0].rstrip(":") + f", replica r0's ({each}):"
+        lines += shown
         for cell in cells:
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def command_lines(launch, provider, by_name: dict, indent: str) -> list[str]:
+    """A server's processes as the provider runs them, in start order (each other than the API with its node)."""
+    lines = []
+    for process in launch.processes:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(process.env.items()))
+        where = "" if process.api else f"and on {process.node}: "
+        command = provider.command(by_name[process.node], node_argv(by_name[process.node], process.argv))
+        lines.append(f"{indent}{where}{env} \\\n{indent}  {shlex.join(command)}")
+    return lines
+
+
+def balancer_plan_lines(mode, launches: list, by_name: dict, client_node: str | None) -> list[str]:
+    """A replicas mode's balancer: nginx where the load generator runs, its policy, each replica's URL."""
+    urls = {f"r{index}": f"http://{by_name[launch.api.node].address}:PORT" for index, launch in enumerate(launches)}
+    where = f"node {client_node} (the load generator's)" if client_node else "this host (127.0.0.1, beside the " \
+        "load generator)"
+    return plan_lines(mode.name, mode.balancer_policy, urls, where)
 
 
 def placement_text(launch) -> str:

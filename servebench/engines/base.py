@@ -41,9 +41,10 @@ from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.providers.base import Node, Provider
 from servebench.spec.campaign import EngineSpecBase, ModelSpec, ModeSpec
 
-# The columns a metric map may fill (telemetry's server samples and the warehouse's).
+# The columns a metric map may fill (telemetry's server samples and the warehouse's); requests_total:
+# requests the server finished (vLLM's request_success; llama.cpp counts none), per DP engine or replica too.
 METRIC_COLUMNS = ("kv_usage", "kv_tokens", "running", "waiting", "preemptions_total", "prompt_tokens_total",
-                  "generation_tokens_total", "decode_steps_total")
+                  "generation_tokens_total", "decode_steps_total", "requests_total")
 
 
 GateChoice = tuple[list[int], list[float], list[list[int]]]  # token ids, their logprobs, top candidate ids

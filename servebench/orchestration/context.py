@@ -91,8 +91,9 @@ class RunContext:
 
     def gives_reference(self, mode: ModeSpec) -> bool:
         """Whether the mode's answers can be its engine's reference: a single-worker mode of the
-        engine's own build (a mode built for another target is judged against it, not the reference)."""
-        return self.engine_run(mode).engine.is_reference(mode) and not mode.build
+        engine's own build (a mode built for another target is judged against it, not the reference), and
+        one server (replicas behind a balancer are judged against one engine)."""
+        return self.engine_run(mode).engine.is_reference(mode) and not mode.build and mode.replicas == 1
 
     def engine_serving(self, server_mode: str) -> EngineRun:
         """The engine of a server, by its mode name (a campaign's configuration or a reference's)."""

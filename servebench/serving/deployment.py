@@ -10,7 +10,7 @@ from servebench.builds.venv import EngineBuild
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
-from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec
+from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec, split_for_replicas
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,9 @@ def mode_nodes(nodes: list[Node], mode: ModeSpec) -> list[Node]:
         return list(nodes)
     by_name = {node.declared_as: node for node in nodes if node.declared_as} | {node.name: node for node in nodes}
     return [by_name[name] for name in mode.nodes]
+
+
+def replica_nodes(nodes: list[Node], mode: ModeSpec) -> list[list[Node]]:
+    """Each replica's nodes of a `replicas` mode: the mode's nodes split in order, the same number to each
+    (replicas: 2 on [h1, h2]: [[h1], [h2]]); one share of all of them for a mode of one server."""
+    return split_for_replicas(mode_nodes(nodes, mode), mode.replicas)

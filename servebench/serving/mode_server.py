@@ -3,14 +3,17 @@ model load too), and its correctness gate (its greedy answers against the engine
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from servebench.engines import Engine, LaunchRequest
+from servebench.engines.base import ServerLaunch
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers.base import Node
+from servebench.serving.balancer import start_balancer
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
-from servebench.serving.deployment import Deployment, mode_nodes
+from servebench.serving.deployment import Deployment, mode_nodes, replica_nodes
 from servebench.serving.memory import largest_rank_weight_bytes, mode_memory, model_weights, startup_timeout_s
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.sampling import start_telemetry, stop_telemetry
@@ -28,12 +31,13 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     if d.shared is not None:  # a fault in an earlier cell may have taken a shared service (a Ray node) down
         for line in d.shared.repair(d.provider):
             reporter().stage(f"mode {mode.name}: {line}")
-    launch = d.engine.launch(LaunchRequest(
-        python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
-        served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider,
-        shared=d.shared))
-    timeout_s = ready_timeout_s(d, mode, nodes)
-    server = start_server(d.provider, nodes, launch, mode.name, Path(d.run_dir) / "servers", timeout_s)
+    shares = replica_nodes(d.nodes, mode)
+    launches = [mode_launch(d, mode, share) for share in shares]
+    timeout_s = ready_timeout_s(d, mode, shares[0])
+    if mode.replicas == 1:
+        server = start_server(d.provider, nodes, launches[0], mode.name, Path(d.run_dir) / "servers", timeout_s)
+    else:
+        server = start_replicas(d, mode, nodes, launches, timeout_s)
     telemetry = start_telemetry(d, server)
     try:
         wait_ready(server, timeout_s)
@@ -42,6 +46,48 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
         stop_server(d.provider, server)
         raise
     return server, telemetry
+
+
+def mode_launch(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> ServerLaunch:
+    """The engine's server of the mode on these nodes (a `replicas` mode: one replica's share of them)."""
+    return d.engine.launch(LaunchRequest(
+        python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
+        served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider,
+        shared=d.shared))
+
+
+def replica_launch(launches: list[ServerLaunch]) -> ServerLaunch:
+    """The replicas' processes as one server's, in start order (r0's, then r1's, ...), each labelled with its
+    replica so its log is `<mode>.r0.log` (`<mode>.r0.<label>.log` for the others of a replica)."""
+    processes = [replace(process, label=f"r{index}" + (f".{process.label}" if process.label else ""))
+                 for index, launch in enumerate(launches) for process in launch.processes]
+    return ServerLaunch(processes=processes, port=launches[0].port, health_path=launches[0].health_path)
+
+
+def instance_urls(launches: list[ServerLaunch], nodes: list[Node]) -> dict[str, str]:
+    """Each replica's own URL by name: its API process's node address and port."""
+    by_name = {node.name: node for node in nodes}
+    return {f"r{index}": f"http://{by_name[launch.api.node].address}:{launch.port}"
+            for index, launch in enumerate(launches)}
+
+
+def start_replicas(d: Deployment, mode: ModeSpec, nodes: list[Node], launches: list[ServerLaunch],
+                   timeout_s: float) -> Server:
+    """Every replica's processes (one of them failing to start stops those started), then nginx in front of
+    them where the load generator runs (servebench/serving/balancer.py): one Server whose `url` is the
+    balancer's and whose `instance_urls` are the replicas'."""
+    server = start_server(d.provider, nodes, replica_launch(launches), mode.name, Path(d.run_dir) / "servers",
+                          timeout_s)
+    try:
+        urls = instance_urls(launches, nodes)
+        policy = mode.balancer_policy or "least-connections"
+        balancer = start_balancer(d.provider, d.client.node if d.client is not None else None, mode.name, policy,
+                                  urls, Path(d.run_dir), f"{d.provider.run_id}.balancer")
+    except BaseException:
+        stop_server(d.provider, server)
+        raise
+    server.url, server.balancer, server.instance_urls = balancer.url, balancer, urls
+    return server
 
 
 def ready_timeout_s(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> float:

@@ -43,10 +43,13 @@ def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
 
 
 def scraper_argv(d: Deployment, server: Server, path: Path) -> list[str]:
-    """The scraper of the server's /metrics: the engine's metrics by column, and its state sampler if any."""
+    """The scraper of the server's /metrics: the engine's metrics by column, its state sampler if any, and
+    the server's instances scraped one by one (a `replicas:` mode's servers behind its balancer: the row is
+    their aggregate, each kept by name; one server's DP engines come apart by label without them)."""
     metrics = [flag for name, column in d.engine.api.metrics.items() for flag in ("--metric", f"{name}={column}")]
     if d.engine.api.state_sampler:
         metrics += ["--state", d.engine.api.state_sampler]
+    metrics += [flag for name, url in server.instance_urls.items() for flag in ("--instance", f"{name}={url}")]
     return [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
             "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
 

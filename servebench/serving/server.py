@@ -18,11 +18,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.logs import tail_text
 from servebench.platform.emulation import node_argv
 from servebench.providers.base import Node, NodeProcess, Provider
+from servebench.serving.balancer import Balancer, check_balancer, stop_balancer
 from servebench.waiting import poll
 
 
@@ -53,6 +55,7 @@ class Server:
     # Instances scraped one by one, by name: a `replicas: N` mode's servers behind its balancer
     # ({"r0": url, ...}); empty for one server (its data-parallel engines come apart by label)
     instance_urls: dict[str, str] = field(default_factory=dict)
+    balancer: Balancer | None = None                               # nginx in front of the replicas, at `url`
 
     @property
     def api(self) -> RunningProcess:
@@ -68,7 +71,14 @@ class Server:
 
     @property
     def port(self) -> int:
+        """Where `url` answers: the API process's port, or the balancer's in front of a mode's replicas."""
+        if self.balancer is not None:
+            return urlsplit(self.url).port or self.launch.port
         return self.launch.port
+
+    def health_urls(self) -> list[str]:
+        """The health path at `url`, and at each replica's own URL (nginx would answer while one is down)."""
+        return [base + self.launch.health_path for base in [self.url, *self.instance_urls.values()]]
 
     def pids_by_node(self) -> dict[str, list[int]]:
         pids: dict[str, list[int]] = {}
@@ -106,11 +116,9 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
     """Block until the health path answers 200; return seconds since the first process started."""
-    health = server.url + server.launch.health_path
-
     def ready() -> bool:
         _raise_if_exited(server)
-        return _status(health) == 200
+        return all(_status(url) == 200 for url in server.health_urls())
 
     if poll(ready, _time_left(server, timeout_s), interval_s=poll_s):
         for running in server.processes:
@@ -118,18 +126,25 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
         server.ready_seconds = round(time.monotonic() - server.started_monotonic, 2)
         return server.ready_seconds
     server.api.process.fetch_log()
-    raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s; "
-                       f"log {server.log_path}:\n{tail_text(server.log_path)}")
+    silent = [url for url in server.health_urls() if _status(url) != 200] if server.instance_urls else []
+    raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s"
+                       + (f" (no 200 from {', '.join(silent)})" if silent else "")
+                       + f"; log {server.log_path}:\n{tail_text(server.log_path)}")
 
 
 def is_healthy(server: Server) -> bool:
     return (all(r.process.alive() for r in server.processes)
-            and _status(server.url + server.launch.health_path) == 200)
+            and (server.balancer is None or server.balancer.process.alive())
+            and all(_status(url) == 200 for url in server.health_urls()))
 
 
 def exit_codes(server: Server) -> str:
-    """'api 0, node1 -9': how the server's processes ended (for a cell's error)."""
-    return ", ".join(f"{r.launch.label or 'api'} {describe_exit(r.process.exit_code())}" for r in server.processes)
+    """'api 0, node1 -9': how the server's processes ended (for a cell's error); a replicas mode's
+    `r0 None, r1 -9, balancer None`."""
+    codes = ", ".join(f"{r.launch.label or 'api'} {describe_exit(r.process.exit_code())}" for r in server.processes)
+    if server.balancer is not None:
+        codes += f", balancer {describe_exit(server.balancer.process.exit_code())}"
+    return codes
 
 
 def describe_exit(code: int | None) -> str:
@@ -146,12 +161,18 @@ def describe_exit(code: int | None) -> str:
 
 
 def stop_server(provider: Provider, server: Server) -> Server:
-    """Stop the API process first (no request reaches a half-stopped server), then the others in
+    """Stop the balancer of a replicas mode first, then the API process (no request reaches a
+    half-stopped server; a replicas mode's API processes, all of them), then the others in
     reverse start order; then clear what they left in each node's /dev/shm. A node that cannot
     be reached (its host gone) does not keep the others from being stopped and cleaned: the
     failures are raised together at the end (the provider's release tries again)."""
     ordered = sorted(reversed(server.processes), key=lambda r: not r.launch.api)
     failures: dict[str, str] = {}
+    if server.balancer is not None:
+        try:
+            stop_balancer(provider, server.balancer)
+        except Exception as exc:
+            failures["balancer"] = _first_line(exc)
     for running in ordered:
         try:
             provider.stop(running.process)
@@ -166,7 +187,8 @@ def stop_server(provider: Provider, server: Server) -> Server:
                 failures[name] = _first_line(exc)
     server.stopped_at = datetime.now(timezone.utc)
     if failures:
-        raise RuntimeError("; ".join(f"node {name}: {why}" for name, why in failures.items()))
+        raise RuntimeError("; ".join(f"{'' if name == 'balancer' else 'node '}{name}: {why}"
+                                     for name, why in failures.items()))
     return server
 
 
@@ -175,10 +197,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _raise_if_exited(server: Server) -> None:
+    if server.balancer is not None:
+        check_balancer(server.balancer)
     for running in server.processes:
         if not running.process.alive():
             running.process.fetch_log()
-            what = "server" if running.launch.api else f"process {running.launch.label or running.node.name}"
+            what = (("server" + (f" {running.launch.label}" if running.launch.label else "")) if running.launch.api
+                    else f"process {running.launch.label or running.node.name}")
             raise ServerFailed(f"{what} of mode {server.mode} exited with code "
                                f"{describe_exit(running.process.exit_code())} "
                                f"before it was ready; log {running.log_path}:\n{tail_text(running.log_path)}")

@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -185,6 +185,15 @@ DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) com
 ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b", "deepseek-r1",
                           "qwen3-30b-a3b"]
 GgufQuantization = Literal["f32", "f16", "q8_0", "q4_0"]
+# Hugging Face quantized formats vLLM's CPU kernels serve (servebench/builds/hf_quantized.py, docs/quantization.md)
+HfQuantization = Literal["w8a8", "w4a16", "gptq", "awq"]
+Quantization = Literal[GgufQuantization, HfQuantization]
+QUANTIZATIONS = {"gguf": get_args(GgufQuantization), "hf": get_args(HfQuantization)}  # by model format
+
+
+def quantization_format(value: str) -> str:
+    """The model format a `quantization` value belongs to: 'hf' or 'gguf'."""
+    return "hf" if value in QUANTIZATIONS["hf"] else "gguf"
 SHAPE_FIELDS = ("architecture", "layers", "hidden", "heads", "kv_heads", "intermediate", "vocab_size", "max_position",
                 "head_dim", "tie_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rms_norm_eps",
                 "experts", "experts_per_token", "moe_intermediate", "shared_experts", "dense_layers", "expert_groups",
@@ -206,9 +215,11 @@ class GeneratedModelSpec(StrictModel):
                                       "qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 a token)")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = Field(0, description="Seed of the random weights (the same seed, shape and dtype: the same file)")
-    quantization: GgufQuantization | None = Field(
-        None, description="GGUF only: the type its matrices are stored in (f32, f16, q8_0, q4_0; norms stay f32). "
-                          "Default: f32 when dtype is float32, else f16")
+    quantization: Quantization | None = Field(
+        None, description="The type its matrices are stored in. GGUF (llama.cpp): f32, f16, q8_0, q4_0 (norms stay "
+                          "f32; default f32 when dtype is float32, else f16). Hugging Face (vLLM, "
+                          "docs/quantization.md): w8a8 (int8 weights and per-token activations), w4a16, gptq, awq "
+                          "(int4, groups of 128): the decoder's linear layers, the rest in dtype; default none")
     architecture: Literal["llama", "qwen2", "qwen3_moe", "deepseek_v3"] = Field(description=(
         "The layer layout (qwen2: biases on q, k and v; qwen3_moe: q/k norms and experts in every layer; "
         "deepseek_v3: multi-head latent attention, leading dense layers, routed and shared experts)"))
@@ -288,8 +299,8 @@ class GeneratedModelSpec(StrictModel):
     def gguf_type(self) -> GgufQuantization:
         """The GGUF file's matrix type: the campaign's `quantization`, else f32 for float32 and the tiny test
         model (its near-ties), f16 for a real shape."""
-        if self.quantization:
-            return self.quantization
+        if self.quantization in get_args(GgufQuantization):
+            return self.quantization  # type: ignore[return-value]
         return "f32" if self.dtype == "float32" or self.generate == "tiny-llama" else "f16"
 
 
@@ -408,6 +419,16 @@ class ModeSpec(StrictModel):
         "Expert parallel (vLLM's --enable-expert-parallel): the MoE layers' routed experts split over the "
         "dp x tp ranks instead of each expert's matrices TP ways; needs an MoE model, dp x tp >= 2 dividing its "
         "experts. Refused on vLLM 0.32's CPU backend, which crashes with it (docs/parallel-modes.md)."))
+    replicas: int = Field(1, ge=1, description=(
+        "Independent servers of this mode (its engine, executor and tp/pp/dp each), every one on its own nodes, "
+        "behind one endpoint: nginx on the load generator's host balances the requests over them. The mode's "
+        "nodes (all server nodes when `nodes:` is left out) are split in order, the same number to each "
+        "replica (replicas: 2 on [h1, h2]: r0 on h1, r1 on h2). 1: one server, no balancer "
+        "(docs/parallel-modes.md)."))
+    balancer: Literal["least-connections", "round-robin"] | None = Field(None, description=(
+        "How the balancer of a `replicas` mode picks a replica: least-connections (nginx's least_conn: the "
+        "replica with the fewest requests in flight; the default) or round-robin (nginx's default: in turn). "
+        "Only with replicas > 1."))
     executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
                           "engine's executors; its first when left out.")
     oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
@@ -447,9 +468,22 @@ class ModeSpec(StrictModel):
             raise ValueError(f"a model variant sets dtype or quantization, not {', '.join(unknown)}")
         return value
 
+    @model_validator(mode="after")
+    def _balancer_needs_replicas(self) -> "ModeSpec":
+        if self.balancer is not None and self.replicas == 1:
+            raise ValueError(f"mode {self.name}: balancer: {self.balancer} needs replicas > 1 (one server has "
+                             "nothing to balance)")
+        return self
+
+    @property
+    def balancer_policy(self) -> str | None:
+        """The balancer's policy of a `replicas` mode (least-connections unless given); None for one server."""
+        return None if self.replicas == 1 else self.balancer or "least-connections"
+
     @property
     def world_size(self) -> int:
-        """Every worker of the mode: dp engines of tp x pp workers."""
+        """Every worker of one server of the mode: dp engines of tp x pp workers (a `replicas` mode runs
+        `replicas` such servers)."""
         return self.dp * self.tp * self.pp
 
     @property
@@ -463,6 +497,18 @@ class ModeSpec(StrictModel):
         return self.dp * self.tp if self.ep else 1
 
 
+T = TypeVar("T")
+
+
+def split_for_replicas(items: list[T], replicas: int) -> list[list[T]]:
+    """A `replicas` mode's nodes split in order, the same number to each replica ([h1, h2, h3, h4] over 2:
+    [[h1, h2], [h3, h4]]); the campaign's validation refuses a count that does not divide."""
+    if replicas < 1 or len(items) < replicas or len(items) % replicas:
+        raise ValueError(f"{len(items)} nodes do not split into {replicas} equal shares")
+    size = len(items) // replicas
+    return [items[index * size:(index + 1) * size] for index in range(replicas)]
+
+
 class ModelAxes(StrictModel):
     """The model as a sweep axis: every configuration once per combination of these values (in file order,
     dtype before quantization), named by them (`tp1-fp32`, `local-q4_0`), each with its own model
@@ -470,9 +516,10 @@ class ModelAxes(StrictModel):
 
     dtype: list[ServedDtype] = Field(default_factory=list, description=(
         "Values of `model.dtype` (auto, bfloat16, float32): mode names get fp32, bf16, auto."))
-    quantization: list[GgufQuantization] = Field(default_factory=list, description=(
-        "Values of `model.quantization` (f32, f16, q8_0, q4_0): a generated model served as GGUF only "
-        "(llama.cpp); mode names get the type."))
+    quantization: list[Quantization] = Field(default_factory=list, description=(
+        "Values of `model.quantization`: GGUF types (f32, f16, q8_0, q4_0) for an engine serving GGUF (llama.cpp), "
+        "Hugging Face formats (w8a8, w4a16, gptq, awq) for one serving Hugging Face directories (vLLM); mode "
+        "names get the value."))
 
     @model_validator(mode="after")
     def _values(self) -> "ModelAxes":
@@ -862,8 +909,8 @@ class Campaign(StrictModel):
         if self.model_axes is None:
             return self
         if self.model_axes.quantization and not isinstance(self.model, GeneratedModelSpec):
-            raise ValueError("model_axes.quantization: a GGUF type of a generated model (`generate:`); a model "
-                             "of your own is served as it is")
+            raise ValueError("model_axes.quantization: a GGUF type of a generated model, or a Hugging Face format of "
+                             "one (`generate:`); a model of your own is served as it is")
         for name in ("dtype", "quantization"):
             if getattr(self.model_axes, name) and name in self.model.model_fields_set:
                 raise ValueError(f"model.{name} is set and swept by model_axes.{name}: give it in one place")
@@ -933,6 +980,10 @@ class Campaign(StrictModel):
                 mode.pop("dp", None)
             if not mode.get("ep"):
                 mode.pop("ep", None)
+            if mode.get("replicas") == 1:  # one server, as before replicas existed
+                mode.pop("replicas", None)
+            if mode.get("balancer") is None:
+                mode.pop("balancer", None)
         for link in (data.get("network") or {}).get("links", []):
             if link.get("name") is None:  # a link setting without a name, as before it could have one
                 link.pop("name", None)

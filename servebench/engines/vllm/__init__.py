@@ -48,6 +48,7 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
             "vllm:prompt_tokens_total": "prompt_tokens_total",
             "vllm:generation_tokens_total": "generation_tokens_total",
             "vllm:iteration_tokens_total_count": "decode_steps_total",  # engine steps
+            "vllm:request_success_total": "requests_total",  # finished, any reason: per engine, its load
         },
         generation_tokens_metric="vllm:generation_tokens_total",
         # prompt tokens the prefix cache was asked for, and found: a cell's prefix_cache_hit_rate (docs/workloads.md)

@@ -95,9 +95,18 @@ def size_text(mode: ModeSpec) -> str:
     return f"dp x tp x pp = {mode.dp} x {mode.tp} x {mode.pp} = {mode.world_size}"
 
 
+# a `replicas` mode is N servers each on nodes of its own (servebench/serving/balancer.py); executor 'ray' runs on
+# the campaign's one Ray cluster over every node, whose placement groups put a server's workers on any of them
+RAY_REPLICAS = ("replicas: executor 'ray' places a server's workers anywhere on the campaign's one Ray cluster "
+                "(every node), so the replicas would not each run on nodes of their own; use executor 'mp' "
+                "(or 'mp-multinode') for replicas")
+
+
 def mode_problem(mode: ModeSpec, nodes: list[list[int]], names: list[str]) -> str | None:
     """A mode the nodes' server CPUs cannot hold (CPU counts are waived for oversubscribed modes), or whose
     data or expert parallelism vLLM 0.32 on CPU cannot serve."""
+    if mode.replicas > 1 and mode.executor == "ray":
+        return RAY_REPLICAS
     problem = _parallel_problem(mode, len(nodes))
     if problem:
         return problem
@@ -166,10 +175,23 @@ MOE_WITH_DP = ("dp > 1 on an MoE model needs the MoE layers' token dispatch over
                "serve an MoE model with tp or pp, or dense models with dp")
 
 
+# Pipeline parallelism of an MoE model, measured on the DeepSeek-V3/R1 shape cut small (MLA, 1 dense + 3 MoE
+# layers, bf16) over Ray across two testbed hosts (campaigns/modes-moe.yaml, run 20261128T061733Z-f01dac): the
+# server starts, the gate's first request kills the second stage's worker in GPUModelRunner's
+# sync_and_gather_intermediate_tensors (`assert self.intermediate_tensors is not None`, gpu_model_runner.py:3174),
+# then EngineDeadError and HTTP 500. The same layout serves a dense Llama (campaigns/ssh-testbed.yaml's pp2-ray).
+MOE_WITH_PP = ("pp > 1 on an MoE model does not serve on vLLM 0.32's CPU backend: the first request kills the "
+               "second stage's worker (AssertionError: self.intermediate_tensors is None in "
+               "GPUModelRunner.sync_and_gather_intermediate_tensors), then EngineDeadError (measured on the "
+               "DeepSeek-R1 shape, docs/parallel-modes.md); serve an MoE model with tp, or replicas")
+
+
 def moe_mode_problem(mode: ModeSpec, experts: int) -> str | None:
     """What vLLM 0.32 on CPU cannot serve on a model with routed experts (ep's own problems are mode_problem's)."""
     if experts and mode.dp > 1 and not mode.ep:
         return f"dp={mode.dp} on a model with {experts} routed experts: {MOE_WITH_DP}"
+    if experts and mode.pp > 1 and not mode.ep:
+        return f"pp={mode.pp} on a model with {experts} routed experts: {MOE_WITH_PP}"
     return None
 
 
