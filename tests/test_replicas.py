@@ -307,10 +307,13 @@ def test_two_replicas_behind_nginx_serve_every_cell_and_answer_as_one_engine(iso
     try:
         run_dir = Path(con.execute("select run_dir from runs").fetchone()[0])
         cells = con.execute("select mode, replicas, valid, completed, failed from cells order by mode").fetchall()
+        tokens = con.execute("select mode, client_output_tokens, server_output_tokens from cells order by mode").fetchall()
         servers = con.execute("select mode, replicas, balancer, correctness from servers order by mode").fetchall()
     finally:
         con.close()
     assert cells == [("r2", 2, True, 24, 0), ("r2-rr", 2, True, 24, 0), ("single", 1, True, 24, 0)], cells
+    # the server's token counter summed over the replicas (the balancer has no /metrics): 24 answers of 8
+    assert tokens == [("r2", 192, 192), ("r2-rr", 192, 192), ("single", 192, 192)], tokens
     assert servers == [("r2", 2, "least-connections", "passed"),
                                             ("r2-rr", 2, "round-robin", "passed"),
                                             ("single", 1, None, "reference")], servers

@@ -13,9 +13,11 @@ from servebench.spec.sweep import Cell, cell_workload_config
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,
-                     client: ClientPlacement, engine: Engine, health_path: str | None = None) -> LoadConfig:
+                     client: ClientPlacement, engine: Engine, health_path: str | None = None,
+                     metrics_urls: list[str] | None = None) -> LoadConfig:
     """The cell's load with the engine's request extensions, run on the generator's own CPUs and
-    judged by the campaign's validity limits; the server's health path probed to catch a hang."""
+    judged by the campaign's validity limits; the server's health path probed to catch a hang; its
+    counters read where `metrics_urls` say (a balancer's replicas), else at `base_url`."""
     load, validity = campaign.load, campaign.validity
     return LoadConfig(
         base_url=base_url, model=served_name, rate=cell.point.rate, clients=cell.point.clients,
@@ -28,7 +30,7 @@ def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name:
         request_extras=dict(engine.api.request_extras), token_counter=engine.api.generation_tokens_metric,
         health_url=base_url.rstrip("/") + health_path if health_path and load.hang_after_s else None,
         hang_after_s=load.hang_after_s if health_path else None,
-        prefix_cache_counters=engine.api.prefix_cache_metrics,
+        prefix_cache_counters=engine.api.prefix_cache_metrics, metrics_urls=list(metrics_urls or []),
         stream_token_counts=list(engine.api.stream_token_counts), prompt_cache_tokens=engine.api.prompt_cache_tokens,
         **cell_workload_config(campaign, cell),  # docs/workloads.md
     )

@@ -58,6 +58,8 @@ HELP = {
     "--prompt-cache-tokens": "CACHED,PROCESSED: where a response's usage chunk says its prompt tokens reused from "
                              "the prefix cache and processed, dotted paths (per request; without counters the "
                              "summary's prefix_cache_hit_rate); default: the --engine's; '' for none",
+    "--metrics-urls": "URL[,URL]: the servers whose /metrics hold the token and prefix-cache counters, summed "
+                      "(replicas behind a balancer); default: --base-url's",
     "--stream-token-counts": "PATH[,PATH]: where a streamed chunk says the running count of generated tokens, "
                              "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",

@@ -74,6 +74,9 @@ class LoadConfig(BaseModel):
         "Where a response's usage chunk says its prompt tokens [cached, processed] (dotted paths, the engine's "
         "`prompt_cache_tokens`): per request, and without prefix_cache_counters the summary's "
         "prefix_cache_hit_rate = cached / (cached + processed); None: not read."))
+    metrics_urls: list[str] = Field(default_factory=list, description=(
+        "The servers whose /metrics hold the token and prefix-cache counters, summed: a `replicas` mode's "
+        "replicas behind its balancer (which has no /metrics); empty: base_url's."))
     health_url: str | None = Field(None, description="The server's health path, probed during the load to catch a "
                                    "hung server (with hang_after_s).")
     hang_after_s: float | None = Field(None, gt=0, description="The server is hung when its health path has not "
@@ -86,6 +89,14 @@ class LoadConfig(BaseModel):
         default_factory=lambda: list(OPENAI_TOKEN_COUNT), min_length=1, description=(
             "Where a streamed chunk says the running count of generated tokens: dotted paths into the chunk, the "
             "first present wins (the engine's `stream_token_counts`; plain data, it travels as a flag)."))
+
+    @field_validator("metrics_urls", mode="before")
+    @classmethod
+    def _urls_text(cls, value: Any) -> Any:
+        """'URL,URL' (the flag's form) is the list; '' is none."""
+        if isinstance(value, str):
+            return [url.strip() for url in value.split(",") if url.strip()]
+        return value
 
     @field_validator("prefix_cache_counters", "prompt_cache_tokens", mode="before")
     @classmethod
@@ -168,7 +179,7 @@ FLAGS: dict[str, str] = {
     "--idle-poll": "idle_poll",
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
     "--prefix-cache-counters": "prefix_cache_counters", "--prompt-cache-tokens": "prompt_cache_tokens",
-    "--stream-token-counts": "stream_token_counts",
+    "--stream-token-counts": "stream_token_counts", "--metrics-urls": "metrics_urls",
 }
 
 
@@ -187,6 +198,8 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, ",".join(value) if value else ""]
         elif name == "stream_token_counts":
             argv += [flag, ",".join(value)]
+        elif name == "metrics_urls":
+            argv += [flag, ",".join(value)] if value else []
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

@@ -360,7 +360,13 @@ def _server_tokens(config: LoadConfig) -> float | None:
     """Read outside the measured window, so a blocking call costs the measurement nothing."""
     if not config.token_counter:
         return None
-    return scrape_counter(config.base_url, config.token_counter)
+    return _summed_counter(config, config.token_counter)
+
+
+def _summed_counter(config: LoadConfig, name: str) -> float | None:
+    """A counter summed over the servers that hold it (a balancer's replicas); None if one has none."""
+    values = [scrape_counter(url, name) for url in config.metrics_urls or [config.base_url]]
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def _prefix_cache(config: LoadConfig) -> tuple[float | None, float | None] | None:
@@ -368,7 +374,7 @@ def _prefix_cache(config: LoadConfig) -> tuple[float | None, float | None] | Non
     if not config.prefix_cache_counters:
         return None
     queries, hits = config.prefix_cache_counters
-    return scrape_counter(config.base_url, queries), scrape_counter(config.base_url, hits)
+    return _summed_counter(config, queries), _summed_counter(config, hits)
 
 
 def hit_rate(before: tuple[float | None, float | None] | None,

@@ -63,7 +63,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     assert run.deployment is not None  # cells are measured only after deploy()
     load_client = run.deployment.client
     config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
-                              run.engine, server.launch.health_path)
+                              run.engine, server.launch.health_path, list(server.instance_urls.values()))
     output = result_file(ctx, cell)
     started = landing.now()
     log_from = log_size(server.log_path)
