@@ -18,7 +18,7 @@ def test_every_unservable_mode_of_the_moe_comparison_is_refused_with_its_field_a
         "modes[1].dp: mode dp2:": "NotImplementedError in DeviceCommunicatorBase.all_gatherv",
         "modes[2].ep: mode dp2-ep:": "ep: true with dp > 1",
         "modes[3].ep: mode tp2-ep:": "segmentation fault in cpu_fused_moe",
-        "modes[4].pp: mode pp2-ray:": "self.intermediate_tensors is None",
+        "modes[4].pp:": "pp > 1 with enforce_eager: true does not serve",
         "modes[5].dp: mode llamacpp-dp2:": "engine 'llamacpp' has no data parallelism",
     }
     for where, reason in expected.items():

@@ -307,7 +307,8 @@ def test_two_replicas_behind_nginx_serve_every_cell_and_answer_as_one_engine(iso
     try:
         run_dir = Path(con.execute("select run_dir from runs").fetchone()[0])
         cells = con.execute("select mode, replicas, valid, completed, failed from cells order by mode").fetchall()
-        tokens = con.execute("select mode, client_output_tokens, server_output_tokens from cells order by mode").fetchall()
+        tokens = con.execute("select mode, client_output_tokens, server_output_tokens from cells "
+                             "order by mode").fetchall()
         servers = con.execute("select mode, replicas, balancer, correctness from servers order by mode").fetchall()
     finally:
         con.close()

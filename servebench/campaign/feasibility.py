@@ -74,7 +74,7 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
         if problem:
             reason = problem.split("): ", 1)[1] if problem.startswith("replica r") else problem  # the engine's words
             field = "ep" if mode.ep and reason.startswith("ep: ") else "dp" if mode.dp > 1 else size_field[-1]
-            field = "replicas" if reason.startswith("replicas: ") else field
+            field = "replicas" if reason.startswith("replicas: ") else "pp" if reason.startswith("pp > 1") else field
             problems.append((where + (field,), problem if mode.dp == 1 and not mode.ep and mode.replicas == 1
                              else f"mode {mode.name}: {problem}"))
         if shape and shape["heads"] % mode.tp:
@@ -87,7 +87,7 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("pp",), f"mode {mode.name}: pp={mode.pp} does not divide the model's "
                              f"{shape['layers']} layers (stages of {shape['layers'] // mode.pp} and "
                              f"{shape['layers'] // mode.pp + 1} layers: the slowest stage sets the pace)"))
-        if shape and (mode.ep or mode.dp > 1 or mode.pp > 1) and not unsupported:
+        if shape and (mode.ep or mode.dp > 1) and not unsupported:
             problems += _expert_problems(mode, engine, shape.get("experts", 0), where)
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
     problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
@@ -151,7 +151,7 @@ def _expert_problems(mode, engine, experts: int, where: tuple) -> list[Problem]:
     CPU backend); ep on a model without routed experts, or over more ranks than experts, or a split that does
     not divide them (vLLM would give the first experts % ranks ranks one expert more)."""
     if experts and (problem := engine.moe_mode_problem(mode, experts)):
-        field = "ep" if problem.startswith("ep: ") else "pp" if problem.startswith("pp=") else "dp"
+        field = "ep" if problem.startswith("ep: ") else "dp"
         return [(where + (field,), f"mode {mode.name}: {problem}")]
     if not mode.ep:
         return []

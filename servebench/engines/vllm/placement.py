@@ -146,6 +146,8 @@ def _parallel_problem(mode: ModeSpec, nodes: int) -> str | None:
         return EP_WITH_DP
     if mode.ep:
         return EP_ON_CPU
+    if mode.pp > 1 and mode.knobs.get("enforce_eager") is True:
+        return PP_EAGER
     if mode.dp == 1:
         return None
     if mode.executor == "ray":
@@ -155,6 +157,19 @@ def _parallel_problem(mode: ModeSpec, nodes: int) -> str | None:
                 "node's API server, --headless engines on the others) and the mode has one node: use executor "
                 "'mp' for data parallelism on one node")
     return None
+
+
+# Pipeline parallelism with enforce_eager, measured over Ray across two testbed hosts on a dense Llama-3.2 shape
+# and a DeepSeek-R1 shape, bf16 (runs 20261128T063116Z-6f4382 and 20261128T061733Z-f01dac): the server starts and
+# the gate's first request kills the second stage's worker (`assert self.intermediate_tensors is not None` in
+# GPUModelRunner.sync_and_gather_intermediate_tensors), then EngineDeadError. CPUModelRunner.warming_up_model
+# returns at once when compilation is off (enforce_eager), and only that warm-up's dummy run allocates a later
+# stage's intermediate-tensor buffer; compiled (the default), the same layout serves (campaigns/ssh-testbed.yaml).
+PP_EAGER = ("pp > 1 with enforce_eager: true does not serve on vLLM 0.32's CPU backend: without compilation the "
+            "CPU runner skips its warm-up, which is what allocates a later stage's intermediate tensors, and the "
+            "first request kills that stage's worker (AssertionError in "
+            "GPUModelRunner.sync_and_gather_intermediate_tensors; measured, docs/parallel-modes.md); drop "
+            "enforce_eager from this mode's knobs")
 
 
 # What vLLM 0.32.0 on CPU does with expert parallelism over data-parallel ranks, measured with a Mixtral-shaped
@@ -175,23 +190,10 @@ MOE_WITH_DP = ("dp > 1 on an MoE model needs the MoE layers' token dispatch over
                "serve an MoE model with tp or pp, or dense models with dp")
 
 
-# Pipeline parallelism of an MoE model, measured on the DeepSeek-V3/R1 shape cut small (MLA, 1 dense + 3 MoE
-# layers, bf16) over Ray across two testbed hosts (campaigns/modes-moe.yaml, run 20261128T061733Z-f01dac): the
-# server starts, the gate's first request kills the second stage's worker in GPUModelRunner's
-# sync_and_gather_intermediate_tensors (`assert self.intermediate_tensors is not None`, gpu_model_runner.py:3174),
-# then EngineDeadError and HTTP 500. The same layout serves a dense Llama (campaigns/ssh-testbed.yaml's pp2-ray).
-MOE_WITH_PP = ("pp > 1 on an MoE model does not serve on vLLM 0.32's CPU backend: the first request kills the "
-               "second stage's worker (AssertionError: self.intermediate_tensors is None in "
-               "GPUModelRunner.sync_and_gather_intermediate_tensors), then EngineDeadError (measured on the "
-               "DeepSeek-R1 shape, docs/parallel-modes.md); serve an MoE model with tp, or replicas")
-
-
 def moe_mode_problem(mode: ModeSpec, experts: int) -> str | None:
     """What vLLM 0.32 on CPU cannot serve on a model with routed experts (ep's own problems are mode_problem's)."""
     if experts and mode.dp > 1 and not mode.ep:
         return f"dp={mode.dp} on a model with {experts} routed experts: {MOE_WITH_DP}"
-    if experts and mode.pp > 1 and not mode.ep:
-        return f"pp={mode.pp} on a model with {experts} routed experts: {MOE_WITH_PP}"
     return None
 
 
