@@ -45,7 +45,8 @@ def test_report_is_self_contained(report):
     assert not re.search(r"<script[^>]+src=", html), "the page loads a script from elsewhere"
     assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
     charts = sorted(p.name for p in (report.parent / "charts").iterdir())
-    assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 16
+    assert "kv_usage.png" in charts and "node_timelines.svg" in charts and len(charts) == 18
+    assert "rank_network.svg" in charts  # the synthetic run was sampled on two nodes
 
 
 @pytest.mark.browser
@@ -54,8 +55,8 @@ def test_report_renders_in_chromium_without_console_messages(report):
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], "\n".join(console)
     rendered = re.findall(r'<div id="chart-\d+" class="chart[^"]*vega-embed', done.stdout)
-    assert len(rendered) == 8, f"{len(rendered)} charts rendered"
-    assert done.stdout.count('class="marks"') >= 8
+    assert len(rendered) == 9, f"{len(rendered)} charts rendered"
+    assert done.stdout.count('class="marks"') >= 9
     assert 'data-name="history"' in done.stdout
     SCREENSHOTS.mkdir(exist_ok=True)
     shot = SCREENSHOTS / "report.png"
