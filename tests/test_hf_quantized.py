@@ -301,3 +301,51 @@ def test_vllm_serves_the_quantized_tiny_llama_through_its_cpu_kernel(tmp_path, f
     assert f"Using {KERNELS[fmt]}" in logs or KERNELS[fmt] in logs, logs[-3000:]
     assert engine_processes() == []
     assert shm_entries() - shm_before == set()
+
+
+# --- the memory plan counts what the format stores --------------------------------------------------------
+
+def written_bytes(directory: Path) -> int:
+    return sum(tensor.values * hf_quantized.DTYPE_BYTES[tensor.dtype] for tensor in source_tensors(directory))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_the_memory_plan_counts_a_quantized_model_at_the_bytes_its_checkpoint_holds(tmp_path, bf16_model, fmt):
+    """The weights `servebench plan` counts for one rank holding the whole quantized model are the bytes its
+    checkpoint's tensors take (the projections at the format's bits with their scales and zero points, the
+    embedding, head, norms and biases in bf16), not the bf16 model's: found from the generated spec and
+    from the directory's own config.json alike. GPTQ's `g_idx` (an int32 per input feature of every
+    projection) is left out of the count: 4 bytes per output row, 2 % at this toy width, under
+    0.1 % at a real one."""
+    from servebench.engines.base import RankShare
+    from servebench.serving.memory import ModelWeights, config_quantization, quantized_weights, share_weight_bytes
+
+    hf_quantized.write_quantized_model(bf16_model, tmp_path / fmt, fmt)
+    shape = spec_of("qwen2-1.5b").shape()
+    whole = RankShare(node="n", label="rank0", layers=shape.layers, embedding=True, head=True)
+    planned = share_weight_bytes(quantized_weights(shape, FORMATS[fmt], "bfloat16", "bfloat16"), whole)
+    config = json.loads((tmp_path / fmt / "config.json").read_text())
+    declared = config_quantization(config)
+    assert declared is not None and (declared.bits, declared.group_size) == (FORMATS[fmt].bits, FORMATS[fmt].group_size)
+    assert share_weight_bytes(quantized_weights(shape, declared, "bfloat16", "bfloat16"), whole) == planned
+    written = written_bytes(tmp_path / fmt)
+    tolerance = 0.03 if fmt == "gptq" else 0.01
+    assert abs(planned - written) / written < tolerance, (fmt, planned, written)
+    unquantized = share_weight_bytes(ModelWeights(shape, "bfloat16"), whole)
+    assert planned < unquantized and abs(unquantized - written_bytes(bf16_model)) / unquantized < 0.01
+
+
+def test_a_quantized_8b_rank_plans_its_int8_and_int4_layers_beside_a_bf16_vocabulary():
+    """At Llama-3.1-8B's shape the plan's weights per rank follow the format: W8A8 about half of bf16's
+    layers, the int4 formats about a quarter, the embedding and head (1.05 GB each) unchanged."""
+    from servebench.engines.base import RankShare
+    from servebench.serving.memory import ModelWeights, quantized_weights, share_weight_bytes
+    from servebench.spec.model_shapes import preset
+
+    shape = preset("llama-3.1-8b")
+    whole = RankShare(node="n", label="rank0", layers=shape.layers, embedding=True, head=True)
+    vocab = 2 * shape.vocab_size * shape.hidden * 2
+    bf16 = share_weight_bytes(ModelWeights(shape, "bfloat16"), whole) - vocab
+    for fmt, ratio in (("w8a8", 0.5), ("w4a16", 0.25), ("gptq", 0.25), ("awq", 0.25)):
+        layers = share_weight_bytes(quantized_weights(shape, FORMATS[fmt], "bfloat16", "bfloat16"), whole) - vocab
+        assert ratio <= layers / bf16 < ratio * 1.06, (fmt, layers / bf16)

@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from servebench.builds.hf_quantized import FORMATS as HF_QUANTIZED_FORMATS
+from servebench.builds.hf_quantized import QuantizedFormat
 from servebench.engines.base import Engine, MemoryRequest, RankShare, ServerMemory
 from servebench.spec.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, NodeSpec
 from servebench.spec.model_shapes import DTYPE_BYTES, Architecture, ModelShape
@@ -37,15 +39,25 @@ UNKNOWN_REMOTE = "unknown until provision (the node's inventory records its MemT
 
 @dataclass(frozen=True)
 class ModelWeights:
-    """The model as memory sees it: its shape (None: unknown, `why`) and how many bytes its matrices,
-    its norms and biases and its KV cache take per element."""
+    """The model as memory sees it: its shape (None: unknown, `why`) and how many bytes its layers'
+    matrices, its embedding and head (`vocab_bytes`, None: as the layers'), its norms and biases and its
+    KV cache take per element. A Hugging Face quantized model keeps its vocabulary matrices in the served
+    dtype (the quantizers leave the embedding and `lm_head` alone) and computes in it."""
 
     shape: ModelShape | None
-    stored_as: str                  # 'bfloat16', 'q4_0': what the matrices are stored in
+    stored_as: str                  # 'bfloat16', 'q4_0', 'w8a8': what the layers' matrices are stored in
     matrix_bytes: float = 2.0
     small_bytes: int = 2
     kv_dtype: str = "bfloat16"
     why: str | None = None
+    vocab_bytes: float | None = None
+    computes_in: str | None = None  # a quantized model's activation dtype (None: `stored_as`)
+
+    @property
+    def vocab_matrix_bytes(self) -> float:
+        """Bytes an element of the embedding and the head takes (and, for a quantized model, the dtype its
+        activations and the packed second copy of the vocabulary are in)."""
+        return self.matrix_bytes if self.vocab_bytes is None else self.vocab_bytes
 
     def kv_bytes_per_token(self, layers: int, tp: int = 1) -> int:
         """KV bytes a token takes in `layers` layers of one rank: its share of the KV heads (a head is
@@ -66,6 +78,9 @@ def model_weights(model: ModelSpec, engine: Engine, model_path: Path | None) -> 
         if engine.default_model.format == "gguf":
             return ModelWeights(model.shape(), model.gguf_type(), GGUF_BYTES_PER_WEIGHT[model.gguf_type()],
                                 GGUF_SMALL_BYTES, kv_override or dtype)
+        if model.quantization in HF_QUANTIZED_FORMATS:
+            return quantized_weights(model.shape(), HF_QUANTIZED_FORMATS[model.quantization], dtype,
+                                     kv_override or dtype)
         return ModelWeights(model.shape(), dtype, DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], kv_override or dtype)
     if model_path is None or model_path.suffix.lower() == ".gguf":
         size = f" ({model_path.stat().st_size / GIB:.2f} GiB file)" if model_path and model_path.is_file() else ""
@@ -78,7 +93,49 @@ def model_weights(model: ModelSpec, engine: Engine, model_path: Path | None) -> 
     dtype = model.dtype if model.dtype != "auto" else str(config.get("torch_dtype") or config.get("dtype"))
     if dtype not in DTYPE_BYTES:
         return ModelWeights(shape, dtype, why=f"config.json's dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    if (fmt := config_quantization(config)) is not None:
+        return quantized_weights(shape, fmt, dtype, kv_override or dtype)
     return ModelWeights(shape, dtype, DTYPE_BYTES[dtype], DTYPE_BYTES[dtype], kv_override or dtype)
+
+
+def quantized_bytes_per_weight(fmt: QuantizedFormat, dtype: str, in_features: int) -> float:
+    """Bytes a quantized linear's weight takes an element: its bits, its scale (in the served dtype, one a
+    group along the input, or one an output channel: then one per `in_features` weights) and, for GPTQ and
+    AWQ, the zero point packed at the same bits (GPTQ stores it even when symmetric)."""
+    group = fmt.group_size or in_features
+    zero = fmt.bits / 8 if fmt.quant_method in ("gptq", "awq") else 0.0
+    return fmt.bits / 8 + (DTYPE_BYTES[dtype] + zero) / group
+
+
+def quantized_weights(shape: ModelShape, fmt: QuantizedFormat, dtype: str, kv_dtype: str) -> ModelWeights:
+    """A Hugging Face quantized model: the layers' projections at the format's bytes (what vLLM's CPU
+    kernels keep: oneDNN's int8 and `CPUWNA16`'s packed int4 are as large as the checkpoint's tensors),
+    the embedding, head, norms and biases in the served dtype."""
+    return ModelWeights(shape, fmt.name, quantized_bytes_per_weight(fmt, dtype, shape.hidden), DTYPE_BYTES[dtype],
+                        kv_dtype, vocab_bytes=DTYPE_BYTES[dtype], computes_in=dtype)
+
+
+def config_quantization(config: dict) -> QuantizedFormat | None:
+    """The quantized format a checkpoint's config.json declares, among those vLLM's CPU backend serves: GPTQ
+    and AWQ by `quant_method` and `bits`, compressed-tensors by its weights' `num_bits` (8: W8A8's int8,
+    4: W4A16's packed int4) and group size. None when it declares none (or one not listed: counted at the
+    dtype's bytes, an overestimate)."""
+    quant = config.get("text_config", config).get("quantization_config") or config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = quant.get("quant_method")
+    if method in ("gptq", "awq"):
+        bits, group = quant.get("bits"), quant.get("group_size")
+        return QuantizedFormat(method, method, int(bits), int(group) if group and group > 0 else None,
+                               zero_point=method == "awq") if bits in (4, 8) else None
+    if method == "compressed-tensors":
+        for scheme in (quant.get("config_groups") or {}).values():
+            weights = (scheme or {}).get("weights") or {}
+            bits, group = weights.get("num_bits"), weights.get("group_size")
+            if bits in (4, 8):
+                return QuantizedFormat("w8a8" if bits == 8 else "w4a16", method, int(bits),
+                                       int(group) if group else None)
+    return None
 
 
 # a config.json's model_type -> the layout its parameters are counted by (any other: Llama's)
@@ -133,7 +190,7 @@ def share_weight_bytes(weights: ModelWeights, share: RankShare) -> int:
         small = parts.small - bias
         layers += count * ((parts.split / share.tp + parts.replicated) * weights.matrix_bytes
                            + (small + bias / share.tp) * weights.small_bytes)
-    vocab = shape.vocab_size * shape.hidden / share.tp * weights.matrix_bytes
+    vocab = shape.vocab_size * shape.hidden / share.tp * weights.vocab_matrix_bytes
     head = 0.0
     if share.head:
         shared = shape.tie_embeddings and share.embedding
@@ -147,7 +204,7 @@ def share_step_bytes(weights: ModelWeights, share: RankShare) -> int:
     shape = weights.shape
     assert shape is not None
     lookup_only = share.embedding and not (shape.tie_embeddings and share.head)
-    embedding = shape.vocab_size * shape.hidden / share.tp * weights.matrix_bytes if lookup_only else 0.0
+    embedding = shape.vocab_size * shape.hidden / share.tp * weights.vocab_matrix_bytes if lookup_only else 0.0
     return round(share_weight_bytes(weights, share) - embedding)
 
 
@@ -172,10 +229,13 @@ def share_token_parameters(weights: ModelWeights, share: RankShare) -> int:
 def rank_roofline_figures(weights: ModelWeights, shares: list[RankShare]) -> dict:
     """What `cell_roofline` (docs/roofline.md) puts a mode's cells against, for its largest rank: the
     weight bytes a decode step reads (`rank_weight_bytes`), a token's KV bytes, the parameters a prompt
-    token goes through (`rank_parameters`) and the most ranks holding layers on one node."""
+    token goes through (`rank_parameters`) and the most ranks holding layers on one node. Its
+    `served_dtype` is the dtype the matrices are multiplied in (a W8A8 or int4 model's activations:
+    bfloat16), whose peak the prefill is judged against; its weight bytes are what the format stores."""
     held = [share for share in shares if share.layers]
     largest = max(held, key=lambda s: share_weight_bytes(weights, s))
-    return {"served_dtype": weights.stored_as, "rank_weight_bytes": share_step_bytes(weights, largest),
+    return {"served_dtype": weights.computes_in or weights.stored_as,
+            "rank_weight_bytes": share_step_bytes(weights, largest),
             "rank_kv_bytes_per_token": weights.kv_bytes_per_token(largest.layers, largest.tp),
             "rank_parameters": share_token_parameters(weights, largest),
             "ranks_per_node": max(Counter(s.node for s in held).values())}
@@ -255,7 +315,7 @@ def working_sets(memory: ServerMemory, request: MemoryRequest, shares: list[Rank
     sized = getattr(memory, "working_sets", None)
     if sized is None or weights.shape is None:
         return [memory.process_overhead_bytes] * len(shares)
-    return sized(request, shares, weights.shape, weights.matrix_bytes)
+    return sized(request, shares, weights.shape, weights.vocab_matrix_bytes)
 
 
 def kv_capacity_tokens(weights: ModelWeights, shares: list[RankShare]) -> int | None:

@@ -93,20 +93,21 @@ def activation_values_per_token(shape: ModelShape, tp: int) -> int:
     return 3 * shape.hidden + attention + inner
 
 
-def worker_working_set(share: RankShare, request: MemoryRequest, shape: ModelShape, matrix_bytes: float) -> int:
+def worker_working_set(share: RankShare, request: MemoryRequest, shape: ModelShape, element_bytes: float) -> int:
     """One worker's bytes beyond its weights and KV pool: the runtime, the packed second copy of the
-    vocabulary matrices it holds, one step's activations and, on a rank with the head, the logits."""
+    vocabulary matrices it holds, one step's activations and, on a rank with the head, the logits
+    (`element_bytes`: the served dtype's, which a quantized model's vocabulary and activations keep)."""
     tokens, seqs = batch_limits(request)
-    vocab_matrix = shape.vocab_size * shape.hidden / share.tp * matrix_bytes
+    vocab_matrix = shape.vocab_size * shape.hidden / share.tp * element_bytes
     copies = (1 if share.embedding else 0) + (1 if share.head else 0)
     if shape.tie_embeddings and share.embedding and share.head:
         copies = 1
-    activations = tokens * activation_values_per_token(shape, share.tp) * matrix_bytes if share.layers else 0
+    activations = tokens * activation_values_per_token(shape, share.tp) * element_bytes if share.layers else 0
     logits = seqs * shape.vocab_size * 4 * LOGITS_COPIES if share.head else 0
     return round(PROCESS_RUNTIME_BYTES + copies * vocab_matrix + activations + logits)
 
 
-def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelShape, matrix_bytes: float
+def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelShape, element_bytes: float
                  ) -> list[int]:
     """Each worker's working set, with the mode's other processes counted on the rank beside them: the
     API server (and with dp > 1 the DP coordinator) on rank 0, each engine's core process on the
@@ -126,7 +127,7 @@ def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelSh
         if rank % mode.engine_size == 0:
             others += engine_core
         nodes_seen.add(share.node)
-        sets.append(worker_working_set(share, request, shape, matrix_bytes) + others)
+        sets.append(worker_working_set(share, request, shape, element_bytes) + others)
     return sets
 
 
