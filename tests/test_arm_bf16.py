@@ -87,6 +87,9 @@ def test_a_venv_whose_packages_carry_the_openblas_gets_the_shim_in_its_key_and_h
     lazy = engine.build_recipe(VllmEngineSpec(target="graviton3"))
     shimmed = engine.build_recipe(VllmEngineSpec(target="graviton3", extra_packages=[OPENBLAS]))
     assert blas_shim.leaves_sbgemm_unbound(lazy) and not blas_shim.leaves_sbgemm_unbound(shimmed)
+    # the shimmed venv's versions are held to the x86 venv the reference serves, not to one with the OpenBLAS
+    assert shimmed.platform and lazy.platform and shimmed.platform.constraints_from == lazy.platform.constraints_from
+    assert lazy.platform.constraints_from == engine.build_recipe(VllmEngineSpec())
     sysroot = Sysroot(path=str(tmp_path / "sysroot"), arch="aarch64", python_minor="3.11",
                       packages={"python3.11": "3.11.2-6+deb12u9"}, key="debian-arm64-test")
     assert "blas_shim" not in target_inputs(lazy, sysroot)            # every other venv keeps its key

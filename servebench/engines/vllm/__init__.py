@@ -89,11 +89,13 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
         if spec.target is None:
             return recipe
         # The same packages for the target's architecture, at the versions this host's venv has (the
-        # gate's reference runs them); lazy binding: the aarch64 _C names OpenBLAS's sbgemm_, which
-        # PyPI's aarch64 torch lacks (never called at fp32).
+        # gate's reference runs them: the engine's and Ray's, so the target's own extra packages, such as
+        # the BLAS shim's OpenBLAS, never make a second x86 venv); lazy binding: the aarch64 _C names
+        # OpenBLAS's sbgemm_, which PyPI's aarch64 torch lacks (never called at fp32).
+        host = recipe.model_copy(update={"packages": [spec.package, spec.ray]})
         return recipe.model_copy(update={"platform": TargetPlatform(
             arch=profile(spec.target).arch, requirements_from=spec.package,
-            pins={"torch": spec.target_torch}, constraints_from=recipe, lazy_binding=True)})
+            pins={"torch": spec.target_torch}, constraints_from=host, lazy_binding=True)})
 
     def target_torch_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
         """The venv of the prebuilt wheel for the source's target architecture: its torch is what a
