@@ -76,6 +76,19 @@ def test_local_nodes_share_this_hosts_memory(host_has):
     assert "needs 23.16 GiB on nodes n0, n1, which share this host, but 16.00 GiB is free here" in str(refused.value)
 
 
+def test_replicas_on_local_nodes_each_count_against_this_hosts_memory(host_has):
+    """Each replica is a whole server on nodes of its own; on local nodes all of them share this host: two
+    Llama-3.2-1B servers need twice one's memory (6.35 GiB each)."""
+    host_has(7)
+    one = campaign_text("{generate: llama-3.2-1b}", "[{name: single, nodes: [n0]}]", TWO_NODES % (13, 13))
+    parse_campaign(one, host_cpus=HOST_CPUS)
+    text = campaign_text("{generate: llama-3.2-1b}", "[{name: r2, replicas: 2}]", TWO_NODES % (13, 13))
+    with pytest.raises(SpecError) as refused:
+        parse_campaign(text, host_cpus=HOST_CPUS)
+    assert "mode r2 needs 12.69 GiB on 2 replicas of 6.35 (the first on n0), all on this host, but 7.00 GiB is " \
+           "free here" in str(refused.value)
+
+
 def test_a_tiny_model_always_fits(host_has):
     host_has(8)
     load_campaign(ROOT / "campaigns" / "smoke.yaml", host_cpus=HOST_CPUS)

@@ -290,7 +290,7 @@ class ModeMemory:
     nodes: list[NodeMemory]
     kv_capacity_tokens: int | None   # the fewest tokens any rank's KV pool holds
     why_unknown: str | None
-    shared_host: int | None  # this host's MemAvailable when several of the mode's nodes share it
+    shared_host: int | None  # this host's MemAvailable when several of the mode's nodes (or replicas) share it
 
 
 def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], shape: ModelShape) -> MemoryRequest:
@@ -338,7 +338,7 @@ def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, lis
             share, share_weight_bytes(weights, share), share_kv_bytes(weights, share), working_set))
     node_rows = [NodeMemory(name, ranks, *available.get(name, (None, UNKNOWN_REMOTE)))
                  for name, ranks in per_node.items()]
-    host = shared_host if len(node_rows) > 1 else None
+    host = shared_host if len(node_rows) > 1 or mode.replicas > 1 else None   # several servers, one host
     return ModeMemory(mode, campaign_index, node_rows, kv_capacity_tokens(weights, shares), None, host)
 
 
@@ -424,11 +424,16 @@ def memory_problems(modes: list[ModeMemory]) -> list[tuple[int, str]]:
                                  f"free there ({node.available_from})"))
         needs = [node.need for node in memory.nodes]
         if memory.shared_host is not None and None not in needs:
-            total = sum(n for n in needs if n is not None)
+            # every replica is a server like the first (whose nodes these are), all of them on this host
+            replicas = memory.mode.replicas
+            total = sum(n for n in needs if n is not None) * replicas
+            names = ", ".join(n.node for n in memory.nodes)
+            where = f"nodes {names}, which share this host"
+            if replicas > 1:
+                where = f"{replicas} replicas of {gib(total // replicas)} (the first on {names}), all on this host"
             if total > memory.shared_host and not any(p[1].startswith(f"mode {memory.mode.name} ") for p in problems):
-                problems.append((memory.campaign_index, f"mode {memory.mode.name} needs {gib(total)} GiB on nodes "
-                                 f"{', '.join(n.node for n in memory.nodes)}, which share this host, but "
-                                 f"{gib(memory.shared_host)} GiB is free here (MemAvailable)"))
+                problems.append((memory.campaign_index, f"mode {memory.mode.name} needs {gib(total)} GiB on {where}, "
+                                 f"but {gib(memory.shared_host)} GiB is free here (MemAvailable)"))
     return problems
 
 
