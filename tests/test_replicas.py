@@ -167,7 +167,7 @@ def test_rows_landed_before_replicas_existed_were_one_server_each(tmp_path, monk
     older = tmp_path / "older"
     older.mkdir()
     for version, path in warehouse.migrations():
-        if not path.name.startswith("030_"):
+        if version < 30:  # the warehouse as it was before 030_replicas.sql
             (older / path.name).write_text(path.read_text())
     monkeypatch.setattr(warehouse, "MIGRATIONS_DIR", older)
     monkeypatch.setattr(warehouse, "apply_views", lambda con: None)

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from servebench.builds.venv import EngineBuild
+from servebench.engines.base import RankShare
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import CHECKOUT, DISTRIBUTION
 from servebench.spec.sweep import Cell
@@ -162,17 +163,62 @@ def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: 
                 ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
                 correctness: str | None = None, correctness_detail: str | None = None,
                 kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
-                engine: str | None = None, build_key: str | None = None, rank_figures: dict | None = None) -> None:
+                engine: str | None = None, build_key: str | None = None, rank_figures: dict | None = None,
+                ranks: list[list[RankShare]] | None = None) -> None:
     """`rank_figures`: the mode's bytes and parameters per rank (servers.served_dtype, rank_weight_bytes,
-    rank_kv_bytes_per_token, rank_parameters, ranks_per_node), which cell_roofline reads."""
+    rank_kv_bytes_per_token, rank_parameters, ranks_per_node), which cell_roofline reads. `ranks`: each
+    replica's processes as the engine lays them out on its nodes (what `servebench plan` prints), landed in
+    server_ranks in place of the mode's earlier rows (None: those rows stay)."""
+    layout = served_layout(con, run_id, mode)
     insert_row(con, "servers", dict(
-        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES}, **served_layout(con, run_id, mode),
+        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES}, **layout,
         run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command,
         env=json.dumps(env), log_path=log_path,
         started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
         correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
         correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),
         conflict="or replace")
+    if ranks is not None:
+        _replace_server_ranks(con, run_id, mode, rank_rows(ranks, layout))
+
+
+def _replace_server_ranks(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, found: list[dict]) -> None:
+    """The server's rows of server_ranks, in one transaction: a restarted server's placement replaces its first's."""
+    con.execute("begin transaction")
+    try:
+        con.execute("delete from server_ranks where run_id = ? and mode = ?", [run_id, mode])
+        for row in found:
+            insert_row(con, "server_ranks", dict(run_id=run_id, mode=mode, **row))
+        con.execute("commit")
+    except Exception:
+        con.execute("rollback")
+        raise
+
+
+def rank_rows(replicas: list[list[RankShare]], layout: dict) -> list[dict]:
+    """server_ranks' rows of a server: each replica's processes in layout order with their node and label. A
+    process holding decoder layers is a rank, numbered in layout order, which is vLLM's (DP engine, then pipeline
+    stage, then TP rank: rank = (dp_rank x pp + pp_rank) x tp + tp_rank); its coordinates follow from the mode's
+    `layout` (tp, pp, dp, ep: `served_layout`) when the ranks are dp x pp x tp, else stay NULL. A process
+    without layers (a server in front of RPC workers) has no rank."""
+    tp, pp, dp = (layout.get(name) or 0 for name in ("tp", "pp", "dp"))  # 0: a server of no known mode
+    found = []
+    for replica, shares in enumerate(replicas):
+        workers = sum(1 for share in shares if share.layers)
+        coordinates_known = workers > 0 and workers == tp * pp * dp
+        rank = 0
+        for process, share in enumerate(shares):
+            row = dict(replica=replica, process=process, label=share.label, node=share.node, rank=None,
+                       dp_rank=None, pp_rank=None, tp_rank=None, ep_rank=None)
+            if share.layers:
+                row["rank"] = rank
+                if coordinates_known:
+                    engine, local = divmod(rank, tp * pp)
+                    row.update(dp_rank=engine, pp_rank=local // tp, tp_rank=local % tp,
+                               ep_rank=engine * tp + local % tp if layout.get("ep") else None)
+                rank += 1
+            found.append(row)
+    return found
 
 
 def served_layout(con: duckdb.DuckDBPyConnection, run_id: str, mode: str) -> dict:

@@ -167,11 +167,11 @@ def balance_cells(con: Connection, run_id: str) -> list[dict]:
 
 
 def rank_network_cells(con: Connection, run_id: str) -> list[dict]:
-    """Each cell's bytes sent and received per node (`cell_rank_network`), with the cell's load kind,
-    executor and requests completed, in cell and node order."""
+    """Each cell's bytes sent and received per node (`cell_rank_network`) and the ranks the node held (its
+    replica, their labels), with the cell's load kind, executor and requests completed, in cell and node order."""
     return rows(con, """select n.cell_id, n.cell_key, n.mode, c.executor, c.load_kind, n.clients, n.rate, n.node,
             n.role, n.tp, n.pp, n.dp, n.ep, n.engine_processes, n.bytes_sent, n.bytes_received,
-            n.bytes_per_request, n.window_s, c.completed
+            n.bytes_per_request, n.window_s, c.completed, n.replica, n.ranks
         from cell_rank_network n join cells c using (cell_id)
         where n.run_id = ? order by n.cell_key, n.node""", [run_id])
 

@@ -119,7 +119,8 @@ def network_points(rows: list[dict]) -> list[dict]:
         if r.get("bytes_sent") is None or r.get("bytes_received") is None:
             continue  # under two node samples in the cell
         group = grouped.setdefault((r["mode"], node_label(r)), {"sent": 0.0, "received": 0.0, "requests": 0.0,
-                                                                 "cells": 0, "layout": layout(r)})
+                                                                 "cells": 0, "layout": layout(r),
+                                                                 "ranks": ", ".join(r.get("ranks") or []) or "none"})
         group["sent"] += r["bytes_sent"]
         group["received"] += r["bytes_received"]
         group["requests"] += r.get("completed") or 0
@@ -128,7 +129,7 @@ def network_points(rows: list[dict]) -> list[dict]:
     for (mode, node), g in grouped.items():
         for direction in ("sent", "received"):
             points.append({"mode": mode, "node": node, "direction": direction, "layout": g["layout"],
-                           "bytes": g[direction], "cells": g["cells"], "requests": g["requests"],
+                           "ranks": g["ranks"], "bytes": g[direction], "cells": g["cells"], "requests": g["requests"],
                            "kb_per_request": g[direction] / g["requests"] / 1e3 if g["requests"] else None,
                            "mb": g[direction] / MB})
     return points
@@ -156,10 +157,11 @@ def rank_network_chart(rows: list[dict]) -> alt.TopLevelMixin | None:
         xOffset=alt.XOffset("direction:N", sort=["sent", "received"]),
         y=alt.Y(f"{field}:Q", title=axis),
         color=alt.Color("direction:N", title="direction", sort=["sent", "received"]),
-        tooltip=["mode:N", "node:N", "layout:N", "direction:N", alt.Tooltip("mb:Q", title="MB", format=".3f"),
+        tooltip=["mode:N", "node:N", "layout:N", "ranks:N", "direction:N",
+                 alt.Tooltip("mb:Q", title="MB", format=".3f"),
                  alt.Tooltip("kb_per_request:Q", title="KB per request", format=".2f"), "cells:Q", "requests:Q"],
     ).properties(width=WIDTH, height=HEIGHT).facet(column=alt.Column("mode:N", title="mode"))
     subtitle = ("each node's bytes on every interface but lo during the mode's cells (warm-up included) "
                 f"{'over the requests they completed' if by_request else 'in total'}; "
-                "which ranks a node held: `servebench plan`")
+                "the ranks each node held in its tooltip (server_ranks)")
     return chart.properties(title=titled(title, subtitle))

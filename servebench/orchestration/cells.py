@@ -66,7 +66,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
                               run.engine, server.launch.health_path, list(server.instance_urls.values()))
     output = result_file(ctx, cell)
     started = landing.now()
-    log_from = log_size(server.log_path)
+    log_from = api_log_sizes(server)
     timers = start_faults(ctx, cell, server)
     try:
         result = run_cell_load.with_options(task_run_name=f"load {cell.key}")(
@@ -81,7 +81,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         return None
     faults = finish_faults(ctx, cell, timers)  # first: a fault that lasts is undone before the server is asked
     outcome = measured_outcome(ctx.campaign, cell, result["summary"], server_problem(server), faults)
-    return result, outcome, faults, started, count_in_log(server.log_path, log_from, run.engine.api.kv_failure_pattern)
+    return result, outcome, faults, started, count_in_logs(log_from, run.engine.api.kv_failure_pattern)
 
 
 def supersede_attempt(ctx: RunContext, cell: Cell, result: dict, attempt: int, outcome: CellOutcome) -> None:
@@ -181,6 +181,19 @@ def log_size(path: Path | None) -> int:
         return path.stat().st_size if path is not None else 0
     except OSError:
         return 0
+
+
+def api_log_sizes(server: Server) -> dict[Path, int]:
+    """Each API process's log (every replica's of a `replicas` mode: r0's, r1's, ...) and its size now: where
+    a cell's lines start."""
+    return {running.log_path: log_size(running.log_path) for running in server.processes if running.launch.api}
+
+
+def count_in_logs(starts: dict[Path, int], pattern: str | None) -> int | None:
+    """Lines matching the engine's pattern written to these logs since their start bytes, summed (a `replicas`
+    mode's KV failures are every replica's); None when the engine has no such line or no log could be read."""
+    counts = [count for path, start in starts.items() if (count := count_in_log(path, start, pattern)) is not None]
+    return sum(counts) if counts else None
 
 
 def count_in_log(path: Path | None, start: int, pattern: str | None) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servebench.engines.base import MemoryRequest, RankShare
 from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
@@ -80,7 +81,36 @@ def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateRes
             correctness_detail=gate.detail if gate else None,
             correctness_divergences=[d.model_dump() for d in gate.first_divergence] if gate else None,
             kv_capacity_tokens=engine.kv_capacity_tokens(log_text(server.log_path)),
-            rank_figures=rank_figures(ctx, run, server.mode))
+            rank_figures=rank_figures(ctx, run, server.mode), ranks=rank_placement(ctx, run, server.mode))
+
+
+def served_mode(ctx: RunContext, run: EngineRun, server_mode: str) -> ModeSpec | None:
+    """The mode a server serves, by its name: a configuration (`<default>-again` is its default's, the longest
+    name it starts with), or the engine's reference (a variant's too); None for neither."""
+    if server_mode == run.reference_name or server_mode.startswith(run.reference_name + "-"):
+        return run.engine.reference_mode(run.reference_name)
+    matching = [m for m in configurations(ctx.campaign)
+                if m.name == server_mode or server_mode.startswith(m.name + "-")]
+    return max(matching, key=lambda m: len(m.name)) if matching else None
+
+
+def rank_placement(ctx: RunContext, run: EngineRun, server_mode: str) -> list[list[RankShare]] | None:
+    """Each replica's processes as the engine lays them out on the replica's nodes (what `servebench plan`
+    prints per node: rank0, dp1.rank0, rpc1, ...), for server_ranks; None for a server of no mode or an engine
+    that declares no layout. Which node a rank runs on does not depend on the model: the layout is asked with a
+    nominal layer a stage (so every rank holds layers and a process without them, a front server, none)."""
+    mode = served_mode(ctx, run, server_mode)
+    d = run.deployment_for(mode) if mode is not None else None
+    if mode is None or d is None or d.engine.api.memory is None:
+        return None
+    chosen = mode.model_copy(update={"nodes": None})  # each replica's nodes, chosen already
+    try:
+        return [d.engine.api.memory.ranks(MemoryRequest(
+            mode=chosen, spec=d.spec, node_names=[n.name for n in nodes], node_cpus=[n.cpus for n in nodes],
+            layers=mode.pp, max_position=0)) for nodes in replica_nodes(d.nodes, mode)]
+    except Exception as exc:  # context for the network view only: the server's row lands anyway
+        reporter().note(f"mode {server_mode}: rank placement unknown: {first_line(exc)}")
+        return None
 
 
 def rank_figures(ctx: RunContext, run: EngineRun, server_mode: str) -> dict | None:

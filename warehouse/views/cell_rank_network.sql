@@ -3,9 +3,11 @@
 -- from node_samples.net's cumulative counters. Each interface's change over the cell's window (the node's
 -- last sample at or before the cell's t0 to its first at or after its last token: node samples come at
 -- 5 Hz, so the edges lie within 0.2 s of the cell), then summed over its interfaces: an interface that
--- appears mid-run adds its own change, not its whole count. Which ranks a node held is not landed (the
--- plan prints them: `servebench plan`); the row has the mode's layout (tp, pp, dp, ep from its server)
--- and the engine's processes on the node, and a node holding several ranks has them all.
+-- appears mid-run adds its own change, not its whole count. Which ranks the node held comes from
+-- server_ranks (the placement `servebench plan` prints, landed with the server's row): `ranks` names them
+-- (`r1.dp0.rank1`: replica r1's, in a `replicas` mode), `replica` says whose; the row has the mode's layout
+-- (tp, pp, dp, ep from its server) and the engine's processes on the node, and a node holding several
+-- ranks has their bytes together (the counters are the node's).
 CREATE OR REPLACE VIEW cell_rank_network AS
 WITH points AS (
     SELECT n.run_id, n.mode, n.node, n.t_mono, n.engine_processes, i.key AS interface,
@@ -39,14 +41,22 @@ WITH points AS (
            max(window_s) AS window_s, max(samples) AS samples
     FROM per_interface
     GROUP BY run_id, cell_id, cell_key, mode, clients, rate, completed, node
+), node_ranks AS (
+    SELECT r.run_id, r.mode, r.node, min(r.replica) AS replica,
+           list(CASE WHEN coalesce(s.replicas, 1) > 1 THEN 'r' || r.replica || '.' || r.label ELSE r.label END
+                ORDER BY r.replica, r.process) AS ranks
+    FROM server_ranks r
+    LEFT JOIN servers s ON s.run_id = r.run_id AND s.mode = r.mode
+    GROUP BY r.run_id, r.mode, r.node
 )
 SELECT f.run_id, f.cell_id, f.cell_key, f.mode, f.clients, f.rate, f.node, d.role, s.tp, s.pp, s.dp, s.ep,
        f.engine_processes, f.bytes_sent, f.bytes_received,
        (f.bytes_sent + f.bytes_received) / nullif(f.completed, 0) AS bytes_per_request,
-       f.window_s, f.samples
+       f.window_s, f.samples, k.replica, k.ranks
 FROM per_node f
 LEFT JOIN nodes d ON d.run_id = f.run_id AND d.node = f.node
-LEFT JOIN servers s ON s.run_id = f.run_id AND s.mode = f.mode;
+LEFT JOIN servers s ON s.run_id = f.run_id AND s.mode = f.mode
+LEFT JOIN node_ranks k ON k.run_id = f.run_id AND k.mode = f.mode AND k.node = f.node;
 
 COMMENT ON VIEW cell_rank_network IS 'Per cell and node: bytes sent and received on every interface but lo while the cell ran, with the mode''s layout: the all-reduce of TP, the activations of PP, the requests of DP';
 COMMENT ON COLUMN cell_rank_network.run_id IS 'the run';
@@ -55,7 +65,7 @@ COMMENT ON COLUMN cell_rank_network.cell_key IS 'the cell''s key';
 COMMENT ON COLUMN cell_rank_network.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_rank_network.clients IS 'closed loop: concurrent clients';
 COMMENT ON COLUMN cell_rank_network.rate IS 'open loop: the rate asked [req/s]';
-COMMENT ON COLUMN cell_rank_network.node IS 'the node sampled (its ranks are not landed: `servebench plan` prints them)';
+COMMENT ON COLUMN cell_rank_network.node IS 'the node sampled (the ranks it held: `ranks`)';
 COMMENT ON COLUMN cell_rank_network.role IS 'server | client (the load generator''s own node)';
 COMMENT ON COLUMN cell_rank_network.tp IS 'tensor-parallel size of the mode served';
 COMMENT ON COLUMN cell_rank_network.pp IS 'pipeline-parallel size of the mode served';
@@ -67,3 +77,5 @@ COMMENT ON COLUMN cell_rank_network.bytes_received IS 'bytes the node received d
 COMMENT ON COLUMN cell_rank_network.bytes_per_request IS '(bytes sent + received) / requests completed after warm-up [bytes]';
 COMMENT ON COLUMN cell_rank_network.window_s IS 'the window: the node''s last sample at or before the cell''s t0 to its first at or after its last token [s]';
 COMMENT ON COLUMN cell_rank_network.samples IS 'node samples in the window';
+COMMENT ON COLUMN cell_rank_network.replica IS 'the replica whose ranks the node held (0: a mode of one server; NULL: none of the mode''s, or a server landed before server_ranks)';
+COMMENT ON COLUMN cell_rank_network.ranks IS 'the mode''s processes on the node, as `servebench plan` names them (server_ranks.label; r1.rank0: replica r1''s rank0), in rank order; NULL: none';
