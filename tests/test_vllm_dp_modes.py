@@ -373,7 +373,13 @@ def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeyp
                           "order by mode, t_mono").fetchall()
     balance = con.execute("select cell_key, instance, requests, requests_share, waiting_max, samples "
                           "from cell_balance order by cell_key, instance").fetchall()
+    ranks = con.execute("select mode, label, node, rank, dp_rank, tp_rank from server_ranks "
+                        "order by mode, process").fetchall()
     con.close()
+    # the rank map landed with each server (server_ranks): both DP engines' workers on the one node
+    assert [r for r in ranks if r[0] == "dp2"] == [("dp2", "dp0.rank0", "node0", 0, 0, 0),
+                                                  ("dp2", "dp1.rank0", "node0", 1, 1, 0)], ranks
+    assert [r for r in ranks if r[0] == "tp1"] == [("tp1", "rank0", "node0", 0, 0, 0)], ranks
     print("balance", balance)
     dp2 = [s for s in samples if s[0] == "dp2"]
     assert dp2 and all(0 <= kv <= 1 for _, kv, _, _ in dp2 if kv is not None), dp2
