@@ -5,8 +5,14 @@ Neoverse N1 (Graviton2) node, refused before serving with the features it lacks.
 build` finds every build by key (seconds, nothing rebuilt).
 
 The shipped campaign's Graviton2 mode is left out here: its build differs from Graviton3's only in
-`-march` (tests/test_build_targets.py checks each target's flags and configure line) and cost about
-five minutes of a cold run; the nightly deployment arm-emulated-nightly serves both."""
+`-march` (tests/test_build_targets.py checks each target's flags and configure line).
+
+Not in the README's test command: the cross-build of llama.cpp for Graviton3 alone takes about six
+minutes of a cold run (805 s for this test at 63366d6, the x86 build beside it), past the 55-minute
+budget; what it covers runs in the nightly deployment arm-emulated-nightly (prefect.yaml, Graviton2
+and 3), and `SERVEBENCH_NIGHTLY=1` runs it here. CI keeps the remote aarch64 check
+(tests/test_arm_partition.py: vLLM's aarch64 venv, its interpreter placed on a testbed host, `_C`
+loaded under qemu) and the targets' flags, refusals and SIGILL wording as unit tests."""
 
 from __future__ import annotations
 
@@ -26,7 +32,11 @@ from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64-static") if shutil.which(tool) is None]
-pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm,
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm, pytest.mark.nightly,
+              pytest.mark.skipif(not os.environ.get("SERVEBENCH_NIGHTLY"), reason=(
+                  "llama.cpp cross-built for Graviton3 and served under qemu: the cross-build is about six "
+                  "minutes of a cold run; it runs in the nightly deployment arm-emulated-nightly (prefect.yaml); "
+                  "SERVEBENCH_NIGHTLY=1 runs it here")),
               pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: "
                                                        "apt-get install g++-aarch64-linux-gnu qemu-user-static "
                                                        "(README command 2 installs them)")]
