@@ -45,7 +45,7 @@ TWO_NODES = '[{name: n0, cpus: "0", memory_gib: %s}, {name: n1, cpus: "1", memor
 
 
 def test_an_8b_model_at_tp1_is_refused_on_an_8_gib_node_naming_mode_node_need_and_free(host_has):
-    text = campaign_text("{generate: llama-3.1-8b}", "[{name: tp1}]", '[{name: n0, cpus: "0", memory_gib: 8}]')
+    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp1}]", '[{name: n0, cpus: "0", memory_gib: 8}]')
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     message = str(refused.value)
@@ -60,7 +60,7 @@ def test_an_8b_model_at_tp1_is_refused_on_an_8_gib_node_naming_mode_node_need_an
 
 def test_tp2_halves_the_weights_but_two_8_gib_nodes_still_cannot_hold_them(host_has):
     # 7.48 GiB of weights a rank + 1 GiB KV + its working set > 8: n0 holds the API server and the engine core too
-    text = campaign_text("{generate: llama-3.1-8b}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (8, 8))
+    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (8, 8))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "mode tp2 needs 12.42 GiB on node n0 (weights 7.48, KV 1.00, working set 3.94)" in str(refused.value)
@@ -70,7 +70,7 @@ def test_tp2_halves_the_weights_but_two_8_gib_nodes_still_cannot_hold_them(host_
 
 def test_local_nodes_share_this_hosts_memory(host_has):
     host_has(16)
-    text = campaign_text("{generate: llama-3.1-8b}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (13, 13))
+    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (13, 13))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "needs 23.16 GiB on nodes n0, n1, which share this host, but 16.00 GiB is free here" in str(refused.value)
@@ -80,9 +80,9 @@ def test_replicas_on_local_nodes_each_count_against_this_hosts_memory(host_has):
     """Each replica is a whole server on nodes of its own; on local nodes all of them share this host: two
     Llama-3.2-1B servers need twice one's memory (6.35 GiB each)."""
     host_has(7)
-    one = campaign_text("{generate: llama-3.2-1b}", "[{name: single, nodes: [n0]}]", TWO_NODES % (13, 13))
+    one = campaign_text("{generate: llama-3.2-1b, max_position: 4096}", "[{name: single, nodes: [n0]}]", TWO_NODES % (13, 13))
     parse_campaign(one, host_cpus=HOST_CPUS)
-    text = campaign_text("{generate: llama-3.2-1b}", "[{name: r2, replicas: 2}]", TWO_NODES % (13, 13))
+    text = campaign_text("{generate: llama-3.2-1b, max_position: 4096}", "[{name: r2, replicas: 2}]", TWO_NODES % (13, 13))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "mode r2 needs 12.69 GiB on 2 replicas of 6.35 (the first on n0), all on this host, but 7.00 GiB is " \
@@ -95,7 +95,7 @@ def test_a_tiny_model_always_fits(host_has):
 
 
 def test_a_node_whose_memory_is_not_known_is_not_refused(host_has):
-    campaign = parse_campaign(campaign_text("{generate: llama-3.1-8b}", "[{name: tp1}]", '[{name: n0, cpus: "0"}]'),
+    campaign = parse_campaign(campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp1}]", '[{name: n0, cpus: "0"}]'),
                               host_cpus=HOST_CPUS)
     [memory] = campaign_memory(campaign, get_engine, [("n0", [0])], None, host_available=None)
     assert memory.nodes[0].available is None and memory.nodes[0].need is not None
@@ -124,7 +124,7 @@ def test_plan_prints_memory_per_mode_and_node(host_has, tmp_path):
             "(this host's MemAvailable)") in text
 
     big = tmp_path / "big.yaml"
-    big.write_text(campaign_text("{generate: llama-3.1-8b}", "[{name: tp2, tp: 2, executor: ray}]",
+    big.write_text(campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]",
                                  TWO_NODES % (13, 13)))
     text = plan_cli.describe_plan(make_plan(load_campaign(big, host_cpus=HOST_CPUS), HOST_CPUS), big)
     assert "shape    llama-3.1-8b: 8,030,261,248 parameters, 32 layers" in text
@@ -161,7 +161,7 @@ DP_NODES = '[{name: n0, cpus: "0-3"}, {name: n1, cpus: "4-7"}]'
 
 
 def memory_of(modes: str, nodes: str = DP_NODES) -> dict:
-    campaign = parse_campaign(campaign_text("{generate: qwen2-1.5b}", modes, nodes), host_cpus=set(range(8)))
+    campaign = parse_campaign(campaign_text("{generate: qwen2-1.5b, max_position: 4096}", modes, nodes), host_cpus=set(range(8)))
     found = campaign_memory(campaign, get_engine, [("n0", [0, 1, 2, 3]), ("n1", [4, 5, 6, 7])], None, 64 * GIB)
     return {memory.mode.name: memory for memory in found}
 
@@ -206,17 +206,17 @@ def vllm_node(model: str, modes: str, knobs_gib: float = 64) -> list:
 def test_the_working_set_grows_with_the_vocabulary_the_batch_and_the_processes(host_has):
     from servebench.engines.vllm.memory import API_SERVER_BYTES_PER_TOKEN, PROCESS_RUNTIME_BYTES
     tiny, qwen = vllm_node("{generate: tiny-llama}", "[{name: tp1}]")[0], \
-        vllm_node("{generate: qwen2-1.5b}", "[{name: tp1}]")[0]
+        vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: tp1}]")[0]
     # the tiny model: the runtime of its three processes and little of its own (a 1,024-token vocabulary)
     assert 3 * PROCESS_RUNTIME_BYTES <= tiny.part("working_set") < 3 * PROCESS_RUNTIME_BYTES + 0.05 * GIB
     # Qwen2-1.5B: the embedding and the head held twice (2 x 151,936 x 1,536 x 2 bytes) make most of the rest
     vocab_copies = 2 * 151_936 * 1_536 * 2
     assert qwen.part("working_set") - tiny.part("working_set") > vocab_copies
-    tied = vllm_node("{generate: qwen2-1.5b, tie_embeddings: true}", "[{name: tp1}]")[0]
+    tied = vllm_node("{generate: qwen2-1.5b, tie_embeddings: true, max_position: 4096}", "[{name: tp1}]")[0]
     assert qwen.part("working_set") - tied.part("working_set") == pytest.approx(vocab_copies / 2, rel=0.001)
-    seqs = vllm_node("{generate: qwen2-1.5b}", "[{name: tp1, knobs: {max_num_seqs: 256}}]")[0]
+    seqs = vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: tp1, knobs: {max_num_seqs: 256}}]")[0]
     assert seqs.part("working_set") - qwen.part("working_set") == 128 * 151_936 * 4 * 4   # logits, 4 copies
-    dp2, tp2 = vllm_node("{generate: qwen2-1.5b}", "[{name: dp2, dp: 2}, {name: tp2, tp: 2}]")
+    dp2, tp2 = vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: dp2, dp: 2}, {name: tp2, tp: 2}]")
     # dp=2: two engines, each its core and worker, one API server and the DP coordinator (a bare runtime)
     assert dp2.part("working_set") == 2 * qwen.part("working_set") - 151_936 * API_SERVER_BYTES_PER_TOKEN
     assert tp2.part("working_set") < 2 * qwen.part("working_set")   # the vocabulary split over two ranks
@@ -243,3 +243,20 @@ def test_the_plan_covers_what_a_served_server_held(host_has):
     for mode, node in (("tp1", tp1), ("tp2", tp2)):
         measured = MEASURED_REAL_SHAPE_PSS_GIB[mode]
         assert measured <= node.need / GIB <= 1.35 * measured, (mode, node.need / GIB, measured)
+
+
+def test_a_vllm_pool_that_cannot_hold_one_context_is_refused_and_the_null_block_is_not_counted(host_has):
+    """vLLM keeps the first block of its pool as the null block and refuses to start when the rest cannot
+    hold one sequence of the served context (measured at the 8B shape: 16 blocks, "maximum model length is
+    1920"): refused at plan time, naming mode, capacity and context; a mode's --max-model-len is the context."""
+    def modes(knobs: str, args: str = "[]") -> str:
+        return f"[{{name: tp1, knobs: {knobs}, args: {args}}}]"
+    model = "{generate: tiny-llama, max_position: 2048}"
+    node = '[{name: n0, cpus: "0"}]'
+    with pytest.raises(SpecError) as refused:
+        parse_campaign(campaign_text(model, modes("{kv_cache_blocks: 16}"), node), host_cpus=HOST_CPUS)
+    assert ("mode tp1: its KV cache holds 1,920 tokens of a sequence, fewer than the model's context of 2,048"
+            in str(refused.value))
+    parse_campaign(campaign_text(model, modes("{kv_cache_blocks: 17}"), node), host_cpus=HOST_CPUS)
+    parse_campaign(campaign_text(model, modes("{kv_cache_blocks: 16}", '["--max-model-len", "1920"]'), node),
+                   host_cpus=HOST_CPUS)

@@ -248,6 +248,17 @@ def test_gguf_refuses_a_deepseek_without_q_lora_that_llama_cpp_would_not_read(tm
 # --- memory ---------------------------------------------------------------------------------------------
 
 def campaign(model: dict, modes: str, engine: str = "vllm"):
+    """The campaign parsed as on a host with 64 GiB free (the plan's check against this host's memory is
+    tests/test_memory_plan.py's; here the layout is what is checked, whatever the machine has free now)."""
+    from unittest import mock
+
+    from servebench.campaign import feasibility
+
+    with mock.patch.object(feasibility, "this_host_available_bytes", lambda: 64 * GIB):
+        return _campaign(model, modes, engine)
+
+
+def _campaign(model: dict, modes: str, engine: str):
     text = f"""
 name: moe-memory
 provider: {{kind: local, nodes: [{{name: n0, cpus: "0"}}, {{name: n1, cpus: "1"}}]}}
@@ -295,8 +306,13 @@ def test_a_pipeline_stage_of_a_moe_model_is_counted_with_its_largest_layers():
     assert whole == shape.parameters() * 2
 
 
-def test_vllm_refuses_an_mla_latent_its_cpu_kernels_do_not_take_at_plan_time_and_not_a_full_deepseek_head():
+def test_vllm_refuses_an_mla_latent_its_cpu_kernels_do_not_take_at_plan_time_and_not_a_full_deepseek_head(
+        monkeypatch):
+    from servebench.campaign import feasibility
     from servebench.campaign.loading import SpecError, parse_campaign
+
+    # the cut model needs 13.6 GiB: this host's free memory is the test's, not whatever the machine has now
+    monkeypatch.setattr(feasibility, "this_host_available_bytes", lambda: 64 * 1024 ** 3)
 
     text = ("name: x\nprovider: {kind: local, nodes: [{name: n, cpus: '0'}]}\n"
             "engine: {kind: vllm}\nmodel: {generate: deepseek-r1, layers: 2, experts: 16%s}\nmodes: [{name: tp1}]\n"

@@ -104,6 +104,9 @@ class ServerMemory:
     process_overhead_bytes: int
     ranks: Callable[[MemoryRequest], list[RankShare]]
     kv_cache_dtype: str | None = None
+    kv_reserved_tokens: int = 0        # tokens of each KV pool the engine keeps for itself (vLLM: its null block)
+    # the context a pool must hold whole, or the server refuses to start (None: the engine fits it to its pool)
+    served_context: Callable[[MemoryRequest], int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -291,6 +291,8 @@ class ModeMemory:
     kv_capacity_tokens: int | None   # the fewest tokens any rank's KV pool holds
     why_unknown: str | None
     shared_host: int | None  # this host's MemAvailable when several of the mode's nodes (or replicas) share it
+    context_tokens: int | None = None  # the served context a pool must hold whole (engines that refuse less)
+    reserved_tokens: int = 0           # of each pool, what the engine keeps for itself
 
 
 def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], shape: ModelShape) -> MemoryRequest:
@@ -339,7 +341,9 @@ def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, lis
     node_rows = [NodeMemory(name, ranks, *available.get(name, (None, UNKNOWN_REMOTE)))
                  for name, ranks in per_node.items()]
     host = shared_host if len(node_rows) > 1 or mode.replicas > 1 else None   # several servers, one host
-    return ModeMemory(mode, campaign_index, node_rows, kv_capacity_tokens(weights, shares), None, host)
+    layout = engine.api.memory
+    return ModeMemory(mode, campaign_index, node_rows, kv_capacity_tokens(weights, shares), None, host,
+                      layout.served_context(request) if layout.served_context else None, layout.kv_reserved_tokens)
 
 
 def declared_memory(campaign: Campaign) -> dict[str, int]:
@@ -411,11 +415,25 @@ def gib(value: int | None) -> str:
     return "?" if value is None else f"{value / GIB:.2f}"
 
 
+def context_problem(memory: ModeMemory) -> str | None:
+    """A mode whose KV pools cannot hold one sequence of the served context, on an engine that then refuses
+    to start (vLLM): what to change, in the campaign's words."""
+    capacity, context = memory.kv_capacity_tokens, memory.context_tokens
+    if capacity is None or context is None or capacity - memory.reserved_tokens >= context:
+        return None
+    usable = capacity - memory.reserved_tokens
+    return (f"mode {memory.mode.name}: its KV cache holds {usable:,} tokens of a sequence, fewer than the model's "
+            f"context of {context:,} (model.max_position, or the mode's --max-model-len), and the engine refuses to "
+            f"start so; give it more KV (the kv_cache_blocks or kv_cache_gib knob, or engine env) or a shorter context")
+
+
 def memory_problems(modes: list[ModeMemory]) -> list[tuple[int, str]]:
     """(campaign mode index, why) for every node a configuration needs more of than it has, and for
     local nodes that together need more than this host has free."""
     problems = []
     for memory in modes:
+        if (short := context_problem(memory)) is not None:
+            problems.append((memory.campaign_index, short))
         for node in memory.nodes:
             if node.need is not None and node.available is not None and node.need > node.available:
                 problems.append((memory.campaign_index, f"mode {memory.mode.name} needs {gib(node.need)} GiB on node "

@@ -139,5 +139,21 @@ class SizedServerMemory(ServerMemory):
     working_sets: Callable[[MemoryRequest, list[RankShare], ModelShape, float], list[int]] | None = None
 
 
+# vLLM's block pool keeps its first block as the null block (v1 `BlockPool.null_block`): 16 blocks hold 15
+# blocks of tokens, and the engine refuses to start when they cannot hold one sequence of the model's
+# context ("To serve at least one request with the model's max seq len (2048), (0.25 GiB KV cache is needed,
+# which is larger than the available KV cache memory (0.23 GiB) ... maximum model length is 1920", measured)
+def served_context(request: MemoryRequest) -> int:
+    """The context vLLM serves: the mode's `--max-model-len` when its args give one, else the model's."""
+    args = request.mode.args
+    for index, arg in enumerate(args):
+        if arg == "--max-model-len" and index + 1 < len(args):
+            return int(args[index + 1])
+        if arg.startswith("--max-model-len="):
+            return int(arg.split("=", 1)[1])
+    return request.max_position
+
+
 SERVER_MEMORY = SizedServerMemory(process_overhead_bytes=PROCESS_OVERHEAD_BYTES, ranks=rank_shares,
+                                  kv_reserved_tokens=BLOCK_TOKENS, served_context=served_context,
                                   working_sets=working_sets)
