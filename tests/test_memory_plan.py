@@ -18,6 +18,11 @@ from servebench.serving.memory import GIB, campaign_memory, startup_timeout_s
 
 ROOT = Path(__file__).parents[1]
 HOST_CPUS = {0, 1}
+# real shapes at a served context of 4,096 tokens (vLLM refuses a context its KV pool cannot hold: the
+# presets' own, 131,072, needs 16 GiB of KV at the 8B shape)
+LLAMA_8B = "{generate: llama-3.1-8b, max_position: 4096}"
+LLAMA_1B = "{generate: llama-3.2-1b, max_position: 4096}"
+QWEN_1_5B = "{generate: qwen2-1.5b, max_position: 4096}"
 
 
 def campaign_text(model: str, modes: str, nodes: str, engine: str = "vllm") -> str:
@@ -45,7 +50,7 @@ TWO_NODES = '[{name: n0, cpus: "0", memory_gib: %s}, {name: n1, cpus: "1", memor
 
 
 def test_an_8b_model_at_tp1_is_refused_on_an_8_gib_node_naming_mode_node_need_and_free(host_has):
-    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp1}]", '[{name: n0, cpus: "0", memory_gib: 8}]')
+    text = campaign_text(LLAMA_8B, "[{name: tp1}]", '[{name: n0, cpus: "0", memory_gib: 8}]')
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     message = str(refused.value)
@@ -60,7 +65,7 @@ def test_an_8b_model_at_tp1_is_refused_on_an_8_gib_node_naming_mode_node_need_an
 
 def test_tp2_halves_the_weights_but_two_8_gib_nodes_still_cannot_hold_them(host_has):
     # 7.48 GiB of weights a rank + 1 GiB KV + its working set > 8: n0 holds the API server and the engine core too
-    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (8, 8))
+    text = campaign_text(LLAMA_8B, "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (8, 8))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "mode tp2 needs 12.42 GiB on node n0 (weights 7.48, KV 1.00, working set 3.94)" in str(refused.value)
@@ -70,7 +75,7 @@ def test_tp2_halves_the_weights_but_two_8_gib_nodes_still_cannot_hold_them(host_
 
 def test_local_nodes_share_this_hosts_memory(host_has):
     host_has(16)
-    text = campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (13, 13))
+    text = campaign_text(LLAMA_8B, "[{name: tp2, tp: 2, executor: ray}]", TWO_NODES % (13, 13))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "needs 23.16 GiB on nodes n0, n1, which share this host, but 16.00 GiB is free here" in str(refused.value)
@@ -80,9 +85,9 @@ def test_replicas_on_local_nodes_each_count_against_this_hosts_memory(host_has):
     """Each replica is a whole server on nodes of its own; on local nodes all of them share this host: two
     Llama-3.2-1B servers need twice one's memory (6.35 GiB each)."""
     host_has(7)
-    one = campaign_text("{generate: llama-3.2-1b, max_position: 4096}", "[{name: single, nodes: [n0]}]", TWO_NODES % (13, 13))
+    one = campaign_text(LLAMA_1B, "[{name: single, nodes: [n0]}]", TWO_NODES % (13, 13))
     parse_campaign(one, host_cpus=HOST_CPUS)
-    text = campaign_text("{generate: llama-3.2-1b, max_position: 4096}", "[{name: r2, replicas: 2}]", TWO_NODES % (13, 13))
+    text = campaign_text(LLAMA_1B, "[{name: r2, replicas: 2}]", TWO_NODES % (13, 13))
     with pytest.raises(SpecError) as refused:
         parse_campaign(text, host_cpus=HOST_CPUS)
     assert "mode r2 needs 12.69 GiB on 2 replicas of 6.35 (the first on n0), all on this host, but 7.00 GiB is " \
@@ -95,7 +100,7 @@ def test_a_tiny_model_always_fits(host_has):
 
 
 def test_a_node_whose_memory_is_not_known_is_not_refused(host_has):
-    campaign = parse_campaign(campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp1}]", '[{name: n0, cpus: "0"}]'),
+    campaign = parse_campaign(campaign_text(LLAMA_8B, "[{name: tp1}]", '[{name: n0, cpus: "0"}]'),
                               host_cpus=HOST_CPUS)
     [memory] = campaign_memory(campaign, get_engine, [("n0", [0])], None, host_available=None)
     assert memory.nodes[0].available is None and memory.nodes[0].need is not None
@@ -124,7 +129,7 @@ def test_plan_prints_memory_per_mode_and_node(host_has, tmp_path):
             "(this host's MemAvailable)") in text
 
     big = tmp_path / "big.yaml"
-    big.write_text(campaign_text("{generate: llama-3.1-8b, max_position: 4096}", "[{name: tp2, tp: 2, executor: ray}]",
+    big.write_text(campaign_text(LLAMA_8B, "[{name: tp2, tp: 2, executor: ray}]",
                                  TWO_NODES % (13, 13)))
     text = plan_cli.describe_plan(make_plan(load_campaign(big, host_cpus=HOST_CPUS), HOST_CPUS), big)
     assert "shape    llama-3.1-8b: 8,030,261,248 parameters, 32 layers" in text
@@ -161,7 +166,7 @@ DP_NODES = '[{name: n0, cpus: "0-3"}, {name: n1, cpus: "4-7"}]'
 
 
 def memory_of(modes: str, nodes: str = DP_NODES) -> dict:
-    campaign = parse_campaign(campaign_text("{generate: qwen2-1.5b, max_position: 4096}", modes, nodes), host_cpus=set(range(8)))
+    campaign = parse_campaign(campaign_text(QWEN_1_5B, modes, nodes), host_cpus=set(range(8)))
     found = campaign_memory(campaign, get_engine, [("n0", [0, 1, 2, 3]), ("n1", [4, 5, 6, 7])], None, 64 * GIB)
     return {memory.mode.name: memory for memory in found}
 
@@ -206,7 +211,7 @@ def vllm_node(model: str, modes: str, knobs_gib: float = 64) -> list:
 def test_the_working_set_grows_with_the_vocabulary_the_batch_and_the_processes(host_has):
     from servebench.engines.vllm.memory import API_SERVER_BYTES_PER_TOKEN, PROCESS_RUNTIME_BYTES
     tiny, qwen = vllm_node("{generate: tiny-llama}", "[{name: tp1}]")[0], \
-        vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: tp1}]")[0]
+        vllm_node(QWEN_1_5B, "[{name: tp1}]")[0]
     # the tiny model: the runtime of its three processes and little of its own (a 1,024-token vocabulary)
     assert 3 * PROCESS_RUNTIME_BYTES <= tiny.part("working_set") < 3 * PROCESS_RUNTIME_BYTES + 0.05 * GIB
     # Qwen2-1.5B: the embedding and the head held twice (2 x 151,936 x 1,536 x 2 bytes) make most of the rest
@@ -214,9 +219,9 @@ def test_the_working_set_grows_with_the_vocabulary_the_batch_and_the_processes(h
     assert qwen.part("working_set") - tiny.part("working_set") > vocab_copies
     tied = vllm_node("{generate: qwen2-1.5b, tie_embeddings: true, max_position: 4096}", "[{name: tp1}]")[0]
     assert qwen.part("working_set") - tied.part("working_set") == pytest.approx(vocab_copies / 2, rel=0.001)
-    seqs = vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: tp1, knobs: {max_num_seqs: 256}}]")[0]
+    seqs = vllm_node(QWEN_1_5B, "[{name: tp1, knobs: {max_num_seqs: 256}}]")[0]
     assert seqs.part("working_set") - qwen.part("working_set") == 128 * 151_936 * 4 * 4   # logits, 4 copies
-    dp2, tp2 = vllm_node("{generate: qwen2-1.5b, max_position: 4096}", "[{name: dp2, dp: 2}, {name: tp2, tp: 2}]")
+    dp2, tp2 = vllm_node(QWEN_1_5B, "[{name: dp2, dp: 2}, {name: tp2, tp: 2}]")
     # dp=2: two engines, each its core and worker, one API server and the DP coordinator (a bare runtime)
     assert dp2.part("working_set") == 2 * qwen.part("working_set") - 151_936 * API_SERVER_BYTES_PER_TOKEN
     assert tp2.part("working_set") < 2 * qwen.part("working_set")   # the vocabulary split over two ranks
