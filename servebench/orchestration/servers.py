@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servebench.engines.base import MemoryRequest, RankShare
+from servebench.engines.base import RankShare
 from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
 from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.deployment import replica_nodes
-from servebench.serving.memory import model_weights, rank_roofline_figures, ranks_of
+from servebench.serving.memory import model_weights, rank_layout, rank_roofline_figures, ranks_of
 from servebench.serving.sampling import stop_telemetry
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv, stop_server
 from servebench.serving.telemetry import Telemetry
@@ -97,17 +97,15 @@ def served_mode(ctx: RunContext, run: EngineRun, server_mode: str) -> ModeSpec |
 def rank_placement(ctx: RunContext, run: EngineRun, server_mode: str) -> list[list[RankShare]] | None:
     """Each replica's processes as the engine lays them out on the replica's nodes (what `servebench plan`
     prints per node: rank0, dp1.rank0, rpc1, ...), for server_ranks; None for a server of no mode or an engine
-    that declares no layout. Which node a rank runs on does not depend on the model: the layout is asked with a
-    nominal layer a stage (so every rank holds layers and a process without them, a front server, none)."""
+    that declares no layout (`rank_layout`: the model aside)."""
     mode = served_mode(ctx, run, server_mode)
     d = run.deployment_for(mode) if mode is not None else None
     if mode is None or d is None or d.engine.api.memory is None:
         return None
     chosen = mode.model_copy(update={"nodes": None})  # each replica's nodes, chosen already
     try:
-        return [d.engine.api.memory.ranks(MemoryRequest(
-            mode=chosen, spec=d.spec, node_names=[n.name for n in nodes], node_cpus=[n.cpus for n in nodes],
-            layers=mode.pp, max_position=0)) for nodes in replica_nodes(d.nodes, mode)]
+        return [rank_layout(d.engine, chosen, d.spec, [(n.name, n.cpus) for n in nodes])
+                for nodes in replica_nodes(d.nodes, mode)]
     except Exception as exc:  # context for the network view only: the server's row lands anyway
         reporter().note(f"mode {server_mode}: rank placement unknown: {first_line(exc)}")
         return None

@@ -40,9 +40,9 @@ UNKNOWN_REMOTE = "unknown until provision (the node's inventory records its MemT
 @dataclass(frozen=True)
 class ModelWeights:
     """The model as memory sees it: its shape (None: unknown, `why`) and how many bytes its layers'
-    matrices, its embedding and head (`vocab_bytes`, None: as the layers'), its norms and biases and its
-    KV cache take per element. A Hugging Face quantized model keeps its vocabulary matrices in the served
-    dtype (the quantizers leave the embedding and `lm_head` alone) and computes in it."""
+    matrices, its norms and biases and its KV cache take per element. A Hugging Face quantized model
+    (`computes_in`: the dtype its activations are in) keeps its embedding and head in that dtype (the
+    quantizers leave them alone); any other keeps them as its layers' matrices."""
 
     shape: ModelShape | None
     stored_as: str                  # 'bfloat16', 'q4_0', 'w8a8': what the layers' matrices are stored in
@@ -50,14 +50,13 @@ class ModelWeights:
     small_bytes: int = 2
     kv_dtype: str = "bfloat16"
     why: str | None = None
-    vocab_bytes: float | None = None
     computes_in: str | None = None  # a quantized model's activation dtype (None: `stored_as`)
 
     @property
     def vocab_matrix_bytes(self) -> float:
         """Bytes an element of the embedding and the head takes (and, for a quantized model, the dtype its
         activations and the packed second copy of the vocabulary are in)."""
-        return self.matrix_bytes if self.vocab_bytes is None else self.vocab_bytes
+        return self.matrix_bytes if self.computes_in is None else DTYPE_BYTES[self.computes_in]
 
     def kv_bytes_per_token(self, layers: int, tp: int = 1) -> int:
         """KV bytes a token takes in `layers` layers of one rank: its share of the KV heads (a head is
@@ -112,7 +111,7 @@ def quantized_weights(shape: ModelShape, fmt: QuantizedFormat, dtype: str, kv_dt
     kernels keep: oneDNN's int8 and `CPUWNA16`'s packed int4 are as large as the checkpoint's tensors),
     the embedding, head, norms and biases in the served dtype."""
     return ModelWeights(shape, fmt.name, quantized_bytes_per_weight(fmt, dtype, shape.hidden), DTYPE_BYTES[dtype],
-                        kv_dtype, vocab_bytes=DTYPE_BYTES[dtype], computes_in=dtype)
+                        kv_dtype, computes_in=dtype)
 
 
 def config_quantization(config: dict) -> QuantizedFormat | None:
@@ -301,6 +300,15 @@ def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], sha
     chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
     return MemoryRequest(mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
                          layers=shape.layers, max_position=shape.max_position)
+
+
+def rank_layout(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]]) -> list[RankShare]:
+    """Which process of the mode runs on which of these nodes, the model aside: placement does not depend on
+    it, so the layout is asked with a nominal layer a stage (every rank holds layers; a process that holds
+    none, such as a server in front of RPC workers, still holds none)."""
+    assert engine.api.memory is not None
+    return engine.api.memory.ranks(MemoryRequest(mode=mode, spec=spec, node_names=[n for n, _ in nodes],
+                                                 node_cpus=[c for _, c in nodes], layers=mode.pp, max_position=0))
 
 
 def ranks_of(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]],
