@@ -102,8 +102,6 @@ def test_a_ray_cluster_holds_each_dp_engine_with_its_engine_core():
 
 @pytest.mark.parametrize("mode, why", [
     (ModeSpec(name="e", ep=True, executor="mp"), "dp x tp = 1"),
-    (ModeSpec(name="e", tp=2, dp=2, ep=True, executor="mp"), "all_gatherv"),
-    (ModeSpec(name="e", tp=2, ep=True, executor="mp"), "segmentation fault in cpu_fused_moe"),
     (ModeSpec(name="d", dp=2, executor="mp-multinode"), "has one node"),
     (ModeSpec(name="d", dp=2, executor="ray"), "hang at the executor's start barrier"),
     (ModeSpec(name="d", dp=4, executor="mp"), "dp x tp x pp = 4 x 1 x 1 = 4 exceeds the largest node's 2 CPUs"),
@@ -112,6 +110,17 @@ def test_vllm_refuses_what_its_cpu_backend_cannot_serve(mode, why):
     nodes = [[0, 1]] if mode.executor == "mp-multinode" else [[0, 1], [2, 3]]
     problem = mode_problem(mode, nodes, ["n0", "n1"][:len(nodes)])
     assert problem is not None and why in problem, problem
+
+
+@pytest.mark.parametrize("mode", [
+    ModeSpec(name="e", tp=2, ep=True, executor="mp"),
+    ModeSpec(name="e", dp=2, ep=True, executor="mp"),
+    ModeSpec(name="e", tp=2, dp=2, ep=True, executor="mp-multinode"),
+    ModeSpec(name="e", dp=2, executor="mp"),
+])
+def test_expert_and_data_parallel_modes_are_servable(mode):
+    """servebench's engine-side fill-ins make them serve on vLLM 0.32's CPU backend (vllm_cpu_moe)."""
+    assert mode_problem(mode, [[0, 1], [2, 3]], ["n0", "n1"]) is None
 
 
 def test_oversubscribed_dp_fits_one_core():
@@ -146,10 +155,8 @@ def test_llamacpp_has_no_data_or_expert_parallelism():
 
 
 def test_ep_on_a_dense_model_is_refused_at_ep():
-    found = dict(problems("{name: tp2-ep, tp: 2, ep: true}"))
-    assert list(found) == ["modes[0].ep"], found
-    # both reasons are said: the model has no experts, and vLLM 0.32 on CPU cannot serve ep at all
-    assert "mode tp2-ep: ep: true but the model is dense" in str(problems("{name: tp2-ep, tp: 2, ep: true}"))
+    ((field, message),) = problems("{name: tp2-ep, tp: 2, ep: true}")
+    assert field == "modes[0].ep" and message.startswith("mode tp2-ep: ep: true but the model is dense"), message
 
 
 def moe_dir(tmp_path: Path, experts: int) -> Path:
@@ -167,34 +174,18 @@ def test_ep_over_ranks_that_do_not_divide_the_experts_is_refused(tmp_path):
     assert any("3 routed experts over dp x tp = 2 ranks, which does not divide" in m for m in messages), messages
 
 
-def test_ep_on_an_moe_model_is_refused_with_the_crash_vllm_has_on_cpu(tmp_path):
+def plans(mode: str, model: str, base_dir: Path | None = None) -> None:
+    text = CAMPAIGN.replace("ENGINE", "vllm").replace("MODEL", model).replace("MODE", mode)
+    parse_campaign(text, base_dir=base_dir, host_cpus={0, 1})
+
+
+@pytest.mark.parametrize("mode", ["{name: tp2-ep, tp: 2, ep: true}",
+                                  "{name: dp2-ep, dp: 2, ep: true, oversubscribe: true}",
+                                  "{name: dp2, dp: 2, oversubscribe: true}"])
+def test_ep_and_dp_on_an_moe_model_plan(tmp_path, mode):
     moe_dir(tmp_path, 4)
-    ((field, message),) = problems("{name: tp2-ep, tp: 2, ep: true}", model="{path: moe}", base_dir=tmp_path)
-    assert field == "modes[0].ep" and message.startswith("mode tp2-ep: ep: true is not servable"), message
-    assert "segmentation fault in cpu_fused_moe" in message
-
-
-def test_ep_with_dp_is_refused_with_vllms_reason(tmp_path):
-    moe_dir(tmp_path, 4)
-    ((field, message),) = problems("{name: dp2-ep, dp: 2, ep: true, oversubscribe: true}", model="{path: moe}",
-                                   base_dir=tmp_path)
-    assert field == "modes[0].ep" and message.startswith("mode dp2-ep: ep: true with dp > 1"), message
-    assert "all_gatherv" in message
-
-
-def test_dp_on_an_moe_model_is_refused_with_what_vllm_lacks(tmp_path):
-    moe_dir(tmp_path, 4)
-    ((field, message),) = problems("{name: dp2, dp: 2, oversubscribe: true}", model="{path: moe}", base_dir=tmp_path)
-    assert field == "modes[0].dp" and message.startswith("mode dp2: dp=2 on a model with 4 routed experts"), message
-    assert "NotImplementedError" in message and "all_gatherv" in message
-
-
-def test_a_generated_moe_shape_is_refused_dp_and_ep_by_its_experts():
-    model = "{generate: qwen3-30b-a3b, layers: 1, experts: 8, experts_per_token: 2}"
-    ((field, message),) = problems("{name: dp2, dp: 2, oversubscribe: true}", model=model)
-    assert field == "modes[0].dp" and "dp=2 on a model with 8 routed experts" in message, message
-    ((field, message),) = problems("{name: tp2-ep, tp: 2, ep: true}", model=model)
-    assert field == "modes[0].ep" and "segmentation fault in cpu_fused_moe" in message, message
+    plans(mode, "{path: moe}", tmp_path)
+    plans(mode, "{generate: qwen3-30b-a3b, layers: 1, experts: 8, experts_per_token: 2}")
 
 
 def test_too_few_cpus_for_dp_names_dp():
@@ -280,9 +271,9 @@ def test_the_plan_prints_a_dp_modes_ranks_and_command(tmp_path):
     campaign_file.write_text(E2E_CAMPAIGN.read_text())
     campaign = parse_campaign(campaign_file.read_text(), base_dir=tmp_path, host_cpus={0, 1})
     text = describe_plan(make_plan(campaign, {0, 1}), campaign_file)
-    assert "mode dp2 (tp=1 pp=1 dp=2 executor=mp) on node0:" in text, text
+    assert "mode dp2-ep (tp=1 pp=1 dp=2 ep=2 executor=mp) on node0:" in text, text
     assert "ranks    2 workers: node0 (API server, cores 0|0)" in text, text
-    assert "--data-parallel-size 2" in text and "VLLM_CPU_OMP_THREADS_BIND='0|0'" in text, text
+    assert "--data-parallel-size 2 --enable-expert-parallel" in text and "VLLM_CPU_OMP_THREADS_BIND='0|0'" in text, text
 
 
 # --- rows and metrics
@@ -343,10 +334,12 @@ def test_per_engine_counters_are_read_by_their_engine_label():
 @pytest.mark.e2e
 @pytest.mark.vllm
 @pytest.mark.root  # the generator's nice -10
-def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeypatch):
-    """DP=2 on one local node (both engines on CPU 0), served by real vLLM through the Prefect flow beside
-    TP=1 at the same load: the gate against TP=1 passed (float32: equal tokens), every cell valid with
-    exact token counts, the rows name dp, and vLLM started one engine core per DP rank."""
+def test_dp2_with_expert_parallelism_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeypatch):
+    """DP=2 with expert parallelism on an MoE model, on one local node (both engines on CPU 0), served by real
+    vLLM through the Prefect flow beside TP=1 at the same load: the gate against TP=1 passed (float32: equal
+    tokens), every cell valid with exact token counts, the rows name dp and ep, vLLM started one engine core
+    per DP rank, and servebench's expert-map fill-in was loaded (vLLM 0.32's CPU MoE kernel crashes without
+    it, and its CPU communicator has no all_gatherv for the token dispatch: engine_side/.../vllm_cpu_moe)."""
     from servebench import warehouse
     from servebench.flows.campaign import campaign_run
     from tests.support.prefect_session import session_api_url
@@ -361,9 +354,9 @@ def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeyp
     con = warehouse.connect(db, read_only=True)
     servers = {mode: rest for mode, *rest in con.execute(
         "select mode, correctness, dp, ep, command from servers").fetchall()}
-    assert set(servers) == {"tp1", "dp2"} and servers["tp1"][:3] == ["reference", 1, False], servers
-    correctness, dp, ep, command = servers["dp2"]
-    assert (correctness, dp, ep) == ("passed", 2, False), servers["dp2"]
+    assert set(servers) == {"tp1", "dp2-ep"} and servers["tp1"][:3] == ["reference", 1, False], servers
+    correctness, dp, ep, command = servers["dp2-ep"]
+    assert (correctness, dp, ep) == ("passed", 2, True), servers["dp2-ep"]
     assert command[command.index("--data-parallel-size") + 1] == "2"
     cells = con.execute("select cell_key, status, valid, correctness, dp, client_output_tokens, server_output_tokens, "
                         "output_throughput from cells order by cell_key").fetchall()
@@ -373,15 +366,15 @@ def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeyp
                           "order by mode, t_mono").fetchall()
     balance = con.execute("select cell_key, instance, requests, requests_share, waiting_max, samples "
                           "from cell_balance order by cell_key, instance").fetchall()
-    ranks = con.execute("select mode, label, node, rank, dp_rank, tp_rank from server_ranks "
+    ranks = con.execute("select mode, label, node, rank, dp_rank, tp_rank, ep_rank from server_ranks "
                         "order by mode, process").fetchall()
     con.close()
     # the rank map landed with each server (server_ranks): both DP engines' workers on the one node
-    assert [r for r in ranks if r[0] == "dp2"] == [("dp2", "dp0.rank0", "node0", 0, 0, 0),
-                                                  ("dp2", "dp1.rank0", "node0", 1, 1, 0)], ranks
-    assert [r for r in ranks if r[0] == "tp1"] == [("tp1", "rank0", "node0", 0, 0, 0)], ranks
+    assert [r for r in ranks if r[0] == "dp2-ep"] == [("dp2-ep", "dp0.rank0", "node0", 0, 0, 0, 0),
+                                                     ("dp2-ep", "dp1.rank0", "node0", 1, 1, 0, 1)], ranks
+    assert [r for r in ranks if r[0] == "tp1"] == [("tp1", "rank0", "node0", 0, 0, 0, None)], ranks
     print("balance", balance)
-    dp2 = [s for s in samples if s[0] == "dp2"]
+    dp2 = [s for s in samples if s[0] == "dp2-ep"]
     assert dp2 and all(0 <= kv <= 1 for _, kv, _, _ in dp2 if kv is not None), dp2
     assert all(s[3] is None for s in samples if s[0] == "tp1"), "one engine: no instances"
     last = json.loads(dp2[-1][3])
@@ -391,16 +384,17 @@ def test_dp2_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeyp
     # scraper's last sample, taken as it is stopped, has them all
     assert dp2[-1][2] == 4 + 2 * 12, dp2[-1]
     assert {(key, instance) for key, instance, *_ in balance} == {
-        (key, engine) for key in ("dp2.c4.r0", "dp2.rate4.r0") for engine in ("dp0", "dp1")}, balance
-    for key in ("dp2.c4.r0", "dp2.rate4.r0"):  # each engine served some of each cell's requests
+        (key, engine) for key in ("dp2-ep.c4.r0", "dp2-ep.rate4.r0") for engine in ("dp0", "dp1")}, balance
+    for key in ("dp2-ep.c4.r0", "dp2-ep.rate4.r0"):  # each engine served some of each cell's requests
         served = [row[2] for row in balance if row[0] == key]
         assert None not in served and all(n > 0 for n in served) and sum(served) >= 12, balance
     print("cells", cells)
-    assert [c[:5] for c in cells] == [("dp2.c4.r0", "completed", True, "passed", 2),
-                                      ("dp2.rate4.r0", "completed", True, "passed", 2),
+    assert [c[:5] for c in cells] == [("dp2-ep.c4.r0", "completed", True, "passed", 2),
+                                      ("dp2-ep.rate4.r0", "completed", True, "passed", 2),
                                       ("tp1.c4.r0", "completed", True, "reference", 1),
                                       ("tp1.rate4.r0", "completed", True, "reference", 1)], cells
     assert all(c[5] == c[6] == 12 * 16 for c in cells), cells
-    (log,) = (tmp_path / "runs").glob("*/servers/dp2.log")
+    (log,) = (tmp_path / "runs").glob("*/servers/dp2-ep.log")
     text = log.read_text()
     assert "EngineCore_DP0" in text and "EngineCore_DP1" in text, text[-3000:]
+    assert "servebench: CPUUnquantizedExperts.apply takes the expert map" in text, text[-3000:]

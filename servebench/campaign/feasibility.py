@@ -147,12 +147,8 @@ def _engine_mode_problem(engine, mode: ModeSpec, server_cpus: list[list[int]], n
 
 
 def _expert_problems(mode, engine, experts: int, where: tuple) -> list[Problem]:
-    """What the engine cannot do with this mode on an MoE model (its `moe_mode_problem`, e.g. dp on vLLM's
-    CPU backend); ep on a model without routed experts, or over more ranks than experts, or a split that does
-    not divide them (vLLM would give the first experts % ranks ranks one expert more)."""
-    if experts and (problem := engine.moe_mode_problem(mode, experts)):
-        field = "ep" if problem.startswith("ep: ") else "dp"
-        return [(where + (field,), f"mode {mode.name}: {problem}")]
+    """ep on a model without routed experts, or over more ranks than experts, or a split that does not divide
+    them (vLLM would give the first experts % ranks ranks one expert more)."""
     if not mode.ep:
         return []
     if not experts:

@@ -322,11 +322,6 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
         By default none: a local model is the user's, and the engine says at start-up what it refuses."""
         return None
 
-    def moe_mode_problem(self, mode: ModeSpec, experts: int) -> str | None:
-        """Why this mode cannot serve a model of `experts` routed experts (a data- or expert-parallel
-        layout the engine's MoE kernels do not take), or None. By default none."""
-        return None
-
 
 # What a class must declare itself: without a default on `Engine`, and read by the neutral code.
 REQUIRED_DECLARATIONS = ("kind", "spec_model", "executors", "api")

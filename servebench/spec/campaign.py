@@ -413,12 +413,14 @@ class ModeSpec(StrictModel):
         "Data-parallel size (vLLM's --data-parallel-size): dp engines of tp x pp workers each, behind one API "
         "server that spreads the requests over them (executor mp: on one node; mp-multinode: engines spread "
         "over the nodes, the others --headless; ray: vLLM's Ray DP backend). On a dense model each engine is a "
-        "whole replica; an MoE model is refused on vLLM 0.32's CPU backend. 1: none. llama.cpp has no data "
+        "whole replica; on an MoE model the engines' MoE layers gather each other's tokens. 1: none. llama.cpp "
+        "has no data "
         "parallelism (docs/parallel-modes.md)."))
     ep: bool = Field(False, description=(
         "Expert parallel (vLLM's --enable-expert-parallel): the MoE layers' routed experts split over the "
         "dp x tp ranks instead of each expert's matrices TP ways; needs an MoE model, dp x tp >= 2 dividing its "
-        "experts. Refused on vLLM 0.32's CPU backend, which crashes with it (docs/parallel-modes.md)."))
+        "experts. vLLM 0.32's CPU backend serves it with servebench's engine-side fill-ins "
+        "(docs/parallel-modes.md)."))
     replicas: int = Field(1, ge=1, description=(
         "Independent servers of this mode (its engine, executor and tp/pp/dp each), every one on its own nodes, "
         "behind one endpoint: nginx on the load generator's host balances the requests over them. The mode's "

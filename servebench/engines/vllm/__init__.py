@@ -118,11 +118,6 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     def mode_problem(self, mode: ModeSpec, server_cpus: list[list[int]], node_names: list[str]) -> str | None:
         return placement.mode_problem(mode, server_cpus, node_names)
 
-    def moe_mode_problem(self, mode: ModeSpec, experts: int) -> str | None:
-        """What this mode cannot do on a model with `experts` routed experts (measured on vLLM 0.32's CPU
-        backend: placement.py)."""
-        return placement.moe_mode_problem(mode, experts)
-
     def reference_mode(self, name: str) -> ModeSpec:
         return ModeSpec(name=name, tp=1, pp=1, executor="mp", oversubscribe=True)
 

@@ -142,10 +142,6 @@ def _parallel_problem(mode: ModeSpec, nodes: int) -> str | None:
     if mode.ep and mode.dp * mode.tp < 2:
         return ("ep: true splits the routed experts over the dp x tp ranks, and this mode has one "
                 "(vLLM ignores --enable-expert-parallel when dp x tp = 1): give it tp >= 2 or dp >= 2")
-    if mode.ep and mode.dp > 1:
-        return EP_WITH_DP
-    if mode.ep:
-        return EP_ON_CPU
     if mode.pp > 1 and mode.knobs.get("enforce_eager") is True:
         return PP_EAGER
     if mode.dp == 1:
@@ -170,42 +166,6 @@ PP_EAGER = ("pp > 1 with enforce_eager: true does not serve on vLLM 0.32's CPU b
             "first request kills that stage's worker (AssertionError in "
             "GPUModelRunner.sync_and_gather_intermediate_tensors; measured, docs/parallel-modes.md); drop "
             "enforce_eager from this mode's knobs")
-
-
-# What vLLM 0.32.0 on CPU does with expert parallelism over data-parallel ranks, measured with a Mixtral-shaped
-# MoE (docs/parallel-modes.md): with dp > 1 every MoE layer gathers the DP ranks' tokens with all_gatherv
-# (naive_dp_ep.prepare -> AgRsAll2AllManager.dispatch), which the CPU communicator does not implement.
-EP_WITH_DP = ("ep: true with dp > 1 needs the expert all-to-all, which vLLM 0.32's CPU backend lacks: the first "
-              "request fails with NotImplementedError in DeviceCommunicatorBase.all_gatherv (CpuCommunicator does "
-              "not implement it; called from naive_dp_ep.prepare -> all2all.dispatch; measured, "
-              "docs/parallel-modes.md; vllm-project/vllm#57837)")
-
-
-# Data parallelism on an MoE model, without ep, measured the same way: the MoE layers still dispatch the DP
-# ranks' tokens (FusedMoEParallelConfig keeps dp_size, so the runner takes the naive DP path).
-MOE_WITH_DP = ("dp > 1 on an MoE model needs the MoE layers' token dispatch over the DP ranks, which vLLM 0.32's "
-               "CPU backend lacks: the first request fails with NotImplementedError in "
-               "DeviceCommunicatorBase.all_gatherv (CpuCommunicator does not implement it; called from "
-               "naive_dp_ep.prepare -> all2all.dispatch; measured, docs/parallel-modes.md; vllm-project/vllm#57837); "
-               "serve an MoE model with tp or pp, or dense models with dp")
-
-
-def moe_mode_problem(mode: ModeSpec, experts: int) -> str | None:
-    """What vLLM 0.32 on CPU cannot serve on a model with routed experts (ep's own problems are mode_problem's)."""
-    if experts and mode.dp > 1 and not mode.ep:
-        return f"dp={mode.dp} on a model with {experts} routed experts: {MOE_WITH_DP}"
-    return None
-
-
-# Expert parallelism over TP ranks (dp = 1), measured the same way in bfloat16 and float32: the server starts,
-# and the first request kills a worker in the CPU fused-MoE kernel. CPUUnquantizedExperts.apply hands
-# cpu_fused_moe the global top-k expert ids and the rank's local expert weights, never the expert map, so a
-# token routed to another rank's expert indexes past the local weights.
-EP_ON_CPU = ("ep: true is not servable by vLLM 0.32's CPU backend: with --enable-expert-parallel the first request "
-             "kills a worker with a segmentation fault in cpu_fused_moe (csrc/cpu/cpu_fused_moe.cpp:242, "
-             "fused_moe_impl), then 'EngineCore encountered an issue' (CPUUnquantizedExperts.apply passes the global "
-             "expert ids without the expert map; measured in bfloat16 and float32 at tp=2, docs/parallel-modes.md); "
-             "serve the MoE model with tp (each expert's matrices split) instead")
 
 
 # vLLM's Ray DP backend (--data-parallel-backend ray) on the campaign's Ray cluster, measured on two local Ray
