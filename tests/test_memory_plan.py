@@ -134,7 +134,9 @@ def test_plan_prints_memory_per_mode_and_node(host_has, tmp_path):
     text = plan_cli.describe_plan(make_plan(load_campaign(big, host_cpus=HOST_CPUS), HOST_CPUS), big)
     assert "shape    llama-3.1-8b: 8,030,261,248 parameters, 32 layers" in text
     assert "KV 131,072 bytes a token (bfloat16, all layers)" in text
-    assert "memory   GiB per node (KV capacity 16,384 tokens):" in text
+    # vLLM keeps one block of 128 tokens of each pool as its null block: the plan says what serves
+    assert "memory   GiB per node (KV capacity 16,256 tokens: a pool of 16,384 less the 128 the engine keeps):" \
+        in text
     assert "n0 (rank0): weights 7.48 + KV 1.00 + working set 3.94 = 12.42 of 13.00 available (memory_gib)" in text
     assert "these nodes share this host: 23.16 of 64.00 available" in text
 

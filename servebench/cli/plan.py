@@ -173,13 +173,22 @@ def gguf_note(model, engine) -> str:
     return ""
 
 
+def kv_capacity_text(memory: ModeMemory) -> str:
+    """The tokens a rank's KV pool serves: the pool less what the engine keeps for itself (vLLM's null block)."""
+    pool = memory.kv_capacity_tokens or 0
+    if not memory.reserved_tokens:
+        return f"KV capacity {pool:,} tokens"
+    return (f"KV capacity {pool - memory.reserved_tokens:,} tokens: a pool of {pool:,} less the "
+            f"{memory.reserved_tokens:,} the engine keeps")
+
+
 def memory_lines(memory: ModeMemory | None) -> list[str]:
     """Per node of the mode, in GiB: weights, KV cache, working set, their total and what the node has."""
     if memory is None:
         return []
     if memory.why_unknown:
         return [f"  memory   unknown: {memory.why_unknown}"]
-    capacity = "" if memory.kv_capacity_tokens is None else f" (KV capacity {memory.kv_capacity_tokens:,} tokens)"
+    capacity = "" if memory.kv_capacity_tokens is None else f" ({kv_capacity_text(memory)})"
     lines = [f"  memory   GiB per node{capacity}:"]
     for node in memory.nodes:
         ranks = ", ".join(rank.share.label for rank in node.ranks)
