@@ -116,6 +116,15 @@ def test_a_table_rounds_floats_and_reads_bytes_and_durations(db, capsys, monkeyp
                                   " [1.235, 2] ", " 42 "]
 
 
+def test_a_rate_named_like_a_duration_stays_a_number(db, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    sql = ("select 0.15::double as tok_s, 3.5::double as out_tokens_s, 2.0::double as bytes_per_s, "
+           "0.15::double as wait_s")
+    assert cli.main(["query", sql, "--warehouse", db]) == 0
+    cells = [cell.strip() for cell in capsys.readouterr().out.splitlines()[2].split("│")]
+    assert cells == ["0.15", "3.5", "2", "150 ms"], cells
+
+
 def test_a_header_carries_the_unit_its_columns_comments_give_it(db, capsys):
     sql = "select 439.12::double as output_throughput, 8.0::double as rate, 11.6::double as ttft_p99_ms, 1.0 as value"
     assert cli.main(["query", sql, "--format", "markdown", "--warehouse", db]) == 0

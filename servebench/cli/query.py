@@ -82,14 +82,23 @@ def column_units(con: warehouse.Connection) -> dict[str, str]:
     return {name: unit for name, units in found.items() if len(units) == 1 and (unit := next(iter(units)))}
 
 
+# `tok_s`, `requests_per_s`: a count per second is a rate, not a duration, though its name ends in `_s`
+RATE_STEMS = ("tok", "toks", "token", "tokens", "req", "reqs", "request", "requests", "bytes", "per")
+
+
 def value_kind(name: str, unit: str | None) -> ValueKind:
-    """Bytes or seconds, by the column's name (`*_bytes`, `*_s`, `*_seconds`) or its comment's unit;
-    clock readings ([monotonic s], [unix s]) are times, not durations."""
+    """Bytes or seconds, by the column's name (`*_bytes`, `*_s`, `*_seconds`, not a rate such as `tok_s`)
+    or its comment's unit; clock readings ([monotonic s], [unix s]) are times, not durations."""
     if unit == "bytes" or name.endswith("_bytes"):
         return "bytes"
-    if unit == "s" or (unit is None and name.endswith(("_s", "_seconds"))):
+    if unit == "s" or (unit is None and name.endswith(("_s", "_seconds")) and not is_rate(name)):
         return "seconds"
     return None
+
+
+def is_rate(name: str) -> bool:
+    """A name of a count per second (`tok_s`, `out_tokens_s`, `bytes_per_s`)."""
+    return name.endswith("_s") and name[:-2].rsplit("_", 1)[-1] in RATE_STEMS
 
 
 def labelled(name: str, kind: ValueKind, unit: str | None) -> bool:
