@@ -31,7 +31,9 @@ def run(python: str, script: str, tmp_path: Path) -> str:
     path = tmp_path / "check.py"
     path.write_text(textwrap.dedent(script))
     done = subprocess.run([python, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PYTHONPATH": str(ENGINE_SOURCE_DIR), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(ENGINE_SOURCE_DIR), "PATH": "/usr/bin:/bin",
+                               # importing vLLM makes torch's inductor cache, by default in /tmp
+                               "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
