@@ -87,8 +87,8 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
             problems.append((where + ("pp",), f"mode {mode.name}: pp={mode.pp} does not divide the model's "
                              f"{shape['layers']} layers (stages of {shape['layers'] // mode.pp} and "
                              f"{shape['layers'] // mode.pp + 1} layers: the slowest stage sets the pace)"))
-        if shape and (mode.ep or mode.dp > 1) and not unsupported:
-            problems += _expert_problems(mode, engine, shape.get("experts", 0), where)
+        if shape and mode.ep and not unsupported:
+            problems += _expert_problems(mode, shape.get("experts", 0), where)
     knob_problems = [p for kind in engines for p in _knob_problems(campaign, engines[kind], kind)]
     problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
                  + list(dict.fromkeys(knob_problems)))
@@ -146,7 +146,7 @@ def _engine_mode_problem(engine, mode: ModeSpec, server_cpus: list[list[int]], n
     return None
 
 
-def _expert_problems(mode, engine, experts: int, where: tuple) -> list[Problem]:
+def _expert_problems(mode, experts: int, where: tuple) -> list[Problem]:
     """ep on a model without routed experts, or over more ranks than experts, or a split that does not divide
     them (vLLM would give the first experts % ranks ranks one expert more)."""
     if not mode.ep:
