@@ -138,3 +138,24 @@ def test_report_of_a_misspelt_campaign_names_the_campaigns_with_runs(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip() == ("servebench: no run of campaign 'synthtic': did you mean synthetic? "
                                    "(campaigns with runs: synthetic)")
+
+
+def test_ctrl_c_during_a_build_exits_130_naming_the_build_not_with_a_traceback(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "SERVEBENCH_CACHE": str(tmp_path / "cache")}  # empty: the build has to start
+    proc = subprocess.Popen([sys.executable, "-m", "servebench", "build", "campaigns/smoke.yaml"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        assert proc.stderr is not None
+        while "engine build" not in proc.stderr.readline():  # the build is under way
+            assert proc.poll() is None and time.monotonic() < deadline, "the build did not start"
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "servebench build: interrupted while building vllm" in err and "Traceback" not in err, err

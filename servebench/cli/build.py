@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from servebench.campaign.loading import load_campaign
-from servebench.cli.common import EXIT_FAILED, EXIT_OK, campaign_file
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, campaign_file
 
 
 def add_build_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"servebench build: {exc}", file=sys.stderr)
         return EXIT_FAILED
     for kind, spec in build_specs(campaign):
-        build = ensure(get_engine(kind).build_recipe(spec), cache_dir(), log=lambda text: print(text, file=sys.stderr))
+        try:
+            build = ensure(get_engine(kind).build_recipe(spec), cache_dir(),
+                           log=lambda text: print(text, file=sys.stderr))
+        except KeyboardInterrupt:
+            print(f"servebench build: interrupted while building {kind} ({spec.describe()}): the builds printed "
+                  "above are cached, this one is not (ccache keeps what it compiled)", file=sys.stderr)
+            return EXIT_INTERRUPTED
         state = "cached" if build.build_seconds is None else f"built in {build.build_seconds:.0f} s"
         print(f"{build.key} ({spec.describe()} -> {build.engine_version}, {state})")
         print(build.python if build.python_version else build.venv_path)  # a cmake build: its binaries' directory
