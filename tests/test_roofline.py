@@ -299,3 +299,14 @@ def test_the_report_charts_judged_cells_and_says_a_line_when_nothing_is_known(co
     emulated = reads.roofline_cells(con, "emu")
     assert roofline_chart(emulated) is None and "emulated node" in roofline_note(emulated)
     assert "no completed cell" in roofline_note([])
+
+
+def test_the_log_line_names_the_figures_a_node_has_and_why_the_others_are_missing():
+    from servebench.distribution.roofline import roofline_summary
+
+    full = {"mem_bandwidth_gbps": 8.3, "matmul_peak_gflops_bf16": 3.4, "matmul_peak_gflops_fp32": 50.3, "notes": []}
+    assert roofline_summary(full) == "8.3 GB/s, bf16 3.4 GFLOP/s, fp32 50.3 GFLOP/s"
+    bare = {"mem_bandwidth_gbps": 9.42, "matmul_peak_gflops_bf16": None, "matmul_peak_gflops_fp32": None,
+            "notes": ["neither torch nor numpy: no matmul peak"]}
+    assert roofline_summary(bare) == "9.42 GB/s, neither torch nor numpy: no matmul peak"
+    assert "None" not in roofline_summary(bare)

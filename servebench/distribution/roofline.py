@@ -61,6 +61,16 @@ def measure_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, 
         found[node.name] = figures
         how = "cached" if figures.get("cached") else f"measured in {figures.get('seconds')} s"
         log(f"node {node.name} roofline ({how}{', emulated' if figures.get('emulated') else ''}): "
-            f"{figures.get('mem_bandwidth_gbps')} GB/s, bf16 {figures.get('matmul_peak_gflops_bf16')} GFLOP/s, "
-            f"fp32 {figures.get('matmul_peak_gflops_fp32')} GFLOP/s")
+            f"{roofline_summary(figures)}")
     return found
+
+
+def roofline_summary(figures: dict) -> str:
+    """The figures a node has, and the program's notes for those it has not: a build of binaries only is
+    measured by the node's python3, which may have neither torch nor numpy to time matrix products with."""
+    parts = [f"{figures['mem_bandwidth_gbps']} GB/s"] if figures.get("mem_bandwidth_gbps") is not None else []
+    peaks = (("bf16", "matmul_peak_gflops_bf16"), ("fp32", "matmul_peak_gflops_fp32"))
+    parts += [f"{dtype} {figures[key]} GFLOP/s" for dtype, key in peaks if figures.get(key) is not None]
+    if figures.get("matmul_peak_gflops_fp32") is None:
+        parts += [note for note in figures.get("notes") or [] if "peak" in note]
+    return ", ".join(parts)
