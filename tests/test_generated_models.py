@@ -197,9 +197,11 @@ def test_hf_model_loads_in_the_vllm_venv(tmp_path):
     floats = np.concatenate(list(hf_model.tensor_chunks(spec.seed, plan))).reshape(plan.shape)
     np.save(tmp_path / "floats.npy", floats)
     np.save(tmp_path / "expected.npy", hf_model.bfloat16_bits(floats.copy()))
+    # transformers' model classes import torch's inductor, which makes its cache directory in /tmp unless told
     result = subprocess.run([str(python), "-c", VLLM_VENV_CHECK, str(tmp_path / "model"),
                              str(tmp_path / "expected.npy"), str(tmp_path / "floats.npy")],
-                            capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1"})
+                            capture_output=True, text=True, timeout=300,
+                            env={"HF_HUB_OFFLINE": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"same": True, "torch_rounding": True, "norm": [1.0, 1.0], "tokens": 2000,
