@@ -14,8 +14,10 @@ Each figure is the best of `--repeats` (the machine's speed, not its neighbours'
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +45,8 @@ def best_of(repeats: int, run) -> float:
     return min(times)
 
 
-def seconds_of(argv: list[str], repeats: int) -> float:
-    return best_of(repeats, lambda: subprocess.run(argv, check=True, capture_output=True))
+def seconds_of(argv: list[str], repeats: int, env: dict[str, str] | None = None) -> float:
+    return best_of(repeats, lambda: subprocess.run(argv, check=True, capture_output=True, env=env))
 
 
 def cpu_model() -> str:
@@ -52,6 +54,20 @@ def cpu_model() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return "?"
+
+
+def engine_rows(python: str, repeats: int) -> list[tuple[str, str]]:
+    """The engine venv's imports and matrix products; importing vLLM makes torch's inductor cache, kept in a
+    directory of its own that is removed afterwards (not /tmp's default)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": scratch}
+        rows = [("engine: import torch", f"{seconds_of([python, '-c', 'import torch'], repeats, env):.2f} s"),
+                ("engine: import vllm", f"{seconds_of([python, '-c', 'import vllm'], 1, env):.2f} s (once)")]
+        out = subprocess.run([python, "-c", MATMUL], check=True, capture_output=True, text=True, env=env).stdout
+    for line in out.splitlines():
+        dtype, gflops = line.split()
+        rows.append((f"engine: torch.mm 256x1024x1024 {dtype}, 1 thread", f"{float(gflops):.1f} GFLOP/s"))
+    return rows
 
 
 def main() -> None:
@@ -69,13 +85,7 @@ def main() -> None:
         ("import prefect", f"{seconds_of([sys.executable, '-c', 'import prefect'], args.repeats):.2f} s"),
     ]
     if args.engine_python:
-        torch_s = seconds_of([args.engine_python, "-c", "import torch"], args.repeats)
-        rows.append(("engine: import torch", f"{torch_s:.2f} s"))
-        rows.append(("engine: import vllm", f"{seconds_of([args.engine_python, '-c', 'import vllm'], 1):.2f} s (once)"))
-        out = subprocess.run([args.engine_python, "-c", MATMUL], check=True, capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            dtype, gflops = line.split()
-            rows.append((f"engine: torch.mm 256x1024x1024 {dtype}, 1 thread", f"{float(gflops):.1f} GFLOP/s"))
+        rows += engine_rows(args.engine_python, args.repeats)
     width = max(len(name) for name, _ in rows)
     print(f"{'what':<{width}}  figure")
     for name, value in rows:

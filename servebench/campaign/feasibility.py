@@ -148,9 +148,7 @@ def _engine_mode_problem(engine, mode: ModeSpec, server_cpus: list[list[int]], n
 
 def _expert_problems(mode, experts: int, where: tuple) -> list[Problem]:
     """ep on a model without routed experts, or over more ranks than experts, or a split that does not divide
-    them (vLLM would give the first experts % ranks ranks one expert more)."""
-    if not mode.ep:
-        return []
+    them (vLLM would give the first experts % ranks ranks one expert more). Called for modes with ep only."""
     if not experts:
         return [(where + ("ep",), f"mode {mode.name}: ep: true but the model is dense (no routed experts): "
                  "expert parallelism splits an MoE layer's experts over the ranks; drop ep or serve an MoE model")]

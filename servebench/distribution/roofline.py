@@ -72,5 +72,5 @@ def roofline_summary(figures: dict) -> str:
     peaks = (("bf16", "matmul_peak_gflops_bf16"), ("fp32", "matmul_peak_gflops_fp32"))
     parts += [f"{dtype} {figures[key]} GFLOP/s" for dtype, key in peaks if figures.get(key) is not None]
     if figures.get("matmul_peak_gflops_fp32") is None:
-        parts += [note for note in figures.get("notes") or [] if "peak" in note]
+        parts += figures.get("notes") or []
     return ", ".join(parts)

@@ -67,13 +67,14 @@ def peak(key, kernels):
     for name, (m, k, n), prepare in kernels:
         try:
             s = min(SMALL, m, k, n)
-            small = None if (m, k, n) == (s, s, s) else 2 * s ** 3 / best(prepare(s, s, s), 2) / 1e9
-            seconds = 0.0 if small is None else 2 * m * k * n / (small * 1e9)
-            if small is not None and seconds > budget:
-                found.append((small, f"{name} {s}x{s}x{s}"))
-                out["notes"].append(f"{key} {name} {m}x{k}x{n}: not timed, one product would take ~{seconds:.0f} s "
-                                    f"at the {small:.2f} GFLOP/s of {s}x{s}x{s}")
-                continue
+            if (m, k, n) != (s, s, s):
+                small = 2 * s ** 3 / best(prepare(s, s, s), 2) / 1e9
+                seconds = 2 * m * k * n / (small * 1e9)
+                if seconds > budget:
+                    found.append((small, f"{name} {s}x{s}x{s}"))
+                    out["notes"].append(f"{key} {name} {m}x{k}x{n}: not timed, one product would take "
+                                        f"~{seconds:.0f} s at the {small:.2f} GFLOP/s of {s}x{s}x{s}")
+                    continue
             run = prepare(m, k, n)
             found.append((2 * m * k * n / best(run, 3) / 1e9, f"{name} {m}x{k}x{n}"))
         except Exception as exc:
