@@ -2,16 +2,18 @@
 (own network, /dev/shm, /tmp and /root each; real sshd), through the Prefect flow, with a Ray node
 lost and repaired between cells.
 
-The engine build and the model are copied to each host by digest (the hosts cannot see this
-machine's /root) and verified there; a Ray head on h1 and a worker on h2 serve TP=2, and vLLM's
-own launcher serves TP=2 across the same hosts; the servers listen on the hosts' addresses and the
-load generator, on the third host (h3, serving nothing, from its own tree), reaches them over the
-testbed's bridge. Asserted: the gate against TP=1, every cell landed with exact token counts, the
-TP group's all-reduce left /dev/shm for gloo across hosts (the CPU-Ray plugin's cross-node guard,
-or vLLM's own check where the CPU lacks the shm kernels), samples of every host landed in the
-orchestrator's time base (inside the cells), clock offsets and placements recorded, and afterwards
-nothing of the run on any host: no process carrying the run's mark, no listening port but sshd's
-and Slurm's, nothing in /dev/shm or /tmp.
+The engine build is on a file system every host shares (`testbed up --share`, the campaign's
+`shared_paths`: a cluster's NFS home), so its 3.7 GB are not copied twice a run; the model and the tools
+are copied to each host by digest (the hosts cannot see this machine's /root) and verified there (a
+build copied by digest: tests/test_llamacpp_testbed.py and tests/test_testbed_faults.py); a Ray head on
+h1 and a worker on h2 serve TP=2, and vLLM's own launcher serves TP=2 across the same hosts; the servers
+listen on the hosts' addresses and the load generator, on the third host (h3, serving nothing, from its
+own tree), reaches them over the testbed's bridge. Asserted: the gate against TP=1, every cell landed
+with exact token counts, the TP group's all-reduce left /dev/shm for gloo across hosts (the CPU-Ray
+plugin's cross-node guard, or vLLM's own check where the CPU lacks the shm kernels), samples of every
+host landed in the orchestrator's time base (inside the cells), clock offsets and placements recorded,
+and afterwards nothing of the run on any host: no process carrying the run's mark, no listening port but
+sshd's and Slurm's, nothing in /dev/shm or /tmp.
 
 The fault (issue 19): during the last cell of vLLM's launcher mode (which runs first and does not
 use Ray) every Ray process of h2 (its `ray start`, log monitor, agents; its raylet dies with them)
@@ -55,13 +57,15 @@ LOST_NODE = {"cell": "tp2-mp-multinode.c2.r0", "action": "kill", "node": "h2", "
 
 def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_node(tmp_path, monkeypatch):
     from servebench.flows.campaign import campaign_run
+    from servebench.paths import cache_dir
     from tests.support.prefect_session import session_api_url
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
-    with own_testbed("e2e", 3) as layout:
+    engines = str(cache_dir() / "engines")
+    with own_testbed("e2e", 3, share=(engines,)) as layout:
         # TP=2 over Ray and with vLLM's own launcher (PP=2 over Ray is the shipped campaign's third mode and
         # tests/test_e2e_ray.py's on one host): every server start costs minutes on two shared cores
-        campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml",
+        campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml", shared_paths=(engines,),
                                modes=[{"name": "tp2-mp-multinode", "tp": 2, "executor": "mp-multinode",
                                        "knobs": EAGER},   # first: h2's Ray is lost in its last cell
                                       {"name": "tp2-ray", "tp": 2, "executor": "ray", "knobs": EAGER}],
@@ -121,7 +125,9 @@ def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_no
         assert offset is not None and abs(offset) < 1.0, (node, offset)  # one machine: the clocks agree
         hows = {p["what"]: p["how"] for p in json.loads(placements)}
         python = hows.pop("python", None)   # the engine's python checked there (servebench/distribution/interpreter.py)
-        trees = {"tools", "load-generator"} if role == "client" else {"engine", "model", "tools"}
+        engine = hows.pop("engine", None)   # on the file system the hosts share: found there, not copied
+        assert engine == (None if role == "client" else "shared"), (node, engine)
+        trees = {"tools", "load-generator"} if role == "client" else {"model", "tools"}
         assert set(hows) == trees and set(hows.values()) <= {"copied", "present"}, hows
         assert python == (None if role == "client" else "runs"), (node, python)
 
