@@ -304,9 +304,23 @@ def test_the_report_charts_judged_cells_and_says_a_line_when_nothing_is_known(co
 def test_the_log_line_names_the_figures_a_node_has_and_why_the_others_are_missing():
     from servebench.distribution.roofline import roofline_summary
 
-    full = {"mem_bandwidth_gbps": 8.3, "matmul_peak_gflops_bf16": 3.4, "matmul_peak_gflops_fp32": 50.3, "notes": []}
-    assert roofline_summary(full) == "8.3 GB/s, bf16 3.4 GFLOP/s, fp32 50.3 GFLOP/s"
+    full = {"mem_bandwidth_gbps": 8.3, "matmul_peak_gflops_bf16": 40.1, "matmul_peak_gflops_fp32": 50.3, "notes": []}
+    assert roofline_summary(full) == "8.3 GB/s, bf16 40.1 GFLOP/s, fp32 50.3 GFLOP/s"
+    avx2 = {**full, "matmul_peak_gflops_bf16": 0.8, "matmul_peak_gflops_fp32": 58.4}  # an AVX2-only EPYC's
+    assert roofline_summary(avx2) == ("8.3 GB/s, bf16 0.8 GFLOP/s, fp32 58.4 GFLOP/s, no bf16 kernels on this CPU "
+                                      "(bf16 73x slower than fp32: a bf16 model measures that)")
+    assert roofline_summary({**avx2, "emulated": True}).endswith("fp32 58.4 GFLOP/s")  # qemu's figures are not judged
     bare = {"mem_bandwidth_gbps": 9.42, "matmul_peak_gflops_bf16": None, "matmul_peak_gflops_fp32": None,
             "notes": ["neither torch nor numpy: no matmul peak"]}
     assert roofline_summary(bare) == "9.42 GB/s, neither torch nor numpy: no matmul peak"
     assert "None" not in roofline_summary(bare)
+
+
+def test_bf16_has_kernels_where_its_products_run_at_a_useful_fraction_of_fp32s():
+    peaks = [(("amx", 190.0, 95.0), True), (("avx512 without bf16", 30.0, 60.0), True),
+             (("avx2 only", 0.8, 58.4), False), (("a quarter exactly", 25.0, 100.0), True)]
+    for (name, bf16, fp32), expected in peaks:
+        figures = {"matmul_peak_gflops_bf16": bf16, "matmul_peak_gflops_fp32": fp32}
+        assert roofline.bf16_has_kernels(figures) is expected, name
+    assert roofline.bf16_has_kernels({"matmul_peak_gflops_bf16": None, "matmul_peak_gflops_fp32": 50.0}) is None
+    assert roofline.bf16_has_kernels({"matmul_peak_gflops_fp32": 50.0}) is None   # numpy's node: no bf16 measured

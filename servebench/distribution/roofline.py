@@ -73,4 +73,7 @@ def roofline_summary(figures: dict) -> str:
     parts += [f"{dtype} {figures[key]} GFLOP/s" for dtype, key in peaks if figures.get(key) is not None]
     if figures.get("matmul_peak_gflops_fp32") is None:
         parts += figures.get("notes") or []
+    if roofline.bf16_has_kernels(figures) is False and not figures.get("emulated"):
+        ratio = figures["matmul_peak_gflops_fp32"] / figures["matmul_peak_gflops_bf16"]
+        parts.append(f"no bf16 kernels on this CPU (bf16 {ratio:.0f}x slower than fp32: a bf16 model measures that)")
     return ", ".join(parts)

@@ -127,6 +127,22 @@ print("ROOFLINE " + json.dumps(out))
 '''
 
 
+# bf16 products slower than this fraction of fp32's: the CPU has no bf16 kernels. Where it has them (AMX,
+# AVX512-BF16, Arm's BF16) bf16 runs at or above fp32's rate, with AVX-512 alone oneDNN converts at about half
+# of it; without them torch falls back to scalar loops, 1/70 of fp32 on an AVX2-only EPYC (docs/roofline.md)
+BF16_KERNELS_FRACTION = 0.25
+
+
+def bf16_has_kernels(figures: dict) -> bool | None:
+    """Whether the node multiplies bf16 matrices with kernels of their own (at a useful fraction of fp32's
+    rate), from its measured peaks; None when either peak was not measured. A bf16 model served where this
+    is False measures the missing kernels, not the model: float32 serves the same shape faster there."""
+    bf16, fp32 = figures.get("matmul_peak_gflops_bf16"), figures.get("matmul_peak_gflops_fp32")
+    if not bf16 or not fp32:
+        return None
+    return bf16 >= BF16_KERNELS_FRACTION * fp32
+
+
 def program_args(cpus: list[int], emulated: bool) -> str:
     """The program's one argument: the CPUs to pin to and the sizes (smaller under emulation)."""
     return json.dumps({"cpus": sorted(cpus), **(EMULATED_SIZES if emulated else NATIVE_SIZES)})
