@@ -129,14 +129,15 @@ print("ROOFLINE " + json.dumps(out))
 
 # bf16 products slower than this fraction of fp32's: the CPU has no bf16 kernels. Where it has them (AMX,
 # AVX512-BF16, Arm's BF16) bf16 runs at or above fp32's rate, with AVX-512 alone oneDNN converts at about half
-# of it; without them torch falls back to scalar loops, 1/70 of fp32 on an AVX2-only EPYC (docs/roofline.md)
+# of it; without them torch falls back to loops of its own: 1/8 of fp32 (the best kernel here) to 1/70 (a
+# plain torch.mm) on an AVX2-only EPYC (docs/roofline.md)
 BF16_KERNELS_FRACTION = 0.25
 
 
 def bf16_has_kernels(figures: dict) -> bool | None:
     """Whether the node multiplies bf16 matrices with kernels of their own (at a useful fraction of fp32's
-    rate), from its measured peaks; None when either peak was not measured. A bf16 model served where this
-    is False measures the missing kernels, not the model: float32 serves the same shape faster there."""
+    rate), from its measured peaks; None when either peak was not measured. Where this is False a bf16
+    model's compute-bound work (prefill, large batches) measures the missing kernels, not the model."""
     bf16, fp32 = figures.get("matmul_peak_gflops_bf16"), figures.get("matmul_peak_gflops_fp32")
     if not bf16 or not fp32:
         return None
