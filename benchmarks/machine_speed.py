@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+from servebench.providers import inventory
 
 LOOP = "s = 0\nfor i in range(10_000_000):\n    s += i\n"
 MATMUL = """
@@ -49,13 +50,6 @@ def seconds_of(argv: list[str], repeats: int, env: dict[str, str] | None = None)
     return best_of(repeats, lambda: subprocess.run(argv, check=True, capture_output=True, env=env))
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "?"
-
-
 def engine_rows(python: str, repeats: int) -> list[tuple[str, str]]:
     """The engine venv's imports and matrix products; importing vLLM makes torch's inductor cache, kept in a
     directory of its own that is removed afterwards (not /tmp's default)."""
@@ -75,10 +69,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine-python", help="an engine venv's python: time its torch import and matrix products")
     args = parser.parse_args()
-    flags = Path("/proc/cpuinfo").read_text()
+    facts = inventory.collect()   # what a run lands on `nodes` for this host
     rows = [
-        ("CPU", f"{cpu_model()}; " + ", ".join(f"{flag} {'yes' if flag in flags else 'no'}"
-                                              for flag in ("avx512f", "avx512_bf16", "amx_bf16"))),
+        ("CPU", f"{facts['cpu_model']}; " + ", ".join(f"{flag} {'yes' if flag in facts['isa_flags'] else 'no'}"
+                                                     for flag in ("avx512f", "avx512_bf16", "amx_bf16"))),
         ("Python loop, 10M additions", f"{best_of(args.repeats, lambda: exec(LOOP, {})):.2f} s"),
         ("python -c pass (start)", f"{seconds_of([sys.executable, '-c', 'pass'], args.repeats) * 1000:.0f} ms"),
         ("import servebench.cli", f"{seconds_of([sys.executable, '-c', 'import servebench.cli'], args.repeats):.2f} s"),

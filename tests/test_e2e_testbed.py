@@ -61,11 +61,11 @@ def test_tp2_over_ray_and_over_vllms_launcher_across_ssh_hosts_and_a_lost_ray_no
     from tests.support.prefect_session import session_api_url
 
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "runs"))
-    engines = str(cache_dir() / "engines")
-    with own_testbed("e2e", 3, share=(engines,)) as layout:
+    # the engine builds on a file system every host sees (the campaign's shared_paths: campaign_on)
+    with own_testbed("e2e", 3, share=(str(cache_dir() / "engines"),)) as layout:
         # TP=2 over Ray and with vLLM's own launcher (PP=2 over Ray is the shipped campaign's third mode and
         # tests/test_e2e_ray.py's on one host): every server start costs minutes on two shared cores
-        campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml", shared_paths=(engines,),
+        campaign = campaign_on(layout, CAMPAIGN, tmp_path / "ssh-testbed.yaml",
                                modes=[{"name": "tp2-mp-multinode", "tp": 2, "executor": "mp-multinode",
                                        "knobs": EAGER},   # first: h2's Ray is lost in its last cell
                                       {"name": "tp2-ray", "tp": 2, "executor": "ray", "knobs": EAGER}],

@@ -82,17 +82,17 @@ def running_on(provider, host: str, pid: int) -> bool:
     return provider.run(node_named(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
 
 
-def campaign_on(layout: Layout, source, out, shared_paths: tuple[str, ...] = (), **overrides):
+def campaign_on(layout: Layout, source, out, **overrides):
     """A shipped testbed campaign pointed at this testbed (`point_campaign`), top-level keys
-    replaced by overrides, its provider's `shared_paths` set when given (the testbed's `--share`),
-    written to `out`."""
+    replaced by overrides, written to `out`; the provider's `shared_paths` are the directories the
+    testbed shares (`own_testbed(share=...)`), when it shares any."""
     import yaml
 
     from servebench.testbed import point_campaign
 
     data = point_campaign(yaml.safe_load(open(source)), layout)
-    if shared_paths:
-        data["provider"]["shared_paths"] = list(shared_paths)
+    if layout.shared:
+        data["provider"]["shared_paths"] = list(layout.shared)
     data.update(overrides)
     with open(out, "w") as file:
         yaml.safe_dump(data, file, sort_keys=False)
