@@ -3,8 +3,8 @@ with real vLLM, the Prefect flow and DuckDB, at a real model shape, and Ctrl-C'd
 
 Slow (engine build on first use, ~1 min a server start-up); everything is real: the engine venv, the
 vLLM servers, the load generator, the warehouse, the report. The campaign is
-tests/campaigns/good/e2e-real-shape.yaml, the suite's one real-shape run (issue 41): the Qwen2-1.5B
-shape (DeepSeek-R1-Distill-Qwen-1.5B's dimensions and 151,936-token vocabulary) cut to 2 layers, in
+tests/campaigns/good/e2e-real-shape.yaml, the suite's one real-shape run (issue 41): the Qwen2.5-0.5B
+shape (its dimensions and tied 151,936-token vocabulary) cut to 2 layers, in
 bf16, served at TP=1 and at TP=2 on CPU 0, the generator on CPU 1 at nice -10; a closed point of 2
 clients and an open one of 4 req/s per mode, with a third point, 8 req/s, during whose load (TP=2's,
 the run's last cell) SIGINT goes to the whole process group, as a terminal sends it. Asserted: the

@@ -235,8 +235,8 @@ def test_the_working_set_grows_with_the_vocabulary_the_batch_and_the_processes(h
 MEASURED_TINY_DP2_PSS_GIB = 0.462 + 0.413 + 2 * 0.438 + 1.475 + 1.472
 
 
-# ... and the Qwen2-1.5B shape cut to 2 layers (tests/campaigns/good/e2e-real-shape.yaml: bf16, eager, 1 GiB of
-# KV a rank), each process at its peak Pss while tests/test_e2e_campaign.py ran it: TP=1 API server 0.939,
+# ... and the Qwen2-1.5B shape cut to 2 layers (bf16, eager, 1 GiB of KV a rank), each process at its peak Pss
+# while tests/test_e2e_campaign.py ran it (its real shape until 2026-11-29): TP=1 API server 0.939,
 # engine core 0.594, worker 3.483, resource tracker 0.006; TP=2 API server 0.918, engine core 0.590, workers
 # 2.504 and 2.498, four helpers 0.153
 MEASURED_REAL_SHAPE_PSS_GIB = {"tp1": 0.939 + 0.594 + 3.483 + 0.006, "tp2": 0.918 + 0.590 + 2.504 + 2.498 + 0.153}

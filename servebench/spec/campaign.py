@@ -182,8 +182,8 @@ DTYPE_DESCRIPTION = ("The dtype every server (and the correctness reference) com
                      "model's own. float32 keeps sharded kernels from flipping near-ties of a random model.")
 
 
-ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b", "deepseek-r1",
-                          "qwen3-30b-a3b"]
+ModelPresetName = Literal["tiny-llama", "llama-3.1-8b", "llama-2-7b", "llama-3.2-1b", "qwen2-1.5b", "qwen2.5-0.5b",
+                          "deepseek-r1", "qwen3-30b-a3b"]
 GgufQuantization = Literal["f32", "f16", "q8_0", "q4_0"]
 # Hugging Face quantized formats vLLM's CPU kernels serve (servebench/builds/hf_quantized.py, docs/quantization.md)
 HfQuantization = Literal["w8a8", "w4a16", "gptq", "awq"]
@@ -210,9 +210,9 @@ class GeneratedModelSpec(StrictModel):
 
     generate: ModelPresetName = Field(description="The shape by name: tiny-llama (under a million parameters, "
                                       "for tests), llama-3.1-8b, llama-2-7b, llama-3.2-1b, qwen2-1.5b "
-                                      "(DeepSeek-R1-Distill-Qwen-1.5B's shape); mixture of experts: deepseek-r1 "
-                                      "(DeepSeek-R1/V3: MLA, 3 dense layers, 256 routed experts and 1 shared), "
-                                      "qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 a token)")
+                                      "(DeepSeek-R1-Distill-Qwen-1.5B's shape), qwen2.5-0.5b; mixture of experts: "
+                                      "deepseek-r1 (DeepSeek-R1/V3: MLA, 3 dense layers, 256 routed experts and 1 "
+                                      "shared), qwen3-30b-a3b (Qwen3-30B-A3B: 128 experts, 8 a token)")
     dtype: ServedDtype = Field("auto", description=DTYPE_DESCRIPTION)
     seed: int = Field(0, description="Seed of the random weights (the same seed, shape and dtype: the same file)")
     quantization: Quantization | None = Field(

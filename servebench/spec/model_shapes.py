@@ -232,6 +232,11 @@ PRESETS: dict[str, ModelShape] = {
     "qwen2-1.5b": ModelShape("qwen2", layers=28, hidden=1536, heads=12, kv_heads=2, intermediate=8960,
                              vocab_size=151936, max_position=131072, attention_bias=True, rope_theta=10000.0,
                              rms_norm_eps=1e-6),
+    # Qwen2.5-0.5B: the family's smallest (the same layout, tied embeddings, head_dim 64): what a CPU serves
+    # where 1.5B is too slow, and the tests' real shape (a 2-layer cut computes half of qwen2-1.5b's per token)
+    "qwen2.5-0.5b": ModelShape("qwen2", layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864,
+                               vocab_size=151936, max_position=32768, tie_embeddings=True, attention_bias=True,
+                               rope_theta=1000000.0, rms_norm_eps=1e-6),
 }
 
 # DeepSeek-V3's config.json (DeepSeek-R1 has the same shape): YaRN from 4K to 160K
@@ -266,6 +271,7 @@ PUBLISHED_PARAMETERS = {
     "llama-2-7b": 6_738_415_616,
     "llama-3.2-1b": 1_235_814_400,
     "qwen2-1.5b": 1_777_088_000,
+    "qwen2.5-0.5b": 490_000_000,   # "0.49B (0.36B non-embedding)", its model card
     "deepseek-r1": 671_000_000_000,
     "qwen3-30b-a3b": 30_500_000_000,
 }
