@@ -144,9 +144,13 @@ def test_ctrl_c_during_a_build_exits_130_naming_the_build_not_with_a_traceback(t
     import signal
     import time
 
+    def as_a_shells_background_job() -> None:  # `servebench build x.yaml &` in a script: SIGINT arrives ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     env = {**os.environ, "SERVEBENCH_CACHE": str(tmp_path / "cache")}  # empty: the build has to start
     proc = subprocess.Popen([sys.executable, "-m", "servebench", "build", "campaigns/smoke.yaml"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_a_shells_background_job)
     try:
         deadline = time.monotonic() + 120
         assert proc.stderr is not None

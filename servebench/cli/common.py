@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 from servebench.paths import default_warehouse
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def interruptible() -> None:
+    """Let SIGINT stop this command even when a shell started it in the background, where SIGINT
+    arrives ignored (bash without job control: `servebench build x.yaml &`, a CI script's `&`): the
+    commands that say what Ctrl-C left behind must also get it from `kill -INT`."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class ContentError(Exception):
