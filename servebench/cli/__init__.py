@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from servebench import warehouse
 from servebench.campaign.loading import NoSuchCampaign, SpecError, did_you_mean
-from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ContentError, export_runs_dir
+from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ContentError, export_runs_dir, interruptible
 from servebench.plugins import load_plugins
 
 
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     load_plugins()  # before the parser: plugin engines are choices of `load --engine`
     args = build_parser().parse_args(argv)
     export_runs_dir(args)
+    interruptible()  # Ctrl-C (and `kill -INT`) stops every command, a shell's background job too
     try:
         return args.func(args) or EXIT_OK
     except NoSuchCampaign as exc:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from servebench.campaign.loading import load_campaign
-from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, campaign_file, interruptible
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, campaign_file
 
 
 def add_build_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     except PrerequisiteError as exc:
         print(f"servebench build: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    interruptible()
     for kind, spec in build_specs(campaign):
         try:
             build = ensure(get_engine(kind).build_recipe(spec), cache_dir(),

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from servebench import warehouse
-from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, interruptible, warehouse_path
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, warehouse_path
 from servebench.cli.tables import print_rows
 from servebench.warehouse.reads import RATE_TOLERANCE, schedule_notes
 
@@ -35,7 +35,6 @@ def orchestrate(args: argparse.Namespace, name: str, flow_run: Callable[[], dict
     console = Console(stderr=True)
     path = str(warehouse_path(args))
     signal.signal(signal.SIGTERM, _terminate)  # a scheduler's cancel stops as cleanly as Ctrl-C
-    interruptible()
     try:
         with temporary_api(), progress.live(console):
             outcome = flow_run()

@@ -15,9 +15,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3
 
 
 def interruptible() -> None:
-    """Let SIGINT stop this command even when a shell started it in the background, where SIGINT
+    """Let SIGINT stop the command even when a shell started it in the background, where SIGINT
     arrives ignored (bash without job control: `servebench build x.yaml &`, a CI script's `&`): the
-    commands that say what Ctrl-C left behind must also get it from `kill -INT`."""
+    commands that say what Ctrl-C left behind (run, build, bisect, serve) must also get it from `kill -INT`."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
