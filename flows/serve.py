@@ -16,26 +16,29 @@ from prefect.deployments.runner import RunnerDeployment
 from prefect.schedules import Cron
 
 from servebench.flows.campaign import campaign_run
+from servebench.flows.nightly_tests import nightly_tests
 from servebench.paths import home
 
 ROOT = home()  # prefect.yaml: the checkout's, or the current directory's for an installed wheel
-ENTRYPOINT = "flows/campaign.py:campaign_run"
+FLOWS = {"flows/campaign.py:campaign_run": campaign_run, "flows/nightly_tests.py:nightly_tests": nightly_tests}
 
 
 def nightly_deployments(prefect_yaml: Path = ROOT / "prefect.yaml", only: list[str] | None = None
                         ) -> list[RunnerDeployment]:
-    """prefect.yaml's campaign deployments as runner deployments (work pools are a worker's business)."""
+    """prefect.yaml's deployments (campaigns, and the test suite's nightly lane) as runner deployments
+    (work pools are a worker's business)."""
     declared = (yaml.safe_load(prefect_yaml.read_text()) or {}).get("deployments") or []
     unknown = sorted(set(only or []) - {d.get("name") for d in declared})
     if unknown:
         raise ValueError(f"{prefect_yaml}: no deployment named {', '.join(unknown)}")
     deployments = []
     for declared_deployment in declared:
-        if declared_deployment.get("entrypoint") != ENTRYPOINT or (only and declared_deployment["name"] not in only):
+        flow = FLOWS.get(declared_deployment.get("entrypoint", ""))
+        if flow is None or (only and declared_deployment["name"] not in only):
             continue
         schedules = [Cron(s["cron"], timezone=s.get("timezone"), active=s.get("active", True))
                      for s in declared_deployment.get("schedules") or [] if "cron" in s]
-        deployments.append(campaign_run.to_deployment(
+        deployments.append(flow.to_deployment(
             name=declared_deployment["name"], description=declared_deployment.get("description"),
             parameters=declared_deployment.get("parameters") or {}, schedules=schedules,
             concurrency_limit=declared_deployment.get("concurrency_limit"),

@@ -34,18 +34,45 @@ process it starts, so that the leak check blames a test for no entry another pro
 
 from __future__ import annotations
 
+import compileall
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from servebench.paths import CHECKOUT
 from tests.support.leaks import use_session_temp_dir
+from tests.support.nightly import nightly_skip
 
 use_session_temp_dir()  # first: before a test makes a temp file or starts a process
 
+
+def compile_the_checkout() -> None:
+    """Byte-compile the checkout's own modules once for the session's processes. Where
+    PYTHONDONTWRITEBYTECODE is set (the CI image sets it), no process writes the .pyc it compiled, so
+    every `servebench load`, sampler, CLI and flow process a test starts would compile the ~200 modules
+    of servebench again: 0.3-0.4 s a process on a 2-core EPYC, some hundreds of processes a session.
+    compileall writes them whatever that setting says; the next session finds them current."""
+    if sys.dont_write_bytecode:
+        for folder in ("servebench", "flows", "tasks", "warehouse", "tests"):
+            compileall.compile_dir(CHECKOUT / folder, quiet=1)
+
+
+compile_the_checkout()
+
 THREAD_JOIN_S = 10.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The nightly lane's tests are skipped, each with its reason, unless SERVEBENCH_NIGHTLY=1
+    (tests/support/nightly.py)."""
+    for item in items:
+        skip = nightly_skip(item.get_closest_marker("nightly"), os.environ)
+        if skip is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -32,11 +32,12 @@ from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = CHECKOUT / "campaigns" / "arm-emulated.yaml"
 MISSING = [tool for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64-static") if shutil.which(tool) is None]
-pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm, pytest.mark.nightly,
-              pytest.mark.skipif(not os.environ.get("SERVEBENCH_NIGHTLY"), reason=(
-                  "llama.cpp cross-built for Graviton3 and served under qemu: the cross-build is about six "
-                  "minutes of a cold run; it runs in the nightly deployment arm-emulated-nightly (prefect.yaml); "
-                  "SERVEBENCH_NIGHTLY=1 runs it here")),
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.arm,
+              pytest.mark.nightly(reason=(
+                  "llama.cpp cross-built for Graviton3 and served under qemu (the cross-build is about six "
+                  "minutes of a cold run; the campaign also runs as the deployment arm-emulated-nightly); the "
+                  "test command keeps the remote aarch64 check (test_arm_partition) and the targets' flags "
+                  "(test_build_targets)")),
               pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: "
                                                        "apt-get install g++-aarch64-linux-gnu qemu-user-static "
                                                        "(README command 2 installs them)")]

@@ -159,12 +159,12 @@ def test_an_emulated_nodes_root_gives_its_cpu_ids_and_a_wrapper_for_its_children
 @pytest.mark.e2e
 @pytest.mark.vllm
 @pytest.mark.arm
-@pytest.mark.nightly
+@pytest.mark.nightly(reason=(
+    "the emulated vLLM campaign takes about 25 minutes on 2 cores (each emulated server ~5.5 min to start; the "
+    "campaign also runs as the deployment arm-emulated-vllm-nightly); the test command keeps the remote "
+    "aarch64 check (test_arm_partition)"))
 @needs_cross
 @needs_arm64_packages
-@pytest.mark.skipif(not os.environ.get("SERVEBENCH_NIGHTLY"), reason=(
-    "the emulated vLLM campaign takes about 25 minutes on 2 cores (each emulated server ~5.5 min to start): "
-    "it runs in the nightly deployment arm-emulated-vllm-nightly (prefect.yaml); SERVEBENCH_NIGHTLY=1 runs it here"))
 def test_vllm_serves_on_emulated_arm_nodes_and_answers_as_x86(isolated, tmp_path):
     from servebench import warehouse
     from tests.support.campaign_process import run_shipped_campaign

@@ -24,7 +24,9 @@ from servebench.paths import CHECKOUT, cache_dir
 from tests.support.llamacpp_repo import SLOWDOWN_MS, make_repository
 from tests.support.prefect_session import session_api_url
 
-pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.nightly(reason=(
+    "llama.cpp built at several commits and bisected; the test command keeps the bisection's search, "
+    "verdicts and git builds (test_bisect)"))]
 SLOW_AT = 6
 
 

@@ -260,6 +260,9 @@ def test_a_quantized_format_is_a_cached_model_of_its_own_the_plain_key_unchanged
 
 @pytest.mark.e2e
 @pytest.mark.vllm
+@pytest.mark.nightly(reason=(
+    "vLLM serving a w8a8 checkpoint; the test command keeps the quantized checkpoints as vLLM's loader "
+    "reads them and their memory plans (this file)"))
 @pytest.mark.parametrize("fmt", ["w8a8"])  # the format that pays on CPU; the int4 ones served by hand (quantization.md)
 def test_vllm_serves_the_quantized_tiny_llama_through_its_cpu_kernel(tmp_path, fmt):
     """The smoke campaign's engine and tiny Llama, quantized: served, answered in full, and through the

@@ -20,7 +20,9 @@ from servebench.analysis.saturation import run_saturation
 from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "kv-saturation.yaml"
-pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.nightly(reason=(
+    "knees measured with llama.cpp over RPC; the test command keeps llama.cpp RPC across testbed hosts "
+    "(test_llamacpp_testbed) and the saturation arithmetic (test_saturation_sessions)"))]
 
 
 def test_the_knee_follows_the_kv_capacity(isolated, tmp_path):

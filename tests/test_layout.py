@@ -123,7 +123,7 @@ def test_no_import_cycles():
 # folder; `spec` holds the campaign's plain data models. Lazy and TYPE_CHECKING imports count.
 LAYERS: list[tuple[str, ...]] = [
     ("servebench.paths", "servebench.cpus", "servebench.logs", "servebench.waiting", "servebench.processes",
-     "servebench.plugins", "servebench.progress"),
+     "servebench.plugins", "servebench.progress", "servebench.nightly_lane"),
     ("servebench.load", "servebench.telemetry"),
     ("servebench.spec",),
     ("servebench.platform",),

@@ -145,6 +145,9 @@ def sigkilled_and_resumed(campaign: Path, tmp_path: Path, started: list[subproce
 SEARCH = CAPACITY_CAMPAIGN  # killed mid-search here
 
 
+@pytest.mark.nightly(reason=(
+    "a capacity search cut by SIGKILL and finished by resume; the test command keeps a SIGKILLed campaign "
+    "resumed (the test above) and a capacity search through the flow (test_tuning)"))
 def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_probes(tmp_path):
     """Killed after its load point and two probes: the resume finishes the search, reusing the
     probes already measured (their result files untouched), and the search it lands is what an

@@ -334,6 +334,9 @@ def test_per_engine_counters_are_read_by_their_engine_label():
 @pytest.mark.e2e
 @pytest.mark.vllm
 @pytest.mark.root  # the generator's nice -10
+@pytest.mark.nightly(reason=(
+    "DP=2 with expert parallelism served on the tiny MoE; the test command keeps the DP and EP plans and "
+    "commands (this file) and the expert-parallel kernels over two gloo ranks (test_vllm_moe_parallel)"))
 def test_dp2_with_expert_parallelism_on_one_node_serves_every_cell_and_passes_the_gate(tmp_path, monkeypatch):
     """DP=2 with expert parallelism on an MoE model, on one local node (both engines on CPU 0), served by real
     vLLM through the Prefect flow beside TP=1 at the same load: the gate against TP=1 passed (float32: equal

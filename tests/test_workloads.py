@@ -443,6 +443,9 @@ def test_an_unbounded_length_with_a_known_context_is_refused_for_a_duration_run(
 @pytest.mark.e2e
 @pytest.mark.vllm
 @pytest.mark.root  # the campaign's generator runs at nice -10
+@pytest.mark.nightly(reason=(
+    "one cell of each workload kind served by vLLM; the test command keeps each kind's requests (this file), "
+    "exact token ids and shared prefixes on vLLM (test_e2e_load) and the kinds on llama.cpp (test_llamacpp_load)"))
 def test_the_workloads_campaign_runs_one_valid_cell_of_each_kind_on_vllm(isolated):
     """campaigns/workloads.yaml through the flow (about 50 s warm): every cell valid, every prompt
     and answer served at exactly the asked token counts, turns landed = S x T, the shared
