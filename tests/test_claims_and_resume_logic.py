@@ -51,9 +51,24 @@ def test_a_taken_claim_waits_for_its_holder_and_says_who_it_is(tmp_path, monkeyp
     first.release()
     waiter.join(timeout=10)
     assert "held" in got and len(said) == 1
+    # run-a removed cpu1's file on release, under its lock: run-b, which waited on that file, took the path's new one
+    cpu1 = tmp_path / claims._file_name("this-host/cpu1")
+    assert "run-b" in cpu1.read_text() and sorted(tmp_path.iterdir()) == sorted(
+        tmp_path / claims._file_name(f"this-host/cpu{n}") for n in (1, 2))
     got["held"].release()
     again = claims.hold(["this-host/cpu0", "this-host/cpu1", "this-host/cpu2"], {"run_id": "run-c"})
     again.release()
+    assert list(tmp_path.iterdir()) == []  # nothing left in the claims directory once every run released
+
+
+def test_a_killed_holders_claim_file_is_taken_and_removed_by_the_next_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(tmp_path))
+    stale = tmp_path / claims._file_name("this-host/cpu0")
+    stale.write_text('{"run_id": "killed"}\n')  # its holder died: the kernel dropped the lock, the file stayed
+    held = claims.hold(["this-host/cpu0"], {"run_id": "next"}, say=lambda line: pytest.fail(line))
+    assert "next" in stale.read_text()
+    held.release()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("name", ["this-host/cpu0", "ssh/root@198.18.0.1:22/cpu3"])

@@ -6,6 +6,8 @@ a file in the machine's claims directory (SERVEBENCH_CLAIMS, default /tmp/serveb
 held from before the nodes are allocated until they are released; the kernel drops it when
 the holder dies, so a killed campaign never blocks the next. A run that finds a claim taken
 says which run holds it and waits. Slurm's controller arbitrates its own nodes: no claims.
+Releasing a claim removes its file (testbed hosts get new addresses every time, so files kept
+would pile up in /tmp); only a killed holder's file stays, for the next holder to take and remove.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class HeldClaims:
 
     def release(self) -> None:
         for file in self.files:
+            _remove_if_still_named(file)  # while locked: a waiter then sees the path name no file, or another
             file.close()  # closing drops the flock
         self.files.clear()
 
@@ -63,27 +66,47 @@ def hold(names: list[str], holder: dict, say: Callable[[str], None] = print) -> 
 
 
 def _take(path: Path, name: str, holder: dict, say: Callable[[str], None]) -> TextIO:
-    file = open(path, "a+")
     told = False
+    while True:
+        file = open(path, "a+")
 
-    def taken() -> bool:
-        nonlocal told
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if not told:
-                file.seek(0)
-                say(f"waiting for {name}: held by {file.read().strip() or 'another run'}")
-                told = True
-            return False
+        def taken() -> bool:
+            nonlocal told
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if not told:
+                    file.seek(0)
+                    say(f"waiting for {name}: held by {file.read().strip() or 'another run'}")
+                    told = True
+                return False
 
-    poll(taken, math.inf, interval_s=POLL_S)
+        poll(taken, math.inf, interval_s=POLL_S)
+        if _still_named(file):
+            break
+        file.close()  # its holder released it and removed the file meanwhile: the claim is the path's file now
     file.seek(0)
     file.truncate()
     file.write(json.dumps(holder) + "\n")
     file.flush()
     return file
+
+
+def _still_named(file: TextIO) -> bool:
+    """Whether the claim's path still names this open file (not removed, nor made again by another run)."""
+    try:
+        return os.stat(file.name).st_ino == os.fstat(file.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_if_still_named(file: TextIO) -> None:
+    if _still_named(file):
+        try:
+            os.unlink(file.name)
+        except FileNotFoundError:
+            pass
 
 
 def _file_name(name: str) -> str:
