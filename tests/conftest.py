@@ -90,6 +90,7 @@ def _prefect_leftovers():
     yield
     from tests.support.prefect_session import close_session_prefect
 
+    rebind_handlers_from_capture(closed_only=True)  # the session server's stop is logged: not to a closed capsys
     close_session_prefect()  # the one server the session's flows reported to (tests/support/prefect_session.py)
     stop_leftover_prefect_servers()
     release_prefect_background_threads()
@@ -133,26 +134,32 @@ def _drain_prefect_services() -> None:
         _QueueServiceBase.drain_all(timeout=THREAD_JOIN_S, at_exit=False)
 
 
-def rebind_handlers_from_capture() -> None:
-    """Point log handlers that write to pytest's capture file at the real stream it stands for.
+def rebind_handlers_from_capture(closed_only: bool = False) -> None:
+    """Point log handlers that write to a capture of pytest's at the real stream it stands for.
 
-    Prefect configures its handlers at the first flow run, with the sys.stderr of that
-    moment: inside a test, pytest's capture file, which pytest closes after the session.
+    Prefect configures its handlers at the first flow run, with the sys.stderr of that moment:
+    inside a test, pytest's capture file, which pytest closes after the session, or the test's
+    `capsys` stream, closed when that test ends (a handler left on it is pointed at the real stderr).
+    `closed_only`: only those on a closed stream (what is logged to pytest's open capture stays there).
     """
     real = {id(sys.stdout): sys.__stdout__, id(sys.stderr): sys.__stderr__}
-    real = {key: stream for key, stream in real.items() if key not in (id(sys.__stdout__), id(sys.__stderr__))}
-    if not real:  # run with -s: nothing is captured
-        return
+    real = {key: stream for key, stream in real.items()
+            if key not in (id(sys.__stdout__), id(sys.__stderr__)) and not closed_only}
     loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
                                       if isinstance(logger, logging.Logger))]
     for handler in {handler for logger in loggers for handler in logger.handlers}:
-        if isinstance(handler, logging.StreamHandler) and id(handler.stream) in real:
-            stream = real[id(handler.stream)]
+        if not isinstance(handler, logging.StreamHandler):
+            continue
+        stream = real.get(id(handler.stream)) or (sys.__stderr__ if getattr(handler.stream, "closed", False)
+                                                   else None)
+        if stream is None:
+            continue
+        if not getattr(handler.stream, "closed", False):
             handler.flush()
-            console = getattr(handler, "console", None)  # Prefect's console handler prints through rich
-            if console is not None and console.file is handler.stream:
-                console.file = stream
-            handler.setStream(stream)
+        console = getattr(handler, "console", None)  # Prefect's console handler prints through rich
+        if console is not None and console.file is handler.stream:
+            console.file = stream
+        handler.setStream(stream)
 
 
 LEAK_GRACE_S = 10.0

@@ -73,13 +73,19 @@ def parse_status(stdout: str) -> tuple[bool, int | None]:
     raise ValueError(f"the status script printed {stdout!r}")
 
 
+SESSION_WAIT_STEPS = 500  # 5 s
+
+
 def start_script(run_dir: str, files: "RemoteFiles", argv: list[str]) -> str:
     """Makes the run directory, starts argv in a new session under the wrapper (stdin from
     /dev/null, output to the node's log file) and prints `PID START_TICKS` of the session leader.
 
     The background job is not a group leader, so `setsid` makes the session in place: `$!`
     is the leader's PID, which is also the process group id (and stays so across the exec).
-    Its output goes to the log, not to the channel: the command that ran the script returns at once.
+    The script prints once the job has made its session (its group id is its PID; at most
+    SESSION_WAIT_STEPS of 10 ms: a busy host may not have run the forked job yet), so a stop
+    right after the start finds the group. Its output goes to the log, not to the channel: the
+    command that ran the script returns at once.
     """
     wrapped = shlex.join(["setsid", "sh", "-c", WRAPPER, "sh", files.exit, *argv])
     return "\n".join([
@@ -87,8 +93,13 @@ def start_script(run_dir: str, files: "RemoteFiles", argv: list[str]) -> str:
         f"mkdir -p {shlex.quote(run_dir)} || exit 1",
         f"{wrapped} </dev/null >{shlex.quote(files.log)} 2>&1 &",
         "p=$!",
-        "s=$(sed 's/.*) //' \"/proc/$p/stat\")",
-        "set -- $s",
+        "i=0",
+        "while :; do",
+        "  s=$(sed 's/.*) //' \"/proc/$p/stat\") || exit 1",
+        "  set -- $s",   # state, ppid, pgrp, ..., start ticks (the 20th)
+        f'  [ "$3" = "$p" ] || [ $i -ge {SESSION_WAIT_STEPS} ] && break',
+        "  i=$((i + 1)); sleep 0.01",
+        "done",
         'echo "$p ${20}"',
     ])
 
