@@ -154,12 +154,13 @@ def rebind_handlers_from_capture(closed_only: bool = False) -> None:
                                                    else None)
         if stream is None:
             continue
-        if not getattr(handler.stream, "closed", False):
-            handler.flush()
         console = getattr(handler, "console", None)  # Prefect's console handler prints through rich
         if console is not None and console.file is handler.stream:
             console.file = stream
-        handler.setStream(stream)
+        if getattr(handler.stream, "closed", False):
+            handler.stream = stream  # setStream would flush the closed one first
+        else:
+            handler.setStream(stream)
 
 
 LEAK_GRACE_S = 10.0
