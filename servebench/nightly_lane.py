@@ -4,6 +4,7 @@ the README's test command skips for time, run every night by the tests-nightly d
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -35,10 +36,11 @@ def lane_command(checkout: Path | None, marker: str = "nightly") -> list[str]:
 
 
 def run_lane(marker: str = "nightly", checkout: Path | None = CHECKOUT) -> LaneOutcome:
-    """Run the lane with SERVEBENCH_NIGHTLY=1, its output kept in runs/tests-<marker>-<UTC time>.log."""
+    """Run the lane with SERVEBENCH_NIGHTLY=1, its output kept in runs/tests-<marker>-<UTC time>.log (a marker
+    expression such as `nightly and not arm` in the name as `nightly-and-not-arm`)."""
     argv = lane_command(checkout, marker)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    log = runs_dir() / f"tests-{marker}-{stamp}.log"
+    log = runs_dir() / f"tests-{re.sub(r'[^A-Za-z0-9]+', '-', marker)}-{stamp}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         done = subprocess.run(argv, cwd=checkout, env=os.environ | {NIGHTLY_ENV: "1"}, stdout=out,
