@@ -56,7 +56,7 @@ def compile_the_checkout() -> None:
     every `servebench load`, sampler, CLI and flow process a test starts would compile the ~200 modules
     of servebench again: 0.3-0.4 s a process on a 2-core EPYC, some hundreds of processes a session.
     compileall writes them whatever that setting says; the next session finds them current."""
-    if sys.dont_write_bytecode:
+    if sys.dont_write_bytecode and CHECKOUT is not None:
         for folder in ("servebench", "flows", "tasks", "warehouse", "tests"):
             compileall.compile_dir(CHECKOUT / folder, quiet=1)
 
