@@ -150,14 +150,14 @@ def rebind_handlers_from_capture(closed_only: bool = False) -> None:
     for handler in {handler for logger in loggers for handler in logger.handlers}:
         if not isinstance(handler, logging.StreamHandler):
             continue
-        stream = real.get(id(handler.stream)) or (sys.__stderr__ if getattr(handler.stream, "closed", False)
-                                                   else None)
+        closed = getattr(handler.stream, "closed", False)
+        stream = real.get(id(handler.stream)) or (sys.__stderr__ if closed else None)
         if stream is None:
             continue
         console = getattr(handler, "console", None)  # Prefect's console handler prints through rich
         if console is not None and console.file is handler.stream:
             console.file = stream
-        if getattr(handler.stream, "closed", False):
+        if closed:
             handler.stream = stream  # setStream would flush the closed one first
         else:
             handler.setStream(stream)

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import pytest
 
-ENV = "SERVEBENCH_NIGHTLY"
+from servebench.nightly_lane import NIGHTLY_ENV as ENV  # the variable the lane's deployment sets
+
 WHERE = f"it runs in the tests-nightly deployment (prefect.yaml), and here with {ENV}=1"
 
 
