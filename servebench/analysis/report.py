@@ -48,6 +48,7 @@ from servebench.analysis.parallel_report import balance_chart, rank_network_char
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
+from servebench.analysis.vega_bundle import vega_bundle
 from servebench.analysis.workload_report import whole_axis, workload_charts
 from servebench.warehouse import Connection, reads
 from servebench.warehouse.history import changes_until, nights_until, run_nodes, run_series_points, run_spec
@@ -591,8 +592,10 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     # browser and vl-convert check the spec as they render it; tests/test_report_browser.py renders every chart)
     specs = {name: chart.to_json(indent=None, validate=False) for name, chart in charts.items()}
     for name, spec in specs.items():
-        (chart_dir / f"{name}.svg").write_text(vlc.vegalite_to_svg(spec))
-        (chart_dir / f"{name}.png").write_bytes(vlc.vegalite_to_png(spec, scale=1.5))
+        svg = vlc.vegalite_to_svg(spec)
+        (chart_dir / f"{name}.svg").write_text(svg)
+        # rasterized from that SVG: the same bytes as vegalite_to_png, without rendering the chart twice
+        (chart_dir / f"{name}.png").write_bytes(vlc.svg_to_png(svg, scale=1.5))
     cells = sorted(reads.report_cells(con, run_id), key=lambda cell: (cell["mode"], cell["cell_key"]))
     gates = reads.gates(con, run_id)
     spec = run_spec(con, run_id)
@@ -676,7 +679,8 @@ def spread_table(spreads: dict[PointMetric, Spread]) -> str:
 
 def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = "") -> str:
     """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart (`specs`:
-    name -> its Vega-Lite JSON), then the cell table."""
+    name -> its Vega-Lite JSON), then the cell table. The charts' calls are a module script after the
+    bundle's (module scripts run in document order, the bundle's first: it puts vegaEmbed on window)."""
     divs, calls = [], []
     for index, (name, spec) in enumerate(specs.items()):
         divs.append(f'<section><div id="chart-{index}" class="chart" data-name="{name}"></div></section>')
@@ -684,7 +688,7 @@ def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = ""
                      ".catch(e => console.error(e));")
     if not specs:
         divs.append("<p>No cell of this run was measured.</p>")
-    bundle = vlc.javascript_bundle("\n".join(calls))  # the libraries and the calls, no network needed
+    script = "\n".join(calls)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:24px}} section{{margin:28px 0}} h1{{margin-bottom:0}}
@@ -694,5 +698,6 @@ tr.bad{{background:#fdd}}</style></head>
 <body><h1>{title}</h1><p class="sub">{subtitle}</p>
 {''.join(divs)}
 {cells_html}
-<script type="module">{bundle}</script>
+<script type="module">{vega_bundle()}</script>
+<script type="module">{script}</script>
 </body></html>"""
