@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-from servebench.cli.load import progress_file
+from servebench.load.progress_file import progress_file
 from servebench.load.runner import LiveCounts
 from servebench.providers import Node
 from servebench.serving.faults import FaultTimer, finished_requests, inject

@@ -89,7 +89,7 @@ def test_a_cold_server_is_warmed_before_the_measurement_and_the_cell_lands_what_
     assert warmed["steady"] and warmed["requests"] >= 10 and warmed["concurrency"] == 2, warmed
     assert sent == warmed["requests"] + 8 and len(result["requests"]) == 8   # warm-up rows are not the cell's
     assert result["summary"]["ttft_ms"]["p99"] < 100, result["summary"]["ttft_ms"]
-    assert "--warm-until-steady" in to_argv(config)   # a cell's generator on another node gets it too
+    assert "--warm-until-steady" in to_argv(config)   # `servebench load` reproduces it too
 
 
 def test_the_flag_parses_and_a_bad_value_is_named():

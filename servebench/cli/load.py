@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import threading
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 from servebench.cli.common import ContentError
 from servebench.engines import engine_kinds, get_engine
 from servebench.load.config import FLAGS, LoadConfig
+from servebench.load.progress_file import progress_file
 
 # from --engine unless given
 ENGINE_DEFAULTS = {"token_counter", "request_extras", "prefix_cache_counters", "prompt_cache_tokens",
@@ -203,38 +203,6 @@ def cmd_load(args: argparse.Namespace) -> int:
     if not args.quiet:
         print_summary(result["summary"])
     return 0
-
-
-@contextlib.contextmanager
-def progress_file(path: str | None, live, period_s: float = 0.05):
-    """While the load runs, a thread writes the live counts to `path` (write then rename, so a reader
-    never sees half a file); the last counts are written when it ends. Nothing on the send path."""
-    if path is None:
-        yield
-        return
-    target, stop = Path(path), threading.Event()
-    target.parent.mkdir(parents=True, exist_ok=True)
-
-    def write() -> None:  # best effort: a progress file that cannot be written never stops the load
-        partial = target.with_suffix(".partial")
-        try:
-            partial.write_text(json.dumps({"sent": live.sent, "done": live.done, "failed": live.failed}))
-            partial.replace(target)
-        except OSError:
-            pass
-
-    def keep_writing() -> None:
-        while not stop.wait(period_s):
-            write()
-
-    thread = threading.Thread(target=keep_writing, daemon=True, name="progress-file")
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        write()
 
 
 def _with_progress(config: LoadConfig, live, run_load) -> dict:

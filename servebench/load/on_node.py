@@ -1,9 +1,11 @@
-"""The load generator on a client node: `python -S -m servebench.load.on_node --config-json J --output-dir D`.
+"""The load generator's process, as a cell starts it: `python -S -m servebench.load.on_node --config-json J
+--output-dir D` on a client node, or with `--output-json`, `--requests-csv` and `--progress-file` on the
+orchestrator's host.
 
-What the campaign flow starts on the node a campaign names (`load.client.node`), from the
-tree `servebench.distribution.load_tree` places there. It imports nothing but the load generator:
-no warehouse, no Prefect, no engine. It writes `requests.csv`, then `result.json` last and
-atomically (its presence means both are complete), into D, which the flow brings back.
+On a node it runs from the tree `servebench.distribution.load_tree` places there. It imports nothing but
+the load generator (no warehouse, Prefect, engine or command line: its start is a cell's fixed cost). It
+writes the requests CSV, then the result JSON last and atomically (its presence means both are
+complete): `requests.csv` and `result.json` in D, which the flow brings back, or the paths given.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from servebench.load.config import LoadConfig
+from servebench.load.progress_file import progress_file
 from servebench.load.records import write_requests_csv
-from servebench.load.runner import run_load, write_result
+from servebench.load.runner import LiveCounts, run_load, write_result
 from servebench.load.workload import WorkloadError
 
 RESULT_NAME = "result.json"
@@ -26,16 +29,26 @@ REQUESTS_NAME = "requests.csv"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servebench.load.on_node", description=__doc__.splitlines()[0])
     parser.add_argument("--config-json", required=True, help="a LoadConfig as JSON")
-    parser.add_argument("--output-dir", required=True, type=Path)
+    parser.add_argument("--output-dir", type=Path, help=f"write {REQUESTS_NAME} and {RESULT_NAME} here")
+    parser.add_argument("--output-json", type=Path, help="write the result here (instead of --output-dir)")
+    parser.add_argument("--requests-csv", type=Path, help="write the request rows here (with --output-json)")
+    parser.add_argument("--progress-file", help="keep {sent, done, failed} here while the load runs")
     args = parser.parse_args(argv)
+    if (args.output_dir is None) == (args.output_json is None) or (args.output_json is None) != (
+            args.requests_csv is None):
+        parser.error("give --output-dir, or --output-json and --requests-csv")
+    result_path = args.output_json or args.output_dir / RESULT_NAME
+    requests_path = args.requests_csv or args.output_dir / REQUESTS_NAME
+    live = LiveCounts()
     try:
         config = LoadConfig.model_validate_json(args.config_json)
-        result = run_load(config)
+        with progress_file(args.progress_file, live):
+            result = run_load(config, live)
     except (ValidationError, WorkloadError) as exc:
         print(f"servebench.load.on_node: {exc}", file=sys.stderr)
         return 2
-    write_requests_csv(result["requests"], args.output_dir / REQUESTS_NAME)
-    write_result(result, args.output_dir / RESULT_NAME)
+    write_requests_csv(result["requests"], requests_path)
+    write_result(result, result_path)
     return 0
 
 

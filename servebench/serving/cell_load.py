@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from servebench.load.config import LoadConfig, deadline_s, to_argv
+from servebench.load.config import LoadConfig, deadline_s
 from servebench.load.on_node import REQUESTS_NAME, RESULT_NAME
 from servebench.load.runner import load_result, write_result
 from servebench.logs import tail_text
@@ -47,8 +47,9 @@ def run_cell_load(config: LoadConfig, output: str, client: ClientNode | None = N
     resume finds it if the orchestrator is killed; on a node the provider marks it)."""
     if client is not None:
         return run_load_on_node(client, config, Path(output))
-    argv = [sys.executable, "-m", "servebench", "load", *to_argv(config), "--output-json", output,
-            "--requests-csv", requests_csv_path(output), "--progress-file", str(progress_path(output)), "--quiet"]
+    argv = [sys.executable, "-m", "servebench.load.on_node", "--config-json", config.model_dump_json(),
+            "--output-json", output, "--requests-csv", requests_csv_path(output),
+            "--progress-file", str(progress_path(output))]
     limit = deadline_s(config)
     env = os.environ | {INSTRUMENT_VARIABLE: "1"} | ({MARK_VARIABLE: mark} if mark else {})
     try:
