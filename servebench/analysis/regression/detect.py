@@ -27,9 +27,7 @@ import statistics
 from typing import Literal
 
 import numpy as np
-import ruptures
 from pydantic import BaseModel
-from scipy.stats import mannwhitneyu
 
 from servebench.analysis.regression.series import Metric, Night
 from servebench.spec.detection import DetectionSettings
@@ -112,6 +110,8 @@ def change_points(nights: list[Night], settings: DetectionSettings) -> list[int]
     if len(nights) < 2:
         return []
     scale = abs(statistics.median(_values(nights))) or 1.0
+    import ruptures  # here: with scipy, seconds of every campaign process's start, and most runs have no history
+
     signal = np.array([statistics.fmean(n.values) / scale for n in nights], dtype=float)
     repeats = statistics.fmean(len(n.values) for n in nights)
     sigma2 = max(_noise_variance(nights, scale) / repeats, 1e-8)
@@ -226,6 +226,8 @@ def u_test(sample: list[float], reference: list[float], alternative: str) -> flo
         return 1.0
     if len(set(sample) | set(reference)) == 1:
         return 1.0                                               # all equal: no evidence either way
+    from scipy.stats import mannwhitneyu  # here, as ruptures in change_points
+
     return float(mannwhitneyu(sample, reference, alternative=alternative).pvalue)
 
 
