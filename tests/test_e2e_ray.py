@@ -35,7 +35,7 @@ from tests.support.ray_logs import assert_group_across_nodes
 CAMPAIGN = Path(__file__).parent / "campaigns" / "good" / "e2e-ray.yaml"
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.nightly(reason=(
     "PP=2 over Ray on two local nodes, compiled; the test command keeps Ray with vLLM across testbed hosts "
-    "(TP=2 and a lost Ray node, test_e2e_testbed) and compiled servers (test_e2e_campaign)"))]
+    "(TP=2, test_e2e_testbed) and compiled servers (test_e2e_campaign)"))]
 
 
 MARKS = ("vllm.entrypoints", "ray::", "raylet", "gcs_server", "ray start", "servebench load", "VLLM::")
