@@ -9,7 +9,7 @@ def test_the_bundle_is_written_to_the_cache_once_and_read_from_it_after(tmp_path
     try:
         made = bundle_module.vega_bundle()
         path = bundle_module.bundle_path()
-        assert path.parent == tmp_path / "report" and path.read_text() == made
+        assert path.parent == tmp_path / "tools" and path.read_text() == made
         assert "window.vegaEmbed=" in made.replace(" ", "")  # the page's calls find it on window
         assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left
 

@@ -18,8 +18,8 @@ from servebench.paths import cache_dir
 
 
 def bundle_path() -> Path:
-    """Where the bundle of the installed vl-convert is kept."""
-    return cache_dir() / "report" / f"vega-bundle-{version('vl-convert-python')}.js"
+    """Where the bundle of the installed vl-convert is kept: beside the other tools (`servebench builds list`)."""
+    return cache_dir() / "tools" / f"vega-bundle-{version('vl-convert-python')}.js"
 
 
 @functools.cache
