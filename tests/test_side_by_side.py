@@ -17,7 +17,10 @@ from servebench import warehouse
 from tests.support.campaign_process import run_shipped_campaign
 
 CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "side-by-side.yaml"
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.llamacpp]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.nightly(reason=(
+    "vLLM and llama.cpp in one campaign; the test command keeps each engine built, served and gated through the "
+    "flow (vLLM: test_e2e_campaign, test_e2e_testbed; llama.cpp: "
+    "test_llamacpp_testbed) and the report's engines section (test_report_charts)"))]
 
 
 def lighter(data: dict) -> None:
