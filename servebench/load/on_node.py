@@ -1,11 +1,10 @@
-"""The load generator's process, as a cell starts it: `python -S -m servebench.load.on_node --config-json J
---output-dir D` on a client node, or with `--output-json`, `--requests-csv` and `--progress-file` on the
-orchestrator's host.
+"""The load generator's process, as a cell starts it, on a client node or on the orchestrator's host:
+`python -S -m servebench.load.on_node --config-json J --output-json R --requests-csv C [--progress-file P]`.
 
-On a node it runs from the tree `servebench.distribution.load_tree` places there. It imports nothing but
-the load generator (no warehouse, Prefect, engine or command line: its start is a cell's fixed cost). It
-writes the requests CSV, then the result JSON last and atomically (its presence means both are
-complete): `requests.csv` and `result.json` in D, which the flow brings back, or the paths given.
+On a node it runs from the tree `servebench.distribution.load_tree` places there (its files named
+RESULT_NAME and REQUESTS_NAME in one directory, which the flow brings back). It imports nothing but
+the load generator (no warehouse, Prefect, engine or command line: its start is a cell's fixed cost).
+It writes the requests CSV, then the result JSON last and atomically: its presence means both are complete.
 """
 
 from __future__ import annotations
@@ -29,16 +28,10 @@ REQUESTS_NAME = "requests.csv"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servebench.load.on_node", description=__doc__.splitlines()[0])
     parser.add_argument("--config-json", required=True, help="a LoadConfig as JSON")
-    parser.add_argument("--output-dir", type=Path, help=f"write {REQUESTS_NAME} and {RESULT_NAME} here")
-    parser.add_argument("--output-json", type=Path, help="write the result here (instead of --output-dir)")
-    parser.add_argument("--requests-csv", type=Path, help="write the request rows here (with --output-json)")
+    parser.add_argument("--output-json", required=True, type=Path, help="write the result here")
+    parser.add_argument("--requests-csv", required=True, type=Path, help="write the request rows here")
     parser.add_argument("--progress-file", help="keep {sent, done, failed} here while the load runs")
     args = parser.parse_args(argv)
-    if (args.output_dir is None) == (args.output_json is None) or (args.output_json is None) != (
-            args.requests_csv is None):
-        parser.error("give --output-dir, or --output-json and --requests-csv")
-    result_path = args.output_json or args.output_dir / RESULT_NAME
-    requests_path = args.requests_csv or args.output_dir / REQUESTS_NAME
     live = LiveCounts()
     try:
         config = LoadConfig.model_validate_json(args.config_json)
@@ -47,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, WorkloadError) as exc:
         print(f"servebench.load.on_node: {exc}", file=sys.stderr)
         return 2
-    write_requests_csv(result["requests"], requests_path)
-    write_result(result, result_path)
+    write_requests_csv(result["requests"], args.requests_csv)
+    write_result(result, args.output_json)
     return 0
 
 

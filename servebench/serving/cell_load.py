@@ -67,7 +67,7 @@ def run_load_on_node(client: ClientNode, config: LoadConfig, output: Path) -> di
     provider, node = client.provider, client.node
     remote = f"{provider.scratch_dir(node)}/load/{output.stem}"
     argv = [client.python, "-S", "-m", "servebench.load.on_node", "--config-json", config.model_dump_json(),
-            "--output-dir", remote]
+            "--output-json", f"{remote}/{RESULT_NAME}", "--requests-csv", f"{remote}/{REQUESTS_NAME}"]
     log = output.with_suffix(".load.log")
     output.parent.mkdir(parents=True, exist_ok=True)
     limit = deadline_s(config)
