@@ -166,6 +166,19 @@ def test_start_and_status_scripts_here(tmp_path):
                                        capture_output=True, text=True).stdout) == (False, None)  # reused PID
 
 
+def test_a_process_that_ends_at_once_is_started_and_its_exit_read(tmp_path):
+    """A command that exits before the start script reads its /proc entry (the shell may have reaped
+    it already) still gives a PID and start ticks, and its status is the exit file's."""
+    for attempt in range(20):
+        files = remote_files(str(tmp_path / str(attempt)), 1, "p.log")
+        out = subprocess.run(["sh", "-c", start_script(str(tmp_path / str(attempt)), files, ["sh", "-c", "exit 3"])],
+                             capture_output=True, text=True, timeout=TIMEOUT_S)
+        pid, ticks = parse_started(out.stdout)
+        wait_until(lambda: Path(files.exit).exists(), "the exit file")
+        assert parse_status(subprocess.run(["sh", "-c", STATUS_SCRIPT, "sh", str(pid), str(ticks), files.exit],
+                                           capture_output=True, text=True).stdout) == (False, 3)
+
+
 def test_node_tools_stop_a_tree_here():
     """stop_tree on this machine: the group is terminated, a child that left it is killed by PID."""
     script = ("import os, time, sys\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    sys.exit()\n"

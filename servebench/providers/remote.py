@@ -84,8 +84,11 @@ def start_script(run_dir: str, files: "RemoteFiles", argv: list[str]) -> str:
     is the leader's PID, which is also the process group id (and stays so across the exec).
     The script prints once the job has made its session (its group id is its PID; at most
     SESSION_WAIT_STEPS of 10 ms: a busy host may not have run the forked job yet), so a stop
-    right after the start finds the group. Its output goes to the log, not to the channel: the
-    command that ran the script returns at once.
+    right after the start finds the group. A job that has already ended may have been reaped by
+    the shell (dash reaps any child while it waits for `sleep`), so its /proc entry is gone: the
+    script then prints start ticks 0, which match no live process, and the exit file the wrapper
+    wrote says how it ended. Its output goes to the log, not to the channel: the command that
+    ran the script returns at once.
     """
     wrapped = shlex.join(["setsid", "sh", "-c", WRAPPER, "sh", files.exit, *argv])
     return "\n".join([
@@ -95,8 +98,8 @@ def start_script(run_dir: str, files: "RemoteFiles", argv: list[str]) -> str:
         "p=$!",
         "i=0",
         "while :; do",
-        "  s=$(sed 's/.*) //' \"/proc/$p/stat\") || exit 1",
-        "  set -- $s",   # state, ppid, pgrp, ..., start ticks (the 20th)
+        '  read -r s 2>/dev/null </proc/$p/stat || { echo "$p 0"; exit 0; }',
+        '  set -- ${s##*") "}',   # state, ppid, pgrp, ..., start ticks (the 20th)
         f'  [ "$3" = "$p" ] || [ $i -ge {SESSION_WAIT_STEPS} ] && break',
         "  i=$((i + 1)); sleep 0.01",
         "done",
