@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -86,7 +87,16 @@ def check_foreign_arch(arch: str) -> None:
 
 def closure(arch: str, python_minor: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
     """The packages (name -> candidate version) of the dependency closure of ROOT_PACKAGES for `arch`,
-    and of `extra` (a build's headers and link libraries: libnuma-dev, libpython3.11-dev)."""
+    and of `extra` (a build's headers and link libraries: libnuma-dev, libpython3.11-dev).
+
+    Asked of apt once per process (4 s each time here: `servebench plan` of a campaign with aarch64
+    builds computed it four times): apt's answer changes only when its package lists are updated,
+    which a plan or a run does not do."""
+    return dict(_closure(arch, python_minor, tuple(extra)))
+
+
+@functools.lru_cache(maxsize=None)
+def _closure(arch: str, python_minor: str, extra: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     check_foreign_arch(arch)
     suffix = f":{debian_arch(arch)}"
     roots = [name.format(minor=python_minor) + suffix for name in (*ROOT_PACKAGES, *extra)]
@@ -96,7 +106,7 @@ def closure(arch: str, python_minor: str, extra: tuple[str, ...] = ()) -> dict[s
         raise SysrootError(f"apt-cache depends {' '.join(roots)} failed: {done.stderr.strip()[-400:]}")
     names = sorted({line.strip().removesuffix(suffix) for line in done.stdout.splitlines()
                     if line and not line.startswith((" ", "<")) and line.strip().endswith(suffix)} - NOT_RUNTIME)
-    return candidate_versions(names, suffix)
+    return tuple(candidate_versions(names, suffix).items())
 
 
 def candidate_versions(names: list[str], suffix: str) -> dict[str, str]:
