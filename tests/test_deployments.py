@@ -32,9 +32,9 @@ def test_every_shipped_campaign_has_a_nightly_deployment_on_one_queue_per_cluste
 def test_every_deployment_has_the_keys_and_one_of_the_entrypoints_the_real_deploy_is_shown():
     """tests/test_e2e_nightly.py deploys smoke-nightly and tests-nightly with `prefect deploy` on a real
     server: every other entry is one of the same shape."""
-    shown = {d["name"]: d for d in DECLARED if d["name"] in ("smoke-nightly", "tests-nightly")}
+    shown = [d for d in DECLARED if d["name"] in ("smoke-nightly", "tests-nightly")]
     for deployment in DECLARED:
-        like = next(d for d in shown.values() if d["entrypoint"] == deployment["entrypoint"])
+        like = next(d for d in shown if d["entrypoint"] == deployment["entrypoint"])
         assert set(deployment) == set(like) and set(deployment["work_pool"]) == set(like["work_pool"]), deployment
         assert [set(s) for s in deployment["schedules"]] == [set(s) for s in like["schedules"]], deployment
         assert set(deployment["parameters"]) == set(like["parameters"]), deployment

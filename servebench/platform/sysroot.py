@@ -89,9 +89,9 @@ def closure(arch: str, python_minor: str, extra: tuple[str, ...] = ()) -> dict[s
     """The packages (name -> candidate version) of the dependency closure of ROOT_PACKAGES for `arch`,
     and of `extra` (a build's headers and link libraries: libnuma-dev, libpython3.11-dev).
 
-    Asked of apt once per process (4 s each time here: `servebench plan` of a campaign with aarch64
-    builds computed it four times): apt's answer changes only when its package lists are updated,
-    which a plan or a run does not do."""
+    Asked of apt once per process (seconds each time; a plan computes several build keys on the same
+    sysroot): apt's answer changes only when its package lists are updated, which a plan or a run
+    does not do."""
     return dict(_closure(arch, python_minor, tuple(extra)))
 
 
