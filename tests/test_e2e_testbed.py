@@ -177,3 +177,8 @@ def check_ray_logs(runs: Path, stages: str, h2_starts: int) -> None:
     assert lasts <= set(kept) <= {f"{index}.{n}" for index, last in attempts.items() for n in range(1, last + 1)}, \
         (sorted(kept), stages)
     assert all((kept[name] / "raylet.out").exists() for name in lasts), sorted(kept)
+    # each node's `ray start` tore its node down on the stop's SIGTERM, without first draining it (Ray's
+    # default: up to 30 s, past the stop's grace, then SIGKILLed; RAY_STARTUP_ENV turns it off)
+    outputs = {p.name: p.read_text() for p in runs.glob("*/ray/ray-h*.log")}
+    assert {"ray-h1.log", "ray-h2.log"} <= set(outputs), sorted(outputs)
+    assert not [name for name, text in outputs.items() if "Draining for up to" in text], outputs

@@ -10,11 +10,12 @@ its own and never another Ray's /tmp/ray; on stop the logs are copied to the run
 ray/ray-logs/ and the temp root is removed.
 
 Start-up is made for a busy host (two cores, both taken): every `ray start` gets longer
-start-up timeouts (`RAY_STARTUP_ENV`); the nodes start one at a time, each once the head
-lists the one before as alive; a node whose `ray start` fails is stopped by PID and
-started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times (each
-retry is said: `RayCluster.notes`, which the run prints); and a node that still fails
-raises an error naming the node, each attempt, its exit code, and the end of its
+start-up timeouts (`RAY_STARTUP_ENV`, which also turns off the drain Ray waits out on
+SIGTERM); the nodes start one at a time, each once the head lists the one before as
+alive; a node whose `ray start` fails is stopped by PID and started again with fresh
+ports and a fresh temp dir, up to `START_ATTEMPTS` times (each retry is said:
+`RayCluster.notes`, which the run prints); and a node that still fails raises an error
+naming the node, each attempt, its exit code, and the end of its
 `ray start` output and of its raylet and GCS logs.
 """
 
@@ -77,6 +78,12 @@ RAY_STARTUP_ENV = {
     # (defaults 5 and 10 000): a starved raylet answers late, not never
     "RAY_health_check_failure_threshold": "10",
     "RAY_health_check_timeout_ms": "30000",
+    # Not a start-up timeout but the stop's: on SIGTERM `ray start --block` first marks its node
+    # draining and waits up to this long for the raylet to go idle and exit (for Ray Serve's
+    # proxies; default 30), longer than servebench's stop grace (20 s), so every stop of a
+    # cluster waited out the grace and ended in SIGKILL. Nothing here serves through Ray Serve:
+    # the node is torn down at once, each daemon SIGTERMed by its `ray start`.
+    "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
 }
 
 # `ray start` output that a second attempt with the same venv would print again
