@@ -181,4 +181,5 @@ def check_ray_logs(runs: Path, stages: str, h2_starts: int) -> None:
     # default: up to 30 s, past the stop's grace, then SIGKILLed; RAY_STARTUP_ENV turns it off)
     outputs = {p.name: p.read_text() for p in runs.glob("*/ray/ray-h*.log")}
     assert {"ray-h1.log", "ray-h2.log"} <= set(outputs), sorted(outputs)
-    assert not [name for name, text in outputs.items() if "Draining for up to" in text], outputs
+    drained = [name for name, text in outputs.items() if "Draining for up to" in text]
+    assert not drained, drained
