@@ -16,7 +16,7 @@ build) for `vllm bench serve`; without it (or with `--no-vllm`), only servebench
 a dataset (JSONL of token ids, 16-200 tokens, mean ~108: 7x the fixed prompt) at the same three
 loads, and a Mooncake trace of Poisson arrivals (prompts 16-200 tokens, shared 512-token blocks
 left out) replayed at 500 and 1000 req/s and, for its capacity, all at once under 64 clients; and
-prints each one's capacity as a fraction of the fixed one's (issue 34: at least 80 %).
+prints each one's capacity as a fraction of the fixed one's (the target: at least 80 %).
 `--tree DIR` measures the `servebench load` of another checkout (e.g. a `git worktree` of an
 older commit, run with this environment's python): an A/B of the generator's own cost.
 `servebench load` itself keeps its own CPU polling when idle while it measures (`--idle-poll auto`,
@@ -274,7 +274,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000, help="requests per capacity measurement")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each rate measurement")
     parser.add_argument("--workloads", action="store_true",
-                        help="also servebench with a dataset and a trace workload (issue 34)")
+                        help="also servebench with a dataset and a trace workload")
     parser.add_argument("--no-vllm", action="store_true", help="servebench only")
     parser.add_argument("--all-cpus-poll", action="store_true", help="every idle CPU polls during the runs (root)")
     parser.add_argument("--wire", action="store_true",

@@ -1,9 +1,9 @@
-"""How fast this machine runs what the test command spends its time on: print a table.
+"""How fast the host runs what the test command spends its time on: print a table.
 
-The test command's time (docs/test-budget.md) is mostly Python starting and importing (servebench, Prefect,
+The test command's time (docs/development.md) is mostly Python starting and importing (servebench, Prefect,
 vLLM's engine processes), Python running, processes being spawned, and small fp32 and bf16 matrix products
 (the tiny models' forward passes). "Machines of this kind" differ by about two times on these: a row of
-docs/test-budget.md is comparable with another only next to these figures of the machine it was measured on.
+docs/development.md is comparable with another only next to these figures of the machine it was measured on.
 
     python benchmarks/machine_speed.py                # this project's venv
     python benchmarks/machine_speed.py --engine-python ~/.cache/servebench/engines/vllm-<key>/bin/python

@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from servebench.testbed import down, load, point_campaign, up
+from servebench.devtools.testbed import down, load, point_campaign, up
 
 CAMPAIGN = Path(__file__).resolve().parent.parent / "campaigns" / "network-testbed.yaml"
 

@@ -2,7 +2,7 @@
 for a few one-way delays on h1's link, both links delayed, and a rate cap.
 
 Brings up a 2-host testbed of its own (default name `lkb`), sets each row's links
-(servebench/testbed/links.py), pings h1 -> h2 (--pings at 5 ms intervals: RTT p50/p99, and
+(servebench/devtools/testbed/links.py), pings h1 -> h2 (--pings at 5 ms intervals: RTT p50/p99, and
 what the setting should add), sends TCP from h1 to h2 for --seconds (the receiver's payload
 rate) and reads the delay lines' own counters (how late frames left), then takes the testbed
 down. Needs root and the testbed's Debian packages (docs/testbed.md).
@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from servebench.testbed import down, links, up
+from servebench.devtools.testbed import down, links, up
 
 ROWS = [  # (label, {host: (delay_ms, rate_mbit)})
     ("plain", {}),

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 from servebench import landing, warehouse  # noqa: E402
 from servebench.analysis.report import run_report  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
+from servebench.config.sweep import expand  # noqa: E402
 from servebench.load.records import write_requests_csv  # noqa: E402
-from servebench.spec.sweep import expand  # noqa: E402
 
 
 def fake_requests(n: int, output_len: int = 32) -> list[dict]:

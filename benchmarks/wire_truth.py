@@ -52,13 +52,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.cpu_latency import zero_wakeup_latency  # noqa: E402
 from benchmarks.wire_streams import WireExchange, exchanges  # noqa: E402
-from servebench.builds.model import ensure_model, vocab_size  # noqa: E402
 from servebench.builds.venv import ensure_build  # noqa: E402
 from servebench.campaign.loading import load_campaign  # noqa: E402
 from servebench.engines import LaunchRequest, get_engine  # noqa: E402
 from servebench.load.config import LoadConfig, deadline_s, to_argv  # noqa: E402
 from servebench.load.metrics import percentile  # noqa: E402
 from servebench.load.workload import Workload  # noqa: E402
+from servebench.models.artifact import ensure_model, vocab_size  # noqa: E402
 from servebench.paths import cache_dir  # noqa: E402
 from servebench.processes import ManagedProcess  # noqa: E402
 from servebench.providers import get_provider  # noqa: E402
@@ -66,7 +66,7 @@ from servebench.serving.server import start_server, stop_server, wait_ready  # n
 
 SERVER_CPU, GENERATOR_CPU = 0, 1
 SNAPLEN = 262144
-# issue 35: |p50| of reported - wire; the same for the requests whose first (last) token event had empty text
+# the targets: |p50| of reported - wire; the same for the requests whose first (last) token event had empty text
 TARGETS_MS = {"TTFT": 0.3, "TPOT": 0.1, "E2EL": 0.5, 'TTFT, first token ""': 0.3, 'E2EL, last token ""': 0.5}
 READY_TIMEOUT_S = 900
 CAPTURE, RESULT, FACTS = "lo.pcap", "load.json", "run.json"  # a run's files (kept with --keep)
@@ -103,7 +103,7 @@ class Comparison:
 
 
 def skip_reason() -> str | None:
-    """Why this machine cannot run the check (printed, exit 0), or None."""
+    """Why the host cannot run the check (printed, exit 0), or None."""
     if os.geteuid() != 0:
         return "needs root (tcpdump captures on lo)"
     if shutil.which("tcpdump") is None:

@@ -1,13 +1,13 @@
 """The bisect flow: which commit of the engine made a campaign's metric worse. Each step is a
-`campaign_run` of its own; the bisecting is `servebench.orchestration.bisect`, its decisions
-`servebench.analysis.bisect`."""
+`campaign_run` of its own; the bisecting is `servebench.bisect.run`, its decisions
+`servebench.bisect.search`."""
 
 from __future__ import annotations
 
 from prefect import flow
 
+from servebench.bisect.run import find_first_bad, start_bisection
 from servebench.flows.campaign import campaign_run
-from servebench.orchestration.bisect import find_first_bad, start_bisection
 
 
 @flow(name="bisect", log_prints=False)

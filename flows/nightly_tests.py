@@ -1,4 +1,4 @@
-"""The tests the README's test command leaves to the night (docs/test-budget.md, "Two lanes"):
+"""The tests the README's test command leaves to the night (docs/development.md, "Two lanes"):
 the tests-nightly deployment of prefect.yaml runs them from the checkout."""
 
 from __future__ import annotations

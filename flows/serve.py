@@ -1,4 +1,4 @@
-"""`servebench serve`: the nightly deployments of prefect.yaml, served from this machine.
+"""`servebench serve`: the nightly deployments of prefect.yaml, served from one machine.
 
 For a single machine without a worker: the same deployments, schedules and parameters as
 prefect.yaml (read from it, so there is one source), run by Prefect's own `serve`, one

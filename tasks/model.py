@@ -8,11 +8,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.builds.model import ensure_model
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import ModelSpec
 from servebench.engines import get_engine
+from servebench.models.artifact import ensure_model
 from servebench.paths import cache_dir
-from servebench.spec.campaign import ModelSpec
 
 
 @task(name="prepare-model", cache_policy=NONE)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
+from servebench.config.campaign import LinkSetting
 from servebench.providers import Node, Provider
 from servebench.serving import links
-from servebench.spec.campaign import LinkSetting
 
 
 @task(name="set-links", cache_policy=NONE)

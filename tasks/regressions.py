@@ -10,7 +10,7 @@ from prefect.cache_policies import NONE
 from servebench import warehouse
 from servebench.analysis.regression.history import analyze_run, findings
 from servebench.analysis.regression.summary import markdown
-from servebench.spec.detection import DetectionSettings
+from servebench.config.detection import DetectionSettings
 
 
 @task(name="detect-regressions", cache_policy=NONE)

@@ -1,5 +1,5 @@
 """Roofline stage: each server node's memory bandwidth and peak matmul rate, measured once the engine
-build is placed there (`servebench.distribution.roofline`), and landed on its `nodes` row."""
+build is placed there (`servebench.roofline.nodes`), and landed on its `nodes` row."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.builds.venv import EngineBuild
-from servebench.distribution.roofline import measure_nodes
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
-from servebench.warehouse import landing
-from servebench.warehouse.store import session
+from servebench.roofline.nodes import measure_nodes
+from servebench.warehouse import landing, store
 
 
 @task(name="measure-roofline", cache_policy=NONE)
@@ -22,5 +21,5 @@ def measure_roofline(provider: Provider, nodes: list[Node], inventories: dict[st
 
 @task(name="land-roofline", cache_policy=NONE)
 def land_roofline(path: str, run_id: str, figures: dict[str, dict]) -> None:
-    with session(path) as con:
+    with store.session(path) as con:
         landing.land_roofline(con, run_id, figures)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
+from servebench.config.campaign import ModeSpec
 from servebench.engines import Engine
 from servebench.serving import mode_server
 from servebench.serving.correctness import GateAnswer, GateResult
 from servebench.serving.deployment import Deployment
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
-from servebench.spec.campaign import ModeSpec
 
 
 @task(name="start-server", cache_policy=NONE)

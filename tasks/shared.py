@@ -9,10 +9,10 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import EngineSpecBase, ModeSpec
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
-from servebench.spec.campaign import EngineSpecBase, ModeSpec
 
 
 @task(name="start-shared-services", cache_policy=NONE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from servebench.nightly_lane import run_lane
+from servebench.devtools.nightly_lane import run_lane
 
 
 @task(name="test-lane", cache_policy=NONE)

@@ -2,7 +2,7 @@
 in-process Prefect flows leave behind, cleaned up at the end of the session, with the one
 Prefect server every test's flows report to (tests/support/prefect_session.py).
 
-Two kinds of noise used to follow pytest's final summary line, both from Prefect state
+Left alone, two kinds of noise follow pytest's final summary line, both from Prefect state
 that outlives the tests (reproduced with a failing flow under `prefect_test_harness`):
 
 - "--- Logging error --- ... ValueError: I/O operation on closed file": when the body of
@@ -55,7 +55,7 @@ def compile_the_checkout() -> None:
     PYTHONDONTWRITEBYTECODE is set (the CI image sets it), no process writes the .pyc it compiled, so
     every `servebench load`, sampler, CLI and flow process a test starts would compile the ~200 modules
     of servebench again: 0.3-0.4 s a process on a 2-core EPYC, some hundreds of processes a session.
-    compileall writes them whatever that setting says; the next session finds them current."""
+    compileall writes them whatever that setting says; a later pytest run finds them current."""
     if sys.dont_write_bytecode and CHECKOUT is not None:
         for folder in ("servebench", "flows", "tasks", "warehouse", "tests"):
             compileall.compile_dir(CHECKOUT / folder, quiet=1)
@@ -168,7 +168,7 @@ LEAK_GRACE_S = 10.0
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test that leaves anything behind (issue 19): a process it started (a child of
+    """Fail the test that leaves anything behind: a process it started (a child of
     this process, or any process carrying a run's SERVEBENCH_PROCESS mark), a new /dev/shm entry,
     a network namespace, an ssh master of a run, a new entry in the session's temp dir or under a
     servebench name in /tmp (tests/support/leaks.py). What leaked of this process's own is stopped by

@@ -1,4 +1,4 @@
-"""Issue 17: the shipped campaigns/arm-emulated.yaml through the real flow. llama.cpp cross-compiled
+"""The shipped campaigns/arm-emulated.yaml through the real flow. llama.cpp cross-compiled
 for Graviton3 (or found by key), served by an aarch64 `llama-server` under qemu-user with its CPU
 model, gated token for token against the x86 build; plus a mode that puts the Graviton3 build on the
 Neoverse N1 (Graviton2) node, refused before serving with the features it lacks. Then `servebench
@@ -94,12 +94,12 @@ def test_a_build_for_missing_features_dies_with_sigill_and_says_so(tmp_path):
     """Past the preflight (a node that lies about its CPU), the Graviton3 build on a Neoverse N1
     dies at its first SVE instruction: qemu re-raises SIGILL, which the server's error names."""
     from servebench.builds.builders import ensure
-    from servebench.builds.gguf_model import write_gguf
+    from servebench.config.campaign import GeneratedModelSpec
     from servebench.engines import get_engine
     from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
+    from servebench.models.gguf_model import write_gguf
     from servebench.paths import cache_dir
     from servebench.serving.server import describe_exit
-    from servebench.spec.campaign import GeneratedModelSpec
 
     build = ensure(get_engine("llamacpp").build_recipe(LlamaCppEngineSpec(target="graviton3")), cache_dir())
     model = write_gguf(GeneratedModelSpec(generate="tiny-llama"), tmp_path / "model.gguf")  # its own: no other test's

@@ -1,4 +1,4 @@
-"""Issue 40, an ARM partition driven from an x86 login node: the build's interpreter goes where
+"""An ARM partition driven from an x86 login node: the build's interpreter goes where
 its venv goes, and a remote aarch64 host runs the build under emulation on that host.
 
 CI's short remote check: a one-host testbed whose host is declared a Graviton3 (`emulate:`),
@@ -19,16 +19,16 @@ import pytest
 
 from servebench.builds.builders import ensure
 from servebench.campaign.loading import SpecError, load_campaign, parse_campaign
-from servebench.campaign.plan import make_plan
 from servebench.cli import plan as plan_cli
+from servebench.devtools.testbed.layout import PER_HOST_DIRS
 from servebench.distribution.distribute import NodeRefused, place_on_nodes
 from servebench.engines.vllm import VllmEngine
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.paths import CHECKOUT, cache_dir
+from servebench.planning.plan import make_plan
 from servebench.platform.emulation import node_argv
 from servebench.providers.ssh import SshProvider
 from servebench.providers.ssh.spec import SshProviderSpec
-from servebench.testbed.layout import PER_HOST_DIRS
 from tests.support.arm import C_EXTENSION_CHECK, needs_arm64_packages, needs_cross
 from tests.support.testbed import allocated, on_the_testbed, own_testbed
 

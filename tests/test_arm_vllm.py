@@ -1,4 +1,4 @@
-"""Issue 32, vLLM for ARM: a vLLM mode on an emulated aarch64 node.
+"""vLLM for ARM: a vLLM mode on an emulated aarch64 node.
 
 Quick (no server): an x86 build on an aarch64 node is refused before serving, at the campaign's
 check and again at the preflight, naming both architectures; the aarch64 venv's requirements,

@@ -1,4 +1,4 @@
-"""Issue 17, the commit axis and bisect: the pure decisions (binary search, judging a step against
+"""The commit axis and bisect: the pure decisions (binary search, judging a step against
 the baseline's noise), git sources (resolution, the path from good to bad, the tree a build gets,
 a key that follows the commit and not the repository's place) and the commit axis of a campaign.
 The end-to-end bisect over llama.cpp commits is tests/test_bisect_e2e.py."""
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servebench.analysis.bisect import BisectError, judge, most_builds, search
+from servebench.bisect.search import BisectError, judge, most_builds, search
+from servebench.bisect.steps import step_campaign
 from servebench.builds import git_source
 from servebench.builds.cmake import cmake_inputs, cmake_key, fetch
-from servebench.campaign.bisect import step_campaign
 from servebench.campaign.loading import parse_campaign
+from servebench.config.sweep import build_specs, configurations, expand
 from servebench.engines import get_engine
-from servebench.spec.sweep import build_specs, configurations, expand
 
 
 @pytest.mark.parametrize("commits", [2, 3, 8, 9, 17])
@@ -35,7 +35,7 @@ def test_most_builds_is_the_good_commit_and_the_midpoints():
     assert [most_builds(n) for n in (2, 3, 5, 8, 9, 10)] == [1, 2, 3, 4, 4, 5]
     import math
     for n in range(3, 40):
-        assert most_builds(n) <= math.ceil(math.log2(n)) + 1   # the issue's bound
+        assert most_builds(n) <= math.ceil(math.log2(n)) + 1   # the bound bisect promises
 
 
 def test_a_step_is_bad_when_its_repeats_are_apart_from_the_baselines_by_the_threshold():

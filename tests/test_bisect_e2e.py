@@ -1,4 +1,4 @@
-"""Issue 17's bisect, end to end: a git repository made from the llama.cpp source with 9 commits, the
+"""Bisect, end to end: a git repository made from the llama.cpp source with 9 commits, the
 7th of which makes every decode step sleep 20 ms; `servebench bisect` (the real command: git, CMake
 builds through the cache, llama-server, the load generator, DuckDB) names that commit within
 ceil(log2(9)) + 1 builds. Then the same commits as a campaign's sweep axis: the good and the bad

@@ -288,8 +288,8 @@ def test_the_vllm_source_dry_run_lists_what_is_missing_and_exits_non_zero(tmp_pa
 
 def test_the_vllm_source_dry_run_says_fetched_when_the_onednn_repository_answers(tmp_path, loopback_git,
                                                                                   onednn_server):
-    """Issue 32's "done when": a host that reaches GitHub (here: the server standing for it) gets
-    oneDNN's line ok without staging anything. The absent patch keeps the run from going on to
+    """A host that reaches GitHub (here: the server standing for it) gets oneDNN's line ok without
+    staging anything. The absent patch keeps the run from going on to
     the build key, which would download vLLM's sdist."""
     server, commit = onednn_server
     absent = tmp_path / "absent.patch"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servebench.campaign.reference import reference_markdown, undocumented_fields
+from servebench.campaign.field_docs import reference_markdown, undocumented_fields
 from servebench.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]

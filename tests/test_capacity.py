@@ -1,4 +1,4 @@
-"""Issue 18: the capacity search (pure), on models of a server's p99 latency against the offered
+"""The capacity search (pure), on models of a server's p99 latency against the offered
 rate whose SLO capacity is known: a hockey stick, an M/M/1-like curve, an exponential wall."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from servebench.analysis.capacity import (
     probe_floor,
     search_capacity,
 )
+from servebench.config.slo import parse_slo
 from servebench.load.config import LoadConfig
 from servebench.load.metrics import CLIENT_REASONS, client_limited, validity
 from servebench.paths import CHECKOUT
-from servebench.spec.slo import parse_slo
 
 SLO = {"ttft_p99_ms": 200.0}
 SHAPES = {  # p99 TTFT (ms) at rate r for a server of capacity c, and the rate where it reaches 200 ms
@@ -95,9 +95,9 @@ def test_a_point_the_client_limits_twice_stops_the_search_there_instead_of_desce
 
 
 def test_a_miss_larger_than_the_clients_lag_is_the_servers_and_the_search_goes_on():
-    """CI, 2026-11-26: at 8 req/s a queueing server of capacity 5 gave TTFT p99 1809 ms against a
-    600 ms limit, with the client's lag p99 at 10.5 ms (limit 10): invalid for the client alone,
-    the search stopped there. A late client sends less load, and adds about its lag to a latency:
+    """At 8 req/s a queueing server of capacity 5 gives TTFT p99 ~1.8 s (1809 ms) against a 600 ms
+    limit while the client's lag p99 is 10.5 ms (limit 10): invalid for the client alone, which
+    would stop the search there. A late client sends less load, and adds about its lag to a latency:
     a miss by more than that is the server's, and the search bisects on it. Within the lag, or
     with the client busy on its core (how late it read responses is unmeasured), it is not."""
     slo_miss = judge(8.0, {"ttft_p99_ms": 1809.0}, SLO, valid=False, reasons=[LAG], client_lag_ms=10.5)

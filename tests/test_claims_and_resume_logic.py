@@ -1,4 +1,4 @@
-"""Issue 19's pure decisions and the claims lock, without a campaign: what a resume measures,
+"""Resume's pure decisions and the claims lock, without a campaign: what a resume measures,
 when it refuses, and a claim that waits for its holder and names it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from servebench.campaign.loading import parse_campaign
 from servebench.campaign.resume import cells_to_run, resume_problem
+from servebench.config.sweep import expand
 from servebench.providers import claims
-from servebench.spec.sweep import expand
 from tests.support.waiting import wait_until
 
 CAMPAIGN = """
@@ -33,7 +33,7 @@ def test_resume_measures_cells_without_a_result_and_rerun_only_the_failed():
 def test_a_finished_or_live_run_is_not_resumed_with_the_reason():
     assert resume_problem("r1", "running", False, orchestrator_alive=False) is None
     assert resume_problem("r1", "interrupted", False, orchestrator_alive=False) is None
-    assert "rerun-failed r1" in resume_problem("r1", "partial", False, orchestrator_alive=False)
+    assert "resume --failed r1" in resume_problem("r1", "partial", False, orchestrator_alive=False)
     assert resume_problem("r1", "partial", True, orchestrator_alive=False) is None
     assert "still running" in resume_problem("r1", "running", False, orchestrator_alive=True)
 

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servebench import warehouse
+from servebench.warehouse import landing
 
 ROOT = Path(__file__).parents[1]
 
@@ -68,7 +71,7 @@ def test_an_unknown_flag_after_a_command_shows_that_commands_usage():
     assert done.returncode == 2
     assert done.stderr.startswith("usage: servebench query ")
     assert "servebench query: error: unrecognized arguments: --fmt" in done.stderr
-    assert "rerun-failed" not in done.stderr  # not the top-level usage listing every command
+    assert "saturation" not in done.stderr  # not the top-level usage listing every command
 
 
 def test_a_mistyped_command_is_answered_with_the_closest():
@@ -125,8 +128,10 @@ def test_runs_beside_warehouse_sets_where_run_directories_go(tmp_path, monkeypat
     monkeypatch.setenv("SERVEBENCH_RUNS", str(tmp_path / "from-the-environment"))  # restored after the test
     db = tmp_path / "w.duckdb"
     warehouse.connect(db).close()
-    assert main(["query", "select 1", "--warehouse", str(db), "--runs", str(tmp_path / "runs")]) == 0
+    assert main(["resume", "no-such-run", "--warehouse", str(db), "--runs", str(tmp_path / "runs")]) == 1
     assert runs_dir() == tmp_path / "runs"
+    with pytest.raises(SystemExit):           # a command that only reads has no --runs: it makes no run directory
+        main(["query", "select 1", "--warehouse", str(db), "--runs", str(tmp_path / "runs")])
 
 
 def test_report_of_a_misspelt_campaign_names_the_campaigns_with_runs(tmp_path):
@@ -163,3 +168,43 @@ def test_ctrl_c_during_a_build_exits_130_naming_the_build_not_with_a_traceback(t
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "servebench build: interrupted while building vllm" in err and "Traceback" not in err, err
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    done = servebench("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"servebench {version('servebench-campaigns')}"
+
+
+def test_runs_lists_every_run_newest_first_with_cells_valid_of_all(tmp_path):
+    from tests.support.synthetic_runs import synthetic_warehouse
+
+    db = tmp_path / "w.duckdb"
+    synthetic_warehouse(db, tmp_path)
+    con = warehouse.connect(db)
+    landing.insert_run(con, run_id="r2", campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={},
+                       campaign_file="synthetic.yaml", run_dir=tmp_path)     # started last, still in progress
+    con.close()
+    done = servebench("runs", "--warehouse", str(db))
+    assert done.returncode == 0, done.stderr
+    header, *lines = done.stdout.splitlines()
+    assert header.split() == ["run", "campaign", "started", "(UTC)", "status", "took", "cells", "valid"]
+    assert [line.split()[0] for line in lines] == ["r2", "r1", "r0"]
+    assert lines[0].split()[4:] == ["running", "-", "0", "of", "0"]
+    assert lines[1].split()[1] == "synthetic" and lines[1].split()[4] == "completed"
+    assert lines[1].split()[-3:] == ["50", "of", "50"]
+    listed = json.loads(servebench("runs", "--warehouse", str(db), "--format", "json", "--campaign", "none").stdout)
+    assert listed == []
+    # the latest run of a report is the latest that has ended, not the one still landing
+    done = servebench("report", "--campaign", "synthetic", "--warehouse", str(db), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    title = (tmp_path / "out" / "report.html").read_text().split("<title>")[1].split("</title>")[0]
+    assert "r1" in title and "r2" not in title, title
+
+
+def test_runs_of_an_empty_warehouse_says_so(tmp_path):
+    db = tmp_path / "w.duckdb"
+    warehouse.connect(db).close()
+    done = servebench("runs", "--warehouse", str(db))
+    assert done.returncode == 1 and "no run in" in done.stderr

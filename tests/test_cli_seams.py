@@ -54,8 +54,10 @@ def test_one_format_option_with_table_the_default():
             assert flags["--format"].default == ("table" if "table" in choices else next(iter(choices))), parser.prog
 
 
-def test_runs_beside_every_warehouse_option():
+def test_runs_only_where_a_command_makes_run_directories():
+    """--runs says where a run's directory is made: the commands that start runs have it, and a command that
+    only reads (it finds a run's directory in the warehouse) does not offer it."""
+    starting = {"servebench run", "servebench resume", "servebench bisect", "servebench chaos"}
     for parser in every_parser(build_parser()):
         flags = options(parser)
-        if "--warehouse" in flags:
-            assert "--runs" in flags, parser.prog
+        assert ("--runs" in flags) == (parser.prog in starting), parser.prog

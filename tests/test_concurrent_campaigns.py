@@ -1,4 +1,4 @@
-"""Issue 19: campaigns started at once on one warehouse.
+"""Campaigns started at once on one warehouse.
 
 Three `servebench run` processes (the test-only echo engine and plain provider) start within
 a second of each other, all landing into one DuckDB file: `a` and `b` want different CPUs of

@@ -53,7 +53,7 @@ def test_serve_builds_the_same_deployments_and_schedules():
 def test_the_nightly_test_lane_is_a_deployment_running_the_tests_the_command_skips(tmp_path):
     """tests-nightly runs `pytest -m nightly` from the checkout with SERVEBENCH_NIGHTLY=1; an installed
     wheel (no tests beside it) is told where the lane runs from."""
-    from servebench.nightly_lane import NoTestSuite, lane_command
+    from servebench.devtools.nightly_lane import NoTestSuite, lane_command
 
     lane = [d for d in DECLARED if d["entrypoint"] == "flows/nightly_tests.py:nightly_tests"]
     assert [(d["name"], d["parameters"]) for d in lane] == [("tests-nightly", {"marker": "nightly"})]

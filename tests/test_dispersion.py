@@ -1,4 +1,4 @@
-"""Dispersion over repeats (issue 35 item 3): the CV and the bootstrap interval of the median on
+"""Dispersion over repeats: the CV and the bootstrap interval of the median on
 known inputs; the `cell_dispersion` view and `cell_intervals` on a synthetic warehouse landed
 through servebench's own landing code; the end-of-run table's spread rows; the report's error
 bars; `servebench compare` saying "within noise"."""

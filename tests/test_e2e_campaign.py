@@ -3,7 +3,7 @@ with real vLLM, the Prefect flow and DuckDB, at a real model shape, and Ctrl-C'd
 
 Slow (engine build on first use, ~1 min a server start-up); everything is real: the engine venv, the
 vLLM servers, the load generator, the warehouse, the report. The campaign is
-tests/campaigns/good/e2e-real-shape.yaml, the suite's one real-shape run (issue 41): the Qwen2.5-0.5B
+tests/campaigns/good/e2e-real-shape.yaml, the suite's one real-shape run: the Qwen2.5-0.5B
 shape (its dimensions and tied 151,936-token vocabulary) cut to 2 layers, in
 bf16, served at TP=1 and at TP=2 on CPU 0, the generator on CPU 1 at nice -10; a closed point of 2
 clients and an open one of 4 req/s per mode, with a third point, 8 req/s, during whose load (TP=2's,
@@ -17,8 +17,8 @@ and the report rendered; the interrupted cell did not land as a measurement; and
 behind (no engine or generator process, no listener on a server's port, no new /dev/shm entry).
 
 One vLLM campaign proves what tests/test_e2e_interrupt.py (Ctrl-C stops the servers and keeps the
-measured cells), the in-process run of the whole campaign (issue 33) and a real shape's TP=1 and
-TP=2 against the roofline (issue 41) would each have proved with a server of their own.
+measured cells), the in-process run of the whole campaign and a real shape's TP=1 and TP=2 against
+the roofline would each have proved with a server of their own.
 """
 
 import os

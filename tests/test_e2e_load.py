@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from servebench.builds.model import ensure_model
 from servebench.builds.venv import ensure_build
 from servebench.campaign.loading import load_campaign
 from servebench.engines import LaunchRequest, get_engine
+from servebench.models.artifact import ensure_model
 from servebench.paths import cache_dir
 from servebench.processes import shm_entries
 from servebench.providers import get_provider
@@ -94,7 +94,7 @@ def test_chat_endpoint(vllm_server, tmp_path):
 
 
 def test_workloads_send_exact_token_ids_and_shared_prefixes_hit_the_cache(vllm_server, tmp_path):
-    """Issue 34 (docs/workloads.md): lengths from a distribution, shared prefixes (G=2, P=256, Q=16),
+    """Workloads (docs/workloads.md): lengths from a distribution, shared prefixes (G=2, P=256, Q=16),
     a Mooncake trace replayed on its schedule; every prompt's tokens as the server counted them."""
     server, _, _ = vllm_server
     synthetic = load(server, tmp_path, "--vocab-size", "1000", "--workload",
@@ -132,7 +132,7 @@ def open_loop(server, tmp_path: Path, name: str, *extra: str) -> dict:
 
 @pytest.mark.root  # the generator's nice -10
 def test_generator_on_its_own_cpu_stays_valid_near_the_servers_capacity(vllm_server, tmp_path):
-    """Issue 13: the server runs on CPU 0 (e2e.yaml), the generator on CPU 1 at raised priority.
+    """The server runs on CPU 0 (e2e.yaml), the generator on CPU 1 at raised priority.
     Near the server's capacity (measured here with 32 clients, so it holds on any CPU) an
     open-loop cell stays valid. (The check failing for a starved generator: tests/test_cell_retry.py.)"""
     server, _, _ = vllm_server

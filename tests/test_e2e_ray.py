@@ -9,9 +9,8 @@ Ray temp dir of its own, and that no Ray, vLLM or worker process, listening port
 is left afterwards. PP=2 serves compiled graphs (no `enforce_eager`), the reference too: the suite's
 one compiled vLLM server.
 
-Issue 33 (each claim proved once): TP=2 over Ray, with the same guard on its TP group, and a lost Ray
-node repaired between cells (the fault of issue 19, which this test used to inject into TP=2 here)
-are tests/test_e2e_testbed.py's, across real testbed hosts. The fault stays on TP=2 there: with
+Each claim is proved once: TP=2 over Ray, with the same guard on its TP group, and a lost Ray node
+repaired between cells are tests/test_e2e_testbed.py's, across real testbed hosts. The fault stays on TP=2 there: with
 PP=2, the lost rank leaves vLLM's API server answering /health while the request in flight hangs
 until the load's request timeout (300 s), where TP=2's server fails in seconds.
 """

@@ -3,7 +3,7 @@
 
 The engine build is on a file system every host shares (`testbed up --share`, the campaign's
 `shared_paths`: a cluster's NFS home), so its 3.7 GB are not copied twice a run; the model and the tools
-are copied to each host by digest (the hosts cannot see this machine's /root) and verified there (a
+are copied to each host by digest (the hosts cannot see the orchestrator's /root) and verified there (a
 build copied by digest: tests/test_llamacpp_testbed.py and tests/test_testbed_faults.py); a Ray head on
 h1 and a worker on h2 serve TP=2; the servers listen on the hosts' addresses and the load generator, on
 the third host (h3, serving nothing, from its own tree), reaches them over the testbed's bridge. Asserted
@@ -15,7 +15,7 @@ host: no process carrying the run's mark, no listening port but sshd's and Slurm
 or /tmp.
 
 The test command's test serves TP=2 over Ray. The nightly lane's adds vLLM's own launcher across the
-same hosts and a lost Ray node (issue 19): during the last cell of the launcher's mode (which runs first
+same hosts and a lost Ray node: during the last cell of the launcher's mode (which runs first
 and does not use Ray) every Ray process of h2 (its `ray start`, log monitor, agents; its raylet dies with
 them) is SIGKILLed; that cell fails as one a fault was injected into, with all its requests' rows landed,
 and the launcher's server is untouched. h1's Ray is never restarted; before TP=2 over Ray starts, h2's
@@ -23,7 +23,7 @@ Ray node is started again (fresh ports, temp dir `1.2`, or later if a start atte
 says each) once the GCS has declared it dead, and TP=2 over Ray then serves on the repaired cluster. The
 fault rides on cells and a server start the test has anyway: no server is started again for it.
 
-Issue 33 (each claim proved once): the suite's tests of TP=2 over Ray across hosts and of a lost Ray node;
+Each claim is proved once: these are the suite's tests of TP=2 over Ray across hosts and of a lost Ray node;
 the campaign's third mode, PP=2 over Ray, is tests/test_e2e_ray.py's, on one host (two Ray nodes with
 loopback addresses of their own).
 """
@@ -49,7 +49,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.testbed, pytest.mar
 EAGER = {"enforce_eager": True}
 # h2's Ray lost in the launcher mode's last cell (a cell whose kill hits something is followed by a restart
 # of its mode's server: there is none after the last); at a time into the cell, not after a number of
-# requests: those are counted from the generator's progress file on this machine, and the generator runs on h3
+# requests: those are counted from the generator's progress file on the orchestrator's machine, and the
+# generator runs on h3
 LOST_NODE = {"cell": "tp2-mp-multinode.c2.r0", "action": "kill", "node": "h2", "match": "ray", "at_s": 1}
 RAY = {"name": "tp2-ray", "tp": 2, "executor": "ray", "knobs": EAGER}
 LAUNCHER = {"name": "tp2-mp-multinode", "tp": 2, "executor": "mp-multinode", "knobs": EAGER}

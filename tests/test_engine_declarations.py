@@ -1,4 +1,4 @@
-"""What an engine declares for the engine-neutral code (issue 33, item 2): where its stream counts
+"""What an engine declares for the engine-neutral code: where its stream counts
 tokens, the model it generates and which it cannot serve, whether its block has a git source for the
 commit axis; every build recipe names a builder the build stage has; and the registry refuses an engine
 class that breaks the contract (a method left abstract, a declaration missing, a column telemetry
@@ -10,12 +10,12 @@ import pytest
 
 import servebench.engines
 from servebench.builds.builders import BUILDERS, builder_for
-from servebench.builds.model import GENERATED_GGUF, GENERATED_HF
 from servebench.builds.recipe import CMakeRecipe, GitSource, TargetPlatform, VenvRecipe, WheelRecipe
+from servebench.config.campaign import GeneratedModelSpec, GitSourceSpec
 from servebench.engines import EngineRegistrationError, engine_kinds, get_engine, register_engine
 from servebench.engines.base import Engine, EngineAPI, contract_problems
 from servebench.load.sse import OPENAI_TOKEN_COUNT
-from servebench.spec.campaign import GeneratedModelSpec, GitSourceSpec
+from servebench.models.artifact import GENERATED_GGUF, GENERATED_HF
 from tests.support.echo_engine import EchoEngine
 
 

@@ -13,11 +13,11 @@ import time
 
 import psutil
 
+from servebench.config.campaign import FaultSpec
 from servebench.load.progress_file import progress_file
 from servebench.load.runner import LiveCounts
 from servebench.providers import Node
 from servebench.serving.faults import FaultTimer, finished_requests, inject
-from servebench.spec.campaign import FaultSpec
 from tests.support.waiting import wait_until
 
 NODE = Node(name="a", address="127.0.0.1", cpus=[0])

@@ -1,4 +1,4 @@
-"""Issue 19: faults a campaign injects (`faults:`), through the real flow with the test-only echo
+"""Faults a campaign injects (`faults:`), through the real flow with the test-only echo
 engine and plain provider: a hang (SIGSTOP of the API server, caught by the load generator's
 health probe within `hang_after_s`, long before the requests' timeout) and a crash (SIGKILL of the split
 mode's worker on the other node). Each fails the cell it hits, naming the cause and the fault;

@@ -1,5 +1,5 @@
 """Generated models of a preset's shape with random weights: the Hugging Face directory
-(servebench/builds/hf_model.py), read back by our own header reader, and once by the vLLM venv's
+(servebench/models/hf_model.py), read back by our own header reader, and once by the vLLM venv's
 safetensors, torch and transformers."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.builds import hf_model
-from servebench.builds.model import GENERATED_HF, ensure_model
+from servebench.config.campaign import GeneratedModelSpec
+from servebench.models import hf_model
+from servebench.models.artifact import GENERATED_HF, ensure_model
 from servebench.paths import cache_dir
-from servebench.spec.campaign import GeneratedModelSpec
 
 # the real shapes cut small: what differs between them (biases, ties, GQA, rope scaling) stays
 SMALL = {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 128, "vocab_size": 2000}
@@ -155,7 +155,7 @@ def test_hf_model_is_generated_once_by_spec_into_the_cache(tmp_path):
 
 
 def vllm_python() -> Path | None:
-    """A vLLM engine venv of this machine, if one was built (its torch, safetensors and transformers)."""
+    """A vLLM engine venv of this host, if one was built (its torch, safetensors and transformers)."""
     candidates = sorted((cache_dir() / "engines").glob("vllm-*/bin/python"), key=lambda p: -p.stat().st_mtime)
     for python in candidates:
         if "aarch64" in python.parent.parent.name:
@@ -189,8 +189,8 @@ def test_hf_model_loads_in_the_vllm_venv(tmp_path):
     """safetensors, torch's bf16 rounding and transformers' own loaders agree with what was written."""
     python = vllm_python()
     if python is None:
-        print("skipped: no vLLM engine venv built on this machine")
-        pytest.skip("no vLLM engine venv built on this machine")
+        print("skipped: no vLLM engine venv built on this host")
+        pytest.skip("no vLLM engine venv built on this host")
     spec = small_spec("qwen2-1.5b")
     hf_model.write_hf_model(spec, tmp_path / "model")
     plan = next(p for p in hf_model.tensor_plans(spec) if p.name == "model.layers.0.self_attn.q_proj.weight")

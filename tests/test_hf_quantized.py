@@ -1,4 +1,4 @@
-"""Quantized Hugging Face models for vLLM's CPU kernels (servebench/builds/hf_quantized.py): the packing,
+"""Quantized Hugging Face models for vLLM's CPU kernels (servebench/models/hf_quantized.py): the packing,
 the quantizers, every tensor's name, dtype and shape in each format, the values read back from the files
 within half a quantization step of the unquantized model, and the generated model's cache key."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servebench.builds import hf_model, hf_quantized
-from servebench.builds.hf_quantized import AWQ_ORDER, FORMATS, SourceTensor, source_tensors
-from servebench.builds.model import GENERATED_HF
-from servebench.spec.campaign import GeneratedModelSpec, sha256_json
+from servebench.config.campaign import GeneratedModelSpec, sha256_json
+from servebench.models import hf_model, hf_quantized
+from servebench.models.artifact import GENERATED_HF
+from servebench.models.hf_quantized import AWQ_ORDER, FORMATS, SourceTensor, source_tensors
 
 SMOKE = Path(__file__).parent.parent / "campaigns" / "smoke.yaml"
 # the kernel vLLM 0.32's CPU backend names in its log for each format (x86 without AMX)
@@ -321,7 +321,7 @@ def test_the_memory_plan_counts_a_quantized_model_at_the_bytes_its_checkpoint_ho
     projection) is left out of the count: 4 bytes per output row, 2 % at this toy width, under
     0.1 % at a real one."""
     from servebench.engines.base import RankShare
-    from servebench.serving.memory import ModelWeights, config_quantization, quantized_weights, share_weight_bytes
+    from servebench.planning.memory import ModelWeights, config_quantization, quantized_weights, share_weight_bytes
 
     hf_quantized.write_quantized_model(bf16_model, tmp_path / fmt, fmt)
     shape = spec_of("qwen2-1.5b").shape()
@@ -342,8 +342,8 @@ def test_a_quantized_8b_rank_plans_its_int8_and_int4_layers_beside_a_bf16_vocabu
     """At Llama-3.1-8B's shape the plan's weights per rank follow the format: W8A8 about half of bf16's
     layers, the int4 formats about a quarter, the embedding and head (1.05 GB each) unchanged."""
     from servebench.engines.base import RankShare
-    from servebench.serving.memory import ModelWeights, quantized_weights, share_weight_bytes
-    from servebench.spec.model_shapes import preset
+    from servebench.models.shapes import preset
+    from servebench.planning.memory import ModelWeights, quantized_weights, share_weight_bytes
 
     shape = preset("llama-3.1-8b")
     whole = RankShare(node="n", label="rank0", layers=shape.layers, embedding=True, head=True)

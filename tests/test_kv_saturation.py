@@ -1,4 +1,4 @@
-"""Issue 16, seed 002: the shipped campaigns/kv-saturation.yaml through the real flow: llama.cpp
+"""The shipped campaigns/kv-saturation.yaml through the real flow: llama.cpp
 built from the llama-cpp-python sdist (once: later tests and runs reuse it by key), the tiny GGUF
 served over two RPC workers with a unified KV pool, closed-loop clients 1-10 at two KV capacities.
 
@@ -63,8 +63,8 @@ SESSIONS_CAMPAIGN = Path(__file__).parent.parent / "campaigns" / "kv-saturation-
 
 
 def test_sessions_saturate_the_kv_cache_where_their_last_turns_fill_it(isolated, tmp_path):
-    """Issue 34, item 4: the shipped sessions campaign cut to one capacity (1024 tokens) and 1-3 sessions at
-    once. A session of 2 turns holds 384 tokens at its longest, one of 3 turns 576: the theory (from the
+    """The shipped sessions campaign cut to one capacity (1024 tokens) and 1-3 sessions at once. A
+    session of 2 turns holds 384 tokens at its longest, one of 3 turns 576: the theory (from the
     workload block, not the cell's input_len/output_len) is 2.67 and 1.78 sessions, and the measured knees
     are 2 and 1 (the full campaign, both engines: docs/llamacpp.md)."""
     def lighter(data: dict) -> None:

@@ -1,4 +1,4 @@
-"""The architecture's rules, read from the source tree (issues 14 and 33):
+"""The architecture's rules, read from the source tree:
 
 - the packages of servebench/ form layers (LAYERS, bottom first): a module imports only from its own
   package or from a lower layer, so the house can be drawn; an upward import fails, naming it;
@@ -10,7 +10,7 @@
   llama.cpp outside servebench/engines/llamacpp/, ssh and Slurm outside servebench/providers/ssh|slurm/):
   no identifier and no string of servebench/, flows/ or tasks/ names one, docstrings, comments and
   field descriptions aside (prose may cite them), but for the registry lines that name them and the
-  testbed, which builds sshd and a Slurm cluster on this machine and is no provider;
+  testbed, which builds sshd and a Slurm cluster on one machine and is no provider;
 - engines and providers reach each other only through their interfaces: no module outside
   an engine's (provider's) folder imports from inside it, the registries aside;
 - no test module imports another (shared helpers: tests/support/, tests/conftest.py).
@@ -44,8 +44,8 @@ KIND_NAMES = {
     "servebench/providers/ssh/": re.compile(r"ssh", re.IGNORECASE),
     "servebench/providers/slurm/": re.compile(r"slurm|\bsrun\b|salloc|scancel|squeue|sbatch", re.IGNORECASE),
 }
-# the testbed builds sshd and Slurm hosts on this machine (tests, demos): it is not a provider
-TESTBED = ("servebench/testbed/", "servebench/cli/testbed.py")
+# the testbed builds sshd and Slurm hosts on one machine (tests, demos): it is not a provider
+TESTBED = ("servebench/devtools/testbed/", "servebench/cli/testbed.py")
 NAMED_FOLDERS = [PACKAGE, ROOT / "flows", ROOT / "tasks"]
 REGISTRIES = {"servebench/engines/__init__.py", "servebench/providers/__init__.py"}
 
@@ -120,22 +120,28 @@ def test_no_import_cycles():
 # The packages of servebench/, bottom first. A module may import its own package and any package of a lower
 # layer; packages of one layer do not import each other. The utilities at the root of servebench/ are the
 # floor; the load generator and the node sampler run on nodes with the standard library and their own
-# folder; `spec` holds the campaign's plain data models. Lazy and TYPE_CHECKING imports count.
+# folder; `config` holds the campaign's plain data models,
+# `models.shapes` the model shapes its fields name. Lazy and TYPE_CHECKING imports count.
 LAYERS: list[tuple[str, ...]] = [
     ("servebench.paths", "servebench.cpus", "servebench.logs", "servebench.waiting", "servebench.processes",
-     "servebench.plugins", "servebench.progress", "servebench.nightly_lane"),
+     "servebench.plugins", "servebench.progress"),
     ("servebench.load", "servebench.telemetry"),
-    ("servebench.spec",),
+    ("servebench.models.shapes",),
+    ("servebench.config",),
     ("servebench.platform",),
     ("servebench.providers",),
-    ("servebench.testbed",),
+    ("servebench.devtools",),
     ("servebench.builds",),
+    ("servebench.models",),
     ("servebench.engines",),
     ("servebench.distribution",),
+    ("servebench.planning",),
+    ("servebench.roofline",),
     ("servebench.warehouse",),
     ("servebench.serving",),
     ("servebench.analysis",),
     ("servebench.campaign",),
+    ("servebench.bisect",),
     ("servebench.tasks",),
     ("servebench.orchestration",),
     ("servebench.flows",),
@@ -187,17 +193,17 @@ def test_imports_go_down_the_layers():
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):
     package = tmp_path / "servebench"
-    (package / "spec").mkdir(parents=True)
+    (package / "config").mkdir(parents=True)
     (package / "analysis").mkdir()
-    (package / "spec" / "__init__.py").write_text("")
+    (package / "config" / "__init__.py").write_text("")
     (package / "analysis" / "__init__.py").write_text("")
-    (package / "analysis" / "report.py").write_text("from servebench.spec import campaign\n")
-    (package / "spec" / "campaign.py").write_text("from servebench.analysis.report import chart\n")
+    (package / "analysis" / "report.py").write_text("from servebench.config import campaign\n")
+    (package / "config" / "campaign.py").write_text("from servebench.analysis.report import chart\n")
     known = modules(package)
     graph = {name: imports(path, name, known) for name, path in known.items()}
     offenders = upward_imports(graph)
-    assert offenders == ["servebench.spec.campaign imports servebench.analysis.report "
-                         "(servebench.analysis is not below servebench.spec)"]
+    assert offenders == ["servebench.config.campaign imports servebench.analysis.report "
+                         "(servebench.analysis is not below servebench.config)"]
 
 
 def test_find_cycle_finds_one():

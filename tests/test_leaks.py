@@ -92,7 +92,7 @@ def test_a_name_servebench_makes_in_tmp_is_blamed(in_shared_tmp):
 
 @pytest.mark.parametrize("in_shared_tmp", ["sb-ray-leak-check-"], indirect=True)
 def test_a_name_servebench_makes_in_tmp_is_not_blamed_while_another_sessions_process_uses_it(in_shared_tmp):
-    """Another campaign or test session on this machine makes the same names in /tmp: one its process
+    """Another campaign or pytest run on the same host makes the same names in /tmp: one its process
     works in is its own. Once that process is gone nothing tells them apart: the test is blamed."""
     before = snapshot()
     in_shared_tmp.mkdir()

@@ -11,6 +11,7 @@ import pytest
 
 from servebench.builds.cmake import FetchedSource, cmake_inputs, cmake_key, file_sha256
 from servebench.builds.venv import build_key
+from servebench.config.campaign import GeneratedModelSpec, ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.llamacpp.knobs import knob_args
@@ -19,7 +20,6 @@ from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.load.records import RequestRecord
 from servebench.load.sse import SseStream, count_paths
 from servebench.providers import Node
-from servebench.spec.campaign import GeneratedModelSpec, ModeSpec
 from tests.support.ports import CountingPorts
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2])]
@@ -204,7 +204,7 @@ def test_the_cells_hit_rate_is_cached_over_all_prompt_tokens_of_the_responses():
 def test_the_tiny_gguf_has_the_campaigns_shape_and_an_exact_vocabulary(tmp_path):
     from gguf import GGUFReader
 
-    from servebench.builds.model import ensure_model, vocab_size
+    from servebench.models.artifact import ensure_model, vocab_size
 
     spec = GeneratedModelSpec(generate="tiny-llama", layers=2, hidden=64, heads=2, kv_heads=1,
                               intermediate=96, vocab_size=400, max_position=512)

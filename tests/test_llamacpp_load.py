@@ -1,6 +1,6 @@
-"""`servebench load --engine llamacpp --workload ...` against a real llama.cpp server (issue 34: "works
-against any server"): the warm build's `llama-server` on CPU 0 serving the tiny GGUF (two slots), the
-generator on CPU 1. Every request is valid and served at exactly its asked token counts, and the
+"""`servebench load --engine llamacpp --workload ...` against a real llama.cpp server (the load
+generator works against any server): the warm build's `llama-server` on CPU 0 serving the tiny GGUF
+(two slots), the generator on CPU 1. Every request is valid and served at exactly its asked token counts, and the
 cell's prefix-cache hit rate comes from the responses' timings (cached / (cached + processed)): well
 above 0 for shared prefixes and for a conversation's later turns, about 0 for prompts of their own.
 """

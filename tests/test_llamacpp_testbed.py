@@ -1,4 +1,4 @@
-"""Issue 16: llama.cpp over RPC across two testbed hosts (own network, /dev/shm, /tmp and /root each;
+"""llama.cpp over RPC across two testbed hosts (own network, /dev/shm, /tmp and /root each;
 real sshd), through the real flow: the llama.cpp build and the tiny GGUF copied to each host by
 digest, an `ggml-rpc-server` on h1 and on h2, `llama-server --rpc` on h1 reaching h2's worker over
 the testbed's bridge, the load generator on this host.

@@ -1,4 +1,4 @@
-"""Memory known before anything starts (servebench/serving/memory.py): what each node of a mode holds,
+"""Memory known before anything starts (servebench/planning/memory.py): what each node of a mode holds,
 the refusal of a mode a node cannot hold, `servebench plan`'s lines, the start-up timeout and the KV
 capacity the model's shape gives."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from servebench.analysis.saturation import shape_capacity
-from servebench.campaign import feasibility
 from servebench.campaign.loading import SpecError, load_campaign, parse_campaign
-from servebench.campaign.plan import make_plan
 from servebench.cli import plan as plan_cli
 from servebench.engines import get_engine
-from servebench.serving.memory import GIB, campaign_memory, startup_timeout_s
+from servebench.planning import feasibility
+from servebench.planning.memory import GIB, campaign_memory, startup_timeout_s
+from servebench.planning.plan import make_plan
 
 ROOT = Path(__file__).parents[1]
 HOST_CPUS = {0, 1}
@@ -229,14 +229,14 @@ def test_the_working_set_grows_with_the_vocabulary_the_batch_and_the_processes(h
     assert tp2.part("working_set") < 2 * qwen.part("working_set")   # the vocabulary split over two ranks
 
 
-# Measured on 2026-11-28 (docs/memory.md): smaps_rollup Pss of every process of vLLM 0.32 serving the tiny
+# Measured (docs/memory.md): smaps_rollup Pss of every process of vLLM 0.32 serving the tiny
 # Llama (float32, eager) at DP=2 on one node: API server 0.462, DP coordinator 0.413, engine cores 0.438 and
 # 0.438, workers (with 1 GiB of KV each) 1.475 and 1.472 GiB
 MEASURED_TINY_DP2_PSS_GIB = 0.462 + 0.413 + 2 * 0.438 + 1.475 + 1.472
 
 
 # ... and the Qwen2-1.5B shape cut to 2 layers (bf16, eager, 1 GiB of KV a rank), each process at its peak Pss
-# while tests/test_e2e_campaign.py ran it (its real shape until 2026-11-29): TP=1 API server 0.939,
+# under the load of tests/test_e2e_campaign.py's campaign at that shape: TP=1 API server 0.939,
 # engine core 0.594, worker 3.483, resource tracker 0.006; TP=2 API server 0.918, engine core 0.590, workers
 # 2.504 and 2.498, four helpers 0.153
 MEASURED_REAL_SHAPE_PSS_GIB = {"tp1": 0.939 + 0.594 + 3.483 + 0.006, "tp2": 0.918 + 0.590 + 2.504 + 2.498 + 0.153}

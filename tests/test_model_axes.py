@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from servebench.campaign.loading import SpecError, load_campaign, parse_campaign
-from servebench.campaign.plan import make_plan
 from servebench.cli import plan as plan_cli
+from servebench.config.sweep import configurations
 from servebench.orchestration.context import EngineRun, variant_key
+from servebench.planning.plan import make_plan
 from servebench.serving.deployment import Deployment
-from servebench.spec.sweep import configurations
 
 ROOT = Path(__file__).parents[1]
 HOST_CPUS = {0, 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servebench.spec.model_shapes import PRESETS, PUBLISHED_PARAMETERS, preset
+from servebench.models.shapes import PRESETS, PUBLISHED_PARAMETERS, preset
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))

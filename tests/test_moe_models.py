@@ -1,4 +1,4 @@
-"""Mixture-of-experts shapes by name (servebench/spec/model_shapes.py: deepseek-r1, qwen3-30b-a3b): their
+"""Mixture-of-experts shapes by name (servebench/models/shapes.py: deepseek-r1, qwen3-30b-a3b): their
 parameter counts against the published ones, the refusal of an override that cannot route, the Hugging Face
 directory (tensor names and shapes vLLM's loader maps, config.json in each architecture's own format), the
 GGUF file (llama.cpp's DEEPSEEK2 and qwen3moe keys and tensors) and the memory plan (MoE weights per rank,
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from servebench.builds import gguf_model, hf_model
 from servebench.campaign.loading import parse_campaign
+from servebench.config.campaign import GeneratedModelSpec
 from servebench.engines import get_engine
 from servebench.engines.base import RankShare
-from servebench.serving.memory import GIB, ModelWeights, campaign_memory, shape_from_config, share_weight_bytes
-from servebench.spec.campaign import GeneratedModelSpec
-from servebench.spec.model_shapes import PRESETS, PUBLISHED_ACTIVE_PARAMETERS, PUBLISHED_PARAMETERS, preset
+from servebench.models import gguf_model, hf_model
+from servebench.models.shapes import PRESETS, PUBLISHED_ACTIVE_PARAMETERS, PUBLISHED_PARAMETERS, preset
+from servebench.planning.memory import GIB, ModelWeights, campaign_memory, shape_from_config, share_weight_bytes
 
 # DeepSeek's architecture cut small: MLA keeps vLLM's CPU latent (512 + 64), one dense layer, two with experts
 TINY_DEEPSEEK = {"generate": "deepseek-r1", "layers": 3, "dense_layers": 1, "experts": 8, "experts_per_token": 2,
@@ -252,7 +252,7 @@ def campaign(model: dict, modes: str, engine: str = "vllm"):
     tests/test_memory_plan.py's; here the layout is what is checked, whatever the machine has free now)."""
     from unittest import mock
 
-    from servebench.campaign import feasibility
+    from servebench.planning import feasibility
 
     with mock.patch.object(feasibility, "this_host_available_bytes", lambda: 64 * GIB):
         return _campaign(model, modes, engine)
@@ -308,8 +308,8 @@ def test_a_pipeline_stage_of_a_moe_model_is_counted_with_its_largest_layers():
 
 def test_vllm_refuses_an_mla_latent_its_cpu_kernels_do_not_take_at_plan_time_and_not_a_full_deepseek_head(
         monkeypatch):
-    from servebench.campaign import feasibility
     from servebench.campaign.loading import SpecError, parse_campaign
+    from servebench.planning import feasibility
 
     # the cut model needs 13.6 GiB: this host's free memory is the test's, not whatever the machine has now
     monkeypatch.setattr(feasibility, "this_host_available_bytes", lambda: 64 * 1024 ** 3)

@@ -1,4 +1,4 @@
-"""Issue 33, packaging: the wheel is the product.
+"""Packaging: the wheel is the product.
 
 A wheel built from the checkout carries everything a run reads (the Prefect layers and the
 warehouse's migrations inside the `servebench` namespace, the engine-side package that goes into

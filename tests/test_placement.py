@@ -33,7 +33,7 @@ def test_bindings_split_each_nodes_cores_among_its_workers():
 
 
 def test_the_generator_gets_the_cpus_no_node_uses_or_shares_when_there_are_none():
-    from servebench.campaign.placement import place_client, server_cpus
+    from servebench.planning.placement import place_client, server_cpus
 
     spare = place_client("auto", [[0, 1]], host_cpus={0, 1, 2, 3})
     assert spare.cpus == [2, 3] and spare.dedicated
@@ -51,7 +51,7 @@ def test_an_oversubscribed_mp_mode_takes_the_first_node_and_shares_its_cores():
 
 
 def test_a_client_node_gives_the_generator_its_cpus_and_serves_nothing():
-    from servebench.campaign.placement import place_on_client_node, split_client_node
+    from servebench.planning.placement import place_on_client_node, split_client_node
 
     auto = place_on_client_node("auto", "h3", [0, 1])
     assert (auto.cpus, auto.node, auto.reserved_on_nodes) == ([0, 1], "h3", [])  # nothing kept from servers

@@ -1,4 +1,4 @@
-"""The provider contract (issue 33, items 2 and 4): what every provider does, proven once for all.
+"""The provider contract: what every provider does, proven once for all.
 
 First the declared capabilities (pure: the registry and the campaign check ask them, never
 `hasattr`), then one suite parametrised over the providers: local and the test-only `plain`
@@ -175,7 +175,7 @@ def test_link_shaping_is_handed_to_the_provider_and_done_by_the_shaper():
 
 
 def test_the_testbed_hands_its_links_unless_the_provider_has_some():
-    from servebench.testbed.links import TestbedLinks, with_testbed_links
+    from servebench.devtools.testbed.links import TestbedLinks, with_testbed_links
 
     campaign = parse_campaign(SSH_NETWORK, host_cpus={0, 1})
     assert isinstance(with_testbed_links(get_provider(campaign)).link_shaper, TestbedLinks)
@@ -186,7 +186,7 @@ def test_the_testbed_hands_its_links_unless_the_provider_has_some():
 # ---------------------------------------------------------------------------- the layers of link shaping
 
 SERVEBENCH = Path(__file__).resolve().parents[1] / "servebench"
-TESTBED = "servebench.testbed"
+TESTBED = "servebench.devtools.testbed"
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -196,7 +196,7 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def names_bound_to_the_testbed(tree: ast.Module, module: str, is_package: bool) -> set[str]:
-    """The names a module binds to servebench.testbed or anything in it (relative imports resolved)."""
+    """The names a module binds to servebench.devtools.testbed or anything in it (relative imports resolved)."""
     names = set()
     package = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(tree):
@@ -231,10 +231,10 @@ def dotted(expression: ast.expr) -> str | None:
 
 def classes_based_on_the_testbed(root: Path) -> list[str]:
     """Every class of the package at `root`, outside its testbed, with a base that comes from
-    servebench.testbed (imported by name, by module, or written out in full)."""
+    servebench.devtools.testbed (imported by name, by module, or written out in full)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        if (root / "testbed") in path.parents:
+        if (root / "devtools" / "testbed") in path.parents:
             continue
         module = module_name(root, path)
         tree = ast.parse(path.read_text(), str(path))
@@ -257,20 +257,21 @@ def test_no_production_class_inherits_from_the_testbed():
 
 def test_the_testbed_inheritance_check_sees_a_planted_class(tmp_path):
     package = tmp_path / "servebench"
-    for folder in ("providers", "testbed", "serving"):
+    for folder in ("providers", "devtools", "devtools/testbed", "serving"):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("")
-    (package / "testbed" / "links.py").write_text("class TestbedLinks:\n    pass\n")
-    (package / "testbed" / "own.py").write_text("from servebench.testbed.links import TestbedLinks\n"
-                                                "class Mine(TestbedLinks):\n    pass\n")  # inside: allowed
+    (package / "devtools" / "testbed" / "links.py").write_text("class TestbedLinks:\n    pass\n")
+    (package / "devtools" / "testbed" / "own.py").write_text(  # inside: allowed
+        "from servebench.devtools.testbed.links import TestbedLinks\nclass Mine(TestbedLinks):\n    pass\n")
     (package / "providers" / "remote.py").write_text(
-        "from servebench.testbed.links import TestbedLinks as Links\nclass RemoteNodes(Links):\n    pass\n")
+        "from servebench.devtools.testbed.links import TestbedLinks as Links\nclass RemoteNodes(Links):\n    pass\n")
     (package / "providers" / "other.py").write_text(
-        "import servebench.testbed.links\nclass A(servebench.testbed.links.TestbedLinks):\n    pass\n")
+        "import servebench.devtools.testbed.links\n"
+        "class A(servebench.devtools.testbed.links.TestbedLinks):\n    pass\n")
     (package / "serving" / "shaped.py").write_text(
-        "from ..testbed import links\nclass B(links.TestbedLinks):\n    pass\nclass C(object):\n    pass\n")
+        "from ..devtools.testbed import links\nclass B(links.TestbedLinks):\n    pass\nclass C(object):\n    pass\n")
     assert classes_based_on_the_testbed(package) == [
-        "servebench.providers.other.A inherits servebench.testbed.links.TestbedLinks",
+        "servebench.providers.other.A inherits servebench.devtools.testbed.links.TestbedLinks",
         "servebench.providers.remote.RemoteNodes inherits Links",
         "servebench.serving.shaped.B inherits links.TestbedLinks",
     ]
@@ -538,7 +539,7 @@ def test_the_clock_offset_is_none_on_this_host_and_measured_on_a_node(subject, p
     if not subject.remote:
         assert offset is None  # one clock: monotonic readings compare directly
     else:
-        assert abs(offset) < 0.5, offset  # the testbed's hosts share this machine's clock
+        assert abs(offset) < 0.5, offset  # the testbed's hosts share the orchestrator's clock
 
 
 @with_kinds(KINDS)

@@ -1,4 +1,4 @@
-"""Which ranks ran on which node (issue 43 item 4): each server's placement, as the engine lays it out for
+"""Which ranks ran on which node: each server's placement, as the engine lays it out for
 `servebench plan`, lands in `server_ranks` beside its `servers` row (`servebench.orchestration.servers`:
 `rank_placement`, then `landing.land_server`), and `cell_rank_network` says whose ranks each node's bytes
 belong to. And a `replicas` mode's KV failures are counted in every replica's log, not r0's alone. A real
@@ -14,17 +14,17 @@ import pytest
 
 from servebench import warehouse
 from servebench.campaign.loading import parse_campaign
-from servebench.campaign.plan import make_plan
+from servebench.config.node import Node
+from servebench.config.sweep import expand
 from servebench.engines import get_engine
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.orchestration.cells import api_log_sizes, count_in_logs
 from servebench.orchestration.context import EngineRun, RunContext
 from servebench.orchestration.servers import rank_placement
+from servebench.planning.plan import make_plan
 from servebench.serving.deployment import Deployment
 from servebench.serving.mode_server import replica_launch
 from servebench.serving.server import start_server, stop_server
-from servebench.spec.node import Node
-from servebench.spec.sweep import expand
 from servebench.warehouse import landing, reads
 from tests.support.waiting import wait_until
 

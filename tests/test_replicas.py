@@ -1,4 +1,4 @@
-"""`replicas: N` (issue 43): N independent servers of a mode behind one nginx endpoint
+"""`replicas: N`: N independent servers of a mode behind one nginx endpoint
 (servebench/serving/balancer.py, docs/parallel-modes.md). Refused at plan time when the nodes do not
 split or the executor cannot keep a replica on its own nodes; the plan prints every replica and the
 balancer; real nginx in front of real echo servers, one failing replica stopping the others; and a
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from servebench.campaign.loading import SpecError, parse_campaign
+from servebench.config.campaign import ModeSpec, split_for_replicas
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.serving.balancer import nginx_config, requests_per_replica, start_balancer, stop_balancer
 from servebench.serving.mode_server import instance_urls, replica_launch
 from servebench.serving.server import ServerFailed, start_server, stop_server, wait_ready
-from servebench.spec.campaign import ModeSpec, split_for_replicas
 from tests.support.waiting import wait_until
 
 ECHO_SERVER = Path(__file__).parent / "support" / "echo_engine" / "server.py"
@@ -85,8 +85,8 @@ def test_a_replicas_mode_the_nodes_or_executor_cannot_hold_is_refused_naming_mod
 
 
 def test_the_plan_prints_every_replica_and_the_balancer(tmp_path):
-    from servebench.campaign.plan import make_plan
     from servebench.cli.plan import describe_plan
+    from servebench.planning.plan import make_plan
 
     campaign_file = tmp_path / "r.yaml"
     campaign_file.write_text(CAMPAIGN.replace("MODE", "{name: r2, replicas: 2, balancer: round-robin, "
@@ -130,7 +130,7 @@ def test_requests_per_replica_are_counted_from_the_access_log(tmp_path):
 
 def test_servers_and_cells_rows_name_replicas_and_the_balancer(tmp_path):
     from servebench import warehouse
-    from servebench.spec.sweep import expand
+    from servebench.config.sweep import expand
     from warehouse import landing
 
     campaign = parse_campaign(CAMPAIGN.replace("MODE", "{name: tp1, nodes: [n0]}, {name: r2, replicas: 2, nodes: "

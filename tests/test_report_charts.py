@@ -1,5 +1,5 @@
-"""Charts that cannot mislead (issue 42, item 4): each test holds one fix to the report's charts and
-fails on the chart as it was. The charts are inspected as Vega-Lite specs (their dicts), never as
+"""Charts that cannot mislead: each test holds one rule of the report's charts and fails on a chart
+that breaks it. The charts are inspected as Vega-Lite specs (their dicts), never as
 pixels; the data is built here as rows, or landed through servebench's own landing code (no engine)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from servebench.analysis.report import (
     versus_clients,
 )
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import expand
+from servebench.config.sweep import expand
 from servebench.warehouse import landing
 
 CAMPAIGN = """
@@ -373,7 +373,7 @@ def report_db(tmp_path_factory) -> tuple[Path, str]:
     return db, "r1"
 
 
-# the load each instance took and each node's bytes (issue 43 item 4): data from rows, shown only when there
+# the load each instance took and each node's bytes: data from rows, shown only when there
 # is something to show
 
 

@@ -29,8 +29,8 @@ from servebench.analysis.workload_report import (
     workload_charts,
 )
 from servebench.campaign.loading import parse_campaign
+from servebench.config.sweep import Cell, expand
 from servebench.load.records import RequestRecord
-from servebench.spec.sweep import Cell, expand
 from servebench.warehouse import landing
 
 HEAD = """
@@ -102,7 +102,7 @@ def land_campaign(con, tmp: Path, run_id: str, text: str) -> dict[str, list[dict
 
 
 def fixed_requests() -> list[dict]:
-    """A fixed-length cell's requests (no workload): what every run before issue 34 landed."""
+    """A fixed-length cell's requests (no workload), as a run without a workload block lands them."""
     return [RequestRecord(index=i, warmup=False, sent_s=i * 0.1, first_token_s=i * 0.1 + 0.02,
                           last_token_s=i * 0.1 + 0.3, input_tokens=32, output_tokens=16, http_status=200).to_dict()
             for i in range(8)]

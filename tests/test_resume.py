@@ -1,4 +1,4 @@
-"""Issue 19: the orchestrator SIGKILLed mid-campaign, then `servebench resume`.
+"""The orchestrator SIGKILLed mid-campaign, then `servebench resume`.
 
 `servebench run` is started as a process of its own (the test-only echo engine and plain
 provider come in through SERVEBENCH_PLUGINS), killed with SIGKILL (its whole process group)
@@ -6,7 +6,7 @@ once two cells have results, and resumed. Asserted: the killed run left servers 
 a resume must reclaim), the resumed run's cells are exactly the ones a clean run measures (the
 campaign's plan: a clean run of it is every other campaign test's), each once, each with all its
 requests; nothing of the run is left running; a finished run is not resumed again, and
-`rerun-failed` measures only failed cells. A capacity search killed midway is finished by the
+`resume --failed` measures only failed cells. A capacity search killed midway is finished by the
 resume, and the search it lands is the whole search's (the probes as cells, their verdicts, the
 capacity). A test that fails before its resume stops what the killed run left (`nothing_left`).
 """
@@ -98,7 +98,7 @@ def planned_cells(campaign: Path) -> list[str]:
     """The keys of the cells a clean run of the campaign measures (`servebench plan`'s), sorted."""
     import tests.support.plugins  # noqa: F401  (the echo engine and plain provider, registered)
     from servebench.campaign.loading import load_campaign
-    from servebench.spec.sweep import expand
+    from servebench.config.sweep import expand
 
     return sorted(cell.key for cell in expand(load_campaign(campaign)))
 
@@ -136,7 +136,8 @@ def sigkilled_and_resumed(campaign: Path, tmp_path: Path, started: list[subproce
     started.append(again := servebench(tmp_path, "resume", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
     code, out = finish(again)
     assert code != 0 and "finished (completed): nothing to resume" in out, out
-    started.append(rerun := servebench(tmp_path, "rerun-failed", run_id, "--warehouse", str(tmp_path / "w.duckdb")))
+    started.append(rerun := servebench(tmp_path, "resume", "--failed", run_id,
+                                       "--warehouse", str(tmp_path / "w.duckdb")))
     code, out = finish(rerun)
     assert code == 0 and "0 to measure" in out, out
     assert cells_of(tmp_path / "w.duckdb") == resumed

@@ -10,18 +10,18 @@ import pytest
 from servebench import warehouse
 from servebench.analysis.report import roofline_chart, roofline_note
 from servebench.builds.venv import EngineBuild
-from servebench.distribution import roofline as node_roofline
 from servebench.engines.base import RankShare
-from servebench.platform import roofline
-from servebench.providers import Node
-from servebench.serving.memory import (
+from servebench.models.shapes import preset
+from servebench.planning.memory import (
     ModelWeights,
-    rank_roofline_figures,
     share_step_bytes,
     share_token_parameters,
     share_weight_bytes,
 )
-from servebench.spec.model_shapes import preset
+from servebench.providers import Node
+from servebench.roofline import benchmark as roofline
+from servebench.roofline import nodes as node_roofline
+from servebench.roofline.figures import rank_roofline_figures
 from servebench.warehouse import landing, reads
 
 
@@ -302,7 +302,7 @@ def test_the_report_charts_judged_cells_and_says_a_line_when_nothing_is_known(co
 
 
 def test_the_log_line_names_the_figures_a_node_has_and_why_the_others_are_missing():
-    from servebench.distribution.roofline import roofline_summary
+    from servebench.roofline.nodes import roofline_summary
 
     full = {"mem_bandwidth_gbps": 8.3, "matmul_peak_gflops_bf16": 40.1, "matmul_peak_gflops_fp32": 50.3, "notes": []}
     assert roofline_summary(full) == "8.3 GB/s, bf16 40.1 GFLOP/s, fp32 50.3 GFLOP/s"

@@ -13,8 +13,8 @@ from servebench.campaign.outcome import (
     measured_outcome,
     run_status,
 )
+from servebench.config.sweep import expand
 from servebench.serving.correctness import GateResult
-from servebench.spec.sweep import expand
 from tests.support.small_campaign import small_campaign_text
 
 

@@ -1,4 +1,4 @@
-"""Issue 34, item 4: the theoretical KV saturation point of a multi-turn sessions workload, from the
+"""The theoretical KV saturation point of a multi-turn sessions workload, from the
 workload block (a session holds its whole conversation at its last turn), not from the cell's
 input_len + output_len; one saturation series per mode and workload. The measured knees of
 campaigns/kv-saturation-sessions*.yaml on both engines are in docs/llamacpp.md."""

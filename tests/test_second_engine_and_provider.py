@@ -1,4 +1,4 @@
-"""Issue 14: a second engine and a second provider are a folder each plus one registry line.
+"""A second engine and a second provider are a folder each plus one registry line.
 
 The test-only `echo` engine (tests/support/echo_engine: a standard-library HTTP server in a
 bare venv) and `plain` provider (tests/support/plain_provider: loopback addresses

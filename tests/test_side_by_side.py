@@ -1,4 +1,4 @@
-"""Issue 16: the shipped campaigns/side-by-side.yaml's two engines in one run, through the real flow:
+"""The shipped campaigns/side-by-side.yaml's two engines in one run, through the real flow:
 vLLM and llama.cpp each built (or found) by key, the tiny model generated in each one's format from
 one seed, each engine's modes gated against its own single-process reference, the servers recorded
 with their engine, and the report's "Engines side by side" section.

@@ -1,4 +1,4 @@
-"""The slurm provider (issue 15, item 3): its command lines, parsers and node-side scripts without
+"""The slurm provider: its command lines, parsers and node-side scripts without
 a cluster, then what only Slurm does against a testbed of 2 real hosts with a real Slurm controller
 (the job allocated and recorded, steps, an allocation cancelled from outside or refused, release
 cancelling the job, the lease of a killed orchestrator). What every provider does (run, ports,
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from servebench.devtools.testbed import enter_argv, slurm_client_env
 from servebench.providers.base import Node
 from servebench.providers.slurm import AllocationEnded, SlurmError, SlurmProvider
 from servebench.providers.slurm.argv import (
@@ -44,7 +45,6 @@ from servebench.providers.slurm.argv import (
     strip_srun_noise,
 )
 from servebench.providers.slurm.spec import SlurmProviderSpec
-from servebench.testbed import enter_argv, slurm_client_env
 from tests.support.shared_testbed import shared_testbed
 from tests.support.testbed import allocated, node_named, on_the_testbed
 from tests.support.waiting import wait_until
@@ -219,13 +219,13 @@ def node(provider: SlurmProvider, name: str) -> Node:
 
 
 def slurm(layout, *argv: str) -> subprocess.CompletedProcess:
-    """A Slurm client command from this machine, as a person would type it."""
+    """A Slurm client command from the host, as a person would type it."""
     return subprocess.run(list(argv), env=os.environ | slurm_client_env(layout), capture_output=True, text=True,
                           timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
 def live_processes() -> list[tuple[int, list[bytes]]]:
-    """(pid, argv) of every process on this machine but this one and zombies (the testbed's hosts share
+    """(pid, argv) of every process on the host but this one and zombies (the testbed's hosts share
     its PIDs: one listing sees them all)."""
     found = []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
@@ -240,12 +240,12 @@ def live_processes() -> list[tuple[int, list[bytes]]]:
 
 
 def srun_clients(job_id: int) -> list[int]:
-    """Processes on this machine whose command line names the job (srun clients of it)."""
+    """Processes on the host whose command line names the job (srun clients of it)."""
     return [pid for pid, argv in live_processes() if argv[0].endswith(b"srun") and f"--jobid={job_id}".encode() in argv]
 
 
 def processes_naming(needles: tuple[str, ...]) -> list[str]:
-    """'PID cmdline' of every process on this machine whose command line contains one of the needles."""
+    """'PID cmdline' of every process on the host whose command line contains one of the needles."""
     lines = [f"{pid} {b' '.join(argv).decode(errors='replace').strip()}" for pid, argv in live_processes()]
     return [line for line in lines if any(needle in line.split(" ", 1)[1] for needle in needles)]
 

@@ -1,5 +1,5 @@
-"""The ssh provider (issue 15, item 2): its command lines, quoting and shell scripts without a
-host, its node tools on this machine's own processes, then what only ssh does against a testbed
+"""The ssh provider: its command lines, quoting and shell scripts without a
+host, its node tools on the host's own processes, then what only ssh does against a testbed
 of 2 real hosts with real sshd (multiplexing, a jump host, the masters closed at release). What
 every provider does (run, ports, inventory, processes started, watched and stopped on the node,
 files, /dev/shm, the clock, release) is the provider contract: tests/test_provider_contract.py.
@@ -180,7 +180,7 @@ def test_a_process_that_ends_at_once_is_started_and_its_exit_read(tmp_path):
 
 
 def test_node_tools_stop_a_tree_here():
-    """stop_tree on this machine: the group is terminated, a child that left it is killed by PID."""
+    """stop_tree on the host: the group is terminated, a child that left it is killed by PID."""
     script = ("import os, time, sys\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    sys.exit()\n"
               "time.sleep(60)\n")
     leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
@@ -376,7 +376,7 @@ def test_an_ssh_campaign_leaves_the_orchestrators_cpus_to_the_load_generator():
     """The nodes are other machines: their CPUs are not this host's, none is taken for the
     generator, and `auto` gives the generator every CPU of the orchestrator."""
     from servebench.campaign.loading import parse_campaign
-    from servebench.campaign.plan import make_plan
+    from servebench.planning.plan import make_plan
 
     campaign = parse_campaign(SSH_CAMPAIGN, host_cpus={0, 1})
     assert make_plan(campaign, {0, 1}).client.cpus == [0, 1]

@@ -1,4 +1,4 @@
-"""Issue 35, item 5: warm until steady, not for a fixed count.
+"""Warm until steady, not for a fixed count.
 
 Pure parts on made-up records (when two windows agree, the cell's concurrency, the bounds); the
 phase itself against a real HTTP server that warms up (tests/support/fake_openai_server.py,
@@ -107,7 +107,7 @@ def test_a_cell_lands_its_warm_up_and_an_unsteady_one_is_said_in_the_run_table(t
     from servebench import warehouse
     from servebench.analysis.run_summary import summarize
     from servebench.campaign.loading import parse_campaign
-    from servebench.spec.sweep import expand
+    from servebench.config.sweep import expand
     from servebench.warehouse import landing
     from tests.support.small_campaign import small_campaign_text
 

@@ -1,5 +1,5 @@
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import expand
+from servebench.config.sweep import expand
 
 CAMPAIGN = """
 name: t
@@ -88,7 +88,7 @@ model_axes: {quantization: [f32, q4_0]}""").replace(
 
 
 def test_model_axes_give_every_mode_one_configuration_per_variant_named_by_it():
-    from servebench.spec.sweep import configurations
+    from servebench.config.sweep import configurations
 
     campaign = parse_campaign(MODEL_AXES)
     served = configurations(campaign)
@@ -103,7 +103,7 @@ def test_model_axes_give_every_mode_one_configuration_per_variant_named_by_it():
 
 
 def test_model_axes_combine_with_knob_axes_and_dtype_before_quantization():
-    from servebench.spec.sweep import configuration_space
+    from servebench.config.sweep import configuration_space
 
     text = MODEL_AXES.replace("model_axes: {quantization: [f32, q4_0]}",
                               "model_axes: {dtype: [float32, auto], quantization: [q8_0]}\nknobs: {parallel: [2]}")

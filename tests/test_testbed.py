@@ -1,4 +1,4 @@
-"""The testbed (issue 15): names and files computed from the name alone, then 3 real hosts
+"""The testbed: names and files computed from the name alone, then 3 real hosts
 brought up with `servebench testbed up`: reachability inside the testbed and no route out,
 private /dev/shm and /tmp, sshd on each host, a Slurm cluster across them (sinfo, srun,
 salloc + srun --overlap + scancel, sbatch), and `down` leaving nothing behind.
@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
-from servebench.testbed import configs
-from servebench.testbed.layout import (
+from servebench.devtools.testbed import configs
+from servebench.devtools.testbed.layout import (
     BENCHMARK_RANGE,
     Layout,
     check_name,
@@ -34,7 +34,7 @@ from servebench.testbed.layout import (
     slot_subnet,
     state_dir_for,
 )
-from servebench.testbed.machine import (
+from servebench.devtools.testbed.machine import (
     Daemon,
     TestbedError,
     missing_binaries,
@@ -335,8 +335,8 @@ def not_inside(ids: set[str]) -> list[int]:
 def test_a_shipped_testbed_campaign_is_pointed_at_another_testbed():
     import yaml
 
-    from servebench.testbed import point_campaign
-    from servebench.testbed.layout import make_layout
+    from servebench.devtools.testbed import point_campaign
+    from servebench.devtools.testbed.layout import make_layout
 
     layout = make_layout("pt1", hosts=2, cpus=2, slot=7)
     root = Path(__file__).parent.parent / "campaigns"

@@ -11,8 +11,8 @@ Slurm controller with real job steps: the cells measured before stay landed, a c
 fails naming it, the run ends (it does not hang), and nothing of the run is left on any host or
 in Slurm.
 
-The ssh faults were two tests of the same campaign on two testbeds, ~50 s each (issue 33); one run
-now holds all three faults: the sshd goes last, in a third load point.
+One run holds all three ssh faults rather than a testbed per fault (~50 s each): the sshd goes last,
+in a third load point.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def chaos_in_cell(runs: Path, cell: str, warehouse_path: Path, done: dict) -> No
 
 def test_a_cancelled_allocation_fails_the_remaining_cells_and_keeps_the_measured_ones(isolated, tmp_path,
                                                                                       monkeypatch):
+    from servebench.devtools.testbed import slurm_client_env
     from servebench.flows.campaign import campaign_run
-    from servebench.testbed import slurm_client_env
     from tests.support.prefect_session import session_api_url
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)

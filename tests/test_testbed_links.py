@@ -1,4 +1,4 @@
-"""The testbed's network knob (issue 15, item 7): per-link one-way delay and rate cap.
+"""The testbed's network knob: per-link one-way delay and rate cap.
 
 First the pure parts (settings, the semantics of a delay, names and argv), then a real 2-host
 testbed of its own: 5 ms on h1's link adds ~10 ms to a ping between h1 and h2 (4x the delay
@@ -19,10 +19,10 @@ import psutil
 import pytest
 
 from servebench.cli.testbed import add_testbed_parser
-from servebench.spec.campaign import MAX_LINK_DELAY_MS, LinkSetting
-from servebench.testbed import delay_line, links
-from servebench.testbed.layout import make_layout
-from servebench.testbed.machine import Daemon, read_state
+from servebench.config.campaign import MAX_LINK_DELAY_MS, LinkSetting
+from servebench.devtools.testbed import delay_line, links
+from servebench.devtools.testbed.layout import make_layout
+from servebench.devtools.testbed.machine import Daemon, read_state
 from tests.support.testbed import on_the_testbed, own_testbed, run_testbed_cli
 
 PINGS = 30
@@ -67,7 +67,7 @@ def test_names_and_commands_of_a_delay_line():
     assert links.line_remove_commands(h2) == ["link del h2b", "link set h2 master br0"]
     argv = links.delay_line_argv(layout, h2, 5, layout.logs_dir / "x.json", python="/usr/bin/python3")
     assert argv[:4] == ["nsenter", "--net=/run/netns/lk-sw", "--", "/usr/bin/python3"]
-    assert argv[5] == str(links.DELAY_LINE) and argv[5].endswith("servebench/testbed/delay_line.py")
+    assert argv[5] == str(links.DELAY_LINE) and argv[5].endswith("servebench/devtools/testbed/delay_line.py")
     assert argv[argv.index("--a") + 1] == "h2" and argv[argv.index("--b") + 1] == "h2d"
     assert float(argv[argv.index("--delay-ms") + 1]) == 5.0
     assert float(argv[argv.index("--max-delay-ms") + 1]) == MAX_LINK_DELAY_MS  # one cap, the setting's

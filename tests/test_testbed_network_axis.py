@@ -1,6 +1,6 @@
 """The network as a sweep axis, through the real flow: a campaign over ssh on a 2-host testbed whose
 cells run under a plain link and under 5 ms added on the server's host link (a real delay line,
-servebench/testbed/links.py), with the test-only echo engine (seconds to start: this test is about
+servebench/devtools/testbed/links.py), with the test-only echo engine (seconds to start: this test is about
 the axis, not the engine).
 
 Asserted: the cells carry their setting (key, columns), the same workload runs under each, the
@@ -36,8 +36,8 @@ validity: {{on_invalid: warn}}
 
 
 def test_cells_run_under_each_link_setting_and_the_delay_shows_in_ttft(isolated, tmp_path, monkeypatch):
+    from servebench.devtools.testbed.links import link_state
     from servebench.flows.campaign import campaign_run
-    from servebench.testbed.links import link_state
     from tests.support.prefect_session import session_api_url
 
     monkeypatch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)

@@ -1,4 +1,4 @@
-"""Issue 18: engine knobs as sweep axes, and the tuner (a capacity search per configuration, the
+"""Engine knobs as sweep axes, and the tuner (a capacity search per configuration, the
 best against the default). Pure parts on plain data; the flow with the test-only echo engine,
 whose `prefill_ms` knob sets a server's capacity (1000 / prefill_ms requests per second)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from servebench.analysis.tuning import ConfigurationCapacity, pareto_front, tune_verdict
 from servebench.campaign.loading import SpecError, parse_campaign
-from servebench.spec.sweep import configurations, expand, knob_label
+from servebench.config.sweep import configurations, expand, knob_label
 
 
 def _capacity(mode: str, capacity: float | None, upper: float | None, tpot: float | None = 10.0, probes: int = 6):
@@ -137,9 +137,9 @@ def test_the_knobs_reach_the_server_command_and_environment():
 def test_the_reference_is_served_with_the_arithmetic_knobs_every_judged_mode_shares():
     """Eager PyTorch and compiled graphs round differently: modes that all run eager are judged
     against an eager TP=1 reference; a knob that only changes speed never reaches it."""
+    from servebench.config.campaign import ModeSpec
+    from servebench.config.sweep import reference_knobs
     from servebench.engines.vllm.knobs import KNOBS
-    from servebench.spec.campaign import ModeSpec
-    from servebench.spec.sweep import reference_knobs
 
     numerics = {name for name, knob in KNOBS.items() if knob.numerics}
     assert numerics == {"enforce_eager"}
@@ -194,7 +194,7 @@ def optuna_second_trial(campaign_text: str, base_dir: Path) -> str:
     whatever the default's capacity), by the same pure function the flow calls (the campaign read
     from `base_dir`, which holds its model)."""
     from servebench.analysis.tuning import propose_configuration
-    from servebench.spec.sweep import configuration_space
+    from servebench.config.sweep import configuration_space
 
     space = configuration_space(parse_campaign(campaign_text, base_dir=base_dir, host_cpus={0, 1}))
     points = [point for point, _ in space]
@@ -257,8 +257,8 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
 
     from servebench import warehouse
     from servebench.analysis.regression.history import analyze_run
-    from servebench.spec.detection import DetectionSettings
-    from servebench.spec.sweep import search_cell
+    from servebench.config.detection import DetectionSettings
+    from servebench.config.sweep import search_cell
     from servebench.warehouse import landing
     from tests.support.synthetic_runs import NODE
 

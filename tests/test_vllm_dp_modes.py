@@ -1,4 +1,4 @@
-"""Data parallel (`dp`) and expert parallel (`ep`) modes (issue 43, docs/parallel-modes.md): the spec, the
+"""Data parallel (`dp`) and expert parallel (`ep`) modes (docs/parallel-modes.md): the spec, the
 plan-time refusals (each naming the mode, the field and the reason), vLLM's server commands and core lists,
 the landed rows, the per-rank metrics; and one real run, DP=2 on one node served by vLLM and gated against
 TP=1 (marked e2e/vllm like the other vLLM runs)."""
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from servebench.campaign.loading import SpecError, parse_campaign
+from servebench.config.campaign import ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.vllm.placement import (
     dp_ranks_per_node,
@@ -24,7 +25,6 @@ from servebench.engines.vllm.placement import (
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.load.server_metrics import counter_by_label
 from servebench.providers import Node
-from servebench.spec.campaign import ModeSpec
 from tests.support.ports import CountingPorts
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2, 3])]
@@ -264,8 +264,8 @@ def test_dp_over_ray_uses_vllms_ray_backend_on_the_cluster():
 
 
 def test_the_plan_prints_a_dp_modes_ranks_and_command(tmp_path):
-    from servebench.campaign.plan import make_plan
     from servebench.cli.plan import describe_plan
+    from servebench.planning.plan import make_plan
 
     campaign_file = tmp_path / "dp.yaml"
     campaign_file.write_text(E2E_CAMPAIGN.read_text())
@@ -281,7 +281,7 @@ def test_the_plan_prints_a_dp_modes_ranks_and_command(tmp_path):
 
 def test_servers_and_cells_rows_name_dp_and_ep(tmp_path):
     from servebench import warehouse
-    from servebench.spec.sweep import expand
+    from servebench.config.sweep import expand
     from warehouse import landing
 
     campaign = parse_campaign(textwrap.dedent("""
@@ -363,7 +363,7 @@ def test_dp2_with_expert_parallelism_on_one_node_serves_every_cell_and_passes_th
     assert command[command.index("--data-parallel-size") + 1] == "2"
     cells = con.execute("select cell_key, status, valid, correctness, dp, client_output_tokens, server_output_tokens, "
                         "output_throughput from cells order by cell_key").fetchall()
-    # per DP engine (issue 43 item 4): the scraper keeps each engine's columns; the server's kv_usage is their
+    # per DP engine: the scraper keeps each engine's columns; the server's kv_usage is their
     # mean (a fraction of each engine's own pool), never their sum
     samples = con.execute("select mode, kv_usage, requests_total, instances from server_samples "
                           "order by mode, t_mono").fetchall()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from servebench.config.campaign import ModeSpec
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import METRIC_COLUMNS
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers import Node
-from servebench.spec.campaign import ModeSpec
 from tests.support.echo_engine import EchoEngine
 from tests.support.ports import CountingPorts
 

@@ -8,8 +8,8 @@ import pytest
 
 from servebench import warehouse
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import expand
-from servebench.warehouse import landing
+from servebench.config.sweep import expand
+from servebench.warehouse import landing, reads
 from tests.support.instance_runs import land_instances_run
 
 CAMPAIGN = """
@@ -284,7 +284,7 @@ def test_a_cell_lands_its_offered_and_realized_schedule_rate(db, tmp_path):
     assert reads.schedule_note(2.0, 1.7) == "schedule realized 1.7 req/s, -15% from the 2 req/s offered"
 
 
-# per instance and per node (issue 43 item 4): cell_balance, cell_rank_network (the run: tests/support)
+# per instance and per node: cell_balance, cell_rank_network (the run: tests/support)
 
 def test_cell_balance_has_each_instances_requests_and_queue_over_the_cell(db, tmp_path):
     from servebench.warehouse import reads
@@ -320,4 +320,22 @@ def test_cell_rank_network_counts_each_nodes_bytes_but_loopback_over_the_cell(db
     assert (network["n1"]["bytes_sent"], network["n1"]["bytes_received"]) == (0.0, 800 * 2.5)  # eth0 + eth1
     assert network["n1"]["bytes_per_request"] == 2000.0 / 4
     assert (network["n0"]["dp"], network["n0"]["engine_processes"], network["n0"]["executor"]) == (2, 3, "mp-multinode")
+    con.close()
+
+
+def test_latest_runs_and_cells_skip_a_run_in_progress(tmp_path):
+    from tests.support.synthetic_runs import synthetic_warehouse
+
+    db = tmp_path / "w.duckdb"
+    synthetic_warehouse(db, tmp_path)
+    con = warehouse.connect(db)
+    landing.insert_run(con, run_id="r2", campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={},
+                       campaign_file="synthetic.yaml", run_dir=tmp_path)     # started last, still landing
+    assert con.execute("select run_id, status, cells, cells_valid from latest_runs").fetchall() == [
+        ("r1", "completed", 50, 50)]
+    assert con.execute("select distinct run_id from latest_cells").fetchall() == [("r1",)]
+    assert reads.latest_run_id(con) == reads.latest_run_id(con, "synthetic") == "r1"
+    landing.update_run(con, "r2", status="partial", ended_at=landing.now())
+    assert reads.latest_run_id(con, "synthetic") == "r2"
+    assert con.execute("select count(*) from latest_cells").fetchone() == (0,)
     con.close()

@@ -1,6 +1,7 @@
 """warehouse/store.py against a real DuckDB warehouse: the writes flows and tasks leave to
-it (capacity, tuning, faults, a bisect step) land what the flows used to write themselves, and its
-reads give back what a resume, a search going on and a bisect step read of a run."""
+it (capacity, tuning, faults, a bisect step) land what those flows record, through the store
+rather than SQL of their own, and its reads give back what a resume, a search going on and a
+bisect step read of a run."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from servebench import warehouse
 from servebench.analysis.capacity import CapacityResult, judge
 from servebench.analysis.tuning import ConfigurationCapacity, tune_verdict
 from servebench.campaign.loading import parse_campaign
+from servebench.config.campaign import FaultSpec
+from servebench.config.sweep import expand
 from servebench.serving.faults import InjectedFault
-from servebench.spec.campaign import FaultSpec
-from servebench.spec.sweep import expand
 from servebench.warehouse import landing, store
 from tests.support.small_campaign import small_campaign_text
 

@@ -1,4 +1,4 @@
-"""Workloads (issue 34): length distributions, datasets, shared prefixes and trace replay.
+"""Workloads: length distributions, datasets, shared prefixes and trace replay.
 
 Pure parts are tested directly; what is sent is read back from a real loopback server (the
 test server of tests/support), never from the generator's own bookkeeping.
@@ -253,7 +253,7 @@ def campaign_file(tmp_path, workload: str, name: str = "c.yaml"):
 
 def test_workloads_are_a_sweep_axis_with_their_names_in_cell_keys(tmp_path):
     from servebench.campaign.loading import load_campaign
-    from servebench.spec.sweep import expand
+    from servebench.config.sweep import expand
 
     mooncake(tmp_path, [{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]},
                         {"timestamp": 400, "input_length": 50, "output_length": 4, "hash_ids": [1, 2]}])
@@ -305,7 +305,7 @@ def land_first_cell(tmp_path, workload: str, server: FakeServer | None = None,
     more `load` fields, and landed: (its cells row's `cell_columns`, its request rows' `request_columns`)."""
     from servebench import warehouse
     from servebench.campaign.loading import parse_campaign
-    from servebench.spec.sweep import cell_workload_config, expand
+    from servebench.config.sweep import cell_workload_config, expand
     from servebench.warehouse import landing
 
     text = CAMPAIGN + f"    {workload}\n"
@@ -364,9 +364,9 @@ def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
     to the cached and processed prompt tokens of each answer."""
     from servebench.campaign.load_config import cell_load_config
     from servebench.campaign.loading import parse_campaign
-    from servebench.campaign.placement import ClientPlacement
+    from servebench.config.sweep import expand
     from servebench.engines import get_engine
-    from servebench.spec.sweep import expand
+    from servebench.planning.placement import ClientPlacement
 
     text = CAMPAIGN.replace("modes: [{name: tp1}]", f"engine: {{kind: {kind}}}\nmodes: [{{name: m}}]")
     campaign = parse_campaign(text + "    {kind: shared-prefix, groups: 2, prefix_len: 64}\n", host_cpus={0, 1})
@@ -488,7 +488,7 @@ def test_an_azure_trace_replays_its_datetime_offsets_with_random_prompts_of_its_
 def test_a_bisect_step_keeps_the_workload_with_its_data_files_found_from_anywhere(tmp_path):
     import yaml
 
-    from servebench.campaign.bisect import step_campaign
+    from servebench.bisect.steps import step_campaign
     from servebench.campaign.loading import load_campaign, parse_campaign
 
     mooncake(tmp_path, [{"timestamp": 0, "input_length": 40, "output_length": 4},

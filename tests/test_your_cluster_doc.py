@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from servebench.campaign.loading import load_campaign
+from servebench.devtools.testbed import Layout
 from servebench.providers.slurm.argv import salloc_argv
-from servebench.testbed import Layout
 from tests.support.shared_testbed import shared_testbed
 from tests.support.testbed import marked_processes_on, on_the_testbed
 
@@ -168,7 +168,7 @@ def test_the_pages_commands_on_the_testbed(testbed, tmp_path):
     for name, text in page_campaigns().items():
         data = on_testbed(text, layout, tmp_path)
         if name == SMALLEST:
-            # the testbed's hosts share this machine's two cores: the server has CPU 0 (its node's first), the
+            # the testbed's hosts share one machine's two cores: the server has CPU 0 (its node's first), the
             # generator CPU 1; timing verdicts depend on the machine, this test is about the page's path
             data["load"]["client"] = {"cpus": "1"}
             data["validity"] = {"on_invalid": "warn"}

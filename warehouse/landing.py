@@ -17,10 +17,10 @@ from pathlib import Path
 import duckdb
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.sweep import Cell
 from servebench.engines.base import RankShare
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import CHECKOUT, DISTRIBUTION
-from servebench.spec.sweep import Cell
 
 
 def now() -> datetime:
@@ -132,7 +132,7 @@ RANK_FIGURES = ("served_dtype", "rank_weight_bytes", "rank_kv_bytes_per_token", 
 
 
 def land_roofline(con: duckdb.DuckDBPyConnection, run_id: str, figures: dict[str, dict]) -> None:
-    """Each node's measured roofline (`servebench.distribution.roofline`): a column already set (by
+    """Each node's measured roofline (`servebench.roofline.nodes`): a column already set (by
     another engine's build, measured first) is kept, so a torch build's bf16 peak is never lost."""
     for node, f in figures.items():
         con.execute(
@@ -308,7 +308,8 @@ def _warmup_columns(summary: dict) -> dict:
 
 
 def _client_columns(client: dict | None) -> dict:
-    """Where the load generator ran and how busy it was (None for results from before issue 13)."""
+    """Where the load generator ran and how busy it was (None for results landed before the
+    warehouse recorded it)."""
     client = client or {}
     return {"client_cpus": client.get("cpus"), "client_nice": client.get("nice"),
             "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}

@@ -29,10 +29,20 @@ RATE_TOLERANCE = 0.10
 
 
 def latest_run_id(con: Connection, campaign: str | None = None) -> str | None:
-    """The run started last (of one campaign, if given)."""
-    found = rows(con, "select run_id from runs" + (" where campaign = ?" if campaign else "")
+    """The latest run that has ended (of one campaign, if given): a run still in progress is not "the latest
+    run" of any report or comparison (the `latest_runs` view)."""
+    found = rows(con, "select run_id from latest_runs" + (" where campaign = ?" if campaign else "")
                  + " order by started_at desc limit 1", [campaign] if campaign else [])
     return found[0]["run_id"] if found else None
+
+
+def runs_overview(con: Connection, campaign: str | None = None) -> list[dict]:
+    """Every run, newest first, with its campaign, start, status, duration and cells valid of all."""
+    return rows(con, """select r.run_id, r.campaign, r.started_at, r.status,
+            date_diff('second', r.started_at, r.ended_at) as seconds,
+            count(c.cell_id) filter (where c.valid) as cells_valid, count(c.cell_id) as cells
+        from runs r left join cells c using (run_id)""" + (" where r.campaign = ?" if campaign else "") + """
+        group by all order by r.started_at desc""", [campaign] if campaign else [])
 
 
 def run_header(con: Connection, run_id: str) -> dict | None:

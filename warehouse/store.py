@@ -22,7 +22,7 @@ from servebench import warehouse
 from servebench.warehouse import landing
 
 if TYPE_CHECKING:
-    from servebench.spec.campaign import FaultSpec, ModeSpec
+    from servebench.config.campaign import FaultSpec, ModeSpec
 
 
 # What the writes read of the searches' and faults' results: the warehouse sits below the layers that

@@ -1,4 +1,4 @@
-"""The best known configuration per cluster and model (`servebench best`, issue 18): of every
+"""The best known configuration per cluster and model (`servebench best`): of every
 capacity the warehouse holds, the highest for each (hardware fingerprint, model, what was
 searched, SLO, input and output lengths). Capacities are compared only on the same workload,
 under the same SLO and the same search (rate or clients); a newer run wins a tie, being the more

@@ -1,4 +1,4 @@
-"""The report's capacity section (issue 18): each configuration's capacity under the SLO, the
+"""The report's capacity section: each configuration's capacity under the SLO, the
 Pareto chart (capacity against TPOT p50 at it) and, for a tuning run, the best configuration
 against the default with the exact server commands of both. Reads only the warehouse."""
 

@@ -1,4 +1,4 @@
-"""What every chart of the report says the same way (issue 42, "charts that cannot mislead"): a load
+"""What every chart of the report says the same way, so that no chart can mislead: a load
 point's label, a mode's label (an oversubscribed mode says so wherever it is drawn), a fraction as a
 percentage, a subtitle that fits the chart, and the one line said instead of a chart with nothing
 to show. Pure functions of plain rows and the run's normalized campaign; no warehouse, no browser."""

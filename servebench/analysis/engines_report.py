@@ -1,5 +1,5 @@
 """The report's "engines side by side" section (a campaign with `engines:`): each engine's modes on
-the same nodes, model shape and load, in seed 003's figure style: output throughput against TTFT
+the same nodes, model shape and load, in one figure style: output throughput against TTFT
 and TPOT, one line per mode through its request rates (open loop) or client counts (closed loop),
 the engine told by the line's dash; and a table of the same numbers.
 

@@ -1,4 +1,4 @@
-"""The report's charts that explain a parallel mode (issue 43, item 4): how evenly the load spread over a
+"""The report's charts that explain a parallel mode: how evenly the load spread over a
 server's instances (vLLM's data-parallel engines dp0, dp1, or the replicas r0, r1 behind a balancer), and
 how many bytes each node of a mode sent and received per request (the all-reduce of TP, the activations
 of PP, the requests of DP and replicas).

@@ -535,7 +535,7 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
         "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),
-        # DP engines' and replicas' share of the load; each node's bytes per request (issue 43)
+        # DP engines' and replicas' share of the load; each node's bytes per request
         "load_balance": balance_chart(label_modes(reads.balance_cells(con, run_id), modes)),
         "rank_network": rank_network_chart(label_modes(reads.rank_network_cells(con, run_id), modes)),
         "history": history(*history_rows(con, run_id)),

@@ -1,4 +1,4 @@
-"""KV-cache saturation (seed 002): where a server's KV cache stops holding every sequence in flight.
+"""KV-cache saturation: where a server's KV cache stops holding every sequence in flight.
 
 The theoretical saturation point is the KV capacity divided by the tokens one closed-loop client
 holds at its longest: that many clients fill the cache. With fixed lengths a client's sequence is
@@ -23,10 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from servebench.config.campaign import ModelSpec, ModeSpec
 from servebench.engines import get_engine
 from servebench.engines.base import RankShare
-from servebench.serving.memory import kv_capacity_tokens, model_weights, ranks_of, resolved_model_path
-from servebench.spec.campaign import ModelSpec, ModeSpec
+from servebench.planning.memory import kv_capacity_tokens, model_weights, ranks_of, resolved_model_path
 from servebench.warehouse import Connection, reads
 
 MISS_THRESHOLD = 0.01   # a cell whose decode attempts missed more often than this is past the knee
@@ -182,7 +182,7 @@ def run_saturation(con: Connection, run_id: str, threshold: float = MISS_THRESHO
 
 def shape_capacity(row: dict) -> int | None:
     """The KV tokens the mode's server holds by the model's shape and the engine's KV pool
-    (servebench/serving/memory.py): the fewest any rank's pool holds. None when the run's spec does
+    (servebench/planning/memory.py): the fewest any rank's pool holds. None when the run's spec does
     not say the shape (a GGUF file) or no longer validates. Placement does not change a pool, so the
     ranks are laid out on stand-in nodes."""
     spec = json.loads(row["spec"]) if isinstance(row["spec"], str) else row["spec"]

@@ -1,4 +1,4 @@
-"""The tuner's verdict (issue 18): which configuration (mode x knob values) served the most
+"""The tuner's verdict: which configuration (mode x knob values) served the most
 under the SLO, and by how much it beats the campaign's default. Pure: capacities in, verdict out.
 
 Each configuration's capacity search leaves a bracket: the SLO held at `capacity` and failed

@@ -1,4 +1,4 @@
-"""The report's workload charts (issue 34, docs/workloads.md): what a workload asked for and what
+"""The report's workload charts (docs/workloads.md): what a workload asked for and what
 the server served, per request, so a distribution, a dataset or a trace can be seen to be the one
 intended; how a conversation's turns grow (prompt length and TTFT per turn); and, for shared
 prefixes, the prefix cache's hit rate beside TTFT, so its effect is visible.

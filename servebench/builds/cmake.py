@@ -32,9 +32,9 @@ from servebench.builds.cache import ArtifactCache, file_sha256
 from servebench.builds.recipe import CMakeRecipe
 from servebench.builds.sdist import fetch_sdist
 from servebench.builds.venv import BuildError, EngineBuild, command_text, run_step
+from servebench.config.campaign import sha256_json
 from servebench.platform.cpu_features import cpuinfo_features
 from servebench.platform.targets import TargetProfile, emulator_argv, is_cross, profile
-from servebench.spec.campaign import sha256_json
 
 # what every build of the recipe gets: Release, static, no tests/examples, no network at configure
 BASE_CMAKE_ARGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF"]

@@ -1,7 +1,7 @@
 """A venv for another architecture, made on this host: an x86 orchestrator builds the aarch64
 engine its ARM nodes serve (docs/builds.md, "Builds for a node's architecture").
 
-Three things differ from a venv for this host (venv.py), each measured on this machine kind:
+Three things differ from a venv for this host (venv.py):
 - **The python** is a CPython of the target architecture: Debian's, unpacked from its .debs into a
   sysroot cached by key (sysroot.py). The venv is the usual layout (`pyvenv.cfg` whose `home` is
   the sysroot's `usr/bin`, `bin/python` a link to its interpreter, `lib/python3.X/site-packages`),
@@ -47,10 +47,10 @@ from packaging.utils import canonicalize_name
 from servebench.builds import blas_shim, venv
 from servebench.builds.cache import ArtifactCache
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.config.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
 from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.platform.targets import TargetProfile, emulator_argv
-from servebench.spec.campaign import sha256_json
 
 HOOK_MODULE = "servebench_target_hooks"
 HOOK = '''"""Installed by servebench (servebench/builds/target_venv.py) into a venv built for {arch}.

@@ -30,8 +30,8 @@ from pydantic import BaseModel
 
 from servebench.builds.cache import ArtifactCache, file_sha256
 from servebench.builds.recipe import VenvRecipe
+from servebench.config.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
-from servebench.spec.campaign import sha256_json
 
 _SOURCE_SUFFIXES = {".py", ".json", ".txt"}
 HEARTBEAT_SECONDS = 30.0  # the longest a build stays silent on the `log` callback
@@ -131,7 +131,7 @@ def ensure_build(recipe: VenvRecipe, cache: Path, log: Callable[[str], None] = p
 
 
 def _reused(recipe: VenvRecipe, record: str) -> EngineBuild:
-    """A cached build (one recorded before `inputs` and `tool_version` existed gets them now)."""
+    """A cached build (a record without `inputs` and `tool_version` gets them filled in)."""
     build = EngineBuild.model_validate_json(record).model_copy(update={"build_seconds": None})
     if not build.inputs:
         build = build.model_copy(update={"inputs": build_inputs(recipe)})

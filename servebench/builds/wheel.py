@@ -1,6 +1,6 @@
 """The `wheel` recipe's builder: a Python sdist compiled into a wheel on this host, for this CPU.
 
-This is seed 004's path for vLLM (its CPU kernels are compiled for the build host's ISA, so a
+This is how vLLM is built from source (its CPU kernels are compiled for the build host's ISA, so a
 wheel is keyed on that CPU's flags too): a build venv holds the pinned build requirements (the
 CPU torch the extension is compiled against, cmake, ninja), the sdist is unpacked and patched in
 a scratch directory, source trees that the project's CMake would clone from the network are
@@ -40,10 +40,10 @@ from servebench.builds.cmake import compiler_cache_env, compiler_identity, verif
 from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
 from servebench.builds.sdist import fetch_sdist
 from servebench.builds.venv import BuildError, EngineBuild, run_step
+from servebench.config.campaign import sha256_json
 from servebench.platform.cpu_features import cpuinfo_features
 from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
 from servebench.platform.targets import profile
-from servebench.spec.campaign import sha256_json
 
 
 def tree_digest(root: Path) -> str:

@@ -4,12 +4,12 @@ runs on. Pure: the same campaign and cell give the same config."""
 
 from __future__ import annotations
 
-from servebench.campaign.placement import ClientPlacement
+from servebench.config.campaign import Campaign
+from servebench.config.sweep import Cell, cell_workload_config
 from servebench.cpus import format_cpu_list
 from servebench.engines import Engine
 from servebench.load.config import LoadConfig
-from servebench.spec.campaign import Campaign
-from servebench.spec.sweep import Cell, cell_workload_config
+from servebench.planning.placement import ClientPlacement
 
 
 def cell_load_config(campaign: Campaign, cell: Cell, base_url: str, served_name: str, vocab_size: int,

@@ -2,7 +2,7 @@
 
 Everything a campaign needs is checked before a node is touched: unknown keys, wrong
 types, an unknown engine or provider kind, executors the engine does not have, and modes
-the nodes or the model cannot hold (`servebench.campaign.feasibility`). Every problem
+the nodes or the model cannot hold (`servebench.planning.feasibility`). Every problem
 names the file, the line and the field, because a campaign that fails after an hour of
 engine build for a typo is the worst kind of failure.
 
@@ -23,11 +23,11 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from servebench.campaign.feasibility import check_feasibility
+from servebench.config.campaign import Campaign, EngineSpecBase
 from servebench.engines import default_engine_kind, engine_kinds, get_engine
 from servebench.paths import shipped
+from servebench.planning.feasibility import check_feasibility
 from servebench.providers import Provider, get_provider_class, provider_kinds
-from servebench.spec.campaign import Campaign, EngineSpecBase
 
 
 class SpecProblem(BaseModel):

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servebench.analysis.capacity import judge, observed_from_summary
+from servebench.config.campaign import Campaign
+from servebench.config.sweep import Cell
 from servebench.serving.correctness import GateResult
-from servebench.spec.campaign import Campaign
-from servebench.spec.sweep import Cell
 
 FAULT_INJECTED = "a fault was injected into the cell (what it measured lands with it)"
 FAULT_PLANNED = ("a fault was planned for the cell (landed from its result file after an interrupt: whether it "

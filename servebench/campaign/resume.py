@@ -3,7 +3,7 @@
 A run whose orchestrator was killed keeps status `running` in the warehouse, its cells landed
 so far, and complete result files in its run directory for cells measured but not landed
 (the load generator writes its JSON last). `servebench resume RUN_ID` lands those files, then
-measures only the cells with neither; `servebench rerun-failed RUN_ID` measures again the
+measures only the cells with neither; `servebench resume --failed RUN_ID` measures again the
 cells of a finished run that failed. No cell is measured twice. The orchestrator writes
 `orchestrator.json` in the run directory so that a resume never races a live orchestrator.
 """
@@ -15,8 +15,8 @@ import os
 import socket
 from pathlib import Path
 
-from servebench.spec.campaign import Campaign
-from servebench.spec.sweep import Cell
+from servebench.config.campaign import Campaign
+from servebench.config.sweep import Cell
 
 ORCHESTRATOR_FILE = "orchestrator.json"
 FINISHED = ("completed", "partial", "invalid", "failed", "interrupted")
@@ -33,7 +33,7 @@ def resume_problem(run_id: str, status: str, failed_only: bool, orchestrator_ali
     if failed_only:
         return None if status in FINISHED or status == "running" else f"run {run_id} has status {status!r}"
     if status in ("completed", "partial", "invalid", "failed"):
-        return (f"run {run_id} finished ({status}): nothing to resume; `servebench rerun-failed {run_id}` "
+        return (f"run {run_id} finished ({status}): nothing to resume; `servebench resume --failed {run_id}` "
                 "measures its failed cells again")
     return None  # running (its orchestrator was killed) or interrupted (Ctrl-C)
 

@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.query import add_query_parser
     from servebench.cli.regressions import add_regressions_parser
     from servebench.cli.report import add_report_parser
-    from servebench.cli.rerun_failed import add_rerun_failed_parser
     from servebench.cli.resume import add_resume_parser
     from servebench.cli.run import add_run_parser
+    from servebench.cli.runs import add_runs_parser
     from servebench.cli.saturation import add_saturation_parser
     from servebench.cli.schema import add_schema_parser
     from servebench.cli.serve import add_serve_parser
@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.testbed import add_testbed_parser
 
     parser = CommandParser(prog="servebench", description="Benchmark campaigns for LLM serving on CPUs.")
+    parser.add_argument("--version", action="version", version=f"servebench {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add_parser in (add_plan_parser, add_build_parser, add_run_parser, add_resume_parser, add_rerun_failed_parser,
+    for add_parser in (add_plan_parser, add_build_parser, add_run_parser, add_resume_parser, add_runs_parser,
                        add_campaigns_parser, add_serve_parser, add_query_parser, add_tables_parser, add_report_parser,
                        add_load_parser,
                        add_capacity_parser, add_best_parser, add_saturation_parser, add_schema_parser,
@@ -94,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
                        add_regressions_parser, add_compare_parser, add_annotate_parser):
         add_parser(sub)
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's), as pip knows it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servebench-campaigns")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """`servebench bisect CAMPAIGN --good A --bad B`: the first commit of the engine that made a metric
-worse (`flows/bisect.py`; the decisions in `servebench/analysis/bisect.py`)."""
+worse (`flows/bisect.py`; the decisions in `servebench/bisect/search.py`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def add_bisect_parser(sub) -> None:
     p.add_argument("--point", help="the load point to measure, as in cell keys (c4, rate8; default: the campaign's "
                    "first)")
     format_arg(p, ("table", "json"))
-    warehouse_arg(p)
+    warehouse_arg(p, makes_runs=True)
     p.set_defaults(func=cmd_bisect)
 
 
@@ -40,9 +40,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from servebench import progress
-    from servebench.analysis.bisect import BisectError
+    from servebench.bisect.search import BisectError
+    from servebench.bisect.steps import bisected_point, commits_to_bisect
     from servebench.builds.venv import BuildError
-    from servebench.campaign.bisect import bisected_point, commits_to_bisect
     from servebench.campaign.loading import load_campaign
     from servebench.cli.prefect_api import temporary_api
     from servebench.paths import cache_dir

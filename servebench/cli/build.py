@@ -23,9 +23,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     from servebench.builds.builders import ensure
     from servebench.builds.prerequisites import PrerequisiteError, require
     from servebench.cli.builds import dry_run_text
+    from servebench.config.sweep import build_specs
     from servebench.engines import get_engine
     from servebench.paths import cache_dir
-    from servebench.spec.sweep import build_specs
 
     campaign = load_campaign(args.file)
     if args.dry_run:

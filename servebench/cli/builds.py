@@ -89,8 +89,8 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
     this one). Whether every prerequisite is met (else the command exits non-zero)."""
     from servebench.builds.builders import inputs_and_key, steps
     from servebench.builds.prerequisites import describe, unmet
+    from servebench.config.sweep import build_specs
     from servebench.engines import get_engine
-    from servebench.spec.sweep import build_specs
 
     lines, all_met = [], True
     for kind, spec in build_specs(campaign):

@@ -1,4 +1,4 @@
-"""A campaign flow run from the command line (`run`, `resume`, `rerun-failed`): a temporary Prefect
+"""A campaign flow run from the command line (`run`, `resume`): a temporary Prefect
 API, the progress display, Ctrl-C and SIGTERM stopping it cleanly, then the summary of its cells."""
 
 from __future__ import annotations

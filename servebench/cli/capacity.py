@@ -23,7 +23,7 @@ from servebench.analysis.capacity import (
     search_capacity,
 )
 from servebench.cli.load import add_load_flags, config_from_args
-from servebench.spec.slo import parse_slo
+from servebench.config.slo import parse_slo
 
 
 def add_capacity_parser(sub) -> None:

@@ -28,16 +28,16 @@ def add_chaos_parser(sub) -> None:
                    "processes on the node: a worker's process title, the API server's module "
                    "(docs/faults-and-resume.md lists some)")
     p.add_argument("--node", help="the node (default: the campaign's first)")
-    warehouse_arg(p)
+    warehouse_arg(p, makes_runs=True)
     p.set_defaults(func=cmd_chaos)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
     from servebench.campaign.loading import parse_campaign
+    from servebench.config.campaign import FaultSpec
     from servebench.providers import get_provider
     from servebench.providers.base import ATTACH
     from servebench.serving.faults import inject
-    from servebench.spec.campaign import FaultSpec
     from servebench.warehouse import landing
 
     con = warehouse.connect(warehouse_path(args), read_only=True)

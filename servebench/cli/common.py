@@ -27,13 +27,14 @@ class ContentError(Exception):
     parser reports it in one line and exits 2, without the usage, which is for flags misused."""
 
 
-def warehouse_arg(parser: argparse.ArgumentParser) -> None:
-    """--warehouse, and --runs beside it: a command that reads or writes the warehouse may start or
-    find runs, whose directories are under --runs."""
+def warehouse_arg(parser: argparse.ArgumentParser, makes_runs: bool = False) -> None:
+    """--warehouse, and --runs beside it on the commands that start runs (run, resume, bisect, chaos), which make
+    each run's directory under it; a command that only reads finds a run's directory in the warehouse."""
     parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
                         "runs/servebench.duckdb)")
-    parser.add_argument("--runs", metavar="DIR", help="where run directories are made (default: $SERVEBENCH_RUNS "
-                        "or runs/)")
+    if makes_runs:
+        parser.add_argument("--runs", metavar="DIR", help="where this command makes the run's directory: logs, "
+                            "load results, report (default: $SERVEBENCH_RUNS or runs/)")
 
 
 def warehouse_path(args: argparse.Namespace) -> Path:

@@ -7,17 +7,13 @@ from pathlib import Path
 from typing import cast
 
 from servebench.builds.builders import inputs_and_key
-from servebench.builds.model import ModelGenerator
-from servebench.campaign.feasibility import variant_memory
-from servebench.campaign.placement import split_client_node
-from servebench.campaign.plan import Plan
+from servebench.config.campaign import GeneratedModelSpec, variant_label
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
+from servebench.models.artifact import ModelGenerator
 from servebench.paths import cache_dir
-from servebench.providers import Node, get_provider
-from servebench.serving.balancer import plan_lines
-from servebench.serving.deployment import replica_nodes
-from servebench.serving.memory import (
+from servebench.planning.feasibility import variant_memory
+from servebench.planning.memory import (
     GIB,
     ModeMemory,
     gib,
@@ -25,8 +21,12 @@ from servebench.serving.memory import (
     resolved_model_path,
     this_host_available_bytes,
 )
+from servebench.planning.placement import split_client_node
+from servebench.planning.plan import Plan
+from servebench.providers import Node, get_provider
+from servebench.serving.balancer import plan_lines
+from servebench.serving.deployment import replica_nodes
 from servebench.serving.server import node_argv
-from servebench.spec.campaign import GeneratedModelSpec, variant_label
 
 
 def architecture_line(nodes: list, on_this_host: bool) -> str:
@@ -248,8 +248,8 @@ def add_plan_parser(sub) -> None:
 
 def cmd_plan(args) -> int:
     from servebench.campaign.loading import load_campaign
-    from servebench.campaign.plan import make_plan
     from servebench.cli.common import EXIT_OK
+    from servebench.planning.plan import make_plan
     from servebench.providers import Provider, get_provider_class
 
     campaign = load_campaign(args.file)

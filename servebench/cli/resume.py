@@ -1,5 +1,7 @@
-"""`servebench resume RUN_ID`: finish a run whose orchestrator was killed, under the same run id
-(`servebench.campaign.resume`; docs/faults-and-resume.md)."""
+"""`servebench resume RUN_ID`: the one way to continue a run under its own run id
+(`servebench.campaign.resume`; docs/faults-and-resume.md): a run whose orchestrator was killed is finished
+(what it left is stopped, what it measured landed, only the cells with no result measured); with `--failed`,
+a finished run's failed cells are measured again."""
 
 from __future__ import annotations
 
@@ -11,16 +13,18 @@ from servebench.cli.common import EXIT_FAILED, warehouse_arg, warehouse_path
 
 
 def add_resume_parser(sub: argparse._SubParsersAction) -> None:
-    resume = sub.add_parser("resume", help="finish a run whose orchestrator was killed: stop what it left, land "
-                            "what it measured, measure only the cells with no result")
-    resume.add_argument("run_id")
-    warehouse_arg(resume)
-    resume.set_defaults(func=cmd_resume, failed_only=False)
+    resume = sub.add_parser("resume", help="finish a run whose orchestrator was killed (stop what it left, land "
+                            "what it measured, measure only the cells with no result), or with --failed measure a "
+                            "finished run's failed cells again; the run keeps its id")
+    resume.add_argument("run_id", help="the run (`servebench runs` lists them)")
+    resume.add_argument("--failed", dest="failed_only", action="store_true",
+                        help="measure again the cells that failed in a finished run")
+    warehouse_arg(resume, makes_runs=True)
+    resume.set_defaults(func=cmd_resume)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """`resume` and `rerun-failed`: the same run id, its campaign as it was run (checked first,
-    before Prefect starts)."""
+    """The same run id, its campaign as it was run (checked first, before Prefect starts)."""
     from servebench.campaign.resume import ResumeError, load_resumable
 
     try:

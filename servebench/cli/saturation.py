@@ -1,4 +1,4 @@
-"""`servebench saturation`: a run's KV-cache saturation per mode (seed 002), the measured knee
+"""`servebench saturation`: a run's KV-cache saturation per mode, the measured knee
 against the theoretical point (`servebench.analysis.saturation`)."""
 
 from __future__ import annotations

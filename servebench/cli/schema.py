@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from servebench.campaign.reference import schema_text
+from servebench.campaign.field_docs import schema_text
 from servebench.cli.common import EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""`servebench serve`: prefect.yaml's nightly deployments served from this machine (`flows/serve.py`)."""
+"""`servebench serve`: prefect.yaml's nightly deployments served from this host (`flows/serve.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
-    serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this machine "
+    serve = sub.add_parser("serve", help="serve prefect.yaml's nightly deployments from this host "
                            "(needs a running Prefect server: PREFECT_API_URL)")
     serve.add_argument("deployments", nargs="*", help="names from prefect.yaml (default: all)")
     serve.set_defaults(func=cmd_serve)

@@ -1,4 +1,4 @@
-"""`servebench testbed up|status|down|link|exec`: test hosts on this machine (docs/testbed.md)."""
+"""`servebench testbed up|status|down|link|exec`: test hosts on the local machine (docs/testbed.md)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ import time
 
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, format_arg
 
-DESCRIPTION = ("N test hosts on this machine, each with its own address in 198.18.0.0/15, /dev/shm, /tmp, "
+DESCRIPTION = ("N test hosts on the local machine, each with its own address in 198.18.0.0/15, /dev/shm, /tmp, "
                "sshd and slurmd; a Slurm controller on h1. Needs root. See docs/testbed.md.")
 
 
 def add_testbed_parser(sub) -> None:
-    testbed = sub.add_parser("testbed", help="test hosts on this machine: namespaces, sshd, Slurm (needs root)",
+    testbed = sub.add_parser("testbed", help="test hosts on the local machine: namespaces, sshd, Slurm (needs root)",
                              description=DESCRIPTION)
     add_actions(testbed)
 
 
 def add_actions(testbed: argparse.ArgumentParser) -> None:
-    from servebench.testbed.layout import MAX_HOSTS, default_name
+    from servebench.devtools.testbed.layout import MAX_HOSTS, default_name
 
     actions = testbed.add_subparsers(dest="action", required=True)
     name_help = f"testbed name (default: $SERVEBENCH_TESTBED or {default_name()!r}); one name, one testbed"
@@ -31,7 +31,7 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     up.add_argument("--name", default=None, help=name_help)
     up.add_argument("--cpus", type=int, help="CPUs each host declares to Slurm (default: the machine's)")
     up.add_argument("--share", action="append", default=[], metavar="DIR",
-                    help="a directory of this machine every host sees at the same path, read-only (as a "
+                    help="a directory of the local machine every host sees at the same path, read-only (as a "
                          "cluster's NFS home): campaigns declare it in the provider's shared_paths; repeatable")
     up.add_argument("--keep-on-failure", action="store_true",
                     help="leave a testbed that failed to come up in place, with its logs (then `down`)")
@@ -39,7 +39,7 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
 
     status = actions.add_parser("status", help="hosts, addresses and daemons of a testbed (or of all)")
     status.add_argument("--name", default=None, help=name_help)
-    status.add_argument("--all", action="store_true", help="every testbed on this machine")
+    status.add_argument("--all", action="store_true", help="every testbed on the local machine")
     format_arg(status, ("table", "json"))
     status.set_defaults(func=cmd_status)
 
@@ -65,13 +65,13 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
 
 
 def _name(args: argparse.Namespace) -> str:
-    from servebench.testbed.layout import check_name, default_name
+    from servebench.devtools.testbed.layout import check_name, default_name
 
     return check_name(args.name or default_name())
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from servebench.testbed import TestbedError, up
+    from servebench.devtools.testbed import TestbedError, up
 
     started = time.monotonic()
     try:
@@ -97,7 +97,7 @@ def describe(layout) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from servebench.testbed import known_testbeds, status
+    from servebench.devtools.testbed import known_testbeds, status
 
     try:
         names = known_testbeds(with_leftovers=True) if args.all else [_name(args)]
@@ -109,7 +109,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(reports if args.all else reports[0], indent=1))
         return EXIT_OK
     if not reports:
-        print("no testbed on this machine")
+        print("no testbed on the local machine")
     for report in reports:
         print(status_text(report))
     if not args.all and not reports[0]["exists"]:
@@ -119,9 +119,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def with_links(report: dict) -> dict:
     """A testbed's status with its links' delay and rate as the kernel has them (docs/testbed.md)."""
-    from servebench.testbed import load
-    from servebench.testbed.links import link_state
-    from servebench.testbed.machine import netns_exists
+    from servebench.devtools.testbed import load
+    from servebench.devtools.testbed.links import link_state
+    from servebench.devtools.testbed.machine import netns_exists
 
     if report.get("hosts"):
         layout = load(report["name"])
@@ -148,7 +148,7 @@ def status_text(report: dict) -> str:
         lines.append(f"  {host['name']:<4} {host['address']:<15} {'' if host['netns'] else '(no netns) '}"
                      f"slurm {host['slurm'] or '?'}  {daemons}")
     if report.get("links"):
-        from servebench.testbed.links import state_lines
+        from servebench.devtools.testbed.links import state_lines
 
         lines += state_lines(report["links"])
     lines.append(f"  ssh -F {report['ssh_config']} h1   |   SLURM_CONF={report['slurm_conf']} sinfo")
@@ -156,8 +156,8 @@ def status_text(report: dict) -> str:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from servebench.testbed import TestbedError, down
-    from servebench.testbed.machine import require_root
+    from servebench.devtools.testbed import TestbedError, down
+    from servebench.devtools.testbed.machine import require_root
 
     started = time.monotonic()
     try:
@@ -175,7 +175,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    from servebench.testbed import TestbedError, links, load
+    from servebench.devtools.testbed import TestbedError, links, load
 
     try:
         layout = load(_name(args))
@@ -199,7 +199,7 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from servebench.testbed import TestbedError, enter_argv, load
+    from servebench.devtools.testbed import TestbedError, enter_argv, load
 
     try:
         layout = load(_name(args))

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servebench.builds.model import model_tree
 from servebench.builds.venv import EngineBuild
 from servebench.distribution.distribute import (
     TreePlacement,
@@ -18,6 +17,7 @@ from servebench.distribution.distribute import (
     project_dir,
 )
 from servebench.distribution.load_tree import load_generator_tree
+from servebench.models.artifact import model_tree
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers import Node, Provider

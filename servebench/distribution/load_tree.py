@@ -4,7 +4,7 @@ A campaign may run its load generator on a node (`load.client.node`). That node 
 engine build (its python is the project's interpreter version, already checked to run there)
 and this tree: the generator's source (`servebench/load`, `servebench/cpus.py`) and the
 third-party packages it imports, copied file by file from the project's own environment
-(nothing downloaded, the very versions measured here). It runs as
+(nothing downloaded, the very versions the orchestrator runs). It runs as
 `PYTHON -S -m servebench.load.on_node` with the tree as PYTHONPATH: `-S` keeps the engine's
 site-packages out, so the generator on the node is the generator here. Cached by content.
 """

@@ -34,12 +34,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar, cast
 
-from servebench.builds.model import GENERATED_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
+from servebench.config.campaign import EngineSpecBase, ModelSpec, ModeSpec
 from servebench.load.sse import OPENAI_TOKEN_COUNT
+from servebench.models.artifact import GENERATED_HF, ModelGenerator
 from servebench.providers.base import Node, Provider
-from servebench.spec.campaign import EngineSpecBase, ModelSpec, ModeSpec
 
 # The columns a metric map may fill (telemetry's server samples and the warehouse's); requests_total:
 # requests the server finished (vLLM's request_success; llama.cpp counts none), per DP engine or replica too.
@@ -70,7 +70,7 @@ class RankShare:
     ways), the token embedding and output head if it has them, and its KV pool, given as bytes (a size
     the engine reserves whatever the model: vLLM's GiB per rank) or as tokens of its layers (a context
     length: llama.cpp's cells). The neutral code turns a share into bytes with the model's shape
-    (servebench/serving/memory.py)."""
+    (servebench/planning/memory.py)."""
 
     node: str
     label: str                            # 'rank0', 'rpc1', 'server': what `servebench plan` prints
@@ -130,7 +130,7 @@ class EngineAPI:
     kv_failure_pattern: str | None = None       # a log line's regex: a batch that found no room in the KV cache
     # `servebench load --export NAME=PATH` layouts of a load result
     result_formats: Mapping[str, Callable[[dict], dict]] = field(default_factory=dict)
-    # what its processes hold in memory, known before anything starts (servebench/serving/memory.py;
+    # what its processes hold in memory, known before anything starts (servebench/planning/memory.py;
     # None: not declared, the plan says unknown)
     memory: ServerMemory | None = None
 
@@ -267,7 +267,7 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     executors: ClassVar[tuple[str, ...]]
     api: ClassVar[EngineAPI]
     model_formats: ClassVar[tuple[str, ...]] = ("hf",)  # 'hf' (a Hugging Face directory), 'gguf' (a file)
-    # how `model: {generate: tiny-llama}` is made for it (servebench/builds/model.py), in its first format
+    # how `model: {generate: tiny-llama}` is made for it (servebench/models/artifact.py), in its first format
     default_model: ClassVar[ModelGenerator] = GENERATED_HF
     knobs: ClassVar[Mapping[str, Knob]] = MappingProxyType({})  # settings a mode may set or a campaign sweep;
                                                                  # `launch` applies them

@@ -288,8 +288,8 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, 
 
 
 async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make, one) -> None:
-    """`clients` conversations at once (default: all): each client takes the next session and sends its
-    turns in order, each when the answer before it is complete and the think time has passed (its
+    """`clients` conversations at once (default: all): each client takes a session no client has started yet and
+    sends its turns in order, each when the answer before it is complete and the think time has passed (its
     scheduled time; a turn is never sent before it). No new turn after `duration`, none past `requests`."""
     spec = config.sessions
     assert spec is not None  # `_run` calls it for a sessions workload only

@@ -174,8 +174,8 @@ _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
 def _azure_time(text: str, path: Path, number: int) -> float:
-    """Seconds: a number as it is, or a date and time ('2023-11-16 18:15:46.6805900', fractions cut to
-    microseconds) as seconds since the epoch."""
+    """Seconds: a number as it is, or a date and time as Azure's traces write it ('YYYY-MM-DD
+    HH:MM:SS.fffffff', fractions cut to microseconds) as seconds since the epoch."""
     try:
         return float(text)
     except ValueError:

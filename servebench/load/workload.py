@@ -118,7 +118,7 @@ class Workload:
         self.text = ExactTextPrompts(tokenizer) if tokenizer and not isinstance(spec, DatasetWorkload) else None
         self.counter = (TokenCounter(tokenizer) if isinstance(spec, DatasetWorkload) and tokenizer else self.text)
         self.pool: list[WorkItem] | None = None
-        self._session: tuple[int, list[WorkItem]] | None = None  # the last session built (its turns)
+        self._session: tuple[int, list[WorkItem]] | None = None  # the session built most recently (its turns)
         if prompts_file:
             self.pool = _shuffled(load_prompts_jsonl(Path(prompts_file), output_len, endpoint, self.counter),
                                   data_seed)

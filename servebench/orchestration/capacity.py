@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from servebench.analysis.capacity import Probe as CapacityProbe
 from servebench.analysis.capacity import SearchSettings, judge, observed_from_summary, probe_floor, search_capacity
+from servebench.config.campaign import ModeSpec
+from servebench.config.sweep import Cell, search_cell
 from servebench.orchestration.cells import land_result_file, result_file, run_one_cell
 from servebench.orchestration.context import RunContext
 from servebench.orchestration.servers import restart_server, server_problem
@@ -19,10 +21,7 @@ from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import Cell, search_cell
 from servebench.warehouse import store
-from servebench.warehouse.store import session
 
 
 def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
@@ -67,7 +66,7 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
 
     reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
     result = search_capacity(probe, search_settings(ctx))
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         store.land_capacity(con, ctx.run_id, mode, spec.over, slo, result, probe_cells)
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
@@ -97,7 +96,7 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     """A probe cell already in the warehouse, as the search's verdict: what it measured and
     whether it met the SLO, as landed (nothing is measured twice)."""
     slo = ctx.campaign.slo
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         row = store.landed_cell(con, ctx.run_id, cell.key)
     completed = row["status"] == "completed"
     verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=completed and bool(row["valid"]),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from servebench.campaign.load_config import cell_load_config
 from servebench.campaign.outcome import CellOutcome, FaultEvidence, failed_outcome, measure_again, measured_outcome
+from servebench.config.sweep import Cell
 from servebench.load.runner import load_result
 from servebench.orchestration.context import RunContext
 from servebench.orchestration.servers import server_problem
@@ -17,10 +18,8 @@ from servebench.progress import reporter
 from servebench.serving.cell_load import progress_path, requests_csv_path
 from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server
-from servebench.spec.sweep import Cell
 from servebench.tasks.load import run_cell_load
 from servebench.warehouse import landing, store
-from servebench.warehouse.store import session
 
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
@@ -131,7 +130,7 @@ def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime 
 def land_cell(ctx: RunContext, cell: Cell, outcome: CellOutcome, *, started_at: datetime | None, **fields) -> None:
     """A plain call, not a task run: a measured cell lands even when the orchestration API falters
     (and while a Ctrl-C unwinds); then the run counts its verdict."""
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
                           output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error,
                           started_at=started_at, ended_at=landing.now(), slo_met=outcome.slo_met, **fields)
@@ -141,7 +140,7 @@ def land_cell(ctx: RunContext, cell: Cell, outcome: CellOutcome, *, started_at: 
 def land_attempt(ctx: RunContext, cell_key: str, attempt: int, superseded: bool, summary: dict,
                  result_path: str | None) -> None:
     """One measurement of a cell (a plain call, as a cell's landing is)."""
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.land_cell_attempt(con, ctx.run_id, cell_key, attempt, superseded, summary, result_path)
 
 
@@ -167,7 +166,7 @@ def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> Faul
     if not timers:
         return FaultEvidence()
     injected = [timer.finish() for timer in timers]
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         store.land_faults(con, ctx.run_id, cell.key, cell.mode.name, injected)
     for fault in injected:
         reporter().stage(fault.describe())

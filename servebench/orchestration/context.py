@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import IO
 
 from servebench.campaign.outcome import CellOutcome
-from servebench.campaign.plan import Plan
+from servebench.config.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
+from servebench.config.sweep import Cell, configurations
 from servebench.engines import Engine
+from servebench.planning.plan import Plan
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims
 from servebench.serving.correctness import GateAnswer
 from servebench.serving.deployment import Deployment
-from servebench.spec.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
-from servebench.spec.sweep import Cell, configurations
 
 REFERENCE_MODE = "reference-tp1"
 

@@ -9,15 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from servebench.builds.cache import hold_in_use
-from servebench.builds.model import vocab_size
 from servebench.builds.prerequisites import require
-from servebench.campaign.placement import split_client_node
+from servebench.config.campaign import Campaign, ModeSpec, variant_label
+from servebench.config.sweep import configurations
+from servebench.models.artifact import vocab_size
 from servebench.orchestration.context import EngineRun, RunContext, first_line
+from servebench.planning.placement import split_client_node
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 from servebench.serving.deployment import ClientNode, Deployment
-from servebench.spec.campaign import Campaign, ModeSpec, variant_label
-from servebench.spec.sweep import configurations
 from servebench.tasks.build import build_engine
 from servebench.tasks.distribute import place_artifacts
 from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_update

@@ -5,14 +5,14 @@ cell is recorded with its cause and the campaign goes on."""
 from __future__ import annotations
 
 from servebench.campaign.outcome import blocked_reason
+from servebench.config.campaign import ModeSpec, variant_label
+from servebench.config.sweep import Cell, reference_knobs, with_model_variant
 from servebench.orchestration.capacity import search_mode_capacity
 from servebench.orchestration.cells import land_failed_cell, run_one_cell
 from servebench.orchestration.context import EngineRun, RunContext, first_line, variant_key
 from servebench.orchestration.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
-from servebench.spec.campaign import ModeSpec, variant_label
-from servebench.spec.sweep import Cell, reference_knobs, with_model_variant
 from servebench.tasks.land import land_failed_server
 from servebench.tasks.network import set_links
 from servebench.tasks.serve import correctness_gate, start_mode_server

@@ -25,8 +25,9 @@ from servebench.analysis.cell_dispersion import land_intervals
 from servebench.analysis.report import run_report
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.outcome import run_status
-from servebench.campaign.plan import Plan, group_by_mode, make_plan
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
+from servebench.config.campaign import Campaign, ModeSpec
+from servebench.config.sweep import Cell, configurations, model_variants
 from servebench.engines import get_engine
 from servebench.orchestration.cells import land_result_file
 from servebench.orchestration.context import EngineRun, RunContext, first_line, reference_mode_name
@@ -40,16 +41,14 @@ from servebench.orchestration.tuning import (
     tune_with_optuna,
 )
 from servebench.paths import default_warehouse, runs_dir
+from servebench.planning.plan import Plan, group_by_mode, make_plan
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving import links
-from servebench.spec.campaign import Campaign, ModeSpec
-from servebench.spec.sweep import Cell, configurations, model_variants
 from servebench.tasks.land import land_run_start
 from servebench.tasks.regressions import detect_regressions, publish_regressions
-from servebench.warehouse import landing
-from servebench.warehouse.store import session
+from servebench.warehouse import landing, store
 
 
 def new_run_id() -> str:
@@ -83,7 +82,7 @@ def resumed_run(run_id: str, warehouse_path: str | None, failed_only: bool) -> t
     reclaimed = ctx.provider.reclaim(json.loads(run["allocation"] or "{}"))
     for line in reclaimed:
         reporter().stage(f"reclaimed: {line}")
-    with session(wh) as con:
+    with store.session(wh) as con:
         ctx.statuses.update(landing.cell_statuses(con, run_id))
         ctx.invalid.update(landing.invalid_cells(con, run_id))
     before = set(ctx.statuses)
@@ -107,7 +106,7 @@ def note_resume(ctx: RunContext, status_before: str, landed: list[str], todo: li
             "status_before": status_before, "landed_from_run_dir": landed,
             "measured": [cell.key for cell in todo], "reclaimed": reclaimed,
             "searches": sorted(ctx.searches or [])}
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.note_resume(con, ctx.run_id, note)
     reporter().stage(f"{note['kind']} of run {ctx.run_id}: {len(note['landed_from_run_dir'])} cell(s) landed from "
                      f"the run directory, {len(todo)} to measure"
@@ -200,7 +199,7 @@ def finish_run(ctx: RunContext, outcome: dict) -> None:
         outcome["release_error"] = f"{type(exc).__name__}: {exc}"
         reporter().stage(f"releasing the nodes failed: {first_line(exc)}")
     land_measured_cells(ctx)
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.update_run(con, ctx.run_id, status=outcome["status"],
                            error=outcome.get("error") or outcome.get("release_error"),
                            ended_at=landing.now(), allocation=allocation_text(ctx.provider))
@@ -268,7 +267,7 @@ def land_repeat_intervals(wh: str, run_id: str) -> None:
     `cell_dispersion` view), once the run's cells are landed; a failure is said, never hides the
     run's outcome (the end-of-run table and the report compute them again)."""
     try:
-        with session(wh) as con:
+        with store.session(wh) as con:
             land_intervals(con, run_id)
     except Exception as exc:
         reporter().stage(f"landing the repeats' intervals failed: {exc}")

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servebench.config.campaign import ModeSpec
+from servebench.config.sweep import configurations
 from servebench.engines.base import RankShare
 from servebench.orchestration.context import EngineRun, RunContext, first_line, log_text
+from servebench.planning.memory import model_weights, rank_layout, ranks_of
 from servebench.progress import reporter
+from servebench.roofline.figures import rank_roofline_figures
 from servebench.serving.correctness import GateResult
 from servebench.serving.deployment import replica_nodes
-from servebench.serving.memory import model_weights, rank_layout, rank_roofline_figures, ranks_of
 from servebench.serving.sampling import stop_telemetry
 from servebench.serving.server import Server, exit_codes, is_healthy, node_argv, stop_server
 from servebench.serving.telemetry import Telemetry
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import configurations
 from servebench.tasks.serve import start_mode_server
-from servebench.warehouse import landing
-from servebench.warehouse.store import session
+from servebench.warehouse import landing, store
 
 
 def server_problem(server: Server) -> str | None:
@@ -62,7 +62,7 @@ def stop_server_and_telemetry(ctx: RunContext, server: Server, telemetry: Teleme
         reporter().stage(f"mode {server.mode}: requests per replica ({server.balancer.policy}, nginx's access log "
                          f"{server.balancer.access_log}): {served}")
     land_mode_server(ctx, server, "ready", gate)
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.land_samples(con, ctx.run_id, server.mode, telemetry.node_files, telemetry.server_files)
 
 
@@ -72,7 +72,7 @@ def land_mode_server(ctx: RunContext, server: Server, status: str, gate: GateRes
     api = server.api
     run = ctx.engine_serving(server.mode)
     engine = run.engine
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         landing.land_server(
             con, ctx.run_id, mode=server.mode, engine=engine.kind, build_key=server_build_key(ctx, run, server.mode),
             pid=api.process.pid, port=server.port, command=node_argv(api.node, api.launch.argv), env=api.launch.env,
@@ -112,7 +112,7 @@ def rank_placement(ctx: RunContext, run: EngineRun, server_mode: str) -> list[li
 
 
 def rank_figures(ctx: RunContext, run: EngineRun, server_mode: str) -> dict | None:
-    """The mode's largest rank from its model's shape (servebench/serving/memory.py): its weights, a
+    """The mode's largest rank from its model's shape (servebench/planning/memory.py): its weights, a
     token's KV and its parameters, and how many ranks share a node (cell_roofline, docs/roofline.md);
     None for a server of no campaign mode (a reference) or a shape not known."""
     mode = next((m for m in configurations(ctx.campaign) if m.name == server_mode), None)

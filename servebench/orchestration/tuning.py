@@ -13,13 +13,12 @@ from servebench.analysis.tuning import (
     propose_configuration,
     tune_verdict,
 )
+from servebench.config.campaign import ModeSpec
+from servebench.config.sweep import Cell, configuration_space, configurations
 from servebench.orchestration.context import RunContext
 from servebench.orchestration.modes import run_mode
 from servebench.progress import reporter
-from servebench.spec.campaign import ModeSpec
-from servebench.spec.sweep import Cell, configuration_space, configurations
 from servebench.warehouse import landing, store
-from servebench.warehouse.store import session
 
 
 def remeasure_default(ctx: RunContext) -> None:
@@ -54,7 +53,7 @@ def land_tuning(ctx: RunContext, default_mode: str) -> TuneVerdict:
     """The tuner's verdict over every capacity the run landed (`servebench.analysis.tuning`), landed in `tuning`."""
     spec = ctx.campaign.search
     assert spec is not None  # only a campaign with a `search: tune` is tuned
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, ctx.run_id)]
         verdict = tune_verdict(found, default_mode)
         store.land_tuning(con, ctx.run_id, spec.over, ctx.campaign.slo, verdict,
@@ -103,7 +102,7 @@ def landed_capacities(ctx: RunContext) -> dict[str, float | None]:
     """Each configuration done: its capacity (None: met the SLO nowhere), and None too for one
     whose server failed to start or was stopped without a search (a blocking gate): a resume does
     not launch those again."""
-    with session(ctx.warehouse) as con:
+    with store.session(ctx.warehouse) as con:
         finished = store.finished_modes(con, ctx.run_id)
         searched = store.capacities(con, ctx.run_id)
     return {**dict.fromkeys(finished), **dict(searched)}

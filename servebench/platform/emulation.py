@@ -30,12 +30,12 @@ import shlex
 import shutil
 from pathlib import Path
 
+from servebench.config.campaign import sha256_json
+from servebench.config.node import Node
 from servebench.paths import cache_dir
 from servebench.platform.cpu_features import HWCAP, HWCAP2, emulated_features, emulated_ids
 from servebench.platform.sysroot import SYSROOTS
 from servebench.platform.targets import TargetProfile, emulator_argv, profile
-from servebench.spec.campaign import sha256_json
-from servebench.spec.node import Node
 
 EMULATION = "emulation"
 WRAPPER = ".servebench/emulated-python"

@@ -10,7 +10,7 @@ for the foreign architecture, which it does only when dpkg knows that architectu
 (`dpkg --add-architecture arm64 && apt-get update`, once per host; the error says so).
 
 The sysroot is cached by the key of its package list: names and versions as apt would install
-them today, so a Debian point release makes another sysroot, never a mixed one. Whoever makes one
+them when it is made, so a Debian point release makes another sysroot, never a mixed one. Whoever makes one
 or builds a venv on it holds a shared lock on `<key>.use` beside it (`sysroot_in_use`), and
 `servebench builds gc` removes a sysroot only under that lock, exclusive (cache_trees.py).
 """
@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
-from servebench.spec.campaign import sha256_json
+from servebench.config.campaign import sha256_json
 
 DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
 # What a CPU-only engine's Python process loads besides CPython itself: torch's libstdc++ and

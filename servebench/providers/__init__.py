@@ -75,7 +75,7 @@ def get_provider(campaign, reserved_cpus: list[int] | None = None, run_id: str |
                  links: LinkShaper | None = None) -> Provider:
     """The provider of one run; the load generator's CPUs (`reserved_cpus`) are kept from its nodes;
     its processes are marked with the run's tag (`run_tag(run_id)`; a random one without a run);
-    `links` shapes its nodes' links (LINK_SHAPING: the testbed's, `servebench.testbed.links.TestbedLinks`)."""
+    `links` shapes its nodes' links (LINK_SHAPING: the testbed's, `servebench.devtools.testbed.links.TestbedLinks`)."""
     # Every registered provider class takes (spec, reserved_cpus=, run_id=): the registry's convention for
     # constructors, which `Provider` itself (an ABC without an __init__ of its own) cannot declare.
     provider_class = cast(Callable[..., Provider], get_provider_class(campaign.provider.kind))

@@ -9,7 +9,7 @@ under `servebench/providers/` and one line in the registry (`servebench/provider
 which refuses a class with a method missing.
 
 Link shaping is not a provider's own: `LinkShaper` is its interface, implemented by a layer
-above (the testbed's switch: `servebench.testbed.links.TestbedLinks`) and handed to a provider
+above (the testbed's switch: `servebench.devtools.testbed.links.TestbedLinks`) and handed to a provider
 whose nodes can have their links shaped (`Provider.use_link_shaper`, `get_provider(links=...)`).
 """
 
@@ -21,8 +21,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar, Protocol, Sequence
 
-from servebench.spec.campaign import ProviderSpecBase
-from servebench.spec.node import Node
+from servebench.config.campaign import ProviderSpecBase
+from servebench.config.node import Node
 
 # A provider's optional capabilities: what it declares in `capabilities`, and the methods that
 # come with each. The neutral code asks `capabilities` (never `hasattr`), and a campaign that
@@ -98,7 +98,7 @@ def check_capabilities(provider_class: type) -> frozenset[str]:
 
 class LinkShaper(ABC):
     """Sets the network links of nodes: one-way delay, a rate cap, cut off or connected. Owned by
-    the layer that has the network (the project's testbed: `servebench.testbed.links.TestbedLinks`)
+    the layer that has the network (the project's testbed: `servebench.devtools.testbed.links.TestbedLinks`)
     and handed to a provider that declares LINK_SHAPING; `testbed` names the network, as the
     campaign's `network.testbed` and a cut-host fault's `testbed` do."""
 
@@ -147,7 +147,7 @@ class NodeAllocation(ABC):
 
     @abstractmethod
     def claims(self) -> list[str]:
-        """What this run must have to itself among what other runs on this machine could want
+        """What this run must have to itself among what other runs from the orchestrator's machine could want
         (`servebench.providers.claims`: a CPU of this host, a CPU of an ssh host; none where a
         scheduler arbitrates)."""
 
@@ -284,7 +284,8 @@ class Provider(NodeAllocation, NodeCommands, NodeFiles, NodeProcesses):
             raise self._lacks(LINK_SHAPING)
         if self.link_shaper is None:
             raise RuntimeError(f"provider {self.kind}: no link shaper was handed to it (`use_link_shaper`, "
-                               "`get_provider(links=...)`: the testbed's is servebench.testbed.links.TestbedLinks)")
+                               "`get_provider(links=...)`: the testbed's is "
+                               "servebench.devtools.testbed.links.TestbedLinks)")
         return self.link_shaper
 
     def _lacks(self, capability: str) -> NotImplementedError:

@@ -1,5 +1,5 @@
-"""Processes on the orchestrator's own host: what a provider whose nodes live on this machine
-(the local provider, test providers) does to run, start and stop processes and clean
+"""Processes on the orchestrator's own host: what a provider whose nodes live on the orchestrator's
+machine (the local provider, test providers) does to run, start and stop processes and clean
 /dev/shm. A provider of remote nodes (SSH, Slurm) does the same on the node instead."""
 
 from __future__ import annotations

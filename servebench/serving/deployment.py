@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import Campaign, EngineSpecBase, ModeSpec, split_for_replicas
 from servebench.engines import Engine
 from servebench.engines.base import SharedServices
 from servebench.providers import Node, Provider
-from servebench.spec.campaign import Campaign, EngineSpecBase, ModeSpec, split_for_replicas
 
 
 @dataclass(frozen=True)

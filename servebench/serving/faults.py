@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from servebench.config.campaign import FaultSpec
+from servebench.devtools.testbed.links import with_testbed_links
 from servebench.providers import Node, Provider
-from servebench.spec.campaign import FaultSpec
-from servebench.testbed.links import with_testbed_links
 
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 

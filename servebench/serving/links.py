@@ -1,12 +1,12 @@
 """A campaign's link setting applied to its nodes' links between cells, through the
 provider (its LINK_SHAPING capability, with the testbed's link shaper handed to it: testbed hosts'
-links, servebench/testbed/links.py, set and read back), plain again at the end."""
+links, servebench/devtools/testbed/links.py, set and read back), plain again at the end."""
 
 from __future__ import annotations
 
+from servebench.config.campaign import LinkSetting
+from servebench.devtools.testbed.links import with_testbed_links
 from servebench.providers import Node, Provider
-from servebench.spec.campaign import LinkSetting
-from servebench.testbed.links import with_testbed_links
 
 
 def set_links(provider: Provider, testbed: str, link: LinkSetting, nodes: list[Node]) -> dict[str, dict]:

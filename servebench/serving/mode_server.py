@@ -6,20 +6,20 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from servebench.config.campaign import ModeSpec
 from servebench.engines import Engine, LaunchRequest
 from servebench.engines.base import ServerLaunch
 from servebench.paths import cache_dir
+from servebench.planning.memory import largest_rank_weight_bytes, mode_memory, model_weights, startup_timeout_s
 from servebench.progress import reporter
 from servebench.providers.base import Node
 from servebench.serving.balancer import start_balancer
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.deployment import Deployment, mode_nodes, replica_nodes
-from servebench.serving.memory import largest_rank_weight_bytes, mode_memory, model_weights, startup_timeout_s
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.sampling import start_telemetry, stop_telemetry
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
 from servebench.serving.telemetry import Telemetry
-from servebench.spec.campaign import ModeSpec
 
 
 def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, Telemetry]:
@@ -92,7 +92,7 @@ def start_replicas(d: Deployment, mode: ModeSpec, nodes: list[Node], launches: l
 
 def ready_timeout_s(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> float:
     """The engine block's `ready_timeout_s` plus the time the mode's largest rank takes to load its
-    weights (servebench/serving/memory.py; slower on an emulated node)."""
+    weights (servebench/planning/memory.py; slower on an emulated node)."""
     weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
     memory = mode_memory(d.engine, mode.model_copy(update={"nodes": None}), d.spec,   # `nodes`: chosen already
                          [(n.name, n.cpus) for n in nodes], weights, {})

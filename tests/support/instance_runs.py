@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.sweep import expand
+from servebench.config.sweep import expand
 from servebench.warehouse import landing
 
 BALANCE_CAMPAIGN = """

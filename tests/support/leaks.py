@@ -1,11 +1,11 @@
-"""What a test may leave behind, seen from this machine: processes, /dev/shm entries, network
+"""What a test may leave behind, seen from the host the tests run on: processes, /dev/shm entries, network
 namespaces, ssh masters, entries in the temp dirs (a killed engine's sockets, a run's scratch), a CPU's
 idle setting (the load generator's idle polling, servebench/load/pinning.py). Only what appeared during
 the test counts (a module's fixture, a testbed, may hold things across its tests). `snapshot` before the
 test, `leaks_since` after it (waiting a little for what is still ending), `stop_leaked` by PID.
 
 A temp entry is blamed only where the test's own processes made it, since other programs on the
-machine write to /tmp too (a compiler's /tmp/cc*.s, another test session):
+machine write to /tmp too (a compiler's /tmp/cc*.s, another pytest run):
 - in the session's own temp dir (tests/conftest.py points TMPDIR at /tmp/sbtests-<pid> and names it in
   SERVEBENCH_TEST_TMPDIR): every process the tests start inherits it and nothing else writes there, so
   every new entry is the test's;
@@ -19,7 +19,7 @@ Without a session temp dir (this module used elsewhere) every new entry of the t
 
 The session's temp dir (`use_session_temp_dir`) is one per pytest process, not one fixed name: two
 sessions at once must not see each other's entries, and a session that was killed leaves a dir the
-next session removes (its PID is gone). It is short (at most 20 characters): an engine's Unix sockets
+next one removes (its PID is gone). It is short (at most 20 characters): an engine's Unix sockets
 go under it (servebench/providers/this_host.py falls back to /tmp when TMPDIR is longer, the ssh
 provider's control dir when longer than 40). It is removed whole at exit, after Prefect's exit hooks
 (one removes the harness's database dir, in it), keeping nothing: what is worth keeping across
@@ -59,7 +59,7 @@ MADE_IN_TMP = ("servebench-*", "sb-*", "sbt-*")
 
 
 def use_session_temp_dir(root: str = SHARED_TMP) -> str:
-    """Make this session's temp dir and point TMPDIR, `tempfile` and the leak check at it; removed at
+    """Make the session's own temp dir and point TMPDIR, `tempfile` and the leak check at it; removed at
     exit (registered now, so after the exit hooks registered later run: Prefect's removes its
     harness's database dir, in this dir)."""
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())  # pytest's tmp_path dirs stay
@@ -124,7 +124,7 @@ def leaks_since(before: Snapshot, grace_s: float) -> Leaks:
 
 def stop_leaked(found: Leaks) -> None:
     """Kill the leaked descendants of this process; a marked process elsewhere is only reported
-    (it may be a campaign someone runs on this machine at the same time: the test's failure says so)."""
+    (it may be a campaign someone runs on the same host at the same time: the test's failure says so)."""
     for pid in found.ours:
         try:
             os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
@@ -190,7 +190,7 @@ def _netns() -> list[str]:
 
 
 def session_temp_dir() -> str:
-    """The test session's own temp dir, or the temp dir when no session set one up."""
+    """The current session's own temp dir, or the temp dir when no session set one up."""
     return os.environ.get(SESSION_TMP_VARIABLE) or tempfile.gettempdir()
 
 
@@ -230,7 +230,7 @@ def _not_another_sessions(paths: set[str]) -> list[str]:
 
 def _used_by_other_sessions(paths: set[str]) -> set[str]:
     """Those of `paths` named in the command line, working dir or TMPDIR of a process that is neither
-    this process's descendant nor started in this session (which passes SESSION_TMP_VARIABLE on,
+    this process's descendant nor started by the current session (which passes SESSION_TMP_VARIABLE on,
     to daemons such as ssh masters too)."""
     ours = {os.getpid(), *(process.pid for process in psutil.Process().children(recursive=True))}
     session = session_temp_dir()

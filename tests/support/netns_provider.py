@@ -17,9 +17,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from servebench.config.campaign import NodeSpec, ProviderSpecBase
 from servebench.providers.base import Node
 from servebench.providers.remote import DEFAULT_TIMEOUT_S, LEFTOVER_GRACE_S, NODE_TOOLS, CommandChannel, RemoteNodes
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 
 
 class NamespaceProviderSpec(ProviderSpecBase):
@@ -39,12 +39,12 @@ class NamespaceChannel(CommandChannel):
     """argv on a testbed host: `nsenter` into its network, mount, UTS and IPC namespaces."""
 
     def __init__(self, testbed: str):
-        from servebench.testbed import load
+        from servebench.devtools.testbed import load
 
         self.layout = load(testbed)
 
     def pipe_argv(self, host: str, argv: list[str]) -> list[str]:
-        from servebench.testbed import enter_argv
+        from servebench.devtools.testbed import enter_argv
 
         return [*enter_argv(self.layout, self.layout.host(host)), *argv]
 

@@ -1,4 +1,4 @@
-"""One Prefect server for the whole test session, started by the first test that runs a flow.
+"""One Prefect server for the whole pytest run, started by the first test that runs a flow.
 
 A flow run with no Prefect API to report to starts a temporary server of its own (so does
 `prefect_test_harness`): 15 s on two shared cores, and the tests run some forty campaigns. They

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Iterator
 
 from servebench.builds.builders import ensure
-from servebench.builds.model import ensure_model
 from servebench.builds.venv import EngineBuild
 from servebench.campaign.loading import load_campaign
 from servebench.engines import LaunchRequest, get_engine
+from servebench.models.artifact import ensure_model
 from servebench.paths import cache_dir
 from servebench.processes import shm_entries
 from servebench.providers import get_provider

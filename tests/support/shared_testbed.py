@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from servebench.testbed import Layout
+from servebench.devtools.testbed import Layout
 from tests.support.testbed import own_testbed
 
 _UP: dict[int, Layout] = {}

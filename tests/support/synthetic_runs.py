@@ -10,8 +10,8 @@ from pathlib import Path
 from servebench import warehouse
 from servebench.analysis.regression.history import analyze_run
 from servebench.campaign.loading import parse_campaign
-from servebench.spec.detection import DetectionSettings
-from servebench.spec.sweep import expand
+from servebench.config.detection import DetectionSettings
+from servebench.config.sweep import expand
 from servebench.warehouse import landing
 
 CAMPAIGN = """

@@ -1,5 +1,5 @@
 """Tests that need real hosts bring up a testbed of their own (servebench/testbed), under a
-name of their own, and skip with the reason printed when this machine cannot have one."""
+name of their own, and skip with the reason printed when the host cannot have one."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from servebench.testbed import Layout, load
-from servebench.testbed.machine import missing_binaries, missing_text
+from servebench.devtools.testbed import Layout, load
+from servebench.devtools.testbed.machine import missing_binaries, missing_text
 
 TESTBED_TIMEOUT_S = 60
 
@@ -77,7 +77,7 @@ def node_named(provider, name: str):
 
 
 def running_on(provider, host: str, pid: int) -> bool:
-    """`kill -0` on the node, and not a zombie (this machine's PID 1 may not reap orphans)."""
+    """`kill -0` on the node, and not a zombie (the host's PID 1 may not reap orphans)."""
     script = 'kill -0 "$1" 2>/dev/null && ! grep -q "^State:.*Z" "/proc/$1/status"'
     return provider.run(node_named(provider, host), ["sh", "-c", script, "sh", str(pid)]).returncode == 0
 
@@ -88,7 +88,7 @@ def campaign_on(layout: Layout, source, out, **overrides):
     testbed shares (`own_testbed(share=...)`), when it shares any."""
     import yaml
 
-    from servebench.testbed import point_campaign
+    from servebench.devtools.testbed import point_campaign
 
     data = point_campaign(yaml.safe_load(open(source)), layout)
     if layout.shared:
@@ -110,7 +110,7 @@ done"""
 def marked_processes_on(layout: Layout, host) -> str:
     """Processes a provider started (they carry SERVEBENCH_PROCESS) still running on the host:
     inside its network namespace (there is no PID namespace: /proc shows the whole machine)."""
-    from servebench.testbed import enter_argv
+    from servebench.devtools.testbed import enter_argv
 
     return subprocess.run([*enter_argv(layout, host), "sh", "-c", MARKED_ON_HOST], capture_output=True, text=True,
                           timeout=60).stdout.strip()
@@ -136,7 +136,7 @@ def echo_model(directory) -> str:
 
 def on_host(layout: Layout, host, script: str) -> str:
     """stdout of a shell script run inside the host (its namespaces), not through the provider."""
-    from servebench.testbed import enter_argv
+    from servebench.devtools.testbed import enter_argv
 
     done = subprocess.run([*enter_argv(layout, host), "sh", "-c", script], capture_output=True, text=True, timeout=60)
     return done.stdout
@@ -152,7 +152,7 @@ done"""
 def kill_on_host(layout: Layout, host, command_name: str) -> list[int]:
     """SIGKILL every process named `command_name` (its comm) inside the host's network namespace
     (e.g. its sshd: listener and sessions); return their PIDs."""
-    from servebench.testbed import enter_argv
+    from servebench.devtools.testbed import enter_argv
 
     found = subprocess.run([*enter_argv(layout, host), "sh", "-c", IN_HOST_NETNS, "sh", command_name],
                            capture_output=True, text=True, timeout=60).stdout.split()

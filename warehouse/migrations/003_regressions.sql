@@ -1,4 +1,4 @@
--- Regression detection (issue 6): series, nights, annotations and findings.
+-- Regression detection: series, nights, annotations and findings.
 -- A series is one metric of one cell identity (campaign, mode, tp, pp, executor, load,
 -- lengths) on one hardware fingerprint; the engine version is not part of it, so engine
 -- changes show up within a series. servebench/regression/series.py computes both ids.

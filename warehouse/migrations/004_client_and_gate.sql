@@ -1,4 +1,4 @@
--- Issue 13: where the load generator ran and how busy it was, and the gate's divergences.
+-- Where the load generator ran and how busy it was, and the gate's divergences.
 -- A generator that shares cores with the server, or is itself near a full core, measures
 -- itself: each cell records its CPUs, nice value and CPU time over wall time (1.0 = one core).
 

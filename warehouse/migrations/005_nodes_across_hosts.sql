@@ -1,4 +1,4 @@
--- Issue 15: nodes on other hosts. Each node's wall clock against the orchestrator's (its
+-- Nodes on other hosts. Each node's wall clock against the orchestrator's (its
 -- telemetry is landed in the orchestrator's time base with it), how the engine build, the
 -- model and the node tools got there (shared file system, already present by digest, or
 -- copied and verified), and the provider's allocation (a Slurm job id and node list).

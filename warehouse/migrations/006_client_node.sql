@@ -1,4 +1,4 @@
--- Issue 15: the load generator on a node of its own (campaign `load.client.node`). Which node
+-- The load generator on a node of its own (campaign `load.client.node`). Which node
 -- of a run was the client (it served nothing), and where each cell's generator ran.
 
 ALTER TABLE nodes ADD COLUMN role VARCHAR DEFAULT 'server';   -- server | client

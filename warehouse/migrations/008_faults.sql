@@ -1,4 +1,4 @@
--- Issue 19: faults injected by a campaign's `faults:` block, one row each: where, when (wall and
+-- Faults injected by a campaign's `faults:` block, one row each: where, when (wall and
 -- the orchestrator's monotonic clock, as cells and samples), what was hit, or why nothing was.
 
 CREATE TABLE faults (

@@ -1,4 +1,4 @@
--- Issue 18: capacity under an SLO. Whether each cell met the campaign's SLO (every limit held and
+-- Capacity under an SLO. Whether each cell met the campaign's SLO (every limit held and
 -- the cell was valid; NULL: the campaign has no SLO), whether it was a capacity search's probe
 -- (not one of the campaign's load points), and each mode's capacity as the search found it.
 

@@ -1,4 +1,4 @@
--- Issue 18: engine knobs as sweep axes, and the tuner's verdict.
+-- Engine knobs as sweep axes, and the tuner's verdict.
 -- A cell's knobs (part of its series identity where set; NULL: the mode had none); each
 -- capacity's configuration and the TPOT p50 at it (the Pareto chart's other axis); and per
 -- tuning run the best configuration against the campaign's default.

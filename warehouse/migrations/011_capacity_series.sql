@@ -1,4 +1,4 @@
--- Issue 18: capacity as a nightly series. Each capacity gets a series id (campaign, mode and
+-- Capacity as a nightly series. Each capacity gets a series id (campaign, mode and
 -- knobs, what was searched, the SLO, the workload's lengths, the hardware fingerprint) and its
 -- value joins the metrics the regression detector follows, as metric 'capacity'
 -- (warehouse/views/cell_metrics.sql).

@@ -1,4 +1,4 @@
--- Issue 18: the tuner measures the default configuration first and again after every other one
+-- The tuner measures the default configuration first and again after every other one
 -- (`<default>-again`): the first server may pay what later ones find ready (compiled graphs
 -- cached on disk, a warm page cache), and a machine drifts. The ratio is against the higher.
 

@@ -1,4 +1,4 @@
--- Issue 16: KV-cache saturation measured the same way on every engine.
+-- KV-cache saturation measured the same way on every engine.
 -- vLLM reports its KV usage as a fraction and its cache misses as preemptions; llama.cpp has no KV
 -- gauge (its /slots says how many tokens each busy slot holds) and no miss counter (a batch that
 -- finds no room logs "failed to find a memory slot" and is retried smaller).

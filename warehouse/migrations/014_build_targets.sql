@@ -1,4 +1,4 @@
--- Issue 17: builds for a target CPU (cross-compiled for aarch64 and run under emulation, or for an
+-- Builds for a target CPU (cross-compiled for aarch64 and run under emulation, or for an
 -- x86-64 level), and which build each server ran. The build key's parts as columns, so a result
 -- row traces to the compiler, the flags and the source it was built from (`inputs` keeps them all).
 

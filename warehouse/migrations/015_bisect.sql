@@ -1,4 +1,4 @@
--- Issue 17: `servebench bisect`, one row per measured commit, landed as soon as it is measured (a
+-- `servebench bisect`: one row per measured commit, landed as soon as it is measured (a
 -- bisect stopped half way keeps its steps). Each step is also an ordinary run (run_id) of the
 -- campaign's mode at that commit, with its cells, requests and build.
 

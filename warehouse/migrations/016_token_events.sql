@@ -1,4 +1,4 @@
--- Issue 35: TTFT and E2EL are timed on token events (an event carrying a token, whatever its
+-- TTFT and E2EL are timed on token events (an event carrying a token, whatever its
 -- text: vLLM sends `text: ""` for a token that ends inside a UTF-8 sequence). The first event
 -- with visible text is kept apart, for those who want the time to the first visible character.
 

@@ -1,4 +1,4 @@
--- Issue 34: workloads users actually run (docs/workloads.md).
+-- Workloads users actually run (docs/workloads.md).
 -- A cell's workload (its campaign's `load.workload` block, every field: part of its series
 -- identity; NULL: the fixed input_len/output_len) and its name as in the cell key; per request
 -- what the workload asked for, beside what the server says it served (input_tokens, output_tokens).

@@ -1,4 +1,4 @@
--- Issue 35: an invalid cell is measured again right away, on the same server (`validity.retries`).
+-- An invalid cell is measured again right away, on the same server (`validity.retries`).
 -- Every attempt of a cell lands here with its verdict and main figures; `cells` holds the last
 -- attempt (the one the run's verdict is taken from), so every view over `cells` stays one row a cell.
 
@@ -20,4 +20,4 @@ CREATE TABLE IF NOT EXISTS cell_attempts (
     PRIMARY KEY (run_id, cell_key, attempt)
 );
 
-ALTER TABLE cells ADD COLUMN attempts INTEGER;   -- measurements the cell took (1: no retry; NULL: before issue 35)
+ALTER TABLE cells ADD COLUMN attempts INTEGER;   -- measurements the cell took (1: no retry; NULL: landed before this migration)

@@ -1,4 +1,4 @@
--- Issue 35: how far a cell's repeats are apart (servebench/analysis/dispersion.py says why the
+-- How far a cell's repeats are apart (servebench/analysis/dispersion.py says why the
 -- median, why a bootstrap of it, and what its interval is worth with 2 to 5 repeats).
 -- A load point is the cell key without its repeat (tp2.c4.r1 -> tp2.c4): mode, network setting,
 -- workload and load point, the same in every repeat of one run. Only completed cells the load

@@ -1,4 +1,4 @@
--- Issue 35, item 5: what a cell's warm-up until steady took (servebench/load/steady.py). NULL: the
+-- What a cell's warm-up until steady took (servebench/load/steady.py). NULL: the
 -- cell had no such warm-up (a fixed `warmup` count, or none).
 ALTER TABLE cells ADD COLUMN warmup_steady BOOLEAN;
 ALTER TABLE cells ADD COLUMN warmup_s DOUBLE;

@@ -1,3 +1,3 @@
--- Issue 34: `cell_saturation` gives no theoretical point for a cell with a workload block
+-- `cell_saturation` gives no theoretical point for a cell with a workload block
 -- (warehouse/views/cell_saturation.sql says why). Views live in warehouse/views/ and are made again
 -- on every writable open, so this migration changes no table.

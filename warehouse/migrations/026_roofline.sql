@@ -1,7 +1,7 @@
 -- Each cell against the roofline (docs/roofline.md): every server node's memory bandwidth and peak
 -- matmul rate, measured on its servers' CPUs by a micro-benchmark when the engine build is placed
--- there (servebench/distribution/roofline.py), and each mode's bytes and parameters per rank from the
--- model's shape (servebench/serving/memory.py), landed with its server's row. The view cell_roofline
+-- there (servebench/roofline/nodes.py), and each mode's bytes and parameters per rank from the
+-- model's shape (servebench/planning/memory.py), landed with its server's row. The view cell_roofline
 -- puts them together.
 
 ALTER TABLE nodes ADD COLUMN mem_bandwidth_gbps DOUBLE;

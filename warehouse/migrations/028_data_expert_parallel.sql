@@ -1,4 +1,4 @@
--- Data and expert parallelism (issue 43, docs/parallel-modes.md): a mode's `dp` (vLLM's data-parallel
+-- Data and expert parallelism (docs/parallel-modes.md): a mode's `dp` (vLLM's data-parallel
 -- engines, each of tp x pp workers) and `ep` (vLLM's expert parallelism over the dp x tp ranks) on its
 -- cells, and the whole layout (tp, pp, dp, ep) on its server's row, which had none. Rows landed before
 -- this migration were all dp = 1 without ep; their servers take tp and pp from their cells, a reference

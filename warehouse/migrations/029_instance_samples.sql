@@ -1,4 +1,4 @@
--- Per instance (issue 43 item 4, docs/parallel-modes.md): a server of several vLLM data-parallel engines
+-- Per instance (docs/parallel-modes.md): a server of several vLLM data-parallel engines
 -- (`engine` label: dp0, dp1, ...) or of replicas behind a balancer (each scraped at its own URL: r0, r1,
 -- ...) keeps each instance's columns in its samples, so the load each took shows; and the requests a
 -- server finished (vLLM's request_success counter). The server-level columns stay the server's whole:

@@ -1,4 +1,4 @@
--- Replicas behind a balancer (issue 43, docs/parallel-modes.md): a mode's `replicas` (independent servers of
+-- Replicas behind a balancer (docs/parallel-modes.md): a mode's `replicas` (independent servers of
 -- its engine and layout, each on nodes of its own, behind one nginx endpoint) on its cells and its server's
 -- row, and the balancer's policy on the server's row. Rows landed before this migration were one server
 -- each: replicas = 1, no balancer.

@@ -1,4 +1,4 @@
--- Which ranks of a mode ran on which node (issue 43 item 4, docs/parallel-modes.md): each server's placement
+-- Which ranks of a mode ran on which node (docs/parallel-modes.md): each server's placement
 -- as `servebench plan` lays it out (the engine's rank layout on each replica's nodes), landed with its
 -- servers row, so cell_rank_network can say whose bytes a node's are. One row per process the layout names:
 -- every worker (a rank: numbered in vLLM's order, DP engine, then pipeline stage, then TP rank) and a process

@@ -1,4 +1,4 @@
--- Per cell and instance (issue 43 item 4): how the load spread over a server's vLLM data-parallel engines
+-- Per cell and instance: how the load spread over a server's vLLM data-parallel engines
 -- (dp0, dp1) or the replicas behind its balancer (r0, r1), from server_samples.instances. Counters
 -- (requests finished, tokens generated) change over the cell's counter window: from the last sample at or
 -- before the cell's t0 to the first at or after its last token (a short cell, a second or two at the

@@ -1,4 +1,4 @@
--- Per cell and node (issue 43 item 4): the bytes each node of the mode sent and received while the cell ran,
+-- Per cell and node: the bytes each node of the mode sent and received while the cell ran,
 -- every interface but lo (traffic between two ranks of one node stays on it, over shared memory or lo),
 -- from node_samples.net's cumulative counters. Each interface's change over the cell's window (the node's
 -- last sample at or before the cell's t0 to its first at or after its last token: node samples come at

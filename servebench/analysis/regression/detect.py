@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from servebench.analysis.regression.series import Metric, Night
-from servebench.spec.detection import DetectionSettings
+from servebench.config.detection import DetectionSettings
 
 Kind = Literal["regression", "improvement", "noisy"]
 Status = Literal["suspected", "confirmed", "noisy"]

@@ -21,7 +21,7 @@ from servebench.analysis.regression.series import (
     series_id,
     series_label,
 )
-from servebench.spec.detection import DetectionSettings
+from servebench.config.detection import DetectionSettings
 from servebench.warehouse import Connection, history, reads
 from servebench.warehouse import findings as derived
 

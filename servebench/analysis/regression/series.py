@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from servebench.spec.sweep import LoadPoint
+from servebench.config.sweep import LoadPoint
 
 Direction = Literal["higher", "lower"]
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from servebench.analysis.regression.detect import Finding, analyze
 from servebench.analysis.regression.series import METRICS, Night
-from servebench.spec.detection import DetectionSettings
+from servebench.config.detection import DetectionSettings
 
 EPOCH = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
 

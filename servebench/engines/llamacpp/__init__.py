@@ -1,5 +1,5 @@
 """llama.cpp on CPU, its two tools compiled by CMake (build.py): executors local (one
-`llama-server`) and rpc (`ggml-rpc-server` workers on the nodes holding the layers, seeds 001/002).
+`llama-server`) and rpc (`ggml-rpc-server` workers on the nodes holding the layers).
 Models are GGUF files (a campaign's own, or the tiny one servebench generates)."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from servebench.builds.model import GENERATED_GGUF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import BuildRecipe
+from servebench.config.campaign import ModeSpec
 from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, SharedServices
 from servebench.engines.llamacpp.build import build_prerequisites, build_recipe
 from servebench.engines.llamacpp.knobs import KNOBS
 from servebench.engines.llamacpp.launch import launch_mode
 from servebench.engines.llamacpp.memory import SERVER_MEMORY
 from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
+from servebench.models.artifact import GENERATED_GGUF, ModelGenerator
 from servebench.providers.base import Node, Provider
-from servebench.spec.campaign import ModeSpec
 
 EXECUTORS = ("local", "rpc")
 # libllama's own line (at -lv 4 and up), else the server's

@@ -2,13 +2,13 @@
 
 The KV cache is `ctx_size` tokens in all (rounded up to a multiple of 256 by llama.cpp); without
 `kv_unified` each of the `parallel` slots owns ctx_size / parallel of it, with it every slot draws
-from one pool (the layout of seed 002's study, where the pool overflows under load).
+from one pool (the layout of campaigns/kv-saturation.yaml, where the pool overflows under load).
 """
 
 from __future__ import annotations
 
+from servebench.config.campaign import KnobValue
 from servebench.engines.base import Knob
-from servebench.spec.campaign import KnobValue
 
 KNOBS: dict[str, Knob] = {
     "parallel": Knob("-np: server slots, the sequences decoded together (llama.cpp's default: auto = 4 "

@@ -4,7 +4,7 @@
 - executor `rpc` with `pp: N`: N `ggml-rpc-server` workers, one on each of the first N nodes
   (round robin when there are fewer), each started and accepting before the next process, then
   `llama-server --rpc w1,w2,... -ngl 999` on the first node: the layers are split evenly over the
-  workers (`--tensor-split 1,1,...`), the head keeps the embeddings and sampling (seed 001's layout).
+  workers (`--tensor-split 1,1,...`), the head keeps the embeddings and sampling.
 
 A worker serves one client at a time and can die silently: every mode has workers of its own
 (never shared between servers), and the serving stage watches their PIDs like the server's, so a

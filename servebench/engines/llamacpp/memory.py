@@ -4,7 +4,7 @@ the whole KV cache. Executor `rpc`: the layers split evenly over the `pp` `ggml-
 layers' KV cells (a layer's cache lives on the device of the layer) and the last with the output head
 (`-ngl 999` offloads it); `llama-server` keeps the token embedding. The KV cache is `ctx_size` cells
 (`-c`; unset or 0: the model's context length), rounded up to 256, per slot when the slots do not
-share one pool (docs/research/llamacpp-server.md §1); kept in f16, llama.cpp's default cache type."""
+share one pool (docs/design/llamacpp-server.md §1); kept in f16, llama.cpp's default cache type."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from servebench.engines.base import MemoryRequest, RankShare, ServerMemory, stag
 
 CELL_ROUNDING = 256
 AUTO_SLOTS = 4  # `-np` unset: 4 slots sharing one pool
-# Measured: a tiny llama-server peaked at 20 MB RSS (63 MB under qemu-user), node samples of the test
-# runs on this machine; its compute buffers grow with vocabulary x ubatch (llama.cpp logs ~260 MiB for
-# an 8B Llama 3 at ubatch 512, not measured here): 512 MiB per process is a conservative bound.
+# Measured: a tiny llama-server peaks at 20 MB RSS (63 MB under qemu-user) in the node samples of the
+# test suite's runs; its compute buffers grow with vocabulary x ubatch (llama.cpp logs ~260 MiB for
+# an 8B Llama 3 at ubatch 512): 512 MiB per process is a conservative bound.
 PROCESS_OVERHEAD_BYTES = 512 * 1024 ** 2
 
 

@@ -8,10 +8,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from servebench.config.campaign import EngineSpecBase, GitSourceSpec, pinned_requirement
 from servebench.platform.targets import profile
-from servebench.spec.campaign import EngineSpecBase, GitSourceSpec, pinned_requirement
 
-DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098 (2026-10-01)
+DEFAULT_LLAMACPP_PACKAGE = "llama-cpp-python==0.3.36"   # vendors llama.cpp 0c1e57098
 
 
 class LlamaCppEngineSpec(EngineSpecBase):

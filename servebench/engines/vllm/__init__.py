@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from servebench.builds.model import GENERATED_HF, ModelGenerator
 from servebench.builds.prerequisites import Prerequisite
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
+from servebench.config.campaign import GeneratedModelSpec, ModelSpec, ModeSpec
 from servebench.engines.base import Engine, EngineAPI, GateChoice, Knob, LaunchRequest, ServerLaunch, legacy_logprobs
 from servebench.engines.vllm import placement
 from servebench.engines.vllm.bench_result import to_vllm_result
@@ -20,10 +20,10 @@ from servebench.engines.vllm.memory import SERVER_MEMORY
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
+from servebench.models.artifact import GENERATED_HF, ModelGenerator
 from servebench.paths import cache_dir
 from servebench.platform.targets import profile
 from servebench.providers.base import Node, Provider
-from servebench.spec.campaign import GeneratedModelSpec, ModelSpec, ModeSpec
 
 # Built for another torch by the wheel's dependencies; importing them breaks transformers.
 BROKEN_COMPANIONS = ["torchvision", "torchaudio", "torchcodec"]

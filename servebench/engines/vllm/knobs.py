@@ -8,9 +8,9 @@ either: vLLM's CPU platform turns it off whatever is asked (`CpuPlatform.check_a
 
 from __future__ import annotations
 
+from servebench.config.campaign import KnobValue
 from servebench.cpus import format_cpu_list, parse_cpu_list
 from servebench.engines.base import Knob
-from servebench.spec.campaign import KnobValue
 
 KNOBS: dict[str, Knob] = {
     "max_num_seqs": Knob("--max-num-seqs: sequences scheduled together (the batch)", int, minimum=1),

@@ -3,13 +3,13 @@
 (what the launch sets: the engine block's or mode's env, the `kv_cache_gib` knob last) or, with the
 `kv_cache_blocks` knob, that many blocks of 128 tokens of its layers. With `dp: N` there are N engines of
 tp x pp workers each, every engine with the whole model (its own embedding, layers and head) and its own
-KV pools. What a token of the pool takes is the model's (servebench/serving/memory.py): with multi-head
+KV pools. What a token of the pool takes is the model's (servebench/planning/memory.py): with multi-head
 latent attention (DeepSeek) the latent and the RoPE key, 576 values a layer on every TP rank, which
 CPU_MLA keeps in blocks of 16 tokens (vLLM forces it): the `kv_cache_blocks` count is then 16 tokens a
 block, which this layout cannot see (the request carries no model), so it still says 128.
 
 Each process's working set beyond its weights and KV pool (`working_sets`, docs/memory.md) follows from
-the shape and the settings, measured per process on this machine kind at the Qwen2-1.5B shape and the
+the shape and the settings, measured per process on a 2-core x86 host at the Qwen2-1.5B shape and the
 tiny one: the runtime of every process that imports torch and vLLM (the API server, the DP coordinator,
 each engine core, each worker), and in each worker the second copy of its vocabulary matrices (vLLM's
 CPU backend packs the embedding and the head for oneDNN and keeps the originals: the embedding needs
@@ -25,7 +25,7 @@ from servebench.engines.base import MemoryRequest, RankShare, ServerMemory, stag
 from servebench.engines.vllm.knobs import knob_env
 from servebench.engines.vllm.launch import DEFAULT_KVCACHE_GIB
 from servebench.engines.vllm.placement import workers_per_node
-from servebench.spec.model_shapes import ModelShape
+from servebench.models.shapes import ModelShape
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2

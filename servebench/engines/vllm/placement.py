@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
+from servebench.config.campaign import ModeSpec
 from servebench.cpus import format_cpu_list, split_cpus
-from servebench.spec.campaign import ModeSpec
 
 EXECUTORS = ("mp", "ray", "mp-multinode")  # the first is a mode's default
 

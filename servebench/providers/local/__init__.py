@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from typing import ClassVar, Sequence, cast
 
+from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import inventory
 from servebench.providers.base import Node
 from servebench.providers.local.spec import LocalProviderSpec
 from servebench.providers.this_host import ThisHostProcesses
-from servebench.spec.campaign import ProviderSpecBase
 
 
 class LocalProvider(ThisHostProcesses):

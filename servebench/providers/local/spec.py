@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase
+from servebench.config.campaign import NodeSpec, ProviderSpecBase
 
 
 class LocalProviderSpec(ProviderSpecBase):

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import ClassVar, Sequence, cast
 
+from servebench.config.campaign import ProviderSpecBase
 from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node
 from servebench.providers.remote import RemoteNodes
 from servebench.providers.slurm.allocation import Allocation
@@ -43,7 +44,6 @@ from servebench.providers.slurm.client import AllocationEnded, SlurmClient, Slur
 from servebench.providers.slurm.lease import AllocationLease
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
-from servebench.spec.campaign import ProviderSpecBase
 from servebench.waiting import poll
 
 RUNNING_TIMEOUT_S = 60.0   # from granted to RUNNING (a node may need to boot or be configured)

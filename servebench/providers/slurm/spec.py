@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase, stringify_env
+from servebench.config.campaign import NodeSpec, ProviderSpecBase, stringify_env
 
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
 # Slurm's feature expressions: names joined by & (and), | (or), with [..], (..), *N counts; no leading '-'

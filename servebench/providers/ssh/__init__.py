@@ -20,12 +20,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar, Sequence, cast
 
+from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import node_tools
 from servebench.providers.base import Node
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
 from servebench.providers.ssh.transport import SshChannel, SshError, SshTransport
-from servebench.spec.campaign import ProviderSpecBase
 
 SshProcess = RemoteProcess  # what `start` returns: a process started through the ssh channel
 
@@ -104,7 +104,7 @@ class SshProvider(RemoteNodes):
         return self.host_spec(node).name
 
     def claims(self) -> list[str]:
-        """Each host's CPUs the run uses (two runs from this machine never share one)."""
+        """Each host's CPUs the run uses (two runs from one machine never share one)."""
         return [f"ssh/{h.user}@{h.address}:{h.port}/cpu{cpu}" for h in self.spec.hosts for cpu in h.cpus]
 
     def allocation_record(self) -> dict:

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase, StrictModel
+from servebench.config.campaign import NodeSpec, ProviderSpecBase, StrictModel
 
 ADDRESS_PATTERN = r"^[A-Za-z0-9_.:%-]+$"  # a host name or an IPv4/IPv6 address: nothing ssh could read as an option
 USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"

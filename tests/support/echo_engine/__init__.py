@@ -18,6 +18,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from servebench.builds.recipe import VenvRecipe
+from servebench.config.campaign import EngineSpecBase, ModeSpec
 from servebench.engines.base import (
     Engine,
     EngineAPI,
@@ -32,7 +33,6 @@ from servebench.engines.base import (
     legacy_logprobs,
 )
 from servebench.providers.base import Node, Provider
-from servebench.spec.campaign import EngineSpecBase, ModeSpec
 
 SERVER = Path(__file__).with_name("server.py")
 CAPACITY = re.compile(r"capacity (\d+) tokens")

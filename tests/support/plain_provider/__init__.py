@@ -12,11 +12,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from servebench.config.campaign import NodeSpec, ProviderSpecBase
 from servebench.processes import ManagedProcess
 from servebench.providers import inventory
 from servebench.providers.base import Node
 from servebench.providers.this_host import ThisHostProcesses
-from servebench.spec.campaign import NodeSpec, ProviderSpecBase
 
 
 class PlainProviderSpec(ProviderSpecBase):
