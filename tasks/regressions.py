@@ -8,7 +8,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from servebench import warehouse
-from servebench.analysis.regression.history import analyze_run, findings
+from servebench.analysis.regression.history import analyze_run, findings, run_verdicts
 from servebench.analysis.regression.summary import markdown
 from servebench.config.detection import DetectionSettings
 
@@ -24,8 +24,14 @@ def detect_regressions(warehouse_path: str, run_id: str, settings: DetectionSett
 
 
 @task(name="regressions-artifact", cache_policy=NONE)
-def publish_regressions(rows: list[dict], run_id: str) -> str:
-    text = markdown(rows, run_id)
+def publish_regressions(rows: list[dict], run_id: str, warehouse_path: str | None = None,
+                        settings: DetectionSettings | None = None) -> str:
+    """The findings and, given the warehouse, every series' verdict counted (no change, not enough history...)."""
+    verdicts = None
+    if warehouse_path is not None:
+        with warehouse.connect(warehouse_path, read_only=True) as con:
+            verdicts = run_verdicts(con, run_id, settings or DetectionSettings())
+    text = markdown(rows, run_id, verdicts)
     create_markdown_artifact(markdown=text, key="campaign-regressions",
                              description=f"regressions and improvements found in run {run_id}")
     return text

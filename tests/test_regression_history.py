@@ -57,3 +57,37 @@ def test_an_excluded_night_raises_nothing_and_bad_annotations_are_refused(db):
     assert refused.returncode == 1 and "no run 'nope'" in refused.stderr
     refused = servebench(db, "annotate", "exclude", "r1", "--metric", "speed", "--note", "x")
     assert refused.returncode == 1 and "unknown metric 'speed'" in refused.stderr
+
+
+def test_every_series_gets_a_verdict_in_the_cli_and_the_markdown(db):
+    listed = servebench(db, "regressions")
+    line = next(line for line in listed.stdout.splitlines() if line.startswith("run r1: "))
+    # 2 modes x 5 load points x the cells' metrics: tp2-ray's slower night is found, tp1 is judged unchanged
+    assert "regression" in line and "no change" in line and "not enough history" not in line, line
+    md = servebench(db, "regressions", "--format", "markdown").stdout
+    assert md.startswith("# servebench: regressions in run `r1`") and "series judged:" in md, md
+    data = json.loads(servebench(db, "regressions", "--format", "json").stdout)
+    kinds = {(v["metric"], v["verdict"]) for v in data["verdicts"]["r1"]}
+    assert ("output_throughput", "no change") in kinds and ("output_throughput", "regression") in kinds
+
+
+def test_two_nights_of_one_repeat_are_not_enough_history_and_say_what_they_need():
+    from datetime import datetime, timedelta, timezone
+
+    from servebench.analysis.regression.detect import nights_needed, series_verdict, smallest_p_value
+    from servebench.analysis.regression.series import METRICS, Night
+    from servebench.analysis.regression.summary import verdict_counts
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    nights = [Night(run_id=f"r{i}", at=start + timedelta(days=i), values=[value])
+              for i, value in enumerate([100.0, 64.0])]                  # -36%, one repeat a night
+    verdict = series_verdict("s", nights, METRICS["output_throughput"])
+    assert verdict is not None and verdict.verdict == "not enough history"
+    assert (verdict.nights, verdict.repeats, verdict.nights_needed) == (2, 1, 200)
+    assert "raise load.repeats" in verdict.detail                        # beyond the 7-night baseline
+    assert verdict_counts([verdict]) == "1 series judged: 1 not enough history (has 2 nights, needs 200 at 1 " \
+                                        "repeat a night)"
+    assert smallest_p_value(5, 5) == pytest.approx(1 / 252) and nights_needed(3, 0.005) == 4
+    planted = [Night(run_id=f"r{i}", at=start + timedelta(days=i), values=[v, v * 1.01, v * 0.99])
+               for i, v in enumerate([100.0, 100.5, 99.8, 100.2, 64.0])]    # enough history: a drop is found
+    assert series_verdict("s", planted, METRICS["output_throughput"]).verdict == "regression"

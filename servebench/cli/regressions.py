@@ -52,20 +52,46 @@ def cmd_regressions(args: argparse.Namespace) -> int:
             analyzed = recompute(con, since=args.since, campaign=args.campaign)
             print(f"analyzed {analyzed} run(s) again", file=sys.stderr)
         rows = findings(con, since=args.since, campaign=args.campaign, latest_only=not args.all_nights)
+        judged = judged_runs(con, args)
     finally:
         con.close()
     rows = [r for r in rows if r["kind"] != "noisy"] if args.format != "json" else rows
     if args.format == "json":
-        print(json.dumps(rows, default=str, indent=1))
+        print(json.dumps({"findings": rows, "verdicts": {run_id: [v.model_dump() for v in verdicts]
+                                                         for run_id, verdicts in judged.items()}},
+                         default=str, indent=1))
     elif args.format == "markdown":
-        print(markdown(rows, ", ".join(sorted({str(r["run_id"]) for r in rows})) or "(none)"))
+        verdicts = [v for found in judged.values() for v in found]
+        print(markdown(rows, ", ".join(judged) or None, verdicts if judged else None))
     else:
         table = Table(*COLUMNS, title="regressions and improvements")
         for row in table_rows(rows):
             table.add_row(*row)
         Console(width=220).print(table if rows else "no regression or improvement found")
+        print_verdicts(judged)
         for command in bisect_commands(rows):
             print(f"find the commit: {command}")
     if args.fail_on_regression and any(r["kind"] == "regression" for r in rows):
         return EXIT_REGRESSION
     return EXIT_OK
+
+
+def judged_runs(con: warehouse.Connection, args: argparse.Namespace) -> dict:
+    """Each campaign's newest finished run (every finished run with --all-nights), with every series'
+    verdict: what the findings table alone cannot say (no change, or not enough history to tell)."""
+    from servebench.analysis.regression.history import run_settings, run_verdicts
+    from servebench.warehouse.history import finished_runs
+
+    runs = finished_runs(con, since=args.since, campaign=args.campaign, latest_only=not args.all_nights)
+    return {run_id: run_verdicts(con, run_id, run_settings(con, run_id)) for run_id in runs}
+
+
+def print_verdicts(judged: dict) -> None:
+    from servebench.analysis.regression.summary import verdict_counts
+
+    for run_id, verdicts in judged.items():
+        print(f"run {run_id}: {verdict_counts(verdicts)}")
+        for verdict in verdicts:
+            if verdict.verdict == "not enough history":
+                print(f"  {verdict.series_id} {verdict.metric}: {verdict.detail}")
+                break   # one example: every series of a run has the same nights

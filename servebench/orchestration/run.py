@@ -253,7 +253,7 @@ def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]
         reporter().stage(f"regression detection failed: {exc}")
         return {}
     try:
-        publish_regressions(rows, run_id)
+        publish_regressions(rows, run_id, wh, campaign.detection)
     except Exception as exc:
         reporter().stage(f"could not attach the regressions artifact: {exc}")
     counts: dict[str, int] = {}

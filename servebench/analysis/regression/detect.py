@@ -252,3 +252,62 @@ def _before_change(clean: list[Night], starts: list[int], settings: DetectionSet
     """The last K nights of the regime before the newest change point."""
     start, previous = starts[-1], (starts[-2] if len(starts) > 1 else 0)
     return clean[max(previous, start - settings.baseline_nights):start]
+
+
+# --- a verdict for every series, not only the ones with a finding
+
+Verdict = Literal["regression", "improvement", "no change", "not enough history", "too noisy"]
+VERDICTS: tuple[Verdict, ...] = ("regression", "improvement", "no change", "not enough history", "too noisy")
+
+
+class SeriesVerdict(BaseModel):
+    """What tonight's analysis says of one series and metric, a finding or not: silence is never ambiguous.
+    `not enough history` means no change of any size could have been found with the nights there are:
+    the U test of tonight's repeats against the baseline's cannot reach `alpha`."""
+
+    series_id: str
+    metric: str
+    verdict: Verdict
+    nights: int                              # usable nights, tonight included
+    repeats: int                             # tonight's repeats
+    nights_needed: int | None = None         # not enough history: nights (at tonight's repeats) the test needs
+    detail: str = ""
+
+
+def smallest_p_value(tonight: int, baseline: int) -> float:
+    """The smallest one-sided p-value a Mann-Whitney U test of samples this size can give, 1 / C(n + m, n):
+    every value of one sample beyond every value of the other (no ties)."""
+    return 1.0 / math.comb(tonight + baseline, tonight) if tonight and baseline else 1.0
+
+
+def nights_needed(repeats: int, alpha: float) -> int:
+    """The fewest nights (tonight included), each of `repeats` repeats, whose test can reach `alpha`."""
+    nights = 2
+    while smallest_p_value(repeats, repeats * (nights - 1)) > alpha:
+        nights += 1
+    return nights
+
+
+def series_verdict(series_id: str, nights: list[Night], metric: Metric,
+                   settings: DetectionSettings | None = None) -> SeriesVerdict | None:
+    """The verdict on tonight (the last night); None when tonight was excluded by an annotation."""
+    settings = settings or DetectionSettings()
+    history = usable_history(nights)[-settings.history_nights:]
+    if not history or history[-1].run_id != nights[-1].run_id:
+        return None
+    tonight = history[-1]
+    base = dict(series_id=series_id, metric=metric.name, nights=len(history), repeats=len(tonight.values))
+    finding = analyze(nights, metric, settings)
+    if finding is not None:
+        verdict: Verdict = "too noisy" if finding.kind == "noisy" else finding.kind
+        return SeriesVerdict(**base, verdict=verdict, detail=finding.detail)
+    baseline = sum(len(n.values) for n in history[:-1][-settings.baseline_nights:])
+    if smallest_p_value(len(tonight.values), baseline) > settings.alpha:
+        needed = nights_needed(len(tonight.values), settings.alpha)
+        window = ("" if needed - 1 <= settings.baseline_nights else
+                  f", more than the {settings.baseline_nights}-night baseline: raise load.repeats")
+        return SeriesVerdict(**base, verdict="not enough history", nights_needed=needed,
+                             detail=f"{len(history)} of the {needed} nights of {len(tonight.values)} "
+                                    f"repeat{'s' if len(tonight.values) != 1 else ''} "
+                                    f"the U test needs at alpha {settings.alpha:g}{window}")
+    return SeriesVerdict(**base, verdict="no change")

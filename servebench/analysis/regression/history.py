@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel
 
-from servebench.analysis.regression.detect import Finding, analyze
+from servebench.analysis.regression.detect import Finding, SeriesVerdict, analyze, series_verdict
 from servebench.analysis.regression.series import (
     IDENTITY_FIELDS,
     METRICS,
@@ -88,19 +88,35 @@ def analyze_run(con: Connection, run_id: str, settings: DetectionSettings) -> li
     """Tonight's analysis of every series the run measured; replaces the run's earlier rows."""
     assign_missing_series(con)
     night_at = history.night_at(con, run_id)
-    series = history.run_series(con, run_id)
-    nights_by_series = nights_of(con, [s["series_id"] for s in series], night_at)
     rows = []
+    for identity, metric, nights in _series_nights(con, run_id):
+        finding = analyze(nights, metric, settings)
+        if finding is not None:
+            rows.append(_row(run_id, night_at, identity, metric.direction, nights, finding))
+    store_findings(con, run_id, rows)
+    return rows
+
+
+def run_verdicts(con: Connection, run_id: str, settings: DetectionSettings) -> list[SeriesVerdict]:
+    """A verdict on every series and metric the run measured (read only): regression, improvement, no
+    change, not enough history or too noisy, so a run with no finding says why."""
+    found = []
+    for identity, metric, nights in _series_nights(con, run_id):
+        verdict = series_verdict(identity["series_id"], nights, metric, settings)
+        if verdict is not None:
+            found.append(verdict)
+    return found
+
+
+def _series_nights(con: Connection, run_id: str):
+    """(series identity, metric, its nights up to this run) for every series the run measured."""
+    series = history.run_series(con, run_id)
+    nights_by_series = nights_of(con, [s["series_id"] for s in series], history.night_at(con, run_id))
     for identity in series:
         for metric in METRICS.values():
             nights = nights_by_series.get((identity["series_id"], metric.name), [])
-            if not nights or nights[-1].run_id != run_id:
-                continue
-            finding = analyze(nights, metric, settings)
-            if finding is not None:
-                rows.append(_row(run_id, night_at, identity, metric.direction, nights, finding))
-    store_findings(con, run_id, rows)
-    return rows
+            if nights and nights[-1].run_id == run_id:
+                yield identity, metric, nights
 
 
 def _row(run_id: str, night_at: datetime, identity: dict, direction: str, nights: list[Night],

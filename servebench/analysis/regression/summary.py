@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 
+from servebench.analysis.regression.detect import VERDICTS, SeriesVerdict
 from servebench.analysis.regression.series import METRICS
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
@@ -68,13 +70,32 @@ def bisect_commands(rows: list[dict]) -> list[str]:
     return commands
 
 
-def markdown(rows: list[dict], run_id: str) -> str:
+def verdict_counts(verdicts: list[SeriesVerdict]) -> str:
+    """One line: how many series (and metrics) got each verdict, with what the history lacks where it does."""
+    counts = Counter(v.verdict for v in verdicts)
+    parts = [f"{counts[name]} {name}" for name in VERDICTS if counts[name]]
+    short = [v for v in verdicts if v.verdict == "not enough history"]
+    if short:
+        has = min(v.nights for v in short)
+        needs = max(v.nights_needed or 0 for v in short)
+        repeats = sorted({v.repeats for v in short})
+        parts[parts.index(f"{counts['not enough history']} not enough history")] += (
+            f" (has {has} night{'s' if has != 1 else ''}, needs {needs} at "
+            f"{'/'.join(map(str, repeats))} repeat{'s' if repeats != [1] else ''} a night)")
+    return f"{len(verdicts)} series judged: " + (", ".join(parts) if parts else "none")
+
+
+def markdown(rows: list[dict], run_id: str | None, verdicts: list[SeriesVerdict] | None = None) -> str:
     alarms = [r for r in rows if r["kind"] == "regression"]
     better = [r for r in rows if r["kind"] == "improvement"]
     noisy = [r for r in rows if r["kind"] == "noisy"]
-    lines = [f"# servebench: regressions in run `{run_id}`", ""]
+    lines = [f"# servebench: regressions in run `{run_id}`" if run_id else "# servebench: regressions", ""]
+    if verdicts is not None:
+        lines += [verdict_counts(verdicts) + ".", ""]
     if not alarms and not better:
-        lines.append("No regression and no improvement in any series.")
+        short = verdicts is not None and any(v.verdict == "not enough history" for v in verdicts)
+        lines.append("No regression and no improvement in any series"
+                     + (" that has the history to judge." if short else "."))
     for title, group in (("Regressions", alarms), ("Improvements", better)):
         if not group:
             continue
