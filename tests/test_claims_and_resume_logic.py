@@ -3,7 +3,9 @@ when it refuses, and a claim that waits for its holder and names it."""
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,61 @@ def test_a_killed_holders_claim_file_is_taken_and_removed_by_the_next_run(tmp_pa
 def test_claim_files_are_readable_and_distinct(name):
     assert claims._file_name(name).startswith(name.replace("/", "_").replace("@", "_").replace(":", "_")[:20])
     assert claims._file_name(name) != claims._file_name(name + "0")
+
+
+# The claims directory is shared with the host's other users: nothing planted there is followed or trusted.
+OTHER_UID = 65534   # nobody: stands for another user of the host (the tests run as root, who may chown)
+
+
+def test_a_symlink_planted_in_the_claims_directory_is_refused_and_its_target_kept(tmp_path, monkeypatch):
+    directory, victim = tmp_path / "claims", tmp_path / "victim.txt"
+    directory.mkdir(mode=0o1777)
+    victim.write_text("the user's own file\n")
+    (directory / claims._file_name("this-host/cpu0")).symlink_to(victim)
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(directory))
+    with pytest.raises(claims.ClaimsError, match="symbolic link .* refused, never followed"):
+        claims.hold(["this-host/cpu0"], {"run_id": "r"})
+    assert victim.read_text() == "the user's own file\n"
+    (directory / claims._file_name("this-host/cpu1")).hardlink_to(victim)      # a second name of the same file
+    with pytest.raises(claims.ClaimsError, match="not a plain file of one name"):
+        claims.hold(["this-host/cpu1"], {"run_id": "r"})
+    assert victim.read_text() == "the user's own file\n"
+
+
+def test_a_claims_directory_another_user_owns_or_may_empty_is_refused(tmp_path, monkeypatch):
+    directory = tmp_path / "claims"
+    directory.mkdir(mode=0o755)
+    os.chown(directory, OTHER_UID, OTHER_UID)
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(directory))
+    with pytest.raises(claims.ClaimsError, match=r"owned by user nobody, not by you or root.*SERVEBENCH_CLAIMS"):
+        claims.hold(["this-host/cpu0"], {"run_id": "r"})
+    os.chown(directory, 0, 0)
+    os.chmod(directory, 0o777)                                   # writable by all, not sticky
+    with pytest.raises(claims.ClaimsError, match="not sticky"):
+        claims.hold(["this-host/cpu0"], {"run_id": "r"})
+    link = tmp_path / "link"
+    link.symlink_to(directory)
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(link))
+    with pytest.raises(claims.ClaimsError, match="not a directory of its own"):
+        claims.hold(["this-host/cpu0"], {"run_id": "r"})
+
+
+def test_another_users_stale_claim_is_held_by_its_lock_without_writing_it(tmp_path, monkeypatch):
+    directory = tmp_path / "claims"
+    directory.mkdir(mode=0o1777)
+    stale = directory / claims._file_name("this-host/cpu0")
+    stale.write_text('{"run_id": "theirs"}\n')
+    os.chown(stale, OTHER_UID, OTHER_UID)
+    os.chmod(stale, 0o644)
+    monkeypatch.setenv(claims.CLAIMS_VARIABLE, str(directory))
+    held = claims.hold(["this-host/cpu0"], {"run_id": "mine"})
+    held.release()
+    assert stale.read_text() == '{"run_id": "theirs"}\n'         # not ours to truncate, nor to remove
+
+
+def test_the_default_claims_directory_is_shared_only_when_root_made_it_sticky(monkeypatch):
+    monkeypatch.delenv(claims.CLAIMS_VARIABLE, raising=False)
+    assert claims.claims_dir() == claims.SHARED_DIR              # root's runs: the host's shared, sticky directory
+    monkeypatch.setattr(claims.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(claims, "SHARED_DIR", Path("/nonexistent/servebench-claims"))
+    assert claims.claims_dir() == Path("/nonexistent/servebench-claims-1000")   # an ordinary user's own

@@ -11,6 +11,7 @@ it is skipped with the reason.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -102,12 +103,24 @@ def test_ssh_config_hosts_first_then_the_run_then_a_users_file(tmp_path):
     jump = lines.index("Host b--jump")
     assert lines[jump + 1:jump + 6] == ["HostName gw", "User u", "Port 23", "ControlMaster no", "ControlPath none"]
     assert lines.index("Host *") > jump and lines[-1] == f"Include {tmp_path / 'user_config'}"
-    for option in ("BatchMode yes", "StrictHostKeyChecking accept-new", "UserKnownHostsFile /tmp/sb-ssh-x/known_hosts",
+    for option in ("BatchMode yes", "StrictHostKeyChecking yes", "UserKnownHostsFile /tmp/sb-ssh-x/known_hosts",
                    "ControlMaster auto", "ControlPath /tmp/sb-ssh-x/%C", "ControlPersist 300", "ConnectTimeout 10"):
         assert option in lines
     strict = ssh_config_text(spec_of({"name": "a", "address": "h", "cpus": [0]}, known_hosts="/k"), Path("/d"),
                              Path("/k"))
     assert "StrictHostKeyChecking yes" in strict and "Include" not in strict
+    trusting = ssh_config_text(spec_of({"name": "a", "address": "h", "cpus": [0]}, host_keys="accept-new"),
+                               Path("/d"), Path("/d/known_hosts"))
+    assert "StrictHostKeyChecking accept-new" in trusting
+
+
+def test_host_keys_are_the_users_own_unless_the_campaign_names_a_file_or_trusts_new_hosts(tmp_path):
+    from servebench.providers.ssh.transport import known_hosts_file
+
+    host = {"name": "a", "address": "h", "cpus": [0]}
+    assert known_hosts_file(spec_of(host), tmp_path) == Path("~/.ssh/known_hosts").expanduser()
+    assert known_hosts_file(spec_of(host, known_hosts=str(tmp_path / "k")), tmp_path) == tmp_path / "k"
+    assert known_hosts_file(spec_of(host, host_keys="accept-new"), tmp_path) == tmp_path / "known_hosts"
 
 
 def test_argv_and_quoting():
@@ -281,7 +294,7 @@ def testbed(request):
 
 def provider_for(layout, **fields) -> SshProvider:
     hosts = [{"name": h.name, "address": h.address, "key": str(layout.ssh_key), "cpus": "0"} for h in layout.hosts]
-    return SshProvider(spec_of(*hosts, **fields))
+    return SshProvider(spec_of(*hosts, **{"known_hosts": str(layout.known_hosts), **fields}))
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +338,7 @@ def test_unreachable_host_is_named():
 def test_a_host_through_a_jump_host(testbed):
     h1, h2 = testbed.hosts
     spec = spec_of({"name": "far", "address": h2.address, "key": str(testbed.ssh_key), "cpus": [0],
-                    "jump": {"address": h1.address, "key": str(testbed.ssh_key)}})
+                    "jump": {"address": h1.address, "key": str(testbed.ssh_key)}}, known_hosts=str(testbed.known_hosts))
     provider = SshProvider(spec)
     try:
         far = provider.allocate()[0]
@@ -335,6 +348,34 @@ def test_a_host_through_a_jump_host(testbed):
     finally:
         provider.release()
     assert provider.transport.master_pids() == []
+
+
+@on_the_testbed
+def test_a_host_whose_key_changed_is_refused_naming_it_and_the_key_it_sent(testbed, tmp_path):
+    """A known_hosts that holds another key for h1 (h2's, as if another machine took h1's address): nothing
+    runs, and the error names the host and the fingerprint it sent; a host never seen is refused as well."""
+    h1, h2 = testbed.hosts
+    lines = testbed.known_hosts.read_text().splitlines()
+    key_of = {line.split()[0]: line.split(None, 1)[1] for line in lines if line and not line.startswith("#")}
+    h1_names = next(names for names in key_of if h1.address in names.split(","))
+    h2_names = next(names for names in key_of if h2.address in names.split(","))
+    swapped = tmp_path / "known_hosts"
+    swapped.write_text(f"{h1_names} {key_of[h2_names]}\n")
+    provider = provider_for(testbed, known_hosts=str(swapped))
+    try:
+        with pytest.raises(SshError, match=rf"h1 \(root@{re.escape(h1.address)}:22\): its host key changed: it "
+                                           r"sent \S+ SHA256:\S+, not the key"):
+            provider.allocate()
+    finally:
+        provider.release()
+    unknown = tmp_path / "empty_known_hosts"
+    unknown.write_text("")
+    provider = provider_for(testbed, known_hosts=str(unknown))
+    try:
+        with pytest.raises(SshError, match=r"no \S+ host key is known for .*`host_keys: accept-new`"):
+            provider.allocate()
+    finally:
+        provider.release()
 
 
 @on_the_testbed

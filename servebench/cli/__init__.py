@@ -16,6 +16,7 @@ from servebench import warehouse
 from servebench.campaign.loading import NoSuchCampaign, SpecError, did_you_mean
 from servebench.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ContentError, export_runs_dir, interruptible
 from servebench.plugins import load_plugins
+from servebench.providers.claims import ClaimsError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"servebench: invalid campaign\n{exc}", file=sys.stderr)
         return EXIT_FAILED
-    except warehouse.WarehouseError as exc:
+    except (warehouse.WarehouseError, ClaimsError) as exc:
         print(f"servebench: {exc}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -49,7 +49,7 @@ from servebench.waiting import poll
 HARNESS_MARKERS = ("prefect.server", "prefect/server")  # a Prefect test harness a fixture may keep
 # what may appear in the temp dir and stay: pytest's own, caches made once per machine (torch's
 # compiled headers, the JVM's), the claims directory (its lock files go on release: claims.py)
-KEPT_IN_TMP = ("pytest-of-*", "torchinductor_*", "hsperfdata_*", "servebench-claims")
+KEPT_IN_TMP = ("pytest-of-*", "torchinductor_*", "hsperfdata_*", "servebench-claims", "servebench-claims-*")
 SHARED_TMP = "/tmp"
 SESSION_TMP_VARIABLE = "SERVEBENCH_TEST_TMPDIR"  # the session's own temp dir (use_session_temp_dir)
 SESSION_TMP_PREFIX = "sbtests-"  # + the session's PID: not in MADE_IN_TMP (another session's is not a test's)

@@ -24,6 +24,7 @@ from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import node_tools
 from servebench.providers.base import Node
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
+from servebench.providers.ssh.argv import host_key_problem
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
 from servebench.providers.ssh.transport import SshChannel, SshError, SshTransport
 
@@ -85,7 +86,9 @@ class SshProvider(RemoteNodes):
         with ThreadPoolExecutor(max_workers=min(8, len(self.spec.hosts))) as pool:
             results = list(pool.map(lambda host: (host, self.transport.ssh(host.name, "true", timeout=60)),
                                     self.spec.hosts))
-        failed = [f"{self.transport.describe(host.name)}: {result.stderr.strip() or f'exit {result.returncode}'}"
+        failed = [f"{self.transport.describe(host.name)}: "
+                  + (host_key_problem(result.stderr, self.transport.known_hosts)
+                     or result.stderr.strip() or f"exit {result.returncode}")
                   for host, result in results if result.returncode != 0]
         if failed:
             raise SshError("cannot reach host(s) over ssh:\n  " + "\n  ".join(failed))

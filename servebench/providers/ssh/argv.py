@@ -8,6 +8,7 @@ without a host.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def ssh_config_text(spec: SshProviderSpec, control_dir: Path, known_hosts: Path)
         if host.jump:
             lines.append(f"  ProxyJump {jump_alias(host.name)}")
             lines += _jump_block(host.name, host.jump)
-    strict = "yes" if spec.known_hosts else "accept-new"
+    strict = "yes" if spec.host_keys == "check" else "accept-new"
     lines += [
         "Host *",
         "  BatchMode yes",
@@ -68,6 +69,29 @@ def ssh_config_text(spec: SshProviderSpec, control_dir: Path, known_hosts: Path)
     if spec.ssh_config:
         lines.append(f"  Include {spec.ssh_config.expanduser().resolve()}")
     return "\n".join(lines) + "\n"
+
+
+HOST_KEY_CHANGED = re.compile(r"key sent by the remote host is\s+(SHA256:\S+)")
+HOST_KEY_UNKNOWN = re.compile(r"No (\S+) host key is known for (\S+) and you have requested strict checking")
+HOST_KEY_TYPE = re.compile(r"The fingerprint for the (\S+) key")
+
+
+def host_key_problem(stderr: str, known_hosts: Path) -> str | None:
+    """ssh's words on a host key it refused, in one line that says what to do (None: not a host key's)."""
+    if "Host key verification failed" not in stderr:
+        return None
+    changed = HOST_KEY_CHANGED.search(stderr)
+    if changed:
+        kind = HOST_KEY_TYPE.search(stderr)
+        return (f"its host key changed: it sent {kind.group(1) + ' ' if kind else ''}{changed.group(1)}, not the key "
+                f"{known_hosts} holds for it (another machine at that address, or the host reinstalled): check the "
+                f"fingerprint with the host's administrator, then `ssh-keygen -f {known_hosts} -R <host>`")
+    unknown = HOST_KEY_UNKNOWN.search(stderr)
+    if unknown:
+        return (f"no {unknown.group(1)} host key is known for {unknown.group(2)} in {known_hosts}: add it after "
+                "checking its fingerprint (`ssh-keyscan`, or one interactive `ssh`), or set the provider's "
+                "`host_keys: accept-new` to trust a new host on first use")
+    return f"host key verification failed against {known_hosts}: {stderr.strip().splitlines()[-1]}"
 
 
 def _host_block(alias: str, address: str, user: str, port: int, key: Path | None) -> list[str]:

@@ -52,8 +52,13 @@ class SshProviderSpec(ProviderSpecBase):
                                      "CPUs servebench may use there.")
     ssh_config: Path | None = Field(None, description="An ssh_config file read after the provider's own "
                                     "settings (which win), e.g. for ciphers or a ProxyCommand.")
-    known_hosts: Path | None = Field(None, description="Known host keys checked strictly; without it each run "
-                                     "trusts a host's key on first use, in a file of its own.")
+    known_hosts: Path | None = Field(None, description="The known host keys a host's key is checked against "
+                                     "(default: the user's own ~/.ssh/known_hosts; with `host_keys: accept-new` "
+                                     "and none given, a file of the run's own).")
+    host_keys: Literal["check", "accept-new"] = Field("check", description=(
+        "`check`: a host whose key is not in `known_hosts`, or differs from it, is refused before anything "
+        "runs (ssh's StrictHostKeyChecking yes). `accept-new`: a host never seen is trusted on first use and "
+        "its key added (hosts made anew for each run, like the testbed's); a changed key is still refused."))
     connect_timeout_s: int = Field(10, ge=1, le=300, description="Seconds ssh waits for a connection to a host "
                                    "(or jump host) to be set up (ssh's ConnectTimeout).")
     remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",

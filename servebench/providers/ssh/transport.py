@@ -36,6 +36,16 @@ def control_dir_for(run_id: str) -> Path:
     return Path(base if len(base) <= 40 else "/tmp") / f"sb-ssh-{run_id}"
 
 
+def known_hosts_file(spec: SshProviderSpec, control_dir: Path) -> Path:
+    """The host keys ssh checks: the campaign's file, else the user's own; a run-private file only where the
+    campaign trusts new hosts on first use and names none."""
+    if spec.known_hosts:
+        return spec.known_hosts.expanduser().resolve()
+    if spec.host_keys == "accept-new":
+        return control_dir / "known_hosts"
+    return Path("~/.ssh/known_hosts").expanduser()
+
+
 class SshTransport:
     """Runs commands on the hosts of one run over multiplexed connections."""
 
@@ -43,8 +53,7 @@ class SshTransport:
         self.spec = spec
         self.control_dir = control_dir_for(run_id)
         self.config = self.control_dir / "config"
-        self.known_hosts = spec.known_hosts.expanduser().resolve() if spec.known_hosts else \
-            self.control_dir / "known_hosts"
+        self.known_hosts = known_hosts_file(spec, self.control_dir)
         self._lock = threading.Lock()
 
     def prepare(self) -> None:
