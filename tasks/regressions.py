@@ -29,8 +29,11 @@ def publish_regressions(rows: list[dict], run_id: str, warehouse_path: str | Non
     """The findings and, given the warehouse, every series' verdict counted (no change, not enough history...)."""
     verdicts = None
     if warehouse_path is not None:
-        with warehouse.connect(warehouse_path, read_only=True) as con:
+        con = warehouse.connect(warehouse_path)
+        try:
             verdicts = run_verdicts(con, run_id, settings or DetectionSettings())
+        finally:
+            con.close()
     text = markdown(rows, run_id, verdicts)
     create_markdown_artifact(markdown=text, key="campaign-regressions",
                              description=f"regressions and improvements found in run {run_id}")
