@@ -41,25 +41,54 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def parse_numa_layout(value: Any) -> Any:
+    """A declared NUMA layout, '0-11|12-23' or a list of CPU lists, as each NUMA node's CPU ids (disjoint)."""
+    parts = value.split("|") if isinstance(value, str) else value
+    if parts is None:
+        return None
+    layout = [parse_cpu_list(part) if isinstance(part, str) else part for part in parts]
+    seen: set[int] = set()
+    for index, cpus in enumerate(layout):
+        if not cpus:
+            raise ValueError(f"NUMA node {index} has no CPUs")
+        if seen & set(cpus):
+            raise ValueError(f"CPUs {sorted(seen & set(cpus))} are in two NUMA nodes")
+        seen |= set(cpus)
+    return layout
+
+
 class NodeSpec(StrictModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description=(
         "The node's name, as a mode's `nodes:`, `load.client.node` and faults refer to it and as results "
         "record it; letters, digits, '_', '.', '-'."))
     cpus: list[int] = Field(description="CPU ids this node may use, e.g. [0, 1] or '0-3,8'.")
     emulate: str | None = Field(None, description=(
-        "A target CPU profile of another architecture (graviton2, graviton3, graviton4, ampere-altra, armv8-a) "
+        "A target CPU profile of another architecture (graviton2, graviton3, graviton4, grace, a64fx, ampere-altra, "
+        "armv8-a) "
         "this node *is*: its processes run under qemu-user with that CPU model (docs/builds.md)."))
     memory_gib: float | None = Field(None, gt=0, description=(
         "GiB of memory the node's servers may use: a mode that needs more is refused at plan time (docs/memory.md). "
         "Unset: this host's MemAvailable for local nodes, unknown for other hosts."))
+    numa: list[list[int]] | None = Field(None, description=(
+        "The node's NUMA nodes, each a CPU list, '|' between them: '0-11|12-23|24-35|36-47' (an A64FX's four "
+        "CMGs). vLLM's ranks are bound inside one NUMA node each where they can be, and the plan names a rank "
+        "that must span NUMA nodes (docs/parallel-modes.md). Unset: the target profile's published layout "
+        "(`emulate`), this host's for local nodes, else one group."))
 
     @model_serializer(mode="wrap")
-    def _without_unset_memory(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A node without `memory_gib` dumps as before the field existed (its campaign's spec hash stays)."""
+    def _without_unset_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A node without `memory_gib` or `numa` dumps as before those fields existed (its campaign's spec hash
+        stays)."""
         data = handler(self)
-        if data.get("memory_gib") is None:
-            data.pop("memory_gib", None)
+        for name in ("memory_gib", "numa"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
+
+    @field_validator("numa", mode="before")
+    @classmethod
+    def _parse_numa(cls, value: Any) -> Any:
+        return parse_numa_layout(value)
 
     @field_validator("cpus", mode="before")
     @classmethod

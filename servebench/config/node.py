@@ -15,3 +15,5 @@ class Node(BaseModel):
     interpreter: Literal["placed", "node"] = "placed"  # where the engine's python comes from on a node that lacks
     # the build's (servebench/distribution/interpreter.py): the build's own placed, or the node's python3.X
     declared_as: str | None = None  # the campaign's name for an allocated node whose real name differs (Slurm's node1)
+    numa: list[list[int]] = []   # each NUMA node's CPU ids (declared, published for its target, or this host's);
+    # empty: unknown, the node's CPUs are one group (servebench/platform/numa.py)

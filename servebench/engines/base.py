@@ -202,6 +202,7 @@ class ServerLaunch:
     processes: list[ProcessLaunch]
     port: int                                   # the API process's port, on its node's address
     health_path: str = "/health"
+    notes: tuple[str, ...] = ()                 # what the plan says of the placement (NUMA nodes, a line each)
 
     @property
     def api(self) -> ProcessLaunch:

@@ -256,11 +256,37 @@ def _bf16_build_problems(campaign: Campaign, engines: dict[str, Any], base_dir: 
             continue
         recipe = engines[campaign.engine_kind(mode)].build_recipe(spec)
         for dtype, architectures in served:
+            hf = engines[campaign.engine_kind(mode)].default_model.format != "gguf"   # GGUF: its file's types
+            if hf and (problem := no_bf16_target_problem(spec.build_target(), dtype)):
+                problems.append((("modes", index, "build") if mode.build else ("modes", index, "name"),
+                                 f"mode {mode.name}: {problem}"))
+                break
             if problem := bf16_problem(recipe, dtype, architectures):
                 problems.append((("modes", index, "build") if mode.build else ("modes", index, "name"),
                                  f"mode {mode.name}: build {spec.describe()} cannot serve this model: {problem}"))
                 break
     return problems
+
+
+GENERIC_ARM = "armv8-a"   # a build for every 64-bit Arm CPU, not one CPU: its nodes decide
+
+
+def no_bf16_target_problem(target: str | None, dtype: str | None) -> str | None:
+    """bfloat16 asked of an Arm target whose CPU has no bf16 instructions (A64FX, Neoverse N1): refused, as
+    there is nothing to compute it with but a scalar fallback; the dtypes it has are named."""
+    from servebench.platform.targets import TargetError, profile
+
+    if dtype != "bfloat16" or target is None:
+        return None
+    try:
+        chosen = profile(target)
+    except TargetError:
+        return None   # _target_problems names it
+    if chosen.arch != "aarch64" or "bf16" in chosen.features or chosen.name == GENERIC_ARM:
+        return None   # a generic build (PyPI's aarch64 wheel) computes bf16 where the node's CPU has it
+    has = "float16 and float32" if "fphp" in chosen.features else "float32"
+    return (f"target {target} ({chosen.description}) has no bf16 instructions, so it cannot serve bfloat16: "
+            f"serve it {has} (`model: {{dtype: float32}}` on the mode, or the campaign's `model.dtype`)")
 
 
 def served_dtype_and_architectures(model: ModelSpec, base_dir: Path | None) -> tuple[str | None, list[str]]:

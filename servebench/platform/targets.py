@@ -7,7 +7,7 @@ aarch64 HWCAP bits), so a preflight compares a build's needs with what a node re
 the node is a real Graviton reading /proc/cpuinfo or a qemu-user CPU model answering getauxval.
 
 Sources: Arm's Neoverse N1/V1/V2 technical reference manuals (Graviton2 and Ampere Altra are N1,
-Graviton3 is V1 with 256-bit SVE, Graviton4 is V2 with 128-bit SVE2), the x86-64 psABI levels,
+Graviton3 is V1 with 256-bit SVE, Graviton4 and NVIDIA Grace are V2 with 128-bit SVE2), the x86-64 psABI levels,
 and ggml's own CMake options (GGML_CPU_ARM_ARCH, GGML_AVX2, GGML_AVX512...). qemu 7.2 (Debian 12)
 has a neoverse-n1 model but no V1/V2: those are emulated by `max` with the SVE length of the chip;
 A64FX (armv8.2-a, 512-bit SVE, Fujitsu's A64FX datasheet) it models by name.
@@ -55,6 +55,9 @@ PROFILES: dict[str, TargetProfile] = {p.name: p for p in (
     _arm("graviton3", "AWS Graviton3 (Neoverse V1): armv8.4-a, 256-bit SVE, bf16, int8 matmul",
          "armv8.4-a+sve+i8mm+bf16+dotprod+fp16+rcpc", N1_FEATURES + ("sve", "i8mm", "bf16"), "max,sve-max-vq=2"),
     _arm("graviton4", "AWS Graviton4 (Neoverse V2): armv9-a, 128-bit SVE2, bf16, int8 matmul",
+         "armv9-a+i8mm+bf16+dotprod+fp16+rcpc", N1_FEATURES + ("sve", "sve2", "i8mm", "bf16"), "max,sve-max-vq=1"),
+    # NVIDIA Grace (Neoverse V2, as Graviton4): armv9-a, 128-bit SVE2, bf16, int8 matmul; 72 cores a CPU
+    _arm("grace", "NVIDIA Grace (Neoverse V2): armv9-a, 128-bit SVE2, bf16, int8 matmul",
          "armv9-a+i8mm+bf16+dotprod+fp16+rcpc", N1_FEATURES + ("sve", "sve2", "i8mm", "bf16"), "max,sve-max-vq=1"),
     # Fujitsu A64FX (Deucalion's ARM partition, Fugaku): armv8.2-a with 512-bit SVE and fp16, no dot
     # product; qemu 7.2 models it by name (512-bit SVE by default).

@@ -23,6 +23,7 @@ from typing import ClassVar, Protocol, Sequence
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.config.node import Node
+from servebench.platform.numa import PUBLISHED, Layout, this_host_layout
 
 # A provider's optional capabilities: what it declares in `capabilities`, and the methods that
 # come with each. The neutral code asks `capabilities` (never `hasattr`), and a campaign that
@@ -43,6 +44,17 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     ATTACH: ("attach",),
     LINK_SHAPING: (),
 }
+
+
+
+def node_numa(declared: Layout | None, emulate: str | None, this_host: bool) -> Layout:
+    """A node's NUMA layout: the campaign's, else the published one of the target it is (`emulate`), else the
+    orchestrator's own where the node is this host, else unknown (empty: the node's CPUs are one group)."""
+    if declared:
+        return declared
+    if emulate in PUBLISHED:
+        return PUBLISHED[emulate]
+    return this_host_layout() if this_host else []
 
 
 class NodeProcess(Protocol):

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from servebench.builds.cache import compile_cache_dir
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
-from servebench.engines.vllm.placement import dp_ranks_per_node, mp_node_index, node_bindings
+from servebench.engines.vllm.placement import dp_ranks_per_node, mp_node_index, node_bindings, numa_notes
 from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
 from servebench.providers.base import Node
 
@@ -41,14 +42,15 @@ def server_node(executor: str, world_size: int, nodes: list[Node]) -> Node:
 def launch_mode(request: LaunchRequest) -> ServerLaunch:
     """The server's processes, with core lists for every node that runs workers."""
     mode, nodes = request.mode, request.nodes
-    binds = node_bindings(mode.executor, mode.world_size, [n.name for n in nodes], [n.cpus for n in nodes],
-                          mode.engine_size)
+    names, cpus, layouts = [n.name for n in nodes], [n.cpus for n in nodes], [n.numa for n in nodes]
+    binds = node_bindings(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts)
+    notes = tuple(numa_notes(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts))
     binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
              for node, bind in binds.items()}
     if mode.executor == "mp-multinode" and mode.dp > 1:
-        return _dp_multinode_launch(request, binds)
+        return replace(_dp_multinode_launch(request, binds), notes=notes)
     if mode.executor == "mp-multinode":
-        return _multinode_launch(request, binds)
+        return replace(_multinode_launch(request, binds), notes=notes)
     head = server_node(mode.executor, mode.world_size, nodes)
     extra: dict[str, str] = {}
     if mode.executor == "ray":
@@ -63,7 +65,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     argv = _api_server_argv(request, head, port, _ray_dp_args(request, head))
     env, unset = _environment(request, binds.get(head.name) or format_cpu_list(head.cpus), head, extra)
     return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True)],
-                        port=port)
+                        port=port, notes=notes)
 
 
 def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLaunch:

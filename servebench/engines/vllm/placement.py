@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 from servebench.config.campaign import ModeSpec
-from servebench.cpus import format_cpu_list, split_cpus
+from servebench.cpus import format_cpu_list
+from servebench.platform.numa import Layout, describe, rank_cores
 
 EXECUTORS = ("mp", "ray", "mp-multinode")  # the first is a mode's default
 
@@ -75,17 +76,28 @@ def ray_slots_per_node(ray_world_sizes: list[int], nodes: int, dp_modes: tuple[M
 
 
 def node_bindings(executor: str, world_size: int, node_names: list[str], node_cpus: list[list[int]],
-                  engine_size: int | None = None) -> dict[str, str]:
+                  engine_size: int | None = None, node_numa: list[Layout] | None = None) -> dict[str, str]:
     """VLLM_CPU_OMP_THREADS_BIND per node for this mode (nodes without workers left out): one core list
-    per local worker, ordered [DP, PP, TP] as vLLM slices it (each local DP engine takes the next tp x pp)."""
+    per local worker, ordered [DP, PP, TP] as vLLM slices it (each local DP engine takes the next tp x pp),
+    each inside one NUMA node of the node's layout where the ranks can be (servebench/platform/numa.py)."""
     counts = workers_per_node(executor, world_size, node_cpus, engine_size)
-    return {name: omp_threads_bind(cpus, count)
-            for name, cpus, count in zip(node_names, node_cpus, counts) if count}
+    layouts = node_numa or [[] for _ in node_names]
+    return {name: omp_threads_bind(cpus, count, layout)
+            for name, cpus, count, layout in zip(node_names, node_cpus, counts, layouts) if count}
 
 
-def omp_threads_bind(cpus: list[int], ranks: int) -> str:
+def numa_notes(executor: str, world_size: int, node_names: list[str], node_cpus: list[list[int]],
+               engine_size: int | None, node_numa: list[Layout]) -> list[str]:
+    """What the plan says of each node with more than one NUMA node: each rank's cores and NUMA node, and
+    the NUMA nodes a rank spans where it must."""
+    counts = workers_per_node(executor, world_size, node_cpus, engine_size)
+    return [f"node {name}: {text}" for name, cpus, count, layout in zip(node_names, node_cpus, counts, node_numa)
+            if count and (text := describe(rank_cores(cpus, count, layout), layout))]
+
+
+def omp_threads_bind(cpus: list[int], ranks: int, layout: Layout | None = None) -> str:
     """The VLLM_CPU_OMP_THREADS_BIND value for `ranks` local ranks on these cores: '0|1', '0-1|2-3'."""
-    return "|".join(format_cpu_list(group) for group in split_cpus(cpus, ranks))
+    return "|".join(format_cpu_list(rank.cpus) for rank in rank_cores(cpus, ranks, layout or []))
 
 
 def size_text(mode: ModeSpec) -> str:

@@ -15,7 +15,7 @@ from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import inventory
-from servebench.providers.base import Node
+from servebench.providers.base import Node, node_numa
 from servebench.providers.local.spec import LocalProviderSpec
 from servebench.providers.this_host import ThisHostProcesses
 
@@ -28,7 +28,8 @@ class LocalProvider(ThisHostProcesses):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
         super().__init__(run_id)
         self._nodes = [Node(name=n.name, address=node_address(index),
-                            cpus=[c for c in n.cpus if c not in reserved_cpus], emulate=n.emulate)
+                            cpus=[c for c in n.cpus if c not in reserved_cpus], emulate=n.emulate,
+                            numa=node_numa(n.numa, n.emulate, this_host=True))
                        for index, n in enumerate(spec.nodes)]
 
     @classmethod

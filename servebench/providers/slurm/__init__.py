@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
-from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node
+from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node, node_numa
 from servebench.providers.remote import RemoteNodes
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
@@ -124,8 +124,8 @@ class SlurmProvider(RemoteNodes):
         no address yet)."""
         if self._nodes is not None:
             return list(self._nodes)
-        return [Node(name=n.name, address="", cpus=n.cpus, emulate=n.emulate, interpreter=self.spec.interpreter)
-                for n in self.spec.node_specs()]
+        return [Node(name=n.name, address="", cpus=n.cpus, emulate=n.emulate, interpreter=self.spec.interpreter,
+                     numa=node_numa(n.numa, n.emulate, this_host=False)) for n in self.spec.node_specs()]
 
     def allocate(self) -> list[Node]:
         """salloc --no-shell (waits for the grant, at most allocate_timeout_s), then until the job
@@ -219,6 +219,7 @@ class SlurmProvider(RemoteNodes):
             emulate = self.spec.emulate.get(name) if self.spec.nodelist else declared[position].emulate
             nodes.append(Node(name=name, address=addresses.get(name) or name,
                               cpus=sorted(usable)[:self.spec.cpus_per_node], emulate=emulate,
+                              numa=node_numa(self.spec.numa, emulate, this_host=False),
                               interpreter=self.spec.interpreter,
                               declared_as=None if self.spec.nodelist else declared[position].name))
         return nodes

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from servebench.config.campaign import NodeSpec, ProviderSpecBase, stringify_env
+from servebench.config.campaign import NodeSpec, ProviderSpecBase, parse_numa_layout, stringify_env
 
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
 # Slurm's feature expressions: names joined by & (and), | (or), with [..], (..), *N counts; no leading '-'
@@ -83,6 +83,11 @@ class SlurmProviderSpec(ProviderSpecBase):
         "on an x86 login node links a CPython servebench unpacked there): `placed`, the build's own, copied "
         "by digest beside the venv; `node`, the node's own python3.X of the build's minor version, refused "
         "before serving when the node has none (docs/arm-partition.md)."))
+    numa: list[list[int]] | None = Field(None, description=(
+        "The partition's NUMA layout, every node alike: each NUMA node a CPU list of the node's own CPU ids, "
+        "'|' between them ('0-11|12-23|24-35|36-47' for A64FX). A node's layout is known only once it is "
+        "allocated, so the plan binds by this one (docs/parallel-modes.md). Unset: the published layout of "
+        "the target in `emulate`, else one group."))
     emulate: dict[str, str] = Field(default_factory=dict, description=(
         "Nodes that stand for another architecture (`{node1: graviton3}`, by the names of `nodelist` or "
         "node1, node2, ... in allocation order): every program the campaign starts there runs under "
@@ -91,6 +96,11 @@ class SlurmProviderSpec(ProviderSpecBase):
         "Seconds the allocation outlives silence from the orchestrator: a warden step on the first node "
         "hears a heartbeat every lease_s/5 s and cancels the job (scancel) when the orchestrator's end "
         "closes (it was killed) or nothing came for lease_s (hung, cut off): never a job left holding nodes."))
+
+    @field_validator("numa", mode="before")
+    @classmethod
+    def _parse_numa(cls, value):
+        return parse_numa_layout(value)
 
     @field_validator("client_env", mode="before")
     @classmethod
@@ -137,7 +147,7 @@ class SlurmProviderSpec(ProviderSpecBase):
         """qos and constraint left out while unset: a campaign without them keeps the normalized
         spec, and so the spec hash, it had before they existed."""
         data = handler(self)
-        for name in ("qos", "constraint"):
+        for name in ("qos", "constraint", "numa"):
             if isinstance(data, dict) and data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -160,8 +170,8 @@ class SlurmProviderSpec(ProviderSpecBase):
         return self
 
     def node_specs(self) -> list[NodeSpec]:
-        return [NodeSpec(name=name, cpus=list(range(self.cpus_per_node)), emulate=self.emulate.get(name))
-                for name in self.node_names()]
+        return [NodeSpec(name=name, cpus=list(range(self.cpus_per_node)), emulate=self.emulate.get(name),
+                         numa=self.numa) for name in self.node_names()]
 
     @property
     def total_cpus(self) -> int:

@@ -22,7 +22,7 @@ from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import node_tools
-from servebench.providers.base import Node
+from servebench.providers.base import Node, node_numa
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
 from servebench.providers.ssh.argv import host_key_problem
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
@@ -78,6 +78,7 @@ class SshProvider(RemoteNodes):
 
     def nodes(self) -> list[Node]:
         return [Node(name=host.name, address=host.address, cpus=list(host.cpus), emulate=host.emulate,
+                     numa=node_numa(host.numa, host.emulate, this_host=False),
                      interpreter=self.spec.interpreter) for host in self.spec.hosts]
 
     def allocate(self) -> list[Node]:
