@@ -49,12 +49,14 @@ def land_million(tmp: Path, rows: int) -> tuple[float, float]:
     csv_path = write_requests_csv(requests, tmp / "cell.requests.csv")
     write_s = time.perf_counter() - started
     con = warehouse.connect(tmp / "million.duckdb")
-    landing.insert_run(con, run_id="big", campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text="",
-                       spec_normalized=campaign.normalized(), campaign_file="smoke.yaml", run_dir=tmp)
+    landing.insert_run(con, "big", landing.RunRecord(
+        campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text="", spec_normalized=campaign.normalized(),
+        campaign_file="smoke.yaml", run_dir=tmp))
     started = time.perf_counter()
-    landing.land_cell(con, "big", cell, input_len=64, output_len=32, status="completed", error=None,
-                      started_at=None, ended_at=None, result={"t0": {"monotonic": 0.0}, "summary": summary(rows)},
-                      result_path=None, requests_csv=csv_path)
+    landing.land_cell(con, "big", landing.CellRecord(
+        cell=cell, input_len=64, output_len=32, status="completed",
+        measured=landing.CellMeasurement(result={"t0": {"monotonic": 0.0}, "summary": summary(rows)},
+                                         requests_csv=csv_path)))
     land_s = time.perf_counter() - started
     assert con.execute("select count(*) from requests").fetchone()[0] == rows
     con.close()
@@ -71,17 +73,19 @@ def year_of_runs(tmp: Path, runs: int) -> tuple[float, float, int]:
     csv_path = write_requests_csv(requests, tmp / "smoke.requests.csv")
     for night in range(runs):
         run_id = f"night-{night:03d}"
-        landing.insert_run(con, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text="",
-                           spec_normalized=campaign.normalized(), campaign_file="smoke.yaml", run_dir=tmp)
+        landing.insert_run(con, run_id, landing.RunRecord(
+            campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text="", spec_normalized=campaign.normalized(),
+            campaign_file="smoke.yaml", run_dir=tmp))
         for index, cell in enumerate(cells):
-            landing.land_cell(con, run_id, cell, input_len=64, output_len=32, status="completed", error=None,
-                              started_at=None, ended_at=None, result_path=None, requests_csv=csv_path,
-                              result={"t0": {"monotonic": 1000.0 + index * 20}, "summary": summary(24),
-                                      "requests": requests})
+            landing.land_cell(con, run_id, landing.CellRecord(
+                cell=cell, input_len=64, output_len=32, status="completed", measured=landing.CellMeasurement(
+                    result={"t0": {"monotonic": 1000.0 + index * 20}, "summary": summary(24), "requests": requests},
+                    requests_csv=csv_path)))
         for mode in ("tp1", "tp2"):
-            landing.land_server(con, run_id, mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
-                                started_at=None, ready_seconds=50.0, stopped_at=None, status="ready", error=None,
-                                correctness="passed", kv_capacity_tokens=1_048_576)
+            landing.land_server(con, run_id, landing.ServerRecord(
+                mode=mode, layout=landing.ServerLayout.of(next(m for m in campaign.modes if m.name == mode)), pid=1,
+                port=1, command=["x"], ready_seconds=50.0, status="ready", gate=landing.ServerGate(status="passed"),
+                kv_capacity_tokens=1_048_576))
     # telemetry at the campaign's rates: 5 Hz node samples, 1 Hz scrapes, over each run's 160 s of cells
     con.execute("""insert into node_samples
         select r.run_id, m.mode, 'node0', 1000 + s / 5.0, 0, 50 + 40 * sin(s), '{"0": 50, "1": 50}',

@@ -1,52 +1,49 @@
-"""Land stage: write what was deployed to the warehouse (`servebench.warehouse.landing`), as soon
-as it is. Each call opens and closes its own connection so that `servebench query` can read the
-warehouse while a campaign runs. Cells and a ready server's row land as plain calls instead
-(`servebench.orchestration`): they must also land while a Ctrl-C unwinds."""
+"""Land stage: what was deployed, handed to the run's results (`servebench.warehouse.sink.RunResults`)
+as soon as it is, each a task run Prefect shows. Each landing opens and closes its own connection so
+that `servebench query` can read the warehouse while a campaign runs. Cells and a ready server's row
+land as plain calls of the same sink instead (`servebench.orchestration`): they must also land while
+a Ctrl-C unwinds."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NONE
 
 from servebench.builds.venv import EngineBuild
 from servebench.providers import Node
-from servebench.warehouse import landing, store
+from servebench.warehouse.landing import RunRecord, RunUpdate, ServerRecord
+from servebench.warehouse.sink import RunResults
 
 
 @task(name="land-run", cache_policy=NONE)
-def land_run_start(path: str, **fields) -> None:
-    with store.session(path) as con:
-        landing.insert_run(con, **fields)
+def land_run_start(results: RunResults, run: RunRecord) -> None:
+    results.started(run)
 
 
 @task(name="land-run-update", cache_policy=NONE)
-def land_run_update(path: str, run_id: str, **fields) -> None:
-    with store.session(path) as con:
-        landing.update_run(con, run_id, **fields)
+def land_run_update(results: RunResults, update: RunUpdate) -> None:
+    results.updated(update)
 
 
 @task(name="land-nodes", cache_policy=NONE)
-def land_nodes(path: str, run_id: str, nodes: list[Node], inventories: dict[str, dict],
+def land_nodes(results: RunResults, nodes: list[Node], inventories: dict[str, dict[str, Any]],
                clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
-    with store.session(path) as con:
-        landing.land_nodes(con, run_id, nodes, inventories, clock_offsets, client_node)
+    results.nodes(nodes, inventories, clock_offsets, client_node)
 
 
 @task(name="land-placements", cache_policy=NONE)
-def land_placements(path: str, run_id: str, placements: list[dict]) -> None:
-    with store.session(path) as con:
-        landing.land_placements(con, run_id, placements)
+def land_placements(results: RunResults, placements: list[dict[str, Any]]) -> None:
+    results.placements(placements)
 
 
 @task(name="land-build", cache_policy=NONE)
-def land_build(path: str, run_id: str, build: EngineBuild) -> None:
-    with store.session(path) as con:
-        landing.land_run_build(con, run_id, build)
+def land_build(results: RunResults, build: EngineBuild) -> None:
+    results.build(build)
 
 
 @task(name="land-server", cache_policy=NONE)
-def land_failed_server(path: str, run_id: str, mode: str, error: str, engine: str | None = None,
-                       build_key: str | None = None) -> None:
+def land_server(results: RunResults, server: ServerRecord) -> None:
     """A server that did not start, with why."""
-    with store.session(path) as con:
-        landing.land_failed_server(con, run_id, mode=mode, error=error, engine=engine, build_key=build_key)
+    results.server(server)

@@ -10,7 +10,7 @@ from servebench.builds.venv import EngineBuild
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 from servebench.roofline.nodes import measure_nodes
-from servebench.warehouse import landing, store
+from servebench.warehouse.sink import RunResults
 
 
 @task(name="measure-roofline", cache_policy=NONE)
@@ -20,6 +20,5 @@ def measure_roofline(provider: Provider, nodes: list[Node], inventories: dict[st
 
 
 @task(name="land-roofline", cache_policy=NONE)
-def land_roofline(path: str, run_id: str, figures: dict[str, dict]) -> None:
-    with store.session(path) as con:
-        landing.land_roofline(con, run_id, figures)
+def land_roofline(results: RunResults, figures: dict[str, dict]) -> None:
+    results.roofline(figures)

@@ -183,8 +183,9 @@ def test_runs_lists_every_run_newest_first_with_cells_valid_of_all(tmp_path):
     db = tmp_path / "w.duckdb"
     synthetic_warehouse(db, tmp_path)
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r2", campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={},
-                       campaign_file="synthetic.yaml", run_dir=tmp_path)     # started last, still in progress
+    landing.insert_run(con, "r2", landing.RunRecord(
+        campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={}, campaign_file="synthetic.yaml",
+        run_dir=tmp_path))     # started last, still in progress
     con.close()
     done = servebench("runs", "--warehouse", str(db))
     assert done.returncode == 0, done.stderr

@@ -148,7 +148,7 @@ def test_the_report_draws_error_bars_and_lists_the_spread(db, tmp_path):
 
 def test_the_report_draws_no_error_bar_for_single_repeats():
     cells = [{"cell_id": f"r/tp1.rate{rate}.r0", "cell_key": f"tp1.rate{rate}.r0", "mode": "tp1", "executor": "mp",
-              "load_kind": "open", "rate": rate, "clients": None, "output_throughput": 10.0 * rate,
+              "load_kind": "open", "offered_rate": rate, "clients": None, "output_throughput": 10.0 * rate,
               "request_throughput": rate,
               "ttft_p50_ms": 5.0 * rate, "tpot_p50_ms": 2.0, "ttft_p99_ms": 9.0, "tpot_p99_ms": 3.0, "valid": True,
               "invalid_reasons": []} for rate in (2, 8)]

@@ -107,7 +107,8 @@ def test_the_wheel_carries_what_a_run_reads_and_no_generic_top_level_name(tmp_pa
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"servebench"}, tops
     for needed in ["servebench/flows/campaign.py", "servebench/tasks/land.py",
-                   "servebench/warehouse/migrations/001_init.sql", "servebench/warehouse/views/cell_kv.sql",
+                   "servebench/warehouse/schema.sql", "servebench/warehouse/migrations/001_init.sql",
+                   "servebench/warehouse/views/cell_kv.sql",
                    "servebench/_shipped/engine_side/pyproject.toml",
                    "servebench/_shipped/engine_side/servebench_engine/dist_alias.py",
                    "servebench/_shipped/campaigns/smoke.yaml", "servebench/_shipped/campaigns/data/mooncake-200.jsonl",

@@ -126,10 +126,11 @@ def test_a_rate_named_like_a_duration_stays_a_number(db, capsys, monkeypatch):
 
 
 def test_a_header_carries_the_unit_its_columns_comments_give_it(db, capsys):
-    sql = "select 439.12::double as output_throughput, 8.0::double as rate, 11.6::double as ttft_p99_ms, 1.0 as value"
+    sql = ("select 439.12::double as output_throughput, 8.0::double as offered_rate, 11.6::double as ttft_p99_ms, "
+           "1.0 as value")
     assert cli.main(["query", sql, "--format", "markdown", "--warehouse", db]) == 0
     assert capsys.readouterr().out.splitlines()[:3] == [
-        "| output_throughput [tok/s] | rate [req/s] | ttft_p99_ms | value |",   # _ms says it; value: many units
+        "| output_throughput [tok/s] | offered_rate [req/s] | ttft_p99_ms | value |",   # _ms says it; value: many units
         "| ---: | ---: | ---: | ---: |",
         "| 439.12 | 8 | 11.6 | 1 |",
     ]
@@ -200,9 +201,9 @@ def test_the_run_summary_and_the_report_say_when_a_schedule_missed_its_rate(land
     from servebench.warehouse import reads
 
     con = warehouse.connect(landed)
-    add_cell(con, "r1", "tp1.c1.r0", status="completed", valid=True, output_throughput=10.0, rate=8.0,
+    add_cell(con, "r1", "tp1.c1.r0", status="completed", valid=True, output_throughput=10.0,
              offered_rate=8.0, realized_rate=11.0)
-    add_cell(con, "r1", "tp1.c3.r0", status="completed", valid=True, output_throughput=10.0, rate=2.0,
+    add_cell(con, "r1", "tp1.c3.r0", status="completed", valid=True, output_throughput=10.0,
              offered_rate=2.0, realized_rate=2.1)
     cells = reads.report_cells(con, "r1")
     con.close()

@@ -74,12 +74,16 @@ def land_servers(ctx: RunContext, run: EngineRun, text: str, modes: list[str]):
     """The run and each server's row with its placement, as `land_mode_server` lands them."""
     campaign = ctx.campaign
     con = warehouse.connect(ctx.warehouse)
-    landing.insert_run(con, run_id="r1", campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text=text,
-                       spec_normalized=campaign.normalized(), campaign_file="c.yaml", run_dir=ctx.run_dir)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text=text, spec_normalized=campaign.normalized(),
+        campaign_file="c.yaml", run_dir=ctx.run_dir))
+    served = {mode.name: mode for mode in [*campaign.modes, run.engine.reference_mode("reference-tp1")]}
     for mode in modes:
-        landing.land_server(con, "r1", mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
-                            started_at=None, ready_seconds=1.0, stopped_at=None, status="ready", error=None,
-                            ranks=rank_placement(ctx, run, mode))
+        spec = served.get(mode)  # None: a server of no mode
+        landing.land_server(con, "r1", landing.ServerRecord(
+            mode=mode, layout=landing.ServerLayout() if spec is None else landing.ServerLayout.of(spec), pid=1, port=1,
+            command=["x"], ready_seconds=1.0, status="ready",
+            ranks=None if spec is None else rank_placement(run, spec)))
     return con
 
 
@@ -128,10 +132,10 @@ def test_expert_parallel_ranks_count_over_dp_x_tp():
     from servebench.engines.base import RankShare
 
     shares = [RankShare(node=f"n{rank // 2}", label=f"rank{rank}", layers=1, tp=2) for rank in range(4)]
-    rows = landing.rank_rows([shares], {"tp": 2, "pp": 1, "dp": 2, "ep": True})
+    rows = landing.rank_rows([shares], landing.ServerLayout(tp=2, pp=1, dp=2, ep=True))
     assert [(r["dp_rank"], r["tp_rank"], r["ep_rank"]) for r in rows] == [(0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)]
     # a layout that is not dp x pp x tp (a server of no known mode): ranks, but no coordinates
-    unknown = landing.rank_rows([shares], {"tp": None, "pp": None, "dp": None, "ep": None})
+    unknown = landing.rank_rows([shares], landing.ServerLayout())
     assert [(r["rank"], r["dp_rank"], r["tp_rank"]) for r in unknown] == [(i, None, None) for i in range(4)]
 
 
@@ -139,11 +143,13 @@ def test_landing_a_restarted_server_replaces_its_placement_and_a_failed_one_keep
     ctx, run = run_context(VLLM_CAMPAIGN, "vllm", tmp_path)
     con = land_servers(ctx, run, VLLM_CAMPAIGN, ["dp2"])
     try:
-        landing.land_server(con, "r1", mode="dp2", pid=2, port=1, command=["x"], env={}, log_path=None,
-                            started_at=None, ready_seconds=1.0, stopped_at=None, status="ready", error=None,
-                            ranks=rank_placement(ctx, run, "dp2"))
+        dp2 = next(mode for mode in ctx.campaign.modes if mode.name == "dp2")
+        landing.land_server(con, "r1", landing.ServerRecord(mode="dp2", layout=landing.ServerLayout.of(dp2), pid=2,
+                                                            port=1, command=["x"], ready_seconds=1.0, status="ready",
+                                                            ranks=rank_placement(run, dp2)))
         assert len(server_ranks(con, "dp2")) == 2
-        landing.land_failed_server(con, "r1", mode="dp2", error="restart failed")
+        landing.land_server(con, "r1", landing.ServerRecord.failed("dp2", landing.ServerLayout.of(dp2),
+                                                                   "restart failed"))
         assert [row[2] for row in server_ranks(con, "dp2")] == ["dp0.rank0", "dp1.rank0"]
     finally:
         con.close()
@@ -157,10 +163,9 @@ def land_node_samples(con, campaign, tmp_path: Path, mode: str, nodes: list[str]
                      last_token_s=2.0, input_tokens=8, output_tokens=4, chunks=4, chunk_times=[0.2, 2.0],
                      chunk_tokens=[2, 2], token_source="usage", http_status=200, error_kind=None, error=None)
                 for i in range(4)]
-    landing.land_cell(con, "r1", cell, result={"t0": {"monotonic": t0}, "summary": {"completed": 4, "failed": 0},
-                                               "requests": requests},
-                      input_len=8, output_len=4, status="completed", error=None, started_at=None, ended_at=None,
-                      result_path=None)
+    landing.land_cell(con, "r1", landing.CellRecord(
+        cell=cell, input_len=8, output_len=4, status="completed", measured=landing.CellMeasurement(
+            result={"t0": {"monotonic": t0}, "summary": {"completed": 4, "failed": 0}, "requests": requests})))
     path = tmp_path / f"{mode}.nodes.jsonl"
     with open(path, "w") as out:
         for k in range(int(t0 * 2) - 2, int(t0 * 2) + 8):

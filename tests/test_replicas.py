@@ -138,15 +138,19 @@ def test_servers_and_cells_rows_name_replicas_and_the_balancer(tmp_path):
                                                        "nodes: [n1, n2]}"), host_cpus={0, 1})
     con = warehouse.connect(tmp_path / "w.duckdb")
     try:
-        landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text="",
-                           spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+        landing.insert_run(con, "r1", landing.RunRecord(
+            campaign="t", spec_hash=campaign.spec_hash(), spec_text="", spec_normalized=campaign.normalized(),
+            campaign_file="t.yaml", run_dir=tmp_path))
         server = dict(pid=1, port=8000, command=["serve"], env={}, log_path=None, started_at=None,
                       ready_seconds=None, stopped_at=None, status="ready", error=None)
+        layouts = {mode.name: landing.ServerLayout.of(mode) for mode in campaign.modes}
+        layouts["reference-tp1"] = landing.ServerLayout(tp=1, pp=1, dp=1, ep=False, replicas=1)  # one worker
         for mode in ("tp1", "r2", "r2rr", "reference-tp1", "unknown"):
-            landing.land_server(con, "r1", mode=mode, **server)
+            layout = layouts.get(mode, landing.ServerLayout())  # none: a server of no mode
+            landing.land_server(con, "r1", landing.ServerRecord(mode=mode, layout=layout, **server))
         for cell in expand(campaign):
-            landing.land_cell(con, "r1", cell, input_len=8, output_len=4, status="failed", error="x",
-                              started_at=None, ended_at=None, result=None, result_path=None)
+            landing.land_cell(con, "r1", landing.CellRecord(cell=cell, input_len=8, output_len=4, status="failed",
+                                                            error="x"))
         servers = con.execute("select mode, replicas, balancer from servers order by mode").fetchall()
         cells = con.execute("select mode, replicas from cells order by mode").fetchall()
         comments = con.execute("select table_name || '.' || column_name, comment from duckdb_columns() "

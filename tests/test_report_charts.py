@@ -107,14 +107,16 @@ def kv_row(mode: str, clients: int | None, **values) -> dict:
 
 def open_cell(mode: str, rate: float, achieved: float, ttft: float, **values) -> dict:
     return {"cell_id": f"r/{mode}.rate{rate:g}.r0", "cell_key": f"{mode}.rate{rate:g}.r0", "mode": mode,
-            "executor": "mp", "load_kind": "open", "rate": rate, "clients": None, "request_throughput": achieved,
+            "executor": "mp", "load_kind": "open", "offered_rate": rate, "clients": None,
+            "request_throughput": achieved,
             "output_throughput": 16 * achieved, "ttft_p50_ms": ttft, "ttft_p99_ms": 2 * ttft, "tpot_p50_ms": 3.0,
             "tpot_p99_ms": 4.0, "valid": True, "invalid_reasons": [], **values}
 
 
 def closed_cell(mode: str, clients: int, tput: float) -> dict:
     return {"cell_id": f"r/{mode}.c{clients}.r0", "cell_key": f"{mode}.c{clients}.r0", "mode": mode,
-            "executor": "mp", "load_kind": "closed", "rate": None, "clients": clients, "output_throughput": tput,
+            "executor": "mp", "load_kind": "closed", "offered_rate": None, "clients": clients,
+            "output_throughput": tput,
             "request_throughput": tput / 16, "ttft_p50_ms": 10.0, "ttft_p99_ms": 20.0, "tpot_p50_ms": 3.0,
             "tpot_p99_ms": 4.0, "valid": True, "invalid_reasons": []}
 
@@ -144,7 +146,7 @@ def test_fractions_are_drawn_as_percentages_and_usage_on_a_full_scale():
     y = spec["encoding"]["y"]
     assert y["axis"]["format"] == "%" and y["scale"]["domain"] == [0, 1.0]   # not a 0-0.001 axis that looks full
     assert "(0-1)" not in json.dumps(spec) and "highest 0.10% (tp1, 2 clients)" in json.dumps(spec["title"])
-    roof = [{"cell_key": "tp1.c1.r0", "mode": "tp1", "load_kind": "closed", "clients": 1, "rate": None,
+    roof = [{"cell_key": "tp1.c1.r0", "mode": "tp1", "load_kind": "closed", "clients": 1, "offered_rate": None,
              "judged": True, "emulated": False, "decode_fraction": 0.25, "prefill_fraction": 0.5, "note": None}]
     roofline = roofline_chart(roof).to_dict()
     assert roofline["spec"]["encoding"]["y"]["axis"]["format"] == "%" and "(0-1)" not in json.dumps(roofline)
@@ -171,7 +173,7 @@ def test_a_chart_with_nothing_to_show_says_so_in_one_line():
     spec = versus_clients(alone, "kv_usage_peak", "KV", "peak KV-cache usage", "u", [], full_scale=True).to_dict()
     assert marks(spec) == ["text"] and data_rows(spec)[0]["line"].endswith("no line to draw; highest 0.1% (tp1.a))")
     links = [{"cell_id": f"r/single.{link}.c1.r0", "mode": "single", "executor": "mp", "load_kind": "closed",
-              "clients": 1, "rate": None, "output_throughput": 90.0, "tpot_p50_ms": 0.0, "link": link,
+              "clients": 1, "offered_rate": None, "output_throughput": 90.0, "tpot_p50_ms": 0.0, "link": link,
               "link_delay_ms": delay, "link_rate_mbit": None} for link, delay in (("plain", 0), ("d5ms", 5))]
     panels = network_response(links).to_dict()["vconcat"]
     assert "line" in marks(panels[0]) and marks(panels[1]) == ["text"]     # TPOT 0 everywhere: was a flat line
@@ -333,8 +335,9 @@ def report_db(tmp_path_factory) -> tuple[Path, str]:
     db = tmp / "w.duckdb"
     campaign = parse_campaign(CAMPAIGN)
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r1", campaign="charts", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="charts.yaml", run_dir=tmp)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="charts", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="charts.yaml", run_dir=tmp))
     landing.land_node(con, "r1", "node0", "127.0.0.1", NODE)
     landing.land_node(con, "r1", "loader", "127.0.0.1", {**NODE, "cpu_model": "Loader CPU"})
     t0 = 1000.0
@@ -348,10 +351,10 @@ def report_db(tmp_path_factory) -> tuple[Path, str]:
         summary = {"completed": 8, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed,
                    "request_throughput": 6 * speed, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
                    "tpot_ms": {"p50": 18 / speed, "p99": 25 / speed}, "valid": True, "invalid_reasons": []}
-        landing.land_cell(con, "r1", cell, input_len=32, output_len=16, status="completed", error=None,
-                          started_at=None, ended_at=None, correctness="passed",
-                          result={"t0": {"monotonic": t0}, "summary": summary, "requests": requests},
-                          result_path=None)
+        landing.land_cell(con, "r1", landing.CellRecord(
+            cell=cell, input_len=32, output_len=16, status="completed", correctness="passed",
+            measured=landing.CellMeasurement(result={"t0": {"monotonic": t0}, "summary": summary,
+                                                     "requests": requests})))
         t0 += 5.0
     node_file, server_file = tmp / "n.jsonl", tmp / "s.jsonl"
     with open(node_file, "w") as nf, open(server_file, "w") as sf:
@@ -365,9 +368,10 @@ def report_db(tmp_path_factory) -> tuple[Path, str]:
                                  "waiting": 0.0, "preemptions_total": k // 20, "prompt_tokens_total": k * 10.0,
                                  "generation_tokens_total": k * 5.0}) + "\n")
     for mode in ("tp1", "tp2"):
-        landing.land_server(con, "r1", mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
-                            started_at=None, ready_seconds=5.0, stopped_at=None, status="ready", error=None,
-                            correctness="passed", kv_capacity_tokens=480)
+        landing.land_server(con, "r1", landing.ServerRecord(
+            mode=mode, layout=landing.ServerLayout.of(next(m for m in campaign.modes if m.name == mode)), pid=1, port=1,
+            command=["x"], ready_seconds=5.0, status="ready", gate=landing.ServerGate(status="passed"),
+            kv_capacity_tokens=480))
         landing.land_samples(con, "r1", mode, [node_file], [server_file])
     con.close()
     return db, "r1"
@@ -381,7 +385,7 @@ def balance_row(mode: str, clients: int, instance: str, requests: float | None, 
                 **values) -> dict:
     key = f"{mode}.c{clients}.r0"
     return {"cell_id": f"r/{key}", "cell_key": key, "mode": mode, "load_kind": "closed", "clients": clients,
-            "rate": None, "instance": instance, "requests": requests, "generation_tokens": 16 * (requests or 0),
+            "offered_rate": None, "instance": instance, "requests": requests, "generation_tokens": 16 * (requests or 0),
             "waiting_mean": waiting_max / 2, "waiting_max": waiting_max, "running_mean": 1.0, "instances": 2,
             **values}
 

@@ -5,7 +5,8 @@ from servebench.analysis.report import modes_side_by_side, network_response
 
 def cell(mode: str, link: str | None, delay: float | None, rate: float | None, tput: float) -> dict:
     return {"cell_id": f"r/{mode}.{link}.c1.r0", "mode": mode, "executor": "ray", "load_kind": "closed",
-            "clients": 1, "rate": None, "output_throughput": tput, "tpot_p50_ms": 1000 / tput, "tpot_p99_ms": None,
+            "clients": 1, "offered_rate": None, "output_throughput": tput, "tpot_p50_ms": 1000 / tput,
+            "tpot_p99_ms": None,
             "ttft_p50_ms": None, "ttft_p99_ms": None, "link": link, "link_delay_ms": delay, "link_rate_mbit": rate}
 
 

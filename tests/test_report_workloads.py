@@ -85,19 +85,21 @@ def synthetic_requests(cell: Cell) -> list[dict]:
 def land_campaign(con, tmp: Path, run_id: str, text: str) -> dict[str, list[dict]]:
     """Every cell of the campaign landed as measured; returns each cell's request records."""
     campaign = parse_campaign(text, host_cpus={0, 1})
-    landing.insert_run(con, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text=text,
-                       spec_normalized=campaign.normalized(), campaign_file="c.yaml", run_dir=tmp)
+    landing.insert_run(con, run_id, landing.RunRecord(
+        campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text=text, spec_normalized=campaign.normalized(),
+        campaign_file="c.yaml", run_dir=tmp))
     landed = {}
     for n, cell in enumerate(expand(campaign)):
         requests = synthetic_requests(cell) if cell.workload else fixed_requests()
         summary = {"completed": 11, "failed": 1, "output_throughput": 50.0, "request_throughput": 5.0,
                    "ttft_ms": {"p50": 5.0 + 10 * (n % 2), "p99": 9.0 + 10 * (n % 2)}, "tpot_ms": {"p50": 10.0},
                    "valid": True, "invalid_reasons": [], "prefix_cache_hit_rate": HIT_RATES.get(cell.key)}
-        landing.land_cell(con, run_id, cell, input_len=32, output_len=16, status="completed", error=None,
-                          started_at=None, ended_at=None, correctness="passed", result_path=None,
-                          result={"t0": {"monotonic": 1000.0 + 5 * n}, "summary": summary, "requests": requests})
+        landing.land_cell(con, run_id, landing.CellRecord(
+            cell=cell, input_len=32, output_len=16, status="completed", correctness="passed",
+            measured=landing.CellMeasurement(result={"t0": {"monotonic": 1000.0 + 5 * n}, "summary": summary,
+                                                     "requests": requests})))
         landed[cell.key] = requests
-    landing.update_run(con, run_id, status="completed", ended_at=landing.now())
+    landing.update_run(con, run_id, landing.RunUpdate(status="completed", ended_at=landing.now()))
     return landed
 
 

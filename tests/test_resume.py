@@ -169,7 +169,7 @@ def test_a_capacity_search_cut_by_a_sigkill_is_finished_by_resume_reusing_its_pr
     capacity, upper, probes, converged, probe_cells = con.execute(
         "select capacity, upper, probes, converged, probe_cells from capacity where mode = 'single'").fetchone()
     cells = {key: (rate, probe, met, n) for key, rate, probe, met, n in con.execute(
-        "select cell_key, rate, search_probe, slo_met, completed + failed from cells").fetchall()}
+        "select cell_key, offered_rate, search_probe, slo_met, completed + failed from cells").fetchall()}
     status = con.execute("select status from runs").fetchone()[0]
     con.close()
     assert status == "completed", (status, out)

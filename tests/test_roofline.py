@@ -174,11 +174,11 @@ def node_row(con, run_id, node="n0", role="server"):
 
 
 def server_row(con, run_id, mode, **figures):
-    landing.land_server(con, run_id, mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
-                        started_at=None, ready_seconds=1.0, stopped_at=None, status="ready", error=None,
-                        rank_figures={"served_dtype": "bfloat16", "rank_weight_bytes": 1_000_000,
-                                      "rank_kv_bytes_per_token": 1000, "rank_parameters": 500_000,
-                                      "ranks_per_node": 1, **figures})
+    landing.land_server(con, run_id, landing.ServerRecord(
+        mode=mode, layout=landing.ServerLayout(), pid=1, port=1, command=["x"], ready_seconds=1.0, status="ready",
+        rank_figures=landing.RankFigures(**{"served_dtype": "bfloat16", "rank_weight_bytes": 1_000_000,
+                                            "rank_kv_bytes_per_token": 1000, "rank_parameters": 500_000,
+                                            "ranks_per_node": 1, **figures})))
 
 
 def cell_row(con, run_id, key, mode, *, load_kind="closed", clients=2, rate=None, tpot=10.0, ttft=64.0,
@@ -186,7 +186,7 @@ def cell_row(con, run_id, key, mode, *, load_kind="closed", clients=2, rate=None
     cid = f"{run_id}/{key}"
     landing.insert_row(con, "cells", dict(
         run_id=run_id, cell_id=cid, cell_key=key, mode=mode, tp=1, pp=1, executor="mp", load_kind=load_kind,
-        clients=clients, rate=rate, repeat=0, input_len=64, output_len=32, seed=0, status="completed",
+        clients=clients, offered_rate=rate, repeat=0, input_len=64, output_len=32, seed=0, status="completed",
         tpot_p50_ms=tpot, ttft_p50_ms=ttft, duration_s=duration))
     for index, (prompt, output, e2e) in enumerate(requests):
         landing.insert_row(con, "requests", dict(
@@ -277,8 +277,8 @@ def test_a_rate_above_its_roof_is_clipped_to_one_and_flagged_never_reported_abov
 
 def test_a_shape_not_known_leaves_the_fractions_null(con):
     measured(con, "r")
-    landing.land_server(con, "r", mode="tp1", pid=1, port=1, command=["x"], env={}, log_path=None, started_at=None,
-                        ready_seconds=1.0, stopped_at=None, status="ready", error=None)
+    landing.land_server(con, "r", landing.ServerRecord(mode="tp1", layout=landing.ServerLayout(), pid=1, port=1,
+                                                       command=["x"], ready_seconds=1.0, status="ready"))
     cell_row(con, "r", "tp1.c2.r0", "tp1")
     row = roof(con, "tp1.c2.r0")
     assert row["decode_fraction"] is None and row["note"].startswith("bytes per rank unknown")

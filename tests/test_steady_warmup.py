@@ -121,11 +121,12 @@ def test_a_cell_lands_its_warm_up_and_an_unsteady_one_is_said_in_the_run_table(t
     summary = {"completed": 2, "failed": 0, "output_throughput": 10.0, "valid": True, "invalid_reasons": [],
                "warm_until_steady": warmed}
     con = warehouse.connect(tmp_path / "w.duckdb")
-    landing.insert_run(con, run_id="r", campaign="t", spec_hash=campaign.spec_hash(), spec_text=text,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
-    landing.land_cell(con, "r", cell, input_len=8, output_len=4, status="completed", error=None, started_at=None,
-                      ended_at=None, result={"t0": {"monotonic": 0.0}, "summary": summary, "requests": []},
-                      result_path=None)
+    landing.insert_run(con, "r", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=text, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
+    landing.land_cell(con, "r", landing.CellRecord(
+        cell=cell, input_len=8, output_len=4, status="completed",
+        measured=landing.CellMeasurement(result={"t0": {"monotonic": 0.0}, "summary": summary, "requests": []})))
     row = con.execute("select warmup_steady, warmup_s, warmup_phase_requests from cells").fetchone()
     table = summarize(con, "r")
     con.close()

@@ -94,7 +94,7 @@ def replicas():
 def test_replicas_are_scraped_one_by_one_into_the_servers_aggregate(replicas, tmp_path):
     """The argv servebench starts the scraper with, for a server with instance URLs, run for real."""
     from servebench.engines import get_engine
-    from servebench.serving.sampling import scraper_argv
+    from servebench.serving.telemetry import scraper_argv
 
     urls, servers = replicas
     deployment = SimpleNamespace(engine=get_engine("vllm"), campaign=SimpleNamespace(

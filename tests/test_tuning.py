@@ -271,17 +271,17 @@ def test_capacity_is_a_nightly_series_whose_drop_the_detector_confirms(tmp_path)
     con = warehouse.connect(tmp_path / "w.duckdb")
     for night in range(14):
         run_id = f"n{night:02d}"
-        landing.insert_run(con, run_id=run_id, campaign="tune", spec_hash=campaign.spec_hash(), spec_text=text,
-                           spec_normalized=campaign.normalized(), campaign_file="tune.yaml", run_dir=tmp_path)
+        landing.insert_run(con, run_id, landing.RunRecord(
+            campaign="tune", spec_hash=campaign.spec_hash(), spec_text=text, spec_normalized=campaign.normalized(),
+            campaign_file="tune.yaml", run_dir=tmp_path))
         con.execute("update runs set started_at = started_at + ?::INTERVAL where run_id = ?", [f"{night} days", run_id])
         landing.land_node(con, run_id, "a", "127.0.0.1", NODE)
         capacity = (10.0 if night < 10 else 7.0) * rng.uniform(0.97, 1.03)
         probe = search_cell(campaign, mode, capacity)
         summary = {"completed": 20, "failed": 0, "output_throughput": 50.0, "tpot_ms": {"p50": 12.0}, "valid": True}
         for cell, search in ((expand(campaign)[0], False), (probe, True)):
-            landing.land_cell(con, run_id, cell, input_len=4, output_len=4, status="completed", error=None,
-                              started_at=None, ended_at=None, result={"summary": summary}, result_path=None,
-                              search_probe=search)
+            landing.land_cell(con, run_id, landing.CellRecord(cell=cell, input_len=4, output_len=4, status="completed",
+                              search_probe=search, measured=landing.CellMeasurement(result={"summary": summary})))
         con.execute("insert into capacity (run_id, mode, search_over, slo, capacity, upper, probes, converged, knobs) "
                     "values (?, ?, 'rate', '{\"ttft_p99_ms\": 400.0}', ?, ?, 6, true, NULL)",
                     [run_id, mode.name, capacity, capacity * 1.1])

@@ -292,16 +292,18 @@ def test_servers_and_cells_rows_name_dp_and_ep(tmp_path):
         load: {clients: [1], requests: 4}
         """), host_cpus={0, 1})
     con = warehouse.connect(tmp_path / "w.duckdb")
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text="",
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text="", spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
     server = dict(pid=1, port=8000, command=["serve"], env={}, log_path=None, started_at=None, ready_seconds=None,
                   stopped_at=None, status="ready", error=None)
-    landing.land_server(con, "r1", mode="dp2", **server)
-    landing.land_server(con, "r1", mode="reference-tp1", **server)
-    landing.land_server(con, "r1", mode="dp2-mns8", **server)  # a configuration of the knob axes
+    dp2, one_worker = landing.ServerLayout.of(campaign.modes[0]), landing.ServerLayout(tp=1, pp=1, dp=1, ep=False)
+    landing.land_server(con, "r1", landing.ServerRecord(mode="dp2", layout=dp2, **server))
+    landing.land_server(con, "r1", landing.ServerRecord(mode="reference-tp1", layout=one_worker, **server))
+    # a configuration of the knob axes: its mode's layout
+    landing.land_server(con, "r1", landing.ServerRecord(mode="dp2-mns8", layout=dp2, **server))
     cell = expand(campaign)[0]
-    landing.land_cell(con, "r1", cell, input_len=8, output_len=4, status="failed", error="x", started_at=None,
-                      ended_at=None, result=None, result_path=None)
+    landing.land_cell(con, "r1", landing.CellRecord(cell=cell, input_len=8, output_len=4, status="failed", error="x"))
     rows = con.execute("select mode, tp, pp, dp, ep from servers order by mode").fetchall()
     assert rows == [("dp2", 1, 1, 2, False), ("dp2-mns8", 1, 1, 2, False), ("reference-tp1", 1, 1, 1, False)], rows
     assert con.execute("select dp, ep from cells").fetchall() == [(2, False)]

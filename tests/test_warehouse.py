@@ -66,12 +66,14 @@ def test_landing_a_cell_twice_replaces_its_rows(db, tmp_path):
     campaign = parse_campaign(CAMPAIGN)
     cell = expand(campaign)[0]
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
-    kwargs = dict(input_len=8, output_len=4, status="completed", error=None, started_at=None, ended_at=None,
-                  result_path=None)
-    landing.land_cell(con, "r1", cell, result=result_with(3), **kwargs)
-    cid = landing.land_cell(con, "r1", cell, result=result_with(2), **kwargs)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
+    kwargs = dict(cell=cell, input_len=8, output_len=4, status="completed", error=None, started_at=None,
+                  ended_at=None)
+    landing.land_cell(con, "r1", landing.CellRecord(**kwargs, measured=landing.CellMeasurement(result=result_with(3))))
+    cid = landing.land_cell(con, "r1", landing.CellRecord(**kwargs,
+                                                          measured=landing.CellMeasurement(result=result_with(2))))
     assert cid == "r1/tp1.c1.r0"
     assert con.execute("select count(*) from requests where cell_id = ?", [cid]).fetchone()[0] == 2
     assert con.execute("select count(*) from cells").fetchone()[0] == 1
@@ -148,6 +150,56 @@ def test_a_database_of_older_code_migrates_to_the_same_views(db, tmp_path, monke
     assert view_columns(con) == expected
     assert {"cell_kv", "cell_metrics", "series_nights", "cell_dispersion"} <= set(expected)
     con.close()
+
+
+def test_an_older_warehouse_keeps_one_rate_per_meaning(db, tmp_path, monkeypatch):
+    """Migration 032 drops cells.rate and cells.achieved_rate: a cell landed without a measurement keeps its
+    offered rate (it had it in `rate` alone), one with both keeps offered_rate, and a view of older code that
+    read the dropped column is made again from warehouse/views/."""
+    older = tmp_path / "older"
+    older.mkdir()
+    for version, path in warehouse.migrations():
+        if version < 32:  # the warehouse as it was before 032_one_rate_per_meaning.sql
+            (older / path.name).write_text(path.read_text())
+    monkeypatch.setattr(warehouse, "MIGRATIONS_DIR", older)
+    con = warehouse.connect(db)
+    for key, rate, offered, achieved in (("tp1.rate8.r0", 8.0, None, None), ("tp1.rate2.r0", 2.0, 2.0, 1.9),
+                                         ("tp1.c4.r0", None, None, 3.5)):
+        con.execute("insert into cells (run_id, cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, "
+                    "clients, repeat, input_len, output_len, seed, status, offered_rate, achieved_rate) "
+                    "values ('r', ?, ?, 'tp1', 1, 1, 'mp', ?, ?, ?, 0, 8, 4, 0, 'completed', ?, ?)",
+                    [f"r/{key}", key, "closed" if rate is None else "open", rate, None if rate else 4, offered,
+                     achieved])
+    con.execute("create or replace view cell_normalized as select run_id, cell_id, rate, achieved_rate from cells")
+    con.close()
+    monkeypatch.undo()
+    con = warehouse.connect(db)
+    try:
+        rates = con.execute("select cell_key, offered_rate from cells order by cell_key").fetchall()
+        columns = {name for (name,) in con.execute("select column_name from duckdb_columns() "
+                                                   "where table_name = 'cells'").fetchall()}
+        normalized = con.execute("select cell_key, offered_rate from cell_normalized order by cell_key").fetchall()
+        indexes = con.execute("select count(*) from duckdb_indexes()").fetchone()
+    finally:
+        con.close()
+    assert rates == normalized == [("tp1.c4.r0", None), ("tp1.rate2.r0", 2.0), ("tp1.rate8.r0", 8.0)]
+    assert {"offered_rate", "realized_rate", "request_throughput"} <= columns
+    assert not {"rate", "achieved_rate"} & columns
+    assert indexes == (0,)   # DuckDB drops no column of a table that has an index: the warehouse has none
+
+
+def test_an_open_loop_series_keeps_its_id_read_from_offered_rate():
+    """A series id hashes its identity's values in IDENTITY_FIELDS' order: read from offered_rate, an open-loop
+    point's id is the one its nights had when the same value was read from the dropped `rate`."""
+    import hashlib
+    import json
+
+    from servebench.analysis.regression.series import series_id
+
+    identity = dict(campaign="c", mode="tp1", tp=1, pp=1, executor="mp", load_kind="open", offered_rate=8.0,
+                    clients=None, input_len=32, output_len=16)
+    as_before = ["c", "tp1", 1, 1, "mp", "open", 8.0, None, 32, 16, "fp"]
+    assert series_id(identity, "fp") == hashlib.sha256(json.dumps(as_before).encode()).hexdigest()[:16]
 
 
 def test_a_view_file_names_its_view(tmp_path, monkeypatch):
@@ -245,10 +297,11 @@ def test_a_cells_percentiles_come_back_from_its_measured_requests(db, tmp_path):
     campaign = parse_campaign(CAMPAIGN)
     cell = expand(campaign)[0]
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
-    landing.land_cell(con, "r1", cell, result=recorded_cell(seed=7, warmup=3, count=40), input_len=8, output_len=4,
-                      status="completed", error=None, started_at=None, ended_at=None, result_path=None)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
+    landing.land_cell(con, "r1", landing.CellRecord(cell=cell, input_len=8, output_len=4, status="completed",
+                      measured=landing.CellMeasurement(result=recorded_cell(seed=7, warmup=3, count=40))))
     figures = con.execute("""
         select c.ttft_p99_ms, quantile_cont(m.ttft_ms, 0.99), c.ttft_p50_ms, quantile_cont(m.ttft_ms, 0.5),
                c.tpot_p99_ms, quantile_cont(m.tpot_ms, 0.99), c.e2el_p99_ms, quantile_cont(m.e2el_ms, 0.99),
@@ -271,14 +324,15 @@ def test_a_cell_lands_its_offered_and_realized_schedule_rate(db, tmp_path):
     result = result_with(3)
     result["summary"].update(offered_rate=8.0, scheduled_rate=11.0, achieved_rate=10.9)
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
-    landing.land_cell(con, "r1", cell, result=result, input_len=8, output_len=4, status="completed", error=None,
-                      started_at=None, ended_at=None, result_path=None)
-    rates = con.execute("select offered_rate, realized_rate, achieved_rate from cells").fetchone()
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
+    landing.land_cell(con, "r1", landing.CellRecord(cell=cell, input_len=8, output_len=4, status="completed",
+                      measured=landing.CellMeasurement(result=result)))
+    rates = con.execute("select offered_rate, realized_rate, request_throughput from cells").fetchone()
     notes = reads.schedule_notes(con, "r1")
     con.close()
-    assert rates == (8.0, 11.0, 10.9)
+    assert rates == (8.0, 11.0, None)
     assert notes == {"tp1.c1.r0": "schedule realized 11 req/s, +38% from the 8 req/s offered"}
     assert reads.schedule_note(8.0, 8.7) is None and reads.schedule_note(None, 3.0) is None
     assert reads.schedule_note(2.0, 1.7) == "schedule realized 1.7 req/s, -15% from the 2 req/s offered"
@@ -329,13 +383,14 @@ def test_latest_runs_and_cells_skip_a_run_in_progress(tmp_path):
     db = tmp_path / "w.duckdb"
     synthetic_warehouse(db, tmp_path)
     con = warehouse.connect(db)
-    landing.insert_run(con, run_id="r2", campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={},
-                       campaign_file="synthetic.yaml", run_dir=tmp_path)     # started last, still landing
+    landing.insert_run(con, "r2", landing.RunRecord(
+        campaign="synthetic", spec_hash="h", spec_text="", spec_normalized={}, campaign_file="synthetic.yaml",
+        run_dir=tmp_path))     # started last, still landing
     assert con.execute("select run_id, status, cells, cells_valid from latest_runs").fetchall() == [
         ("r1", "completed", 50, 50)]
     assert con.execute("select distinct run_id from latest_cells").fetchall() == [("r1",)]
     assert reads.latest_run_id(con) == reads.latest_run_id(con, "synthetic") == "r1"
-    landing.update_run(con, "r2", status="partial", ended_at=landing.now())
+    landing.update_run(con, "r2", landing.RunUpdate(status="partial", ended_at=landing.now()))
     assert reads.latest_run_id(con, "synthetic") == "r2"
     assert con.execute("select count(*) from latest_cells").fetchone() == (0,)
     con.close()

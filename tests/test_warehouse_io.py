@@ -27,16 +27,17 @@ def landed_run(tmp_path):
     campaign = parse_campaign(CAMPAIGN)
     cells = expand(campaign)
     con = warehouse.connect(tmp_path / "w.duckdb")
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
     for cell, tpot, status in zip(cells, (10.0, 12.0), ("completed", "failed")):
         summary = {"completed": 2, "failed": 0, "tpot_ms": {"p50": tpot}, "valid": True}
-        landing.land_cell(con, "r1", cell, input_len=8, output_len=4, status=status, error=None, started_at=None,
-                          ended_at=None, result={"t0": {"monotonic": 1.0}, "summary": summary}, result_path=None,
-                          slo_met=True)
-    landing.land_server(con, "r1", mode="tp1", pid=1, port=8000, command=["serve"], env={}, log_path=None,
-                        started_at=None, ready_seconds=1.0, stopped_at=landing.now(), status="ready", error=None,
-                        build_key="echo-abc")
+        landing.land_cell(con, "r1", landing.CellRecord(
+            cell=cell, input_len=8, output_len=4, status=status, slo_met=True,
+            measured=landing.CellMeasurement(result={"t0": {"monotonic": 1.0}, "summary": summary})))
+    landing.land_server(con, "r1", landing.ServerRecord(
+        mode="tp1", layout=landing.ServerLayout.of(campaign.modes[0]), pid=1, port=8000, command=["serve"],
+        ready_seconds=1.0, stopped_at=landing.now(), status="ready", build_key="echo-abc"))
     return con, campaign, cells
 
 

@@ -316,10 +316,11 @@ def land_first_cell(tmp_path, workload: str, server: FakeServer | None = None,
                                      requests=campaign.load.requests, vocab_size=100, seed=cell.seed,
                                      **cell_workload_config(campaign, cell), **load))
     con = warehouse.connect(tmp_path / "w.duckdb")
-    landing.insert_run(con, run_id="r1", campaign="w", spec_hash=campaign.spec_hash(), spec_text=text,
-                       spec_normalized=campaign.normalized(), campaign_file="w.yaml", run_dir=tmp_path)
-    cid = landing.land_cell(con, "r1", cell, input_len=0, output_len=0, status="completed", error=None,
-                            started_at=None, ended_at=None, result=result, result_path=None)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="w", spec_hash=campaign.spec_hash(), spec_text=text, spec_normalized=campaign.normalized(),
+        campaign_file="w.yaml", run_dir=tmp_path))
+    cid = landing.land_cell(con, "r1", landing.CellRecord(cell=cell, input_len=0, output_len=0, status="completed",
+                            measured=landing.CellMeasurement(result=result)))
     landed = con.execute(f"select {cell_columns} from cells where cell_id = ?", [cid]).fetchone()
     rows = con.execute(f"select {request_columns} from requests where cell_id = ? order by request_index",
                        [cid]).fetchall()
@@ -362,7 +363,7 @@ def test_a_cell_whose_responses_say_their_cached_prompt_tokens_lands_them_and_it
 def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
     """A cell's load config carries its engine's declarations: vLLM's /metrics counters, llama.cpp's paths
     to the cached and processed prompt tokens of each answer."""
-    from servebench.campaign.load_config import cell_load_config
+    from servebench.campaign.load_config import LoadTarget, cell_load_config
     from servebench.campaign.loading import parse_campaign
     from servebench.config.sweep import expand
     from servebench.engines import get_engine
@@ -371,7 +372,7 @@ def test_a_campaign_cell_reads_the_prefix_cache_where_its_engine_says(kind):
     text = CAMPAIGN.replace("modes: [{name: tp1}]", f"engine: {{kind: {kind}}}\nmodes: [{{name: m}}]")
     campaign = parse_campaign(text + "    {kind: shared-prefix, groups: 2, prefix_len: 64}\n", host_cpus={0, 1})
     engine = get_engine(kind)
-    config = cell_load_config(campaign, expand(campaign)[0], "http://127.0.0.1:9", "tiny", 512,
+    config = cell_load_config(campaign, expand(campaign)[0], LoadTarget("http://127.0.0.1:9", "tiny"), 512,
                               ClientPlacement(None, "shared"), engine)
     declared = (engine.api.prefix_cache_metrics, engine.api.prompt_cache_tokens)
     assert (config.prefix_cache_counters, config.prompt_cache_tokens) == tuple(

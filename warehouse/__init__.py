@@ -1,12 +1,15 @@
-"""The DuckDB warehouse: connection, numbered migrations, views and the default location.
+"""The DuckDB warehouse: connection, the baseline schema, numbered migrations, views and the default location.
 
-Migrations are the SQL files in `warehouse/migrations/NNN_name.sql`, append-only, applied
-in order on every writable connect and recorded in `schema_migrations`; the schema
-version is the highest applied number. They change tables, columns and data only. Views
-are `warehouse/views/<name>.sql`, one each, made again after the migrations on every
-writable connect, so a view is stated once, in its current form, and a database of any
-age ends with the same views. Read-only connections refuse a database whose schema is
-older than this code, so a query never runs against a half-known layout.
+A new warehouse is made from `warehouse/schema.sql`, the baseline: every table at the schema version its
+first line names, which is recorded in `schema_migrations` as every migration up to it applied. Migrations
+are the SQL files in `warehouse/migrations/NNN_name.sql`, append-only, applied in order on every writable
+connect and recorded there too; they bring a warehouse made before (or from an older baseline) to the
+latest version, which is the highest applied number. They change tables, columns and data only; the
+baseline is what they make (warehouse/baseline.py writes it from them, tests/test_schema_baseline.py
+holds the two equal). Views are `warehouse/views/<name>.sql`, one each, made again after the migrations
+on every writable connect, so a view is stated once, in its current form, and a database of any age ends
+with the same views. Read-only connections refuse a database whose schema is older than this code, so a
+query never runs against a half-known layout.
 
 This module is the one place that opens a DuckDB connection (docs/warehouse.md).
 """
@@ -19,6 +22,7 @@ import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -26,7 +30,9 @@ from servebench.waiting import poll
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VIEWS_DIR = Path(__file__).parent / "views"
+SCHEMA_FILE = Path(__file__).parent / "schema.sql"
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_BASELINE_VERSION = re.compile(r"\bschema version (\d+)\b")
 _SQL_COMMENT = re.compile(r"--[^\n]*")
 
 Connection = duckdb.DuckDBPyConnection   # what callers hold, without importing DuckDB themselves
@@ -56,7 +62,8 @@ def latest_version() -> int:
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse; a writable connection first brings the schema up to date."""
+    """Open the warehouse. A writable connection first makes a new file's tables from the baseline, or brings an
+    older file's up to date by the migrations, then makes the views again."""
     path = Path(path)
     if read_only:
         if not path.exists():
@@ -71,6 +78,8 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
     path.parent.mkdir(parents=True, exist_ok=True)
     con = _open(path, read_only=False)
     try:
+        if is_empty(con):
+            create_from_baseline(con)
         migrate(con)
     except BaseException:
         con.close()  # a failed migration must not keep the file locked
@@ -119,7 +128,55 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
         return 0
     version = con.execute("select coalesce(max(version), 0) from schema_migrations").fetchone()
     assert version is not None  # an aggregate without GROUP BY always returns one row
-    return version[0]
+    return int(version[0])
+
+
+def is_empty(con: duckdb.DuckDBPyConnection) -> bool:
+    """No table yet, but perhaps an empty `schema_migrations` (a first migration that failed): a new warehouse."""
+    found = con.execute("select count(*) from duckdb_tables() where schema_name = 'main' "
+                        "and table_name <> 'schema_migrations'").fetchone()
+    assert found is not None  # an aggregate without GROUP BY always returns one row
+    return found[0] == 0 and schema_version(con) == 0
+
+
+def baseline_version() -> int:
+    """The schema version `schema.sql` stands for, as its first line names it."""
+    if not SCHEMA_FILE.is_file():
+        raise WarehouseError(f"{SCHEMA_FILE} is missing: an installed servebench carries it as package data "
+                             "(pyproject.toml), a checkout in warehouse/")
+    first = SCHEMA_FILE.read_text().partition("\n")[0]
+    match = _BASELINE_VERSION.search(first)
+    if not match:
+        raise WarehouseError(f"{SCHEMA_FILE}: its first line names the schema version it stands for")
+    return int(match.group(1))
+
+
+def create_from_baseline(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Make a new (empty) warehouse's tables from `schema.sql` in one transaction, recording every migration up
+    to its version as applied; return those versions. Migrations that stop before the baseline's version (only
+    a test standing in for older code has them) make the warehouse themselves: nothing is done here."""
+    version = baseline_version()
+    covered = [(number, path) for number, path in migrations() if number <= version]
+    if len(covered) < version:
+        return []
+    now = datetime.now(timezone.utc)
+    con.execute("begin transaction")
+    try:
+        con.execute("drop table if exists schema_migrations")  # empty (is_empty): schema.sql makes it
+        con.execute(SCHEMA_FILE.read_text())
+        con.executemany("insert into schema_migrations values (?, ?, ?)",
+                        [[number, path.name, now] for number, path in covered])
+        con.execute("commit")
+    except Exception as exc:
+        con.execute("rollback")
+        raise WarehouseError(f"the baseline {SCHEMA_FILE.name} failed: {exc}") from exc
+    return [number for number, _ in covered]
+
+
+def scratch() -> duckdb.DuckDBPyConnection:
+    """An empty database in memory: the migrations applied to it are what the baseline is written from and
+    checked against (warehouse/baseline.py)."""
+    return duckdb.connect(":memory:")
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
@@ -176,7 +233,7 @@ def apply_views(con: duckdb.DuckDBPyConnection) -> None:
         raise WarehouseError(f"the warehouse's views failed: {exc}") from exc
 
 
-def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict]:
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
     """A query's rows as dicts keyed by column name."""
     cursor = con.execute(sql, params or [])
     names = [d[0] for d in cursor.description]

@@ -1,5 +1,6 @@
 """What the warehouse holds, as DuckDB's catalog says it: every table and view with its columns, types
-and comments (warehouse/migrations/025_comments.sql comments the tables, each view file its view).
+and comments (a new warehouse's tables are commented by warehouse/schema.sql, an older one's by the
+migrations from 025_comments.sql on; each view file comments its view).
 `servebench tables` lists it; `servebench query` reads the units the comments close with.
 """
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servebench.warehouse import Connection
+from . import Connection
 
 
 @dataclass(frozen=True)

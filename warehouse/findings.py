@@ -8,8 +8,10 @@ plain rows in.
 
 from __future__ import annotations
 
-from servebench.warehouse import Connection
-from servebench.warehouse.landing import insert_row
+from typing import Any
+
+from . import Connection
+from .landing import insert_row
 
 
 def land_series_ids(con: Connection, run_id: str, fingerprint: str, cell_series: dict[str, str],
@@ -25,22 +27,22 @@ def land_series_ids(con: Connection, run_id: str, fingerprint: str, cell_series:
                         [[series, run_id, mode] for mode, series in capacity_series.items()])
 
 
-def land_regressions(con: Connection, run_id: str, findings: list[dict]) -> None:
+def land_regressions(con: Connection, run_id: str, findings: list[dict[str, Any]]) -> None:
     """Replace the run's findings (rows of the `regressions` table, by column name)."""
     _replace(con, "regressions", run_id, findings)
 
 
-def land_annotation(con: Connection, annotation: dict) -> None:
+def land_annotation(con: Connection, annotation: dict[str, Any]) -> None:
     """A user's word on a night (a row of `annotations`, by column name)."""
     insert_row(con, "annotations", annotation)
 
 
-def land_intervals(con: Connection, run_id: str, intervals: list[dict]) -> None:
+def land_intervals(con: Connection, run_id: str, intervals: list[dict[str, Any]]) -> None:
     """Replace the run's bootstrap intervals (rows of `cell_intervals`, by column name)."""
     _replace(con, "cell_intervals", run_id, intervals)
 
 
-def _replace(con: Connection, table: str, run_id: str, new_rows: list[dict]) -> None:
+def _replace(con: Connection, table: str, run_id: str, new_rows: list[dict[str, Any]]) -> None:
     con.execute("begin transaction")
     try:
         con.execute(f"delete from {table} where run_id = ?", [run_id])

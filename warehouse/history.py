@@ -8,38 +8,39 @@ Plain rows out (dicts keyed by column name); the analysis that judges them is
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from servebench.warehouse import Connection, rows
+from . import Connection, rows
 
 NODE_IDENTITY = ("node", "cpus", "cpu_model", "arch", "logical_cores", "mem_total_bytes", "numa_nodes")
 
 
-def _where(conditions: list[tuple[str, object]], base: str = "true") -> tuple[str, list]:
+def _where(conditions: list[tuple[str, object]], base: str = "true") -> tuple[str, list[object]]:
     """The conditions whose value was given, and-ed after `base`, with their parameters."""
     given = [(sql, value) for sql, value in conditions if value is not None]
     return " and ".join([base, *(sql for sql, _ in given)]), [value for _, value in given]
 
 
-def _marks(values: list) -> str:
+def _marks(values: list[str]) -> str:
     return ", ".join("?" * len(values))
 
 
 # what series ids are made from
 
 
-def run_nodes(con: Connection, run_id: str) -> list[dict]:
+def run_nodes(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's nodes with what their hardware fingerprint is made from."""
     return rows(con, f"select {', '.join(NODE_IDENTITY)} from nodes where run_id = ?", [run_id])
 
 
-def series_cells(con: Connection, run_id: str, fields: list[str]) -> list[dict]:
+def series_cells(con: Connection, run_id: str, fields: list[str]) -> list[dict[str, Any]]:
     """The run's cells that form series (a capacity search's probes do not: their rates are the
     search's, new every night), each with its cell_id and the identity `fields` (cells columns)."""
     return rows(con, f"select cell_id, {', '.join(fields)} from cells where run_id = ? "
                      "and not coalesce(search_probe, false)", [run_id])
 
 
-def capacity_identities(con: Connection, run_id: str) -> list[dict]:
+def capacity_identities(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's capacity searches with what their series id is made from (the mode's lengths)."""
     return rows(con, "select c.mode, c.knobs, c.search_over, c.slo, any_value(x.input_len) input_len, "
                      "any_value(x.output_len) output_len from capacity c left join cells x "
@@ -62,17 +63,17 @@ def night_at(con: Connection, run_id: str) -> datetime | None:
     return found[0]["started_at"] if found else None
 
 
-def run_spec(con: Connection, run_id: str) -> str | dict | None:
+def run_spec(con: Connection, run_id: str) -> str | dict[str, Any] | None:
     """The normalized campaign as the run had it (JSON text)."""
     found = rows(con, "select spec_normalized from runs where run_id = ?", [run_id])
     return found[0]["spec_normalized"] if found else None
 
 
-def run_series(con: Connection, run_id: str) -> list[dict]:
+def run_series(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each series the run measured with its identity: the cells' (by cell key), then the
     capacities' (cell key `<mode>.capacity`, load kind 'capacity')."""
     return rows(con, "select c.series_id, any_value(c.cell_key) cell_key, r.campaign, c.mode, c.load_kind, "
-                     "c.clients, c.rate, c.input_len, c.output_len, r.hardware_fingerprint "
+                     "c.clients, c.offered_rate, c.input_len, c.output_len, r.hardware_fingerprint "
                      "from cells c join runs r using (run_id) "
                      "where c.run_id = ? and c.series_id is not null group by all order by cell_key", [run_id]) + \
         rows(con, "select c.series_id, c.mode || '.capacity' cell_key, r.campaign, c.mode, 'capacity' load_kind, "
@@ -80,7 +81,7 @@ def run_series(con: Connection, run_id: str) -> list[dict]:
                   "where c.run_id = ? and c.series_id is not null order by c.mode", [run_id])
 
 
-def nights(con: Connection, series: list[str], until: datetime) -> list[dict]:
+def nights(con: Connection, series: list[str], until: datetime) -> list[dict[str, Any]]:
     """The nights of these series up to `until` (`series_nights`), oldest first."""
     if not series:
         return []
@@ -89,7 +90,7 @@ def nights(con: Connection, series: list[str], until: datetime) -> list[dict]:
                 [*series, until])
 
 
-def annotations_of(con: Connection, series: list[str]) -> list[dict]:
+def annotations_of(con: Connection, series: list[str]) -> list[dict[str, Any]]:
     """The users' annotations that bear on these series (those of a whole run included)."""
     if not series:
         return []
@@ -97,13 +98,13 @@ def annotations_of(con: Connection, series: list[str]) -> list[dict]:
                      f"where series_id is null or series_id in ({_marks(series)})", series)
 
 
-def run_series_points(con: Connection, run_id: str) -> list[dict]:
+def run_series_points(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's cells' series ids with their cell keys."""
     return rows(con, "select distinct series_id, cell_key from cells where run_id = ? and series_id is not null",
                 [run_id])
 
 
-def changes_until(con: Connection, series: list[str], run_id: str) -> list[dict]:
+def changes_until(con: Connection, series: list[str], run_id: str) -> list[dict[str, Any]]:
     """The regressions and improvements found in these series up to the run: change points, and
     what the run's own night found."""
     if not series:
@@ -113,7 +114,7 @@ def changes_until(con: Connection, series: list[str], run_id: str) -> list[dict]
         and (change_point or run_id = ?)""", [*series, run_id, run_id])
 
 
-def nights_until(con: Connection, series: list[str], metrics: list[str], run_id: str) -> list[dict]:
+def nights_until(con: Connection, series: list[str], metrics: list[str], run_id: str) -> list[dict[str, Any]]:
     """The nights of these series and metrics up to the run, with their median, repeats and CV."""
     if not series or not metrics:
         return []
@@ -123,7 +124,7 @@ def nights_until(con: Connection, series: list[str], metrics: list[str], run_id:
                 [*series, *metrics, run_id])
 
 
-def point_metric_values(con: Connection, run_id: str) -> list[dict]:
+def point_metric_values(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each measured value the detector follows of one run (`cell_metrics`), in repeat order."""
     return rows(con, 'select cell_key, metric, value from cell_metrics where run_id = ? order by "repeat"', [run_id])
 
@@ -132,7 +133,7 @@ def point_metric_values(con: Connection, run_id: str) -> list[dict]:
 
 
 def findings(con: Connection, since: datetime | None = None, campaign: str | None = None,
-             run_id: str | None = None, latest_only: bool = False) -> list[dict]:
+             run_id: str | None = None, latest_only: bool = False) -> list[dict[str, Any]]:
     """Landed findings with their run's campaign file, newest nights first. latest_only: each
     campaign's newest analyzed run."""
     where, params = _where([("night_at >= ?", since), ("campaign = ?", campaign), ("run_id = ?", run_id)])
@@ -155,7 +156,7 @@ def finished_runs(con: Connection, since: datetime | None = None, campaign: str 
 # every capacity
 
 
-def capacity_history(con: Connection) -> list[dict]:
+def capacity_history(con: Connection) -> list[dict[str, Any]]:
     """Every capacity the warehouse holds with its run's cluster, model and server command, and the
     mode's lengths."""
     return rows(con, """

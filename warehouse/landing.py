@@ -3,6 +3,12 @@
 Each cell lands as soon as it is measured (delete by cell_id, then insert, in one
 transaction), so an interrupted campaign keeps every finished cell and a re-landed cell
 never doubles its rows.
+
+What lands is typed: a run (`RunRecord`, `RunUpdate`), a server (`ServerRecord`, with its
+`ServerLayout`, `ServerGate` and `RankFigures`), a cell (`CellRecord`, with its
+`CellMeasurement`) and an attempt at one (`CellAttempt`): plain data the orchestration fills
+from what it ran. A server's layout is that of the mode it serves, handed over with it: a
+server's name is a key, never read for its meaning.
 """
 
 from __future__ import annotations
@@ -13,14 +19,157 @@ import subprocess
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
+from pydantic import BaseModel, ConfigDict
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import ModeSpec
+from servebench.config.node import Node
 from servebench.config.sweep import Cell
 from servebench.engines.base import RankShare
 from servebench.load.records import REQUEST_CSV_TYPES, write_requests_csv
 from servebench.paths import CHECKOUT, DISTRIBUTION
+
+
+class Record(BaseModel):
+    """Plain data for landing: frozen, and no field it does not know."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunRecord(Record):
+    """A run as it starts: its campaign as given and as normalized, and where its files go."""
+
+    campaign: str
+    spec_hash: str
+    spec_text: str
+    spec_normalized: dict[str, Any]
+    campaign_file: str
+    run_dir: Path
+
+
+class RunUpdate(Record):
+    """Columns of a run's row set after it started; only the fields given are written (None sets NULL)."""
+
+    status: str | None = None
+    error: str | None = None
+    ended_at: datetime | None = None
+    provider_kind: str | None = None
+    allocation: str | None = None      # JSON: what the provider holds or held
+    model_path: str | None = None
+    build_key: str | None = None
+    resumes: str | None = None         # JSON: every resume's note
+
+
+class ServerLayout(Record):
+    """How the mode a server serves lays out its workers; all None for a server of no known mode."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: bool | None = None
+    replicas: int | None = None
+    balancer: str | None = None        # None with one replica
+
+    @classmethod
+    def of(cls, mode: ModeSpec) -> ServerLayout:
+        """The layout of a mode (a reference server's is one worker: its mode says so)."""
+        return cls(tp=mode.tp, pp=mode.pp, dp=mode.dp, ep=mode.ep, replicas=mode.replicas,
+                   balancer=None if mode.replicas == 1 else mode.balancer or "least-connections")
+
+
+class ServerGate(Record):
+    """The correctness gate's verdict on a server: its status, why, and the first divergence of each
+    diverging prompt (None: not recorded)."""
+
+    status: str
+    detail: str | None = None
+    divergences: list[dict[str, Any]] | None = None
+
+
+class RankFigures(Record):
+    """The mode's largest rank (what cell_roofline puts its cells against, docs/roofline.md)."""
+
+    served_dtype: str | None = None
+    rank_weight_bytes: int | None = None
+    rank_kv_bytes_per_token: int | None = None
+    rank_parameters: int | None = None
+    ranks_per_node: int | None = None
+
+
+class ServerRecord(Record):
+    """A server's row: its API process, its life, the mode's layout it serves, and what it was found to
+    hold. `ranks`: each replica's processes as the engine lays them out on its nodes (what `servebench
+    plan` prints), landed in server_ranks in place of the mode's earlier rows; None leaves those rows."""
+
+    mode: str
+    layout: ServerLayout
+    status: str                        # ready | failed
+    error: str | None = None
+    engine: str | None = None
+    build_key: str | None = None
+    pid: int | None = None
+    port: int | None = None
+    command: list[str] = []
+    env: dict[str, str] = {}
+    log_path: str | None = None
+    started_at: datetime | None = None
+    ready_seconds: float | None = None
+    stopped_at: datetime | None = None
+    kv_capacity_tokens: int | None = None
+    gate: ServerGate | None = None
+    rank_figures: RankFigures | None = None
+    ranks: list[list[RankShare]] | None = None
+
+    @classmethod
+    def failed(cls, mode: str, layout: ServerLayout, error: str, engine: str | None = None,
+               build_key: str | None = None) -> ServerRecord:
+        """A server that did not start: its mode, the engine and build it was to run, and why; nothing
+        else of a server (no process, port, command or gate) exists to land."""
+        return cls(mode=mode, layout=layout, status="failed", error=error, engine=engine, build_key=build_key)
+
+
+class CellMeasurement(Record):
+    """What the load generator measured of a cell: its result (the JSON as a dict; its keys are the
+    generator's) and where it is. Request rows come from `requests_csv` (the generator writes one
+    beside its result), else from the result's requests."""
+
+    result: dict[str, Any]
+    result_path: str | None = None
+    requests_csv: Path | None = None
+    kv_failures: int | None = None     # the engine's KV failures in the server's log during the cell
+
+
+class CellRecord(Record):
+    """A cell as it lands: the cell, its verdict, when it ran and what was measured (None: nothing)."""
+
+    cell: Cell
+    input_len: int
+    output_len: int
+    status: str                        # completed | failed
+    error: str | None = None
+    slo_met: bool | None = None        # None: the campaign has no SLO
+    correctness: str | None = None     # the gate's status on the mode's server
+    search_probe: bool = False         # a capacity search's probe
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    measured: CellMeasurement | None = None
+
+
+class CellAttempt(Record):
+    """One measurement of a cell (`validity.retries`): a superseded one keeps its verdict here."""
+
+    cell_key: str
+    attempt: int
+    superseded: bool
+    summary: dict[str, Any]
+    result_path: str | None = None
+
+
+Row = dict[str, Any]  # a table's row by column name
+Connection = duckdb.DuckDBPyConnection
 
 
 def now() -> datetime:
@@ -49,7 +198,7 @@ def servebench_commit() -> str | None:
     return (sha + ("-dirty" if dirty else "")) or None
 
 
-def insert_row(con: duckdb.DuckDBPyConnection, table: str, values: dict, conflict: str = "") -> None:
+def insert_row(con: Connection, table: str, values: Row, conflict: str = "") -> None:
     """Insert by column name: a later migration's new column never shifts what lands where.
     conflict: "or replace", or an ON CONFLICT clause."""
     columns = ", ".join(f'"{name}"' for name in values)
@@ -58,20 +207,23 @@ def insert_row(con: duckdb.DuckDBPyConnection, table: str, values: dict, conflic
                 list(values.values()))
 
 
-def insert_run(con: duckdb.DuckDBPyConnection, *, run_id: str, campaign: str, spec_hash: str, spec_text: str,
-               spec_normalized: dict, campaign_file: str, run_dir: Path) -> None:
+def insert_run(con: Connection, run_id: str, run: RunRecord) -> None:
     insert_row(con, "runs", dict(
-        run_id=run_id, campaign=campaign, spec_hash=spec_hash, spec_text=spec_text,
-        spec_normalized=json.dumps(spec_normalized), campaign_file=campaign_file, started_at=now(), status="running",
-        servebench_commit=servebench_commit(), host=socket.gethostname(), run_dir=str(run_dir)))
+        run_id=run_id, campaign=run.campaign, spec_hash=run.spec_hash, spec_text=run.spec_text,
+        spec_normalized=json.dumps(run.spec_normalized), campaign_file=run.campaign_file, started_at=now(),
+        status="running", servebench_commit=servebench_commit(), host=socket.gethostname(),
+        run_dir=str(run.run_dir)))
 
 
-def update_run(con: duckdb.DuckDBPyConnection, run_id: str, **fields) -> None:
+def update_run(con: Connection, run_id: str, update: RunUpdate) -> None:
+    fields = update.model_dump(exclude_unset=True)
+    if not fields:
+        return
     names = ", ".join(f"{name} = ?" for name in fields)
     con.execute(f"update runs set {names} where run_id = ?", [*fields.values(), run_id])
 
 
-def run_record(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
+def run_record(con: Connection, run_id: str) -> Row | None:
     """What a resume needs of a run: its status, spec hash, files and allocation."""
     row = con.execute("select status, spec_hash, run_dir, campaign_file, allocation from runs where run_id = ?",
                       [run_id]).fetchone()
@@ -80,29 +232,30 @@ def run_record(con: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     return dict(zip(("status", "spec_hash", "run_dir", "campaign_file", "allocation"), row))
 
 
-def cell_statuses(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str]:
+def cell_statuses(con: Connection, run_id: str) -> dict[str, str]:
     """The run's landed cells: key -> completed | failed."""
-    return dict(con.execute("select cell_key, status from cells where run_id = ?", [run_id]).fetchall())
+    return {key: status for key, status in con.execute("select cell_key, status from cells where run_id = ?",
+                                                       [run_id]).fetchall()}
 
 
-def invalid_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, list[str]]:
+def invalid_cells(con: Connection, run_id: str) -> dict[str, list[str]]:
     """The run's completed cells the load generator judged invalid: key -> its reasons."""
     return {key: list(reasons or []) for key, reasons in con.execute(
         "select cell_key, invalid_reasons from cells where run_id = ? and status = 'completed' and valid = false",
         [run_id]).fetchall()}
 
 
-def note_resume(con: duckdb.DuckDBPyConnection, run_id: str, note: dict) -> None:
+def note_resume(con: Connection, run_id: str, note: Row) -> None:
     """Append what a resume (or rerun of failed cells) found and did to the run's `resumes`, and
     mark the run running again."""
     current = con.execute("select resumes from runs where run_id = ?", [run_id]).fetchone()
     notes = json.loads(current[0]) if current and current[0] else []
-    update_run(con, run_id, resumes=json.dumps(notes + [note]), status="running", ended_at=None)
+    update_run(con, run_id, RunUpdate(resumes=json.dumps(notes + [note]), status="running", ended_at=None))
 
 
-def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
+def land_build(con: Connection, build: EngineBuild) -> None:
     """A build is recorded once, when it was made; reusing it changes nothing."""
-    inputs = build.inputs
+    inputs: dict[str, Any] = build.inputs
     made = inputs.get("built_from") or inputs  # a venv with a wheel built here: that build's compiler, source, wheel
     compiler = made.get("compiler") or {}
     insert_row(con, "builds", dict(
@@ -118,20 +271,34 @@ def land_build(con: duckdb.DuckDBPyConnection, build: EngineBuild) -> None:
         conflict="on conflict (build_key) do nothing")
 
 
-def land_node(con: duckdb.DuckDBPyConnection, run_id: str, node: str, address: str, facts: dict,
+NODE_FACTS = ("hostname", "cpus", "cpu_model", "arch", "logical_cores", "physical_cores", "numa_nodes",
+              "mem_total_bytes", "kernel", "isa_flags")
+
+
+def land_node(con: Connection, run_id: str, node: str, address: str, facts: Row,
               clock_offset_s: float | None = None, role: str = "server") -> None:
     """`role`: server, or client (the node the load generator ran on, serving nothing)."""
-    facts_columns = ("hostname", "cpus", "cpu_model", "arch", "logical_cores", "physical_cores", "numa_nodes",
-                     "mem_total_bytes", "kernel", "isa_flags")
     insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, clock_offset_s=clock_offset_s,
-                                  role=role, **{c: facts[c] for c in facts_columns}),
+                                  role=role, **{c: facts[c] for c in NODE_FACTS}),
                conflict="or replace")
 
 
-RANK_FIGURES = ("served_dtype", "rank_weight_bytes", "rank_kv_bytes_per_token", "rank_parameters", "ranks_per_node")
+def land_nodes(con: Connection, run_id: str, nodes: list[Node], inventories: dict[str, Row],
+               clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
+    """The run's nodes with their inventories and clock offsets; the client node's role is `client`."""
+    for node in nodes:
+        role = "client" if node.name == client_node else "server"
+        land_node(con, run_id, node.name, node.address, inventories[node.name], (clock_offsets or {}).get(node.name),
+                  role=role)
 
 
-def land_roofline(con: duckdb.DuckDBPyConnection, run_id: str, figures: dict[str, dict]) -> None:
+def land_run_build(con: Connection, run_id: str, build: EngineBuild) -> None:
+    """A build the run uses, recorded and named as the run's build."""
+    land_build(con, build)
+    update_run(con, run_id, RunUpdate(build_key=build.key))
+
+
+def land_roofline(con: Connection, run_id: str, figures: dict[str, Row]) -> None:
     """Each node's measured roofline (`servebench.roofline.nodes`): a column already set (by
     another engine's build, measured first) is kept, so a torch build's bf16 peak is never lost."""
     for node, f in figures.items():
@@ -145,9 +312,9 @@ def land_roofline(con: duckdb.DuckDBPyConnection, run_id: str, figures: dict[str
              f.get("cpus") or None, bool(f.get("emulated")), f.get("method"), run_id, node])
 
 
-def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: list[dict]) -> None:
+def land_placements(con: Connection, run_id: str, placements: list[Row]) -> None:
     """How each tree reached each node (`servebench.distribution.distribute.TreePlacement` dumps)."""
-    by_node: dict[str, list[dict]] = {}
+    by_node: dict[str, list[Row]] = {}
     for placement in placements:
         by_node.setdefault(placement["node"], []).append({k: v for k, v in placement.items() if k != "node"})
     for node, rows in by_node.items():
@@ -158,31 +325,23 @@ def land_placements(con: duckdb.DuckDBPyConnection, run_id: str, placements: lis
                         ["; ".join(dict.fromkeys(interpreters)), run_id, node])
 
 
-def land_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, pid: int | None, port: int | None,
-                command: list[str], env: dict, log_path: str | None, started_at: datetime | None,
-                ready_seconds: float | None, stopped_at: datetime | None, status: str, error: str | None,
-                correctness: str | None = None, correctness_detail: str | None = None,
-                kv_capacity_tokens: int | None = None, correctness_divergences: list[dict] | None = None,
-                engine: str | None = None, build_key: str | None = None, rank_figures: dict | None = None,
-                ranks: list[list[RankShare]] | None = None) -> None:
-    """`rank_figures`: the mode's bytes and parameters per rank (servers.served_dtype, rank_weight_bytes,
-    rank_kv_bytes_per_token, rank_parameters, ranks_per_node), which cell_roofline reads. `ranks`: each
-    replica's processes as the engine lays them out on its nodes (what `servebench plan` prints), landed in
-    server_ranks in place of the mode's earlier rows (None: those rows stay)."""
-    layout = served_layout(con, run_id, mode)
+def land_server(con: Connection, run_id: str, server: ServerRecord) -> None:
+    """The server's row, in place of its mode's earlier one; its placement in server_ranks when given."""
+    gate = server.gate
     insert_row(con, "servers", dict(
-        **{name: (rank_figures or {}).get(name) for name in RANK_FIGURES}, **layout,
-        run_id=run_id, mode=mode, engine=engine, build_key=build_key, pid=pid, port=port, command=command,
-        env=json.dumps(env), log_path=log_path,
-        started_at=started_at, ready_seconds=ready_seconds, stopped_at=stopped_at, status=status, error=error,
-        correctness=correctness, correctness_detail=correctness_detail, kv_capacity_tokens=kv_capacity_tokens,
-        correctness_divergences=None if correctness_divergences is None else json.dumps(correctness_divergences)),
+        **(server.rank_figures or RankFigures()).model_dump(), **server.layout.model_dump(),
+        run_id=run_id, mode=server.mode, engine=server.engine, build_key=server.build_key, pid=server.pid,
+        port=server.port, command=server.command, env=json.dumps(server.env), log_path=server.log_path,
+        started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
+        status=server.status, error=server.error, kv_capacity_tokens=server.kv_capacity_tokens,
+        correctness=gate.status if gate else None, correctness_detail=gate.detail if gate else None,
+        correctness_divergences=None if gate is None or gate.divergences is None else json.dumps(gate.divergences)),
         conflict="or replace")
-    if ranks is not None:
-        _replace_server_ranks(con, run_id, mode, rank_rows(ranks, layout))
+    if server.ranks is not None:
+        _replace_server_ranks(con, run_id, server.mode, rank_rows(server.ranks, server.layout))
 
 
-def _replace_server_ranks(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, found: list[dict]) -> None:
+def _replace_server_ranks(con: Connection, run_id: str, mode: str, found: list[Row]) -> None:
     """The server's rows of server_ranks, in one transaction: a restarted server's placement replaces its first's."""
     con.execute("begin transaction")
     try:
@@ -195,97 +354,92 @@ def _replace_server_ranks(con: duckdb.DuckDBPyConnection, run_id: str, mode: str
         raise
 
 
-def rank_rows(replicas: list[list[RankShare]], layout: dict) -> list[dict]:
+def rank_rows(replicas: list[list[RankShare]], layout: ServerLayout) -> list[Row]:
     """server_ranks' rows of a server: each replica's processes in layout order with their node and label. A
     process holding decoder layers is a rank, numbered in layout order, which is vLLM's (DP engine, then pipeline
     stage, then TP rank: rank = (dp_rank x pp + pp_rank) x tp + tp_rank); its coordinates follow from the mode's
-    `layout` (tp, pp, dp, ep: `served_layout`) when the ranks are dp x pp x tp, else stay NULL. A process
-    without layers (a server in front of RPC workers) has no rank."""
-    tp, pp, dp = (layout.get(name) or 0 for name in ("tp", "pp", "dp"))  # 0: a server of no known mode
+    layout when the ranks are dp x pp x tp, else stay NULL. A process without layers (a server in front of RPC
+    workers) has no rank."""
+    tp, pp, dp = layout.tp or 0, layout.pp or 0, layout.dp or 0  # 0: a server of no known mode
     found = []
     for replica, shares in enumerate(replicas):
         workers = sum(1 for share in shares if share.layers)
         coordinates_known = workers > 0 and workers == tp * pp * dp
         rank = 0
         for process, share in enumerate(shares):
-            row = dict(replica=replica, process=process, label=share.label, node=share.node, rank=None,
-                       dp_rank=None, pp_rank=None, tp_rank=None, ep_rank=None)
+            row: Row = dict(replica=replica, process=process, label=share.label, node=share.node, rank=None,
+                            dp_rank=None, pp_rank=None, tp_rank=None, ep_rank=None)
             if share.layers:
                 row["rank"] = rank
                 if coordinates_known:
                     engine, local = divmod(rank, tp * pp)
                     row.update(dp_rank=engine, pp_rank=local // tp, tp_rank=local % tp,
-                               ep_rank=engine * tp + local % tp if layout.get("ep") else None)
+                               ep_rank=engine * tp + local % tp if layout.ep else None)
                 rank += 1
             found.append(row)
     return found
 
 
-def served_layout(con: duckdb.DuckDBPyConnection, run_id: str, mode: str) -> dict:
-    """tp, pp, dp, ep, replicas and balancer of the mode a server serves, from the run's spec: a configuration
-    (`dp2-mns8`, `tp1-fp32`) is of the campaign mode its name starts with (the longest); a reference server
-    (`reference-tp1`) is one worker; NULLs for a server of no mode the run's spec has."""
-    row = con.execute("select spec_normalized from runs where run_id = ?", [run_id]).fetchone()
-    modes = json.loads(row[0]).get("modes", []) if row else []
-    matching = [m for m in modes if mode == m["name"] or mode.startswith(m["name"] + "-")]
-    if matching:
-        served = max(matching, key=lambda m: len(m["name"]))
-        replicas = served.get("replicas", 1)
-        return {"tp": served.get("tp", 1), "pp": served.get("pp", 1), "dp": served.get("dp", 1),
-                "ep": bool(served.get("ep", False)), "replicas": replicas,
-                "balancer": None if replicas == 1 else served.get("balancer") or "least-connections"}
-    if mode.startswith("reference-"):
-        return {"tp": 1, "pp": 1, "dp": 1, "ep": False, "replicas": 1, "balancer": None}
-    return {"tp": None, "pp": None, "dp": None, "ep": None, "replicas": None, "balancer": None}
+CELL_SUMMARY_COLUMNS = ("duration_s", "completed", "failed", "request_throughput", "output_throughput", "goodput",
+                        "valid", "invalid_reasons", "client_output_tokens", "server_output_tokens",
+                        "prefix_cache_hit_rate")  # the summary's keys landed as they are
 
 
-def land_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell: Cell, *, input_len: int, output_len: int,
-              status: str, error: str | None, started_at: datetime | None, ended_at: datetime | None,
-              result: dict | None, result_path: str | None, correctness: str | None = None,
-              requests_csv: Path | None = None, slo_met: bool | None = None, search_probe: bool = False,
-              kv_failures: int | None = None) -> str:
+def land_cell(con: Connection, run_id: str, record: CellRecord) -> str:
     """Replace the cell's rows with this measurement; return its warehouse cell_id.
 
-    Request rows come from `requests_csv` (the load generator writes one), else from the
-    result's requests, written to a temporary CSV first: one fast path either way.
+    Request rows come from the record's `requests_csv`, else from the result's requests, written to
+    a temporary CSV first: one fast path either way.
     """
-    cid = cell_id(run_id, cell.key)
-    summary = (result or {}).get("summary", {})
-    t0 = (result or {}).get("t0", {})
-    row = dict(
-        run_id=run_id, cell_id=cid, cell_key=cell.key, mode=cell.mode.name, tp=cell.mode.tp, pp=cell.mode.pp,
-        dp=cell.mode.dp, ep=cell.mode.ep, replicas=cell.mode.replicas, executor=cell.mode.executor,
-        load_kind=cell.point.kind,
-        rate=cell.point.rate, clients=cell.point.clients,
-        repeat=cell.repeat, input_len=input_len, output_len=output_len, seed=cell.seed, status=status, error=error,
-        correctness=correctness, started_at=started_at, ended_at=ended_at, t0_monotonic=t0.get("monotonic"),
-        t_end_monotonic=_end_monotonic(result),
-        **{name: summary.get(name) for name in ("duration_s", "completed", "failed", "offered_rate", "achieved_rate",
-                                                "request_throughput", "output_throughput", "goodput", "valid",
-                                                "invalid_reasons", "client_output_tokens", "server_output_tokens",
-                                                "prefix_cache_hit_rate")},
-        **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
-           for metric in ("ttft", "tpot", "itl", "e2el", "ttft_text") for pct in ("p50", "p99")},
-        realized_rate=summary.get("scheduled_rate"),  # the schedule as drawn: what validity is judged against
-        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"), result_path=result_path,
-        slo_met=slo_met, search_probe=search_probe, kv_failures=kv_failures,
-        **_client_columns(summary.get("client")), **_link_columns(cell),
-        knobs=knobs_json(cell.mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
-        workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary))
-    if requests_csv is None and result is not None and result.get("requests"):
+    cid = cell_id(run_id, record.cell.key)
+    row = cell_row(run_id, record)
+    measured = record.measured
+    if measured is not None and measured.requests_csv is None and measured.result.get("requests"):
         # next to the result file (in the run's directory), so an orchestrator killed while landing
         # leaves nothing in /tmp
-        near = str(Path(result_path).parent) if result_path and Path(result_path).parent.is_dir() else None
+        path = measured.result_path
+        near = str(Path(path).parent) if path and Path(path).parent.is_dir() else None
         with tempfile.TemporaryDirectory(dir=near, prefix=".landing-") as scratch:
-            csv = write_requests_csv(result["requests"], Path(scratch) / "requests.csv")
+            csv = write_requests_csv(measured.result["requests"], Path(scratch) / "requests.csv")
             _replace_cell_rows(con, run_id, cid, row, csv)
     else:
-        _replace_cell_rows(con, run_id, cid, row, requests_csv)
+        _replace_cell_rows(con, run_id, cid, row, None if measured is None else measured.requests_csv)
     return cid
 
 
-def _replace_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, row: dict,
-                       requests_csv: Path | None) -> None:
+def cell_row(run_id: str, record: CellRecord) -> Row:
+    """The cell's row of `cells`: what the cell is, its verdict, and the load generator's summary."""
+    cell, measured = record.cell, record.measured
+    result = {} if measured is None else measured.result
+    summary: Row = result.get("summary", {})
+    mode = cell.mode
+    return dict(
+        run_id=run_id, cell_id=cell_id(run_id, cell.key), cell_key=cell.key, mode=mode.name, tp=mode.tp, pp=mode.pp,
+        dp=mode.dp, ep=mode.ep, replicas=mode.replicas, executor=mode.executor, load_kind=cell.point.kind,
+        clients=cell.point.clients, repeat=cell.repeat, input_len=record.input_len, output_len=record.output_len,
+        seed=cell.seed, status=record.status, error=record.error, correctness=record.correctness,
+        started_at=record.started_at, ended_at=record.ended_at, t0_monotonic=result.get("t0", {}).get("monotonic"),
+        t_end_monotonic=_end_monotonic(result),
+        **{name: summary.get(name) for name in CELL_SUMMARY_COLUMNS},
+        **{f"{metric}_{pct}_ms": _pct(summary, f"{metric}_ms", pct)
+           for metric in ("ttft", "tpot", "itl", "e2el", "ttft_text") for pct in ("p50", "p99")},
+        **_rate_columns(cell, summary), schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"),
+        result_path=None if measured is None else measured.result_path, slo_met=record.slo_met,
+        search_probe=record.search_probe, kv_failures=None if measured is None else measured.kv_failures,
+        **_client_columns(summary.get("client")), **_link_columns(cell),
+        knobs=knobs_json(mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
+        workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary))
+
+
+def _rate_columns(cell: Cell, summary: Row) -> Row:
+    """An open-loop cell's rates: the one the generator was asked for (the cell's own when nothing was
+    measured) and the schedule's as drawn, which validity is judged against."""
+    offered = summary.get("offered_rate")
+    return {"offered_rate": cell.point.rate if offered is None else offered,
+            "realized_rate": summary.get("scheduled_rate")}
+
+
+def _replace_cell_rows(con: Connection, run_id: str, cid: str, row: Row, requests_csv: Path | None) -> None:
     """The cell's row and its request rows, in one transaction."""
     con.execute("begin transaction")
     try:
@@ -300,14 +454,14 @@ def _replace_cell_rows(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, ro
         raise
 
 
-def _warmup_columns(summary: dict) -> dict:
+def _warmup_columns(summary: Row) -> Row:
     """What the cell's warm-up until steady took (all None without one)."""
     warmed = summary.get("warm_until_steady") or {}
     return {"warmup_steady": warmed.get("steady"), "warmup_s": warmed.get("seconds"),
             "warmup_phase_requests": warmed.get("requests"), "warmup_why": warmed.get("why")}
 
 
-def _client_columns(client: dict | None) -> dict:
+def _client_columns(client: Row | None) -> Row:
     """Where the load generator ran and how busy it was (None for results landed before the
     warehouse recorded it)."""
     client = client or {}
@@ -315,26 +469,27 @@ def _client_columns(client: dict | None) -> dict:
             "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}
 
 
-def land_cell_attempt(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str, attempt: int, superseded: bool,
-                      summary: dict, result_path: str | None) -> None:
-    """One measurement of a cell (`validity.retries`): a superseded one stays here with its verdict;
-    `cells` holds the last, with how many attempts it took."""
+def land_cell_attempt(con: Connection, run_id: str, attempt: CellAttempt) -> None:
+    """One measurement of a cell: a superseded one stays here with its verdict; `cells` holds the
+    last, with how many attempts it took."""
+    summary = attempt.summary
     insert_row(con, "cell_attempts", dict(
-        run_id=run_id, cell_key=cell_key, attempt=attempt, superseded=superseded, valid=summary.get("valid"),
-        invalid_reasons=summary.get("invalid_reasons") or None, completed=summary.get("completed"),
-        failed=summary.get("failed"), output_throughput=summary.get("output_throughput"),
-        ttft_p50_ms=_pct(summary, "ttft_ms", "p50"), tpot_p50_ms=_pct(summary, "tpot_ms", "p50"),
-        schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"),
-        client_cpu_fraction=(summary.get("client") or {}).get("core_fraction"), result_path=result_path),
+        run_id=run_id, cell_key=attempt.cell_key, attempt=attempt.attempt, superseded=attempt.superseded,
+        valid=summary.get("valid"), invalid_reasons=summary.get("invalid_reasons") or None,
+        completed=summary.get("completed"), failed=summary.get("failed"),
+        output_throughput=summary.get("output_throughput"), ttft_p50_ms=_pct(summary, "ttft_ms", "p50"),
+        tpot_p50_ms=_pct(summary, "tpot_ms", "p50"), schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"),
+        client_cpu_fraction=(summary.get("client") or {}).get("core_fraction"), result_path=attempt.result_path),
         conflict="or replace")
-    if not superseded:
-        con.execute("update cells set attempts = ? where cell_id = ?", [attempt + 1, cell_id(run_id, cell_key)])
+    if not attempt.superseded:
+        con.execute("update cells set attempts = ? where cell_id = ?",
+                    [attempt.attempt + 1, cell_id(run_id, attempt.cell_key)])
 
 
 REQUEST_TABLE_COLUMN = {"index": "request_index"}  # a record's field -> its `requests` column, where they differ
 
 
-def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, path: Path) -> None:
+def _insert_requests_csv(con: Connection, run_id: str, cid: str, path: Path) -> None:
     types = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in REQUEST_CSV_TYPES.items()) + "}"
     columns = ", ".join(f'"{name}"' for name in REQUEST_CSV_TYPES)
     # by name, not position: migrations append columns in their own order
@@ -343,11 +498,11 @@ def _insert_requests_csv(con: duckdb.DuckDBPyConnection, run_id: str, cid: str, 
                 f"from read_csv(?, header = true, columns = {types}, nullstr = '')", [run_id, cid, str(path)])
 
 
-def _end_monotonic(result: dict | None) -> float | None:
+def _end_monotonic(result: Row | None) -> float | None:
     if not result or not result.get("requests"):
         return None
     ends = [r.get("last_token_s") or r.get("sent_s") or 0.0 for r in result["requests"]]
-    return result["t0"]["monotonic"] + max(ends)
+    return float(result["t0"]["monotonic"] + max(ends))
 
 
 SAMPLE_TABLES = {  # table -> (its columns after run_id and mode, the JSONL columns and types)
@@ -366,7 +521,7 @@ SAMPLE_TABLES = {  # table -> (its columns after run_id and mode, the JSONL colu
 }
 
 
-def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_files: list[Path],
+def land_samples(con: Connection, run_id: str, mode: str, node_files: list[Path],
                  server_files: list[Path]) -> tuple[int, int]:
     """Land a server's telemetry JSONL files (replacing earlier rows of the same run and mode)."""
     files = {"node_samples": node_files, "server_samples": server_files}
@@ -381,7 +536,7 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
     except Exception:
         con.execute("rollback")
         raise
-    counts = []
+    counts: list[int] = []
     for table in SAMPLE_TABLES:
         row = con.execute(f"select count(*) from {table} where run_id = ? and mode = ?", [run_id, mode]).fetchone()
         assert row is not None  # an aggregate without GROUP BY always returns one row
@@ -389,7 +544,7 @@ def land_samples(con: duckdb.DuckDBPyConnection, run_id: str, mode: str, node_fi
     return counts[0], counts[1]
 
 
-def knobs_json(knobs: dict) -> str | None:
+def knobs_json(knobs: dict[str, Any]) -> str | None:
     """A mode's knobs as the warehouse keeps them (sorted keys: one text per setting; NULL: none).
     A null knob is the engine's default, as if not given: left out."""
     set_knobs = {name: int(value) if isinstance(value, float) and value.is_integer() else value
@@ -397,7 +552,7 @@ def knobs_json(knobs: dict) -> str | None:
     return json.dumps(set_knobs, sort_keys=True) if set_knobs else None
 
 
-def capacity_configurations(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+def capacity_configurations(con: Connection, run_id: str) -> list[Row]:
     """The run's capacity searches, one per configuration, in the order they were landed."""
     rows = con.execute("select mode, capacity, upper, probes, tpot_p50_ms, knobs from capacity where run_id = ? "
                        "order by rowid", [run_id]).fetchall()
@@ -405,35 +560,13 @@ def capacity_configurations(con: duckdb.DuckDBPyConnection, run_id: str) -> list
             for m, c, u, p, t, k in rows]
 
 
-def _link_columns(cell: Cell) -> dict:
+def _link_columns(cell: Cell) -> Row:
     """The cell's network setting, for campaigns that sweep it (the columns stay NULL otherwise)."""
     if cell.link is None:
         return {}
     return {"link": cell.link.label, "link_delay_ms": cell.link.delay_ms, "link_rate_mbit": cell.link.rate_mbit}
 
 
-def _pct(summary: dict, metric: str, name: str) -> float | None:
-    return (summary.get(metric) or {}).get(name)
-
-
-def land_failed_server(con: duckdb.DuckDBPyConnection, run_id: str, *, mode: str, error: str,
-                       engine: str | None = None, build_key: str | None = None) -> None:
-    """A server that did not start: its mode, the engine and build it was to run, and why; nothing else
-    of a server (no process, port, command or gate) exists to land."""
-    land_server(con, run_id, mode=mode, engine=engine, build_key=build_key, pid=None, port=None, command=[], env={},
-                log_path=None, started_at=None, ready_seconds=None, stopped_at=None, status="failed", error=error)
-
-
-def land_nodes(con: duckdb.DuckDBPyConnection, run_id: str, nodes: list, inventories: dict[str, dict],
-               clock_offsets: dict[str, float | None] | None = None, client_node: str | None = None) -> None:
-    """The run's nodes with their inventories and clock offsets; the client node's role is `client`."""
-    for node in nodes:
-        role = "client" if node.name == client_node else "server"
-        land_node(con, run_id, node.name, node.address, inventories[node.name], (clock_offsets or {}).get(node.name),
-                  role=role)
-
-
-def land_run_build(con: duckdb.DuckDBPyConnection, run_id: str, build: EngineBuild) -> None:
-    """A build the run uses, recorded and named as the run's build."""
-    land_build(con, build)
-    update_run(con, run_id, build_key=build.key)
+def _pct(summary: Row, metric: str, name: str) -> float | None:
+    value = (summary.get(metric) or {}).get(name)
+    return None if value is None else float(value)

@@ -7,13 +7,15 @@ capacities of every run) are `history.py`.
 
 from __future__ import annotations
 
-from servebench.warehouse import Connection, rows
+from typing import Any
+
+from . import Connection, rows
 
 # the columns of a cell the report charts and tables
-REPORT_CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, rate, clients, "repeat", status,
+REPORT_CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, offered_rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name, offered_rate, realized_rate"""
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name, realized_rate"""
 # (length, source) -> the requests column holding it: what a workload asked for, what the server served
 WORKLOAD_LENGTHS = {
     ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
@@ -36,7 +38,7 @@ def latest_run_id(con: Connection, campaign: str | None = None) -> str | None:
     return found[0]["run_id"] if found else None
 
 
-def runs_overview(con: Connection, campaign: str | None = None) -> list[dict]:
+def runs_overview(con: Connection, campaign: str | None = None) -> list[dict[str, Any]]:
     """Every run, newest first, with its campaign, start, status, duration and cells valid of all."""
     return rows(con, """select r.run_id, r.campaign, r.started_at, r.status,
             date_diff('second', r.started_at, r.ended_at) as seconds,
@@ -45,7 +47,7 @@ def runs_overview(con: Connection, campaign: str | None = None) -> list[dict]:
         group by all order by r.started_at desc""", [campaign] if campaign else [])
 
 
-def run_header(con: Connection, run_id: str) -> dict | None:
+def run_header(con: Connection, run_id: str) -> dict[str, Any] | None:
     """What a report's title says of the run: campaign, start, status, spec hash."""
     found = rows(con, "select campaign, started_at, status, spec_hash from runs where run_id = ?", [run_id])
     return found[0] if found else None
@@ -69,17 +71,17 @@ def run_directory(con: Connection, run_id: str) -> str | None:
 # its cells
 
 
-def report_cells(con: Connection, run_id: str) -> list[dict]:
+def report_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's cells with what the report shows of them, by cell key."""
     return rows(con, f"select {REPORT_CELL_COLUMNS} from cells where run_id = ? order by cell_key", [run_id])
 
 
-def summary_cells(con: Connection, run_id: str) -> list[dict]:
+def summary_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's cells with their verdicts, in sweep order (mode, load point, repeat)."""
     return rows(con, """select cell_key, status, correctness, valid, output_throughput, invalid_reasons, error,
             warmup_steady, warmup_why, attempts
         from cells where run_id = ?
-        order by mode, load_kind, clients nulls last, rate nulls last, "repeat", cell_key""", [run_id])
+        order by mode, load_kind, clients nulls last, offered_rate nulls last, "repeat", cell_key""", [run_id])
 
 
 def schedule_note(offered_rate: float | None, realized_rate: float | None) -> str | None:
@@ -95,28 +97,28 @@ def schedule_note(offered_rate: float | None, realized_rate: float | None) -> st
 
 def schedule_notes(con: Connection, run_id: str) -> dict[str, str]:
     """The run's cells whose realized schedule rate is off the offered one, by cell key."""
-    found = rows(con, "select cell_key, coalesce(offered_rate, rate) as offered, realized_rate from cells "
+    found = rows(con, "select cell_key, offered_rate, realized_rate from cells "
                       "where run_id = ? and realized_rate is not null", [run_id])
-    notes = {cell["cell_key"]: schedule_note(cell["offered"], cell["realized_rate"]) for cell in found}
+    notes = {cell["cell_key"]: schedule_note(cell["offered_rate"], cell["realized_rate"]) for cell in found}
     return {key: note for key, note in notes.items() if note is not None}
 
 
-def kv_cells(con: Connection, run_id: str) -> list[dict]:
+def kv_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each cell's KV usage and misses (`cell_kv`) with its normalized and output throughput."""
     return rows(con, "select k.*, n.normalized_throughput, c.output_throughput, c.workload_name "
                      "from cell_kv k join cell_normalized n using (cell_id) join cells c using (cell_id) "
                      "where k.run_id = ?", [run_id])
 
 
-def roofline_cells(con: Connection, run_id: str) -> list[dict]:
+def roofline_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each completed cell's fractions of its node's roofline (`cell_roofline`), in sweep order."""
-    return rows(con, "select cell_key, mode, load_kind, clients, rate, decode_fraction, prefill_fraction, emulated, "
-                     "judged, note, decode_gbps, mem_bandwidth_gbps, prefill_gflops, matmul_peak_gflops "
+    return rows(con, "select cell_key, mode, load_kind, clients, offered_rate, decode_fraction, prefill_fraction, "
+                     "emulated, judged, note, decode_gbps, mem_bandwidth_gbps, prefill_gflops, matmul_peak_gflops "
                      "from cell_roofline where run_id = ? and status = 'completed' "
-                     "order by mode, load_kind, clients, rate, cell_key", [run_id])
+                     "order by mode, load_kind, clients, offered_rate, cell_key", [run_id])
 
 
-def saturation_cells(con: Connection, run_id: str) -> list[dict]:
+def saturation_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The completed cells (search probes aside) with what the saturation point is computed from."""
     return rows(con, """
         select k.mode, k.clients, k.cache_miss_probability, k.kv_capacity_tokens, n.normalized_throughput,
@@ -125,7 +127,7 @@ def saturation_cells(con: Connection, run_id: str) -> list[dict]:
         where k.run_id = ? and c.status = 'completed' and not coalesce(c.search_probe, false)""", [run_id])
 
 
-def saturation_modes(con: Connection, run_id: str) -> list[dict]:
+def saturation_modes(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each mode of the run's saturation cells as served (engine, layout, knobs) and the run's normalized
     spec: what the KV capacity the model's shape gives is computed from."""
     return rows(con, """
@@ -135,17 +137,17 @@ def saturation_modes(con: Connection, run_id: str) -> list[dict]:
         where c.run_id = ? and c.clients is not null group by c.mode""", [run_id])
 
 
-def engine_cells(con: Connection, run_id: str) -> list[dict]:
+def engine_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's completed cells that produced tokens, with the engine that served them."""
     return rows(con, """
-        select c.cell_id, c.mode, s.engine, c.load_kind, c.rate, c.clients, c.output_throughput,
+        select c.cell_id, c.mode, s.engine, c.load_kind, c.offered_rate, c.clients, c.output_throughput,
                c.request_throughput, c.ttft_p50_ms, c.ttft_p99_ms, c.tpot_p50_ms, c.tpot_p99_ms, c.valid
         from cells c join servers s on s.run_id = c.run_id and s.mode = c.mode
         where c.run_id = ? and c.status = 'completed' and c.output_throughput > 0
-        order by s.engine, c.mode, c.rate, c.clients""", [run_id])
+        order by s.engine, c.mode, c.offered_rate, c.clients""", [run_id])
 
 
-def repeat_values(con: Connection, run_id: str) -> list[dict]:
+def repeat_values(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Every valid measured value of a main metric (`cell_repeat_values`), in repeat order."""
     return rows(con, 'select cell_point, metric, value from cell_repeat_values where run_id = ? '
                      'order by "repeat", cell_id', [run_id])
@@ -154,39 +156,39 @@ def repeat_values(con: Connection, run_id: str) -> list[dict]:
 # its servers, telemetry and faults
 
 
-def gates(con: Connection, run_id: str) -> list[dict]:
+def gates(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each mode's correctness gate, in the order the servers started."""
     return rows(con, "select mode, correctness, correctness_detail from servers where run_id = ? order by started_at",
                 [run_id])
 
 
-def node_samples(con: Connection, run_id: str) -> list[dict]:
+def node_samples(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The nodes' telemetry over the run, in time order."""
     return rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
                      "where run_id = ? order by t_mono", [run_id])
 
 
-def balance_cells(con: Connection, run_id: str) -> list[dict]:
+def balance_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each cell's instances (DP engines, replicas; `cell_balance`) with the cell's load kind and
     validity, in cell and instance order; none for a run whose servers had one instance each."""
-    return rows(con, """select b.cell_id, b.cell_key, b.mode, c.load_kind, b.clients, b.rate, b.instance,
+    return rows(con, """select b.cell_id, b.cell_key, b.mode, c.load_kind, b.clients, b.offered_rate, b.instance,
             b.requests, b.requests_share, b.generation_tokens, b.waiting_mean, b.waiting_max, b.running_mean,
             b.kv_usage_mean, b.samples, b.instances, c.valid
         from cell_balance b join cells c using (cell_id)
         where b.run_id = ? order by b.cell_key, b.instance""", [run_id])
 
 
-def rank_network_cells(con: Connection, run_id: str) -> list[dict]:
+def rank_network_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """Each cell's bytes sent and received per node (`cell_rank_network`) and the ranks the node held (its
     replica, their labels), with the cell's load kind, executor and requests completed, in cell and node order."""
-    return rows(con, """select n.cell_id, n.cell_key, n.mode, c.executor, c.load_kind, n.clients, n.rate, n.node,
-            n.role, n.tp, n.pp, n.dp, n.ep, n.engine_processes, n.bytes_sent, n.bytes_received,
+    return rows(con, """select n.cell_id, n.cell_key, n.mode, c.executor, c.load_kind, n.clients, n.offered_rate,
+            n.node, n.role, n.tp, n.pp, n.dp, n.ep, n.engine_processes, n.bytes_sent, n.bytes_received,
             n.bytes_per_request, n.window_s, c.completed, n.replica, n.ranks
         from cell_rank_network n join cells c using (cell_id)
         where n.run_id = ? order by n.cell_key, n.node""", [run_id])
 
 
-def faults(con: Connection, run_id: str) -> list[dict]:
+def faults(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The faults the run's cells injected."""
     return rows(con, "select cell_key, action, node, t_mono, hit from faults where run_id = ?", [run_id])
 
@@ -194,7 +196,7 @@ def faults(con: Connection, run_id: str) -> list[dict]:
 # its searches
 
 
-def capacities(con: Connection, run_id: str) -> list[dict]:
+def capacities(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The run's capacity searches, as landed, with each configuration's server command and environment."""
     return rows(con, """select c.mode, c.search_over, c.slo, c.capacity, c.upper, c.probes, c.converged, c.why,
             c.knobs, c.tpot_p50_ms, s.command, s.env
@@ -202,7 +204,7 @@ def capacities(con: Connection, run_id: str) -> list[dict]:
         where c.run_id = ? order by c.rowid""", [run_id])
 
 
-def tuning(con: Connection, run_id: str) -> dict | None:
+def tuning(con: Connection, run_id: str) -> dict[str, Any] | None:
     """The tuner's verdict of the run (None: no tuning)."""
     found = rows(con, "select * from tuning where run_id = ?", [run_id])
     return found[0] if found else None
@@ -211,7 +213,7 @@ def tuning(con: Connection, run_id: str) -> dict | None:
 # its workloads' requests
 
 
-def workload_length_counts(con: Connection, run_id: str) -> list[dict]:
+def workload_length_counts(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """How many measured requests of each workload had each length: one row per (workload, length,
     source, tokens) with its `requests`; counted here, so a long run's request rows never leave the
     warehouse. Served: the requests that succeeded (a failed one's partial answer is not what the
@@ -226,7 +228,7 @@ def workload_length_counts(con: Connection, run_id: str) -> list[dict]:
                 [run_id] * len(WORKLOAD_LENGTHS))
 
 
-def session_turn_requests(con: Connection, run_id: str) -> list[dict]:
+def session_turn_requests(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The measured requests of the run's sessions cells with their turn, the prompt length the
     server counted and their times."""
     return rows(con, f"""select c.cell_key, c.mode, c.workload_name workload, r.turn, r.input_tokens,
@@ -236,7 +238,7 @@ def session_turn_requests(con: Connection, run_id: str) -> list[dict]:
         order by c.cell_key, r.turn""", [run_id])
 
 
-def prefix_cache_cells(con: Connection, run_id: str) -> list[dict]:
+def prefix_cache_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The cells whose prefixes repeat (shared-prefix and sessions workloads) with their prefix-cache
     hit rate and TTFT; in such a run, also every other cell with a hit rate (the baseline of prompts
     that share nothing). A run without repeating prefixes has none."""

@@ -14,12 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import duckdb
 
-from servebench import warehouse
-from servebench.warehouse import landing
+from . import connect, landing, rows
 
 if TYPE_CHECKING:
     from servebench.config.campaign import FaultSpec, ModeSpec
@@ -32,7 +31,7 @@ class CapacityResult(Protocol):
     """A capacity search's outcome (servebench.analysis.capacity.CapacityResult)."""
     capacity: float | None
     upper: float | None
-    probes: list
+    probes: list[Any]
     converged: bool
     why: str
 
@@ -42,7 +41,7 @@ class TuneVerdict(Protocol):
     column of `tuning`, the Pareto front (a list of modes) landed as JSON."""
     pareto: list[str]
 
-    def model_dump(self) -> dict: ...
+    def model_dump(self) -> dict[str, Any]: ...
 
 
 class InjectedFault(Protocol):
@@ -51,7 +50,7 @@ class InjectedFault(Protocol):
     node: str
     at: datetime | None
     t_mono: float | None
-    hit: list[list]
+    hit: list[list[Any]]
     error: str | None
     fired_s: float | None
 
@@ -63,7 +62,7 @@ def session(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
     interrupt, raised as one, so the run ends `interrupted` and the cell is landed again from its
     result file, not counted as a failed cell."""
     try:
-        con = warehouse.connect(path)
+        con = connect(path)
     except duckdb.InterruptException as exc:
         raise KeyboardInterrupt(f"interrupted while opening the warehouse: {exc}") from exc
     try:
@@ -77,13 +76,13 @@ def session(path: str) -> Iterator[duckdb.DuckDBPyConnection]:
 # writes
 
 
-def land_capacity(con: duckdb.DuckDBPyConnection, run_id: str, mode: ModeSpec, over: str, slo: dict,
+def land_capacity(con: duckdb.DuckDBPyConnection, run_id: str, mode: ModeSpec, over: str, slo: dict[str, Any],
                   result: CapacityResult, probe_cells: list[str]) -> None:
     """A mode's capacity search, with the TPOT p50 its probe at the capacity measured (the median
     of that probe's repeats)."""
     tpot = None
     if result.capacity is not None and probe_cells:
-        column = "clients" if over == "clients" else "rate"
+        column = "clients" if over == "clients" else "offered_rate"
         median = con.execute(f"select median(tpot_p50_ms) from cells where run_id = ? and list_contains(?, cell_key) "
                              f"and {column} = ?", [run_id, probe_cells, result.capacity]).fetchone()
         assert median is not None  # an aggregate without GROUP BY always returns one row
@@ -95,7 +94,7 @@ def land_capacity(con: duckdb.DuckDBPyConnection, run_id: str, mode: ModeSpec, o
         conflict="or replace")
 
 
-def land_tuning(con: duckdb.DuckDBPyConnection, run_id: str, over: str, slo: dict, verdict: TuneVerdict,
+def land_tuning(con: duckdb.DuckDBPyConnection, run_id: str, over: str, slo: dict[str, Any], verdict: TuneVerdict,
                 configurations: int) -> None:
     """The tuner's verdict over the run's capacities; `configurations`: how many were searched
     (the default's second measurement aside). Launches: the servers that became ready for a search."""
@@ -118,7 +117,7 @@ def land_faults(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str, mode
             injected_at=fault.at, t_mono=fault.t_mono, hit=json.dumps(fault.hit), error=fault.error))
 
 
-def land_bisect_step(con: duckdb.DuckDBPyConnection, step: dict) -> None:
+def land_bisect_step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> None:
     """One step of a bisect: the commit, its run, its repeats and the verdict against the baseline."""
     landing.insert_row(con, "bisect_steps", step)
 
@@ -126,9 +125,9 @@ def land_bisect_step(con: duckdb.DuckDBPyConnection, step: dict) -> None:
 # reads
 
 
-def landed_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str) -> dict:
+def landed_cell(con: duckdb.DuckDBPyConnection, run_id: str, cell_key: str) -> dict[str, Any]:
     """A landed cell's row, by column name."""
-    return warehouse.rows(con, "select * from cells where run_id = ? and cell_key = ?", [run_id, cell_key])[0]
+    return rows(con, "select * from cells where run_id = ? and cell_key = ?", [run_id, cell_key])[0]
 
 
 def capacities(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, float | None]]:

@@ -17,11 +17,11 @@ SUBTITLE_WIDTH = 110         # characters a subtitle line holds before it wraps 
 
 def load_point_label(cell: dict) -> str:
     """A load point as every chart and table names it: '1 client', '4 clients' (closed loop), '2 req/s'
-    (open loop, the rate the campaign gives)."""
-    if cell.get("load_kind") == "closed" or (cell.get("clients") is not None and cell.get("rate") is None):
+    (open loop, the rate offered: the campaign's, as the cell key names it)."""
+    if cell.get("load_kind") == "closed" or (cell.get("clients") is not None and cell.get("offered_rate") is None):
         clients = cell.get("clients")
         return "? clients" if clients is None else f"{clients} client{'' if clients == 1 else 's'}"
-    rate = cell.get("rate")
+    rate = cell.get("offered_rate")
     return "? req/s" if rate is None else f"{rate:.4g} req/s"
 
 
@@ -30,7 +30,7 @@ def load_point_order(cells: Iterable[dict]) -> list[str]:
     as text, where '10 req/s' comes before '2 req/s')."""
     def key(cell: dict) -> tuple:
         closed = load_point_label(cell).endswith(("client", "clients"))
-        return (0, cell.get("clients") or 0) if closed else (1, cell.get("rate") or 0)
+        return (0, cell.get("clients") or 0) if closed else (1, cell.get("offered_rate") or 0)
     return list(dict.fromkeys(load_point_label(c) for c in sorted(cells, key=key)))
 
 

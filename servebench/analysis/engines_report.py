@@ -28,7 +28,8 @@ def engine_cells(con: Connection, run_id: str) -> list[dict]:
 def engines_chart(cells: list[dict], width: int, height: int) -> alt.TopLevelMixin | None:
     if not cells:
         return None
-    points = [{**c, "load": c["rate"] if c["rate"] is not None else c["clients"], "load_point": load_point_label(c),
+    points = [{**c, "load": c["offered_rate"] if c["offered_rate"] is not None else c["clients"],
+               "load_point": load_point_label(c),
                "series": f"{c['engine']} {c['mode']}"} for c in cells]
     panels = []
     for field, label in LATENCIES:

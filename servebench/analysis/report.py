@@ -627,7 +627,7 @@ def cell_table(cells: list[dict], gates: list[dict], cpu_by_mode: dict[str, str]
         valid = validity_word(c["valid"])
         busy = "-" if c["client_cpu_fraction"] is None else \
             f"{c['client_cpu_fraction']:.0%} of CPU {c['client_cpus']}"
-        rate_note = reads.schedule_note(c["offered_rate"] or c["rate"], c["realized_rate"])
+        rate_note = reads.schedule_note(c["offered_rate"], c["realized_rate"])
         why = cell_notes(c["error"], list(c["invalid_reasons"] or []) + ([rate_note] if rate_note else []))
         tokens = throughput_text(c["output_throughput"])
         flagged = ' class="bad"' if c["valid"] is False or c["status"] != "completed" else ""

@@ -14,14 +14,12 @@ import json
 import statistics
 import uuid
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
-from servebench import warehouse
 from servebench.analysis.regression.series import METRICS
 from servebench.bisect.search import BisectError, Direction, Step, judge, most_builds, search
 from servebench.bisect.steps import commits_to_bisect, step_campaign
@@ -30,7 +28,7 @@ from servebench.campaign.loading import load_campaign
 from servebench.config.campaign import Campaign
 from servebench.paths import cache_dir, default_warehouse, runs_dir
 from servebench.progress import reporter
-from servebench.warehouse import store
+from servebench.warehouse.sink import RunResults
 
 BISECT_METRICS = [name for name in METRICS if name != "capacity"]
 RunCampaign = Callable[..., dict]  # (campaign_file=, warehouse_path=) -> the run's outcome
@@ -86,8 +84,7 @@ class Bisection:
     def land(self, step: Step | None, commit: str, values: list[float], run_id: str, build_key: str | None) -> None:
         """The step into `bisect_steps` and the bisect's folder (`bisect.json`, every step so far)."""
         row = step_row(self, step, commit, values, run_id, build_key)
-        with store.session(self.warehouse) as con:
-            store.land_bisect_step(con, row)
+        RunResults(self.warehouse, run_id).bisect_step(row)
         self.steps.append(row)
         (self.folder / "bisect.json").write_text(json.dumps(self.steps, default=str, indent=1))
 
@@ -117,8 +114,8 @@ def step_row(bisection: Bisection, step: Step | None, commit: str, values: list[
 
 def step_results(wh: str, run_id: str, mode: str, metric: str) -> tuple[list[float], str | None]:
     """A step's run as the bisect reads it: the metric of each completed cell, and its build key."""
-    with closing(warehouse.connect(wh, read_only=True)) as con:
-        return store.completed_metric(con, run_id, mode, metric), store.run_build_key(con, run_id)
+    results = RunResults(wh, run_id)
+    return results.completed_metric(mode, metric), results.build_key()
 
 
 def start_bisection(campaign_file: str, good: str, bad: str, metric: str, mode: str | None, threshold: float,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -67,6 +68,36 @@ class GcPlan(BaseModel):
 
     remove: list[CacheItem] = []
     kept: list[tuple[CacheItem, str]] = []
+
+
+@dataclass(frozen=True)
+class GcRules:
+    """What `builds gc` was asked to remove, the same for every kind of tree: these keys, trees unused for
+    `older_than_days` (as of `now`), incomplete ones, all but the newest `keep` complete ones of a lineage."""
+
+    now: datetime
+    keys: tuple[str, ...] = ()
+    older_than_days: float | None = None
+    incomplete: bool = False
+    keep: int | None = None
+
+    def old(self, item: CacheItem) -> bool:
+        return self.older_than_days is not None and \
+            (self.now - item.last_used).total_seconds() > self.older_than_days * 86400
+
+    def chosen(self, items: list[CacheItem]) -> set[str]:
+        """select_for_gc's rules over items of one kind (newest first): named, unused for N days,
+        incomplete, or beyond the newest N complete ones of their lineage."""
+        chosen: set[str] = set()
+        seen: dict[str, int] = {}  # lineage -> complete items of it so far
+        for item in items:
+            if item.key in self.keys or self.old(item) or (self.incomplete and not item.complete):
+                chosen.add(item.key)
+            if self.keep is not None and item.complete:
+                seen[item.lineage] = seen.get(item.lineage, 0) + 1
+                if seen[item.lineage] > self.keep:
+                    chosen.add(item.key)
+        return chosen
 
 
 def list_cache(cache: Path) -> list[CacheItem]:
@@ -153,32 +184,31 @@ def plan_gc(items: list[CacheItem], now: datetime, *, keys: Iterable[str] = (), 
     cache with its build, or alone once its build is gone; sysroots and emulation roots by the same
     rules over their own lineages (architecture; profile and sysroot), never one a remaining build
     needs or one in use, and an emulation root whose sysroot goes goes with it."""
-    keys = list(keys)
+    rules = GcRules(now=now, keys=tuple(keys), older_than_days=older_than_days, incomplete=incomplete, keep=keep)
     plan = GcPlan()
     engines = [i for i in items if i.kind == "engine"]
-    gone = _engines_removed(engines, now, keys, older_than_days, incomplete, keep, plan)
+    gone = _engines_removed(engines, rules, plan)
     remaining = [i for i in engines if i.key not in gone]
     needed = {i.refers_to: i.key for i in remaining if i.refers_to}
-    _plan_compile([i for i in items if i.kind == "compile"], gone, keys, older_than_days, incomplete, keep, now, plan)
+    _plan_compile([i for i in items if i.kind == "compile"], gone, rules, plan)
     sysroots = [i for i in items if i.kind == "sysroot"]
-    chosen = _by_rules(sysroots, now, keys, older_than_days, incomplete, keep)
+    chosen = rules.chosen(sysroots)
     removed_sysroots = {i.key for i in sysroots if i.key in chosen and _allowed(i, needed, plan, "a build links to it")}
     present = {i.key for i in sysroots if i.complete} - removed_sysroots
-    _plan_emulation([i for i in items if i.kind == "emulation"], present, needed, keys, older_than_days, incomplete,
-                    keep, now, plan)
+    _plan_emulation([i for i in items if i.kind == "emulation"], present, needed, rules, plan)
     plan.remove += [i for i in sysroots if i.key in removed_sysroots]
     for item in items:
-        if item.key in keys and item.kind not in REMOVABLE:
+        if item.key in rules.keys and item.kind not in REMOVABLE:
             plan.kept.append((item, f"gc does not remove a {item.kind}: nothing records whether a run uses it"))
     return plan
 
 
-def _engines_removed(engines: list[CacheItem], now: datetime, keys: list[str], older_than_days: float | None,
-                     incomplete: bool, keep: int | None, plan: GcPlan) -> set[str]:
+def _engines_removed(engines: list[CacheItem], rules: GcRules, plan: GcPlan) -> set[str]:
     """The engine builds gc removes (added to the plan); the chosen ones in use are kept."""
     by_key = {i.key: i for i in engines}
-    chosen = select_for_gc([i.entry for i in engines if i.entry], now, keys=keys, older_than_days=older_than_days,
-                           incomplete=incomplete, keep_per_engine=keep)
+    chosen = select_for_gc([i.entry for i in engines if i.entry], rules.now, keys=rules.keys,
+                           older_than_days=rules.older_than_days, incomplete=rules.incomplete,
+                           keep_per_engine=rules.keep)
     gone = set()
     for entry in chosen:
         item = by_key[entry.key]
@@ -190,8 +220,7 @@ def _engines_removed(engines: list[CacheItem], now: datetime, keys: list[str], o
     return gone
 
 
-def _plan_compile(caches: list[CacheItem], gone: set[str], keys: list[str], older_than_days: float | None,
-                  incomplete: bool, keep: int | None, now: datetime, plan: GcPlan) -> None:
+def _plan_compile(caches: list[CacheItem], gone: set[str], rules: GcRules, plan: GcPlan) -> None:
     """A compile cache goes with its build (remove_entry takes both); one whose build is gone already is
     chosen by any rule but age, or by age when it is old."""
     present = {i.key for i in plan.remove} | {i.key for i, _ in plan.kept}
@@ -202,19 +231,17 @@ def _plan_compile(caches: list[CacheItem], gone: set[str], keys: list[str], olde
         if item.in_use:
             continue
         orphan = "its build gone" in item.detail
-        old = older_than_days is not None and (now - item.last_used).total_seconds() > older_than_days * 86400
-        if orphan and (item.key in keys or incomplete or keep is not None or old):
+        if orphan and (item.key in rules.keys or rules.incomplete or rules.keep is not None or rules.old(item)):
             plan.remove.append(item)
-        elif item.key in keys and item.key not in present:
+        elif item.key in rules.keys and item.key not in present:
             plan.kept.append((item, "goes with its build: name the build"))
 
 
-def _plan_emulation(roots: list[CacheItem], sysroots: set[str], needed: dict[str, str], keys: list[str],
-                    older_than_days: float | None, incomplete: bool, keep: int | None, now: datetime,
+def _plan_emulation(roots: list[CacheItem], sysroots: set[str], needed: dict[str, str], rules: GcRules,
                     plan: GcPlan) -> None:
     """Emulation roots: by the rules, or because their sysroot is (or goes) away; the newest complete root
     of each profile on a sysroot a remaining build needs stays, and any in use."""
-    chosen = _by_rules(roots, now, keys, older_than_days, incomplete, keep)
+    chosen = rules.chosen(roots)
     newest: dict[str, str] = {}
     for item in roots:  # newest first
         if item.complete:
@@ -241,23 +268,6 @@ def _allowed(item: CacheItem, needed: dict[str, str], plan: GcPlan, why: str) ->
         plan.kept.append((item, f"needed: {why} (build {needed[base]})"))
         return False
     return True
-
-
-def _by_rules(items: list[CacheItem], now: datetime, keys: list[str], older_than_days: float | None,
-              incomplete: bool, keep: int | None) -> set[str]:
-    """select_for_gc's rules over items of one kind (newest first): named, unused for N days,
-    incomplete, or beyond the newest N complete ones of their lineage."""
-    chosen: set[str] = set()
-    seen: dict[str, int] = {}  # lineage -> complete items of it so far
-    for item in items:
-        old = older_than_days is not None and (now - item.last_used).total_seconds() > older_than_days * 86400
-        if item.key in keys or old or (incomplete and not item.complete):
-            chosen.add(item.key)
-        if keep is not None and item.complete:
-            seen[item.lineage] = seen.get(item.lineage, 0) + 1
-            if seen[item.lineage] > keep:
-                chosen.add(item.key)
-    return chosen
 
 
 def remove_item(cache: Path, item: CacheItem) -> bool:

@@ -13,12 +13,13 @@ from servebench.warehouse import reads
 
 def add_annotate_parser(sub: argparse._SubParsersAction) -> None:
     annotate = sub.add_parser("annotate", help="accept a change as the new baseline, or exclude a night")
-    annotate.add_argument("action", choices=["accept", "exclude"])
+    annotate.add_argument("action", choices=["accept", "exclude"], help="accept: that night starts a new baseline "
+                          "(an intended change); exclude: the night is left out of the history")
     annotate.add_argument("run", help="the night: a run id")
     annotate.add_argument("--note", required=True, help="why (kept with the annotation)")
     annotate.add_argument("--series", help="one series id (default: every series of the run)")
     annotate.add_argument("--metric", help="one metric (default: every metric)")
-    annotate.add_argument("--author")
+    annotate.add_argument("--author", help="who annotates (kept with the annotation)")
     warehouse_arg(annotate)
     annotate.set_defaults(func=cmd_annotate)
 

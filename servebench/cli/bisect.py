@@ -28,7 +28,7 @@ def add_bisect_parser(sub) -> None:
     p.add_argument("--threshold", type=float, default=0.10,
                    help="how much worse a commit must be to be bad (relative, default 0.10): every one of its "
                         "repeats worse than every repeat of the good commit by more than this")
-    p.add_argument("--repeats", type=int, default=3, help="cells per commit, at the load point")
+    p.add_argument("--repeats", type=int, default=3, help="cells per commit, at the load point (default: 3)")
     p.add_argument("--point", help="the load point to measure, as in cell keys (c4, rate8; default: the campaign's "
                    "first)")
     format_arg(p, ("table", "json"))

@@ -7,12 +7,13 @@ import argparse
 import sys
 
 from servebench.campaign.loading import load_campaign
-from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, campaign_file
+from servebench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, campaign_arg
 
 
 def add_build_parser(sub: argparse._SubParsersAction) -> None:
-    build = sub.add_parser("build", help="build (or find) the engine venv of a campaign and print it")
-    build.add_argument("file", type=campaign_file)
+    build = sub.add_parser("build", help="build (or find in the cache) every engine build a campaign needs and "
+                           "print where each is")
+    campaign_arg(build)
     build.add_argument("--dry-run", action="store_true",
                        help="print each engine's build key, whether it is cached, and the exact commands and "
                             "environment a build runs; build nothing")

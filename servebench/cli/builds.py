@@ -25,7 +25,9 @@ def add_builds_parser(sub) -> None:
     listing.set_defaults(func=cmd_builds_list)
     gc = actions.add_parser("gc", help="remove builds, their compile caches, sysroots and emulation roots "
                                        "(never one in use or needed by a kept build); say which")
-    gc.add_argument("--key", action="append", default=[], help="a key to remove (repeat): a build, sysroot, ...")
+    gc.add_argument("--key", action="append", default=[],
+                    help="a key to remove, as `builds list` shows it: an engine build, a sysroot or an emulation "
+                         "root (repeatable)")
     gc.add_argument("--older-than-days", type=float, help="trees neither built nor used for this many days")
     gc.add_argument("--incomplete", action="store_true", help="builds and trees that never finished")
     gc.add_argument("--keep", type=int, metavar="N", help="all but the newest N complete builds of each engine and "

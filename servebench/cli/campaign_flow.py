@@ -51,7 +51,7 @@ def orchestrate(args: argparse.Namespace, name: str, flow_run: Callable[[], dict
     console.print(f"history:   {found.get('regression', 0)} regression(s), {found.get('improvement', 0)} "
                   f"improvement(s) against earlier runs (servebench regressions)")
     console.print(f"run dir:   {outcome['run_dir']}")
-    console.print('try:       servebench tables; servebench query "select mode, clients, rate, count(*), '
+    console.print('try:       servebench tables; servebench query "select mode, clients, offered_rate, count(*), '
                   'quantile_cont(ttft_ms, 0.99) from measured_requests join cells using (cell_id) group by all"')
     return EXIT_OK if outcome["status"] == "completed" else EXIT_FAILED
 

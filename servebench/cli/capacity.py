@@ -1,9 +1,9 @@
 """`servebench capacity`: the highest open-loop rate (or, with --clients-search, the most closed-loop
-clients) at which a running server meets an SLO, found with few probes
-(`servebench.analysis.capacity`). Each probe is one run of the load generator; latency is
-measured from each request's scheduled time (no coordinated omission in the open loop). A probe
-the server made invalid counts as a miss; one the generator alone made invalid (its schedule, its
-rate, its core) is measured again, and stops the search if it stays so (docs/capacity.md)."""
+clients) at which a running server meets an SLO, found with few probes (docs/capacity.md). Each
+probe is one run of the load generator; latency is measured from each request's scheduled time, so
+a request sent late still counts its wait. A probe the server made invalid counts as a miss; one
+the generator alone made invalid (its schedule, its rate, its core) is measured again, and stops
+the search if it stays so."""
 
 from __future__ import annotations
 
@@ -22,25 +22,35 @@ from servebench.analysis.capacity import (
     probe_floor,
     search_capacity,
 )
-from servebench.cli.load import add_load_flags, config_from_args
-from servebench.config.slo import parse_slo
+from servebench.cli.load_options import add_load_options, config_from_args
+from servebench.config.slo import SLO_METRICS, SLO_PERCENTILES, parse_slo
+
+DESCRIPTION = " ".join(__doc__.split())
+LOAD_OPTIONS = ("each probe's load, as `servebench load` takes it: what is sent, how long, and what makes a probe "
+                "valid (the search sets the rate, or the clients)")
 
 
 def add_capacity_parser(sub) -> None:
     p = sub.add_parser("capacity", help="find the highest rate (or most clients) a running server serves within "
-                       "an SLO", description=__doc__.splitlines()[0])
-    add_load_flags(p, skip=("--rate", "--clients"))
+                       "an SLO", description=DESCRIPTION)
     p.add_argument("--slo", action="append", required=True, metavar="METRIC_PCT_ms=LIMIT",
-                   help="a limit, e.g. ttft_p99_ms=500 (repeatable; every one must hold)")
+                   help=f"a limit, e.g. ttft_p99_ms=500: METRIC one of {', '.join(SLO_METRICS)}, PCT one of "
+                        f"{', '.join(SLO_PERCENTILES)} (repeatable; every one must hold)")
     p.add_argument("--clients-search", action="store_true", help="search closed-loop clients instead of the rate")
     p.add_argument("--start", type=float, default=1.0, help="the first rate (or clients) probed: your guess; "
-                   "8 probes reach 5%% when the capacity is within about 0.25x-7x of it")
-    p.add_argument("--precision", type=float, default=0.05, help="stop when (hi - lo) / hi is at most this")
-    p.add_argument("--max-probes", type=int, default=8)
-    p.add_argument("--max-value", type=float, default=1024.0, help="never probe above this rate (or clients)")
+                   "with the defaults, 8 probes reach 5%% when the capacity is within about 0.25x-7x of it "
+                   "(default: %(default)s)")
+    p.add_argument("--precision", type=float, default=0.05,
+                   help="stop when (hi - lo) / hi is at most this (default: %(default)s)")
+    p.add_argument("--max-probes", type=int, default=8, help="stop after this many probes, converged or not; a "
+                   "probe measured again counts (default: %(default)s)")
+    p.add_argument("--max-value", type=float, default=1024.0,
+                   help="never probe above this rate or client count (default: %(default)s)")
     p.add_argument("--max-probe-s", type=float, default=MAX_PROBE_S, help="never probe a rate so low that its "
-                   "--requests would take longer than this (seconds): the search's lowest rate")
+                   "--requests would take longer than this (seconds): the search's lowest rate; with --duration, "
+                   "no such floor (default: %(default)s)")
     p.add_argument("--output-json", help="write the probes and the result here")
+    add_load_options(p, LOAD_OPTIONS)
     p.set_defaults(func=cmd_capacity)
 
 

@@ -21,14 +21,15 @@ from servebench.cli.common import warehouse_arg, warehouse_path
 
 def add_chaos_parser(sub) -> None:
     p = sub.add_parser("chaos", help="inject a fault into a running campaign now (kill or stop processes of a run)",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("run_id")
-    p.add_argument("action", choices=["kill", "stop"])
+                       description=" ".join(__doc__.split()))
+    p.add_argument("run_id", help="the running campaign's run id (`servebench runs` lists them)")
+    p.add_argument("action", choices=["kill", "stop"], help="kill: SIGKILL the matching processes; stop: "
+                   "SIGSTOP them (alive but frozen, as a hung process is)")
     p.add_argument("--match", required=True, help="regular expression over the command lines of the run's "
                    "processes on the node: a worker's process title, the API server's module "
                    "(docs/faults-and-resume.md lists some)")
     p.add_argument("--node", help="the node (default: the campaign's first)")
-    warehouse_arg(p, makes_runs=True)
+    warehouse_arg(p)
     p.set_defaults(func=cmd_chaos)
 
 

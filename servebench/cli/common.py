@@ -28,7 +28,7 @@ class ContentError(Exception):
 
 
 def warehouse_arg(parser: argparse.ArgumentParser, makes_runs: bool = False) -> None:
-    """--warehouse, and --runs beside it on the commands that start runs (run, resume, bisect, chaos), which make
+    """--warehouse, and --runs beside it on the commands that start runs (run, resume, bisect), which make
     each run's directory under it; a command that only reads finds a run's directory in the warehouse."""
     parser.add_argument("--warehouse", help="DuckDB file (default: $SERVEBENCH_WAREHOUSE or "
                         "runs/servebench.duckdb)")
@@ -63,6 +63,12 @@ def campaign_file(given: str) -> str:
     from servebench.campaign.loading import campaign_path
 
     return str(campaign_path(given))
+
+
+def campaign_arg(parser: argparse.ArgumentParser) -> None:
+    """The campaign positional of the commands that take one by file or by its shipped name."""
+    parser.add_argument("file", type=campaign_file,
+                        help="a campaign file, or a shipped campaign's name (`servebench campaigns`)")
 
 
 def run_choice_args(parser: argparse.ArgumentParser) -> None:

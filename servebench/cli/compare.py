@@ -16,12 +16,14 @@ from servebench.warehouse import reads
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    compare = sub.add_parser("compare", help="per-cell deltas of the main metrics between two runs")
-    compare.add_argument("run_a")
-    compare.add_argument("run_b")
+    compare = sub.add_parser("compare", help="per load point, the main metrics of two runs side by side, each "
+                             "change judged against the runs' own noise")
+    compare.add_argument("run_a", help="run A, the one compared against: a run id")
+    compare.add_argument("run_b", help="run B: each change is B's against A's")
     format_arg(compare, ("table", "json"))
     compare.add_argument("--alpha", type=float, default=0.05, help="two-sided U-test level (default 0.05)")
-    compare.add_argument("--min-effect", type=float, default=0.05, help="smallest relative change that counts")
+    compare.add_argument("--min-effect", type=float, default=0.05,
+                         help="smallest relative change that counts (default 0.05)")
     warehouse_arg(compare)
     compare.set_defaults(func=cmd_compare)
 

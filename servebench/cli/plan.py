@@ -108,6 +108,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
             if mode.dp > 1 or mode.ep:
                 lines.append(f"{indent}ranks    {mode.world_size} workers: {placement_text(launch)}")
             lines += command_lines(launch, provider, by_name, indent)
+            lines += [f"{indent}numa     {note}" for note in launch.notes]
         if mode.replicas > 1:
             lines += balancer_plan_lines(mode, launches, by_name, plan.client.node)
         shown = memory_lines(memory.get(mode.name))
@@ -239,10 +240,10 @@ def search_line(campaign, configurations: int) -> str:
 
 
 def add_plan_parser(sub) -> None:
-    from servebench.cli.common import campaign_file
+    from servebench.cli.common import campaign_arg
 
     plan = sub.add_parser("plan", help="validate a campaign, print its cells and server commands")
-    plan.add_argument("file", type=campaign_file)
+    campaign_arg(plan)
     plan.set_defaults(func=cmd_plan)
 
 

@@ -30,7 +30,7 @@ KNOWN_UNITS = {"ms", "s", "req/s", "tok/s", "tokens", "bytes", "0-1", "%", "Mbit
 def add_query_parser(sub: argparse._SubParsersAction) -> None:
     query = sub.add_parser("query", help="run SQL on the warehouse (read-only); `servebench tables` lists what "
                            "there is to query")
-    query.add_argument("sql")
+    query.add_argument("sql", help="the SQL to run, read-only (`servebench tables` lists the tables and views)")
     format_arg(query, ("table", "markdown", "csv", "json"),
                help="table: one block per row when the table is wider than the terminal "
                "($COLUMNS, or 80 when not a terminal); markdown: a GitHub table; csv and json: values as stored")

@@ -14,7 +14,8 @@ def add_schema_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schema", help="print the campaign file's JSON Schema (or, --format markdown, the "
                        "field-by-field reference of docs/campaign-reference.md)")
     p.add_argument("--format", choices=["json", "markdown"], default="json",
-                   help="json: a JSON Schema an editor can validate campaign files with; markdown: the reference")
+                   help="json: a JSON Schema an editor can validate campaign files with; markdown: the "
+                        "field-by-field reference (default: json)")
     p.set_defaults(func=cmd_schema)
 
 

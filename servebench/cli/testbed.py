@@ -50,16 +50,18 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     link = actions.add_parser("link", help="set a host link's one-way delay and rate cap (or --clear); no host: "
                               "show the links and what the kernel offers (docs/testbed.md)")
     link.add_argument("--name", default=None, help=name_help)
-    link.add_argument("host", nargs="?", help="h1, h2, ...")
+    link.add_argument("host", nargs="?", help="the host whose link to set: h1, h2 and so on (none: show every link)")
     link.add_argument("--delay-ms", type=float, default=0.0,
-                      help="added to every frame crossing the link, each way (a ping between two hosts: 2x)")
+                      help="added to every frame crossing the link, each way (a ping between this host and "
+                           "another whose link has no delay: 2x)")
     link.add_argument("--rate-mbit", type=float, help="each direction of the link at most this (Ethernet frames)")
-    link.add_argument("--clear", action="store_true", help="the plain link again (what is not given is off anyway)")
+    link.add_argument("--clear", action="store_true",
+                      help="the plain link again (each call sets the whole link: what it does not give is off)")
     link.set_defaults(func=cmd_link)
 
     run = actions.add_parser("exec", help="run a command on a host (in its namespaces), e.g. exec h1 -- sinfo")
     run.add_argument("--name", default=None, help=name_help)
-    run.add_argument("host", help="h1, h2, ...")
+    run.add_argument("host", help="the host: h1, h2 and so on (`testbed status` lists them)")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="command", help="the command (default: a shell)")
     run.set_defaults(func=cmd_exec)
 

@@ -63,7 +63,7 @@ class LengthSpec(BaseModel):
         return None if value is None else data_path(value, info)
 
     @model_validator(mode="after")
-    def _parameters(self) -> "LengthSpec":
+    def _parameters(self, info: ValidationInfo) -> "LengthSpec":
         need = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "stdev"),
                 "lognormal": ("mean", "stdev"), "empirical": ("file",)}[self.dist]
         missing = [name for name in need if getattr(self, name) is None]
@@ -75,7 +75,7 @@ class LengthSpec(BaseModel):
             raise ValueError(f"dist {self.dist} takes no {', '.join(unused)}")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min ({self.min}) exceeds max ({self.max})")
-        if self.dist == "empirical":
+        if self.dist == "empirical" and not recorded(info):
             assert self.file is not None  # checked just above: empirical needs file
             self._empirical = read_empirical(Path(self.file))
         return self
@@ -135,6 +135,16 @@ class LengthSpec(BaseModel):
 
 
 Length = Annotated[LengthSpec, BeforeValidator(_fixed_from_int)]
+
+
+RECORDED: dict[str, Any] = {"recorded": True}
+
+
+def recorded(info: ValidationInfo | None) -> bool:
+    """Whether a block is read back as a record of what ran (validation context RECORDED: a result
+    file's config), not given to be run: its data files are then not read again, since they may
+    have moved or changed since the run, and reading a result must not depend on them."""
+    return info is not None and bool((info.context or {}).get("recorded"))
 
 
 def data_path(value: str, info: ValidationInfo) -> str:

@@ -49,7 +49,7 @@ class _Exchange:
 
     __slots__ = ("record", "stream", "done", "status", "error_body")
 
-    def __init__(self, record: RequestRecord, done: asyncio.Future, endpoint: Endpoint):
+    def __init__(self, record: RequestRecord, done: asyncio.Future[None], endpoint: Endpoint):
         self.record = record
         self.stream = SseStream(record, endpoint.token_counts, endpoint.cache_tokens)
         self.done = done
@@ -127,7 +127,7 @@ class Connection(asyncio.Protocol):
         self.pool.release(self)
 
     # --- used by the pool
-    def send(self, payload: bytes, record: RequestRecord, done: asyncio.Future) -> None:
+    def send(self, payload: bytes, record: RequestRecord, done: asyncio.Future[None]) -> None:
         self.exchange = _Exchange(record, done, self.pool.endpoint)
         record.sent_s = time.monotonic()
         self.transport.write(payload)  # type: ignore[union-attr]

@@ -18,9 +18,11 @@ default, as `vllm bench serve` does); the estimator is named in every summary.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from servebench.load.records import RequestRecord
+from servebench.load.summary import ClientUsage, Distribution, SteadySummary, WindowSummary
 
 PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
 ESTIMATOR = "linear interpolation between closest ranks (Hyndman-Fan type 7)"
@@ -36,11 +38,26 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def distribution(values: Iterable[float], scale: float = 1.0) -> dict:
+class Judging(Protocol):
+    """What a summary is judged by: a `LoadConfig`'s rate, SLOs and validity limits."""
+
+    @property
+    def rate(self) -> float | None: ...
+    @property
+    def slos(self) -> dict[str, float]: ...
+    @property
+    def max_schedule_lag_ms(self) -> float: ...
+    @property
+    def min_achieved_fraction(self) -> float: ...
+    @property
+    def max_client_cpu(self) -> float: ...
+
+
+def distribution(values: Iterable[float], scale: float = 1.0) -> Distribution:
     data = sorted(v * scale for v in values)
-    summary: dict = {"count": len(data), "mean": (sum(data) / len(data)) if data else None}
-    summary.update({name: percentile(data, q) for name, q in PERCENTILES.items()})
-    return summary
+    p50, p90, p95, p99, p999 = (percentile(data, q) for q in PERCENTILES.values())
+    return Distribution(count=len(data), mean=(sum(data) / len(data)) if data else None,
+                        p50=p50, p90=p90, p95=p95, p99=p99, p999=p999)
 
 
 def ttft(r: RequestRecord) -> float | None:
@@ -92,21 +109,28 @@ def rate_of(times: list[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
-def summarize(records: list[RequestRecord], config, client: dict | None = None) -> dict:
+def summarize(records: list[RequestRecord], config: Judging, client: ClientUsage | None = None) -> dict[str, Any]:
+    """`steady_summary` as the result file holds it (plain JSON)."""
+    return steady_summary(records, config, client).model_dump(mode="json")
+
+
+def steady_summary(records: list[RequestRecord], config: Judging, client: ClientUsage | None = None
+                   ) -> SteadySummary:
     """Steady-window summary plus the same over the whole run, with validity.
 
     `client` is the generator's own CPU use over the run (servebench.load.pinning)."""
     steady = [r for r in records if not r.warmup]
-    summary = window_summary(steady, config)
-    summary["warmup_requests"] = len(records) - len(steady)
-    summary["whole_run"] = window_summary(records, config)
-    summary["percentile_estimator"] = ESTIMATOR
-    summary["client"] = client
-    summary["valid"], summary["invalid_reasons"] = validity(summary, steady, config)
-    return summary
+    window = window_summary(steady, config)
+    reasons = invalid_reasons(config, steady, lag_p99_ms=window.schedule_lag_ms.p99,
+                              scheduled_rate=window.scheduled_rate, achieved_rate=window.achieved_rate,
+                              core_fraction=client.core_fraction if client is not None else None,
+                              completed=window.completed)
+    return SteadySummary(**dict(window), warmup_requests=len(records) - len(steady),
+                         whole_run=window_summary(records, config), percentile_estimator=ESTIMATOR, client=client,
+                         valid=not reasons, invalid_reasons=reasons)
 
 
-def window_summary(records: list[RequestRecord], config) -> dict:
+def window_summary(records: list[RequestRecord], config: Judging) -> WindowSummary:
     ok = [r for r in records if r.ok]
     window = _window(records)
     output_tokens = sum(r.output_tokens or 0 for r in ok)
@@ -114,30 +138,30 @@ def window_summary(records: list[RequestRecord], config) -> dict:
     slos = config.slos
     good = sum(1 for r in records if meets_slos(r, slos)) if slos else None
     scheduled = [r.scheduled_s for r in records if r.scheduled_s is not None]
-    return {
-        "requests": len(records),
-        "completed": len(ok),
-        "failed": len(records) - len(ok),
-        "duration_s": window,
-        "offered_rate": config.rate,
-        "scheduled_rate": rate_of(scheduled) if config.rate is not None else None,
-        "achieved_rate": rate_of([r.sent_s for r in records if r.sent_s is not None]),
-        "request_throughput": len(ok) / window if window else None,
-        "output_throughput": output_tokens / window if window else None,
-        "total_token_throughput": (output_tokens + input_tokens) / window if window else None,
-        "goodput": good / window if good is not None and window else None,
-        "slos": slos,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "ttft_ms": distribution(_values(ok, ttft), 1000.0),
-        "ttft_from_scheduled_ms": distribution(_values(ok, ttft_from_scheduled), 1000.0),
-        "ttft_text_ms": distribution(_values(ok, ttft_text), 1000.0),
-        "tpot_ms": distribution(_values(ok, tpot), 1000.0),
-        "itl_ms": distribution((gap for r in ok for gap in itls(r)), 1000.0),
-        "e2el_ms": distribution(_values(ok, e2el), 1000.0),
-        "schedule_lag_ms": distribution(_values(records, schedule_lag), 1000.0),
-        "errors": _error_counts(records),
-    }
+    return WindowSummary(
+        requests=len(records),
+        completed=len(ok),
+        failed=len(records) - len(ok),
+        duration_s=window,
+        offered_rate=config.rate,
+        scheduled_rate=rate_of(scheduled) if config.rate is not None else None,
+        achieved_rate=rate_of([r.sent_s for r in records if r.sent_s is not None]),
+        request_throughput=len(ok) / window if window else None,
+        output_throughput=output_tokens / window if window else None,
+        total_token_throughput=(output_tokens + input_tokens) / window if window else None,
+        goodput=good / window if good is not None and window else None,
+        slos=slos,
+        total_input_tokens=input_tokens,
+        total_output_tokens=output_tokens,
+        ttft_ms=distribution(_values(ok, ttft), 1000.0),
+        ttft_from_scheduled_ms=distribution(_values(ok, ttft_from_scheduled), 1000.0),
+        ttft_text_ms=distribution(_values(ok, ttft_text), 1000.0),
+        tpot_ms=distribution(_values(ok, tpot), 1000.0),
+        itl_ms=distribution((gap for r in ok for gap in itls(r)), 1000.0),
+        e2el_ms=distribution(_values(ok, e2el), 1000.0),
+        schedule_lag_ms=distribution(_values(records, schedule_lag), 1000.0),
+        errors=_error_counts(records),
+    )
 
 
 # How each reason of the load generator's own limits begins (`validity` writes them so): a run
@@ -157,17 +181,27 @@ def client_limited(reasons: Iterable[str]) -> bool:
     return bool(reasons) and all(reason.startswith(CLIENT_REASONS) for reason in reasons)
 
 
-def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, list[str]]:
-    """A run whose client could not keep its schedule, or whose token counts disagree, is invalid."""
+def validity(summary: Mapping[str, Any], steady: list[RequestRecord], config: Judging) -> tuple[bool, list[str]]:
+    """`invalid_reasons` over a summary's JSON form (its window figures and `client`)."""
+    reasons = invalid_reasons(config, steady, lag_p99_ms=summary["schedule_lag_ms"]["p99"],
+                              scheduled_rate=summary["scheduled_rate"], achieved_rate=summary["achieved_rate"],
+                              core_fraction=(summary.get("client") or {}).get("core_fraction"),
+                              completed=summary["completed"])
+    return not reasons, reasons
+
+
+def invalid_reasons(config: Judging, steady: list[RequestRecord], *, lag_p99_ms: float | None,
+                    scheduled_rate: float | None, achieved_rate: float | None, core_fraction: float | None,
+                    completed: int) -> list[str]:
+    """Why a run is invalid (none: valid): its client could not keep its schedule or was too busy,
+    its token counts disagree, or nothing was answered."""
     reasons = []
-    lag_p99 = summary["schedule_lag_ms"]["p99"]
-    if config.rate is not None and lag_p99 is not None and lag_p99 > config.max_schedule_lag_ms:
-        reasons.append(f"{CLIENT_LAG} {lag_p99:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
+    if config.rate is not None and lag_p99_ms is not None and lag_p99_ms > config.max_schedule_lag_ms:
+        reasons.append(f"{CLIENT_LAG} {lag_p99_ms:.2f} ms exceeds {config.max_schedule_lag_ms:g} ms: "
                        "the client fell behind its schedule")
-    scheduled, achieved = summary["scheduled_rate"], summary["achieved_rate"]
-    if scheduled and achieved is not None and achieved < config.min_achieved_fraction * scheduled:
-        reasons.append(f"{CLIENT_RATE} {achieved:.2f} req/s is below {config.min_achieved_fraction:.0%} of the "
-                       f"scheduled {scheduled:.2f} req/s")
+    if scheduled_rate and achieved_rate is not None and achieved_rate < config.min_achieved_fraction * scheduled_rate:
+        reasons.append(f"{CLIENT_RATE} {achieved_rate:.2f} req/s is below {config.min_achieved_fraction:.0%} of "
+                       f"the scheduled {scheduled_rate:.2f} req/s")
     mismatched = [r.index for r in steady if r.ok and r.token_source == "usage"
                   and sum(r.chunk_tokens) != r.output_tokens]
     if mismatched:
@@ -177,13 +211,12 @@ def validity(summary: dict, steady: list[RequestRecord], config) -> tuple[bool, 
     if from_chunks:
         reasons.append(f"{from_chunks} requests had no running usage in the stream: their tokens were "
                        "counted from events, so TTFT/TPOT/ITL are approximate")
-    busy = (summary.get("client") or {}).get("core_fraction")
-    if busy is not None and busy > config.max_client_cpu:
-        reasons.append(f"{CLIENT_CPU} {busy:.0%} of a core (limit {config.max_client_cpu:.0%}): "
+    if core_fraction is not None and core_fraction > config.max_client_cpu:
+        reasons.append(f"{CLIENT_CPU} {core_fraction:.0%} of a core (limit {config.max_client_cpu:.0%}): "
                        "it may be the bottleneck, not the server")
-    if not summary["completed"]:
+    if not completed:
         reasons.append("no request completed")
-    return not reasons, reasons
+    return reasons
 
 
 def _values(records: list[RequestRecord], metric: Callable[[RequestRecord], float | None]) -> list[float]:

@@ -5,6 +5,7 @@ On a node it runs from the tree `servebench.distribution.load_tree` places there
 RESULT_NAME and REQUESTS_NAME in one directory, which the flow brings back). It imports nothing but
 the load generator (no warehouse, Prefect, engine or command line: its start is a cell's fixed cost).
 It writes the requests CSV, then the result JSON last and atomically: its presence means both are complete.
+The result goes through its model (servebench/load/result.py): the tree carries pydantic.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pydantic import ValidationError
 from servebench.load.config import LoadConfig
 from servebench.load.progress_file import progress_file
 from servebench.load.records import write_requests_csv
-from servebench.load.runner import LiveCounts, run_load, write_result
+from servebench.load.result import write_result
+from servebench.load.runner import LiveCounts, run_load_result
 from servebench.load.workload import WorkloadError
 
 RESULT_NAME = "result.json"
@@ -36,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = LoadConfig.model_validate_json(args.config_json)
         with progress_file(args.progress_file, live):
-            result = run_load(config, live)
+            result = run_load_result(config, live)
     except (ValidationError, WorkloadError) as exc:
         print(f"servebench.load.on_node: {exc}", file=sys.stderr)
         return 2
-    write_requests_csv(result["requests"], args.requests_csv)
+    write_requests_csv((record.to_dict() for record in result.requests), args.requests_csv)
     write_result(result, args.output_json)
     return 0
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebench.cpus import format_cpu_list, parse_cpu_list
+from servebench.load.summary import ClientUsage
 
 
 def place_self(cpus: str | None, nice: int | None) -> list[str]:
@@ -88,10 +89,14 @@ class CpuMeter:
     def start(self) -> None:
         self.cpu_start, self.wall_start = time.process_time(), time.monotonic()
 
-    def usage(self, notes: list[str] | None = None) -> dict:
+    def usage(self, notes: list[str] | None = None, idle: IdlePolling | None = None) -> ClientUsage:
+        """Since `start`: CPU and wall time, the CPUs and nice value it ran at, what `place_self` could not
+        do (`notes`) and what `polling_when_idle` held (`idle`)."""
         cpu = time.process_time() - self.cpu_start
         wall = time.monotonic() - self.wall_start
-        return {"cpu_seconds": round(cpu, 4), "wall_seconds": round(wall, 4),
-                "core_fraction": round(cpu / wall, 4) if wall > 0 else None,
-                "cpus": format_cpu_list(sorted(os.sched_getaffinity(0))),
-                "nice": os.getpriority(os.PRIO_PROCESS, 0), "notes": notes or []}
+        idle = idle or IdlePolling()
+        return ClientUsage(cpu_seconds=round(cpu, 4), wall_seconds=round(wall, 4),
+                           core_fraction=round(cpu / wall, 4) if wall > 0 else None,
+                           cpus=format_cpu_list(sorted(os.sched_getaffinity(0))),
+                           nice=os.getpriority(os.PRIO_PROCESS, 0), notes=notes or [],
+                           idle_poll_cpus=idle.cpus, idle_poll_off=idle.why_not)

@@ -8,10 +8,22 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
+
+
+class Counts(Protocol):
+    """What the load's live counts give (`runner.LiveCounts`, written by its event loop)."""
+
+    @property
+    def sent(self) -> int: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
 
 
 @contextlib.contextmanager
-def progress_file(path: str | None, live, period_s: float = 0.05) -> Iterator[None]:
+def progress_file(path: str | None, live: Counts, period_s: float = 0.05) -> Iterator[None]:
     """While the load runs, a thread writes the live counts to `path` (write then rename, so a reader
     never sees half a file); the last counts are written when it ends. Nothing on the send path."""
     if path is None:

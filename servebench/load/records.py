@@ -1,19 +1,27 @@
 """One request as measured: raw monotonic timestamps and the server's token counts only.
 
-Everything else (TTFT, TPOT, ITL, throughput) is derived by servebench.load.metrics.
+Everything else (TTFT, TPOT, ITL, throughput) is derived by servebench.load.metrics. A record is a
+plain dataclass, cheap on the send path; the result file's model (servebench.load.result) validates
+and writes it as it is, its fields the file's request keys.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict
 
 TIME_FIELDS = ("scheduled_s", "sent_s", "first_token_s", "last_token_s", "first_text_s")
 
 
 @dataclass(slots=True)
 class RequestRecord:
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")  # as a request of a result file
+
     index: int
     warmup: bool
     client: int | None = None
@@ -51,8 +59,11 @@ class RequestRecord:
                 setattr(self, name, value - t0)
         self.chunk_times = [t - t0 for t in self.chunk_times]
 
-    def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))  # a request's keys in a result file, in order
 
 
 # The request columns a CSV hands to DuckDB, with their types (after run_id and cell_id).
@@ -66,7 +77,7 @@ REQUEST_CSV_TYPES = {
 }
 
 
-def write_requests_csv(requests: list[dict], path: Path) -> Path:
+def write_requests_csv(requests: Iterable[Mapping[str, Any]], path: Path) -> Path:
     """Request rows as CSV, the fast way into DuckDB (its parallel reader lands 1M rows in about a second)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

@@ -1,32 +1,48 @@
 """Drive one load run: open loop (scheduled arrivals), closed loop (N clients), or both
 (arrivals with a concurrency cap). The schedule and every request body exist before the
-first send; during the run the event loop only sends bytes and stamps arrivals.
+first send; during the run the event loop only sends bytes and stamps arrivals. The result is a
+`LoadResult` (servebench/load/result.py), its summary derived from the records afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Any, NamedTuple
 
 import uvloop
 
 from servebench.load.config import LoadConfig
 from servebench.load.health import hung_since
 from servebench.load.http import ConnectionPool, Endpoint, stream_request
-from servebench.load.metrics import summarize
+from servebench.load.metrics import percentile, steady_summary, ttft
 from servebench.load.pinning import CpuMeter, IdlePolling, place_self, polling_when_idle
 from servebench.load.records import RequestRecord
+from servebench.load.result import (
+    T0,
+    HungSummary,
+    LoadResult,
+    LoadSummary,
+    PromptCacheCounts,
+    TurnFigures,
+    WorkloadName,
+    load_result,
+    write_result,
+)
 from servebench.load.schedule import arrival_offsets
 from servebench.load.server_metrics import scrape_counter
 from servebench.load.steady import WARMUP_SEED_OFFSET, WarmupOutcome, warm_until_steady
+from servebench.load.summary import ClientUsage
 from servebench.load.workload import Workload, request_body
 
-RESULT_VERSION = 1
+# `load_result` and `write_result` are the result file's (servebench/load/result.py), named here too
+# for the readers and writers that take them from the runner
+__all__ = ["LiveCounts", "load_result", "run_load", "run_load_result", "write_result"]
+
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -40,6 +56,55 @@ class LiveCounts:
     total: int | None = None
 
 
+class Prepared(NamedTuple):
+    """A request rendered before the run: its body and what its record says about it."""
+
+    body: bytes
+    expected_input_tokens: int | None
+    output_len: int
+    group: int | None
+    session: int | None
+    turn: int | None
+    token_ids: bool  # the prompt is token ids: the server must count exactly those
+
+
+@dataclass
+class RunPlan:
+    """What a run knows before its first send."""
+
+    config: LoadConfig
+    workload: Workload
+    offsets: list[float] | None        # open loop: when each request is due, seconds from t0
+    count: int | None                  # requests to send (None: made as they are sent, until the duration)
+    prepared: list[Prepared] | None    # every request rendered up front, when the count is known
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The server's counters around the measurement (None: not asked for, or not readable)."""
+
+    tokens: float | None = None
+    prefix_cache: tuple[float | None, float | None] | None = None  # (queries, hits)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured window: its start, whether the server hung in it, and what it cost the generator."""
+
+    t0: float
+    hung: tuple[float, float] | None  # (its last sign of life, when the load stopped), monotonic
+    client: ClientUsage
+
+
+class CounterCheck(NamedTuple):
+    skipped: str | None   # why the server's counter was not compared
+    invalid: str | None   # why its count makes the run invalid
+
+
+Make = Callable[[int, int | None, float], tuple[RequestRecord, bytes]]
+Send = Callable[[RequestRecord, bytes], Awaitable[None]]
+
+
 def workload_for(config: LoadConfig, data_seed: int) -> Workload:
     return Workload(endpoint=config.endpoint, input_len=config.input_len, output_len=config.output_len,
                     vocab_size=config.vocab_size, data_seed=data_seed, tokenizer=config.tokenizer,
@@ -47,30 +112,51 @@ def workload_for(config: LoadConfig, data_seed: int) -> Workload:
                     max_context=config.max_context)
 
 
-def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict:
-    """Run the load and return {"version", "config", "t0", "summary", "requests"}."""
+def run_load(config: LoadConfig, live: LiveCounts | None = None) -> dict[str, Any]:
+    """Run the load and return the result as its file holds it: {"version", "config", "t0", "summary",
+    "requests"}, plain JSON."""
+    return run_load_result(config, live).model_dump(mode="json")
+
+
+def run_load_result(config: LoadConfig, live: LiveCounts | None = None) -> LoadResult:
+    """Run the load: prepared before the first send, measured, then summarized from the records."""
+    plan = plan_run(config)
+    live = live or LiveCounts()
+    live.total = plan.count
+    notes = place_self(config.cpus, config.nice)
+    with polling_when_idle(config.idle_poll) as idle, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(plan, live, notes, idle))
+
+
+def plan_run(config: LoadConfig) -> RunPlan:
+    """The workload, the schedule and, where the count is known, every request body."""
     workload = workload_for(config, config.effective_data_seed)
-    offsets = None
+    offsets = _offsets(config, workload)
+    count = _request_count(config, offsets)
+    if count is None:
+        workload.check_bounded()
+    prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
+    return RunPlan(config, workload, offsets, count, prepared)
+
+
+def _offsets(config: LoadConfig, workload: Workload) -> list[float] | None:
     if config.replay:
         trace_offsets = workload.offsets(config.rate)
         assert trace_offsets is not None  # a trace workload (config.replay) has its own schedule
-        offsets = replay_schedule(trace_offsets, config.requests, config.duration)
-    elif config.rate is not None:
-        offsets = arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
-                                  count=config.requests, duration=config.duration, burstiness=config.burstiness)
+        return replay_schedule(trace_offsets, config.requests, config.duration)
+    if config.rate is not None:
+        return arrival_offsets(config.rate, config.arrival, config.effective_schedule_seed,
+                               count=config.requests, duration=config.duration, burstiness=config.burstiness)
+    return None
+
+
+def _request_count(config: LoadConfig, offsets: list[float] | None) -> int | None:
     count = len(offsets) if offsets is not None else config.requests
     if config.sessions is not None:
         whole = config.sessions.sessions * config.sessions.turns
         count = whole if config.duration is None else None  # with a duration: turns made as they are sent
         count = min(count, config.requests) if count is not None and config.requests else count
-    if count is None:
-        workload.check_bounded()
-    prepared = [_prepare(config, workload, i) for i in range(count)] if count is not None else None
-    live = live or LiveCounts()
-    live.total = count
-    notes = place_self(config.cpus, config.nice)
-    with polling_when_idle(config.idle_poll) as idle, asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(config, workload, offsets, prepared, live, notes, idle))
+    return count
 
 
 def replay_schedule(offsets: list[float], requests: int | None, duration: float | None) -> list[float]:
@@ -90,60 +176,67 @@ def judged_config(config: LoadConfig, offsets: list[float] | None) -> LoadConfig
     return config.model_copy(update={"rate": (len(offsets) - 1) / offsets[-1]})
 
 
-# body, prompt tokens, answer tokens asked, prefix group, session, turn, whether the prompt is token ids
-Prepared = tuple[bytes, int | None, int, int | None, int | None, int | None, bool]
-
-
 def _prepare(config: LoadConfig, workload: Workload, index: int) -> Prepared:
     item = workload.item(index)
     token_ids = isinstance(item.prompt, list) and bool(item.prompt) and isinstance(item.prompt[0], int)
-    return (request_body(config.model, config.endpoint, item, config.request_extras), item.expected_input_tokens,
-            item.output_len, item.group, item.session, item.turn, token_ids)
+    return Prepared(request_body(config.model, config.endpoint, item, config.request_extras),
+                    item.expected_input_tokens, item.output_len, item.group, item.session, item.turn, token_ids)
 
 
-def write_result(result: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, allow_nan=False))
-    tmp.replace(path)
+class _Sender:
+    """What every sending loop does with request i: `make` its record and bytes, then `send` them.
+    Keeps the records, the requests that finished and those whose prompts are token ids."""
 
+    def __init__(self, plan: RunPlan, pool: ConnectionPool, endpoint: Endpoint, live: LiveCounts):
+        self.plan, self.pool, self.endpoint, self.live = plan, pool, endpoint, live
+        self.records: list[RequestRecord] = []
+        self.exact: set[int] = set()
+        self.finished: set[int] = set()
 
-def load_result(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    def make(self, index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
+        plan = self.plan
+        ready = plan.prepared[index] if plan.prepared is not None else _prepare(plan.config, plan.workload, index)
+        if ready.token_ids:
+            self.exact.add(index)
+        record = RequestRecord(index=index, warmup=index < plan.config.warmup, client=client, scheduled_s=scheduled,
+                               expected_input_tokens=ready.expected_input_tokens,
+                               requested_output_tokens=ready.output_len, prefix_group=ready.group,
+                               session=ready.session, turn=ready.turn)
+        self.records.append(record)
+        return record, self.endpoint.request_bytes(ready.body)
 
-
-async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | None,
-               prepared: list[Prepared] | None, live: LiveCounts, notes: list[str], idle: IdlePolling) -> dict:
-    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts,
-                        config.prompt_cache_tokens)
-    pool = ConnectionPool(endpoint)
-    records: list[RequestRecord] = []
-    exact: set[int] = set()  # requests whose prompt is token ids: the server must count exactly those
-    warmed = await _warm_up(config, pool, endpoint) if config.warm_until_steady else None
-    tokens_before = _server_tokens(config)  # after the warm-up: its tokens are not the cell's
-    cache_before = _prefix_cache(config)
-    started_wall = datetime.now(timezone.utc)
-
-    def make(index: int, client: int | None, scheduled: float) -> tuple[RequestRecord, bytes]:
-        body, expected, output_len, group, session, turn, token_ids = prepared[index] if prepared is not None \
-            else _prepare(config, workload, index)
-        if token_ids:
-            exact.add(index)
-        record = RequestRecord(index=index, warmup=index < config.warmup, client=client, scheduled_s=scheduled,
-                               expected_input_tokens=expected, requested_output_tokens=output_len,
-                               prefix_group=group, session=session, turn=turn)
-        records.append(record)
-        return record, endpoint.request_bytes(body)
-
-    async def one(record: RequestRecord, payload: bytes) -> None:
+    async def send(self, record: RequestRecord, payload: bytes) -> None:
+        live = self.live
         live.sent += 1
-        await stream_request(pool, payload, record, config.timeout_s)
-        finished.add(record.index)
+        await stream_request(self.pool, payload, record, self.plan.config.timeout_s)
+        self.finished.add(record.index)
         live.done += 1
         live.failed += record.error_kind is not None
 
-    finished: set[int] = set()
 
+async def _run(plan: RunPlan, live: LiveCounts, notes: list[str], idle: IdlePolling) -> LoadResult:
+    config = plan.config
+    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts,
+                        config.prompt_cache_tokens)
+    pool = ConnectionPool(endpoint)
+    warmed = await _warm_up(config, pool, endpoint) if config.warm_until_steady else None
+    before = read_counters(config)  # after the warm-up: its tokens are not the cell's
+    started_wall = datetime.now(timezone.utc)
+    sender = _Sender(plan, pool, endpoint, live)
+    window = await _measure(plan, sender, notes, idle)
+    after = read_counters(config) if window.hung is None else Counters()  # a hung server answers no /metrics
+    sender.records.sort(key=lambda r: r.index)
+    for record in sender.records:
+        record.shift(window.t0)
+    summary = load_summary(plan, sender, window, (before, after), warmed)
+    return LoadResult(config=config, t0=T0(monotonic=window.t0, wall=started_wall), summary=summary,
+                      requests=sender.records)
+
+
+async def _measure(plan: RunPlan, sender: _Sender, notes: list[str], idle: IdlePolling) -> Window:
+    """Send the run's requests with the collector off; requests in flight when a hung server stopped
+    the load become error rows."""
+    config = plan.config
     gc.collect()
     gc.freeze()  # no collector pauses inside the measurement
     gc.disable()
@@ -151,53 +244,73 @@ async def _run(config: LoadConfig, workload: Workload, offsets: list[float] | No
     meter.start()
     t0 = time.monotonic()
     try:
-        if config.sessions is not None:
-            sending = _sessions_loop(config, workload, t0, make, one)
-        elif offsets is not None:
-            sending = _open_loop(config, offsets, t0, make, one)
-        else:
-            sending = _closed_loop(config, t0, make, one)
-        hung = await _unless_hung(sending, config, lambda: _last_activity(records))
+        hung = await _unless_hung(_sending(plan, sender, t0), config, lambda: _last_activity(sender.records))
     finally:
         gc.enable()
         gc.unfreeze()
-        pool.close()
+        sender.pool.close()
     if hung is not None:
-        _mark_hung(records, finished, hung, t0, config)
-    client = meter.usage(notes) | {"idle_poll_cpus": idle.cpus, "idle_poll_off": idle.why_not}
-    tokens_after = _server_tokens(config) if hung is None else None  # a hung server answers no /metrics
-    records.sort(key=lambda r: r.index)
-    for record in records:
-        record.shift(t0)
-    summary = summarize(records, judged_config(config, offsets), client)
-    _add_prompt_check(summary, [r for r in records if r.index in exact])
-    if warmed is not None:
-        summary["warm_until_steady"] = warmed.model_dump()
-    if config.workload is not None:
-        summary["workload"] = {"kind": config.workload.kind, "name": config.workload.label}
+        _mark_hung(sender.records, sender.finished, hung, t0, config)
+    return Window(t0, hung, meter.usage(notes, idle))
+
+
+def _sending(plan: RunPlan, sender: _Sender, t0: float) -> Coroutine[Any, Any, None]:
+    config = plan.config
     if config.sessions is not None:
-        summary["turns"] = per_turn(records)
-    server_tokens = tokens_after - tokens_before if tokens_before is not None and tokens_after is not None else None
-    summary["server_output_tokens"] = server_tokens
-    summary["client_output_tokens"] = sum(r.output_tokens or 0 for r in records)
-    _add_counter_check(summary, server_tokens)
-    if config.prefix_cache_counters:
-        summary["prefix_cache_hit_rate"] = hit_rate(cache_before, _prefix_cache(config) if hung is None else None)
-    if config.prompt_cache_tokens:
-        summary["prompt_cache_tokens"] = cache_counts(records)
-        if not config.prefix_cache_counters:
-            summary["prefix_cache_hit_rate"] = response_hit_rate(summary["prompt_cache_tokens"])
+        return _sessions_loop(config, plan.workload, t0, sender.make, sender.send)
+    if plan.offsets is not None:
+        return _open_loop(config, plan.offsets, t0, sender.make, sender.send)
+    return _closed_loop(config, t0, sender.make, sender.send)
+
+
+def load_summary(plan: RunPlan, sender: _Sender, window: Window, counters: tuple[Counters, Counters],
+                 warmed: WarmupOutcome | None) -> LoadSummary:
+    """The steady-window summary with the checks only a whole run can make (the server's counters,
+    the prompts it counted, a hang), and the keys that apply to this kind of run."""
+    config, records = plan.config, sender.records
+    before, after = counters
+    steady = steady_summary(records, judged_config(config, plan.offsets), window.client)
+    mismatches, prompt_reason = prompt_check([r for r in records if r.index in sender.exact])
+    server_tokens = after.tokens - before.tokens if before.tokens is not None and after.tokens is not None else None
+    client_tokens = sum(r.output_tokens or 0 for r in records)
+    counted = counter_check(server_tokens, client_tokens, steady.failed)
+    hung = _hung_summary(window.hung, window.t0, config, records, sender.finished) if window.hung is not None else None
+    more = [r for r in (prompt_reason, counted.invalid, hung.reason if hung else None) if r is not None]
+    summary = LoadSummary(**(dict(steady) | {"valid": steady.valid and not more,
+                                             "invalid_reasons": steady.invalid_reasons + more}),
+                          prompt_token_mismatches=mismatches, server_output_tokens=server_tokens,
+                          client_output_tokens=client_tokens)
+    _add_run_kind(summary, config, records, warmed)
+    if counted.skipped is not None:
+        summary.counter_check = counted.skipped
+    _add_prefix_cache(summary, config, records, counters)
     if hung is not None:
-        summary["hung"] = _hung_summary(hung, t0, config, records, finished)
-        summary["valid"] = False
-        summary["invalid_reasons"].append(summary["hung"]["reason"])
-    return {
-        "version": RESULT_VERSION,
-        "config": config.model_dump(mode="json"),
-        "t0": {"monotonic": t0, "wall": started_wall.isoformat()},
-        "summary": summary,
-        "requests": [r.to_dict() for r in records],
-    }
+        summary.hung = hung
+    return summary
+
+
+def _add_run_kind(summary: LoadSummary, config: LoadConfig, records: list[RequestRecord],
+                  warmed: WarmupOutcome | None) -> None:
+    """Set only where they apply (a reader asks whether they are there): the warm-up phase, the
+    workload block, a sessions workload's turns."""
+    if warmed is not None:
+        summary.warm_until_steady = warmed
+    if config.workload is not None:
+        summary.workload = WorkloadName(kind=config.workload.kind, name=config.workload.label)
+    if config.sessions is not None:
+        summary.turns = per_turn(records)
+
+
+def _add_prefix_cache(summary: LoadSummary, config: LoadConfig, records: list[RequestRecord],
+                      counters: tuple[Counters, Counters]) -> None:
+    """The prefix cache's hit rate from the server's counters where it has them, else from what its
+    responses said (set only where the engine gives either)."""
+    if config.prefix_cache_counters:
+        summary.prefix_cache_hit_rate = hit_rate(counters[0].prefix_cache, counters[1].prefix_cache)
+    if config.prompt_cache_tokens:
+        counts = summary.prompt_cache_tokens = cache_counts(records)
+        if not config.prefix_cache_counters:
+            summary.prefix_cache_hit_rate = response_hit_rate(counts)
 
 
 async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint) -> WarmupOutcome:
@@ -208,16 +321,18 @@ async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint)
     workload = workload_for(config, config.effective_data_seed + WARMUP_SEED_OFFSET)
 
     async def send(index: int) -> RequestRecord:
-        body, expected, output_len, *_ = _prepare(config, workload, index)
+        ready = _prepare(config, workload, index)
         record = RequestRecord(index=index, warmup=True, scheduled_s=time.monotonic(),
-                               expected_input_tokens=expected, requested_output_tokens=output_len)
-        await stream_request(pool, endpoint.request_bytes(body), record, config.timeout_s)
+                               expected_input_tokens=ready.expected_input_tokens,
+                               requested_output_tokens=ready.output_len)
+        await stream_request(pool, endpoint.request_bytes(ready.body), record, config.timeout_s)
         return record
 
     return await warm_until_steady(steady, config.clients, config.rate, send)
 
 
-async def _unless_hung(sending, config: LoadConfig, activity) -> tuple[float, float] | None:
+async def _unless_hung(sending: Coroutine[Any, Any, None], config: LoadConfig,
+                       activity: Callable[[], float]) -> tuple[float, float] | None:
     """Run the sending coroutine; with a health URL and a hang limit, stop it once the server has
     shown no sign of life for that long (`health.hung_since`). None, or (its last sign of life, when
     the load was stopped) as monotonic times."""
@@ -257,26 +372,27 @@ def _mark_hung(records: list[RequestRecord], finished: set[int], hung: tuple[flo
 
 
 def _hung_summary(hung: tuple[float, float], t0: float, config: LoadConfig, records: list[RequestRecord],
-                  finished: set[int]) -> dict:
+                  finished: set[int]) -> HungSummary:
     last_answer, stopped = hung
     in_flight = len(records) - len(finished)
     planned = config.requests
     unsent = f", {planned - len(records)} never sent" if planned is not None else ""
-    return {"last_answer_s": round(last_answer - t0, 3), "stopped_s": round(stopped - t0, 3),
-            "in_flight": in_flight, "sent": len(records),
-            "reason": f"the server hung: {config.health_url} unanswered since {max(last_answer - t0, 0.0):.1f} s "
-                      f"(limit {config.hang_after_s:g} s); the load stopped at {stopped - t0:.1f} s with "
-                      f"{in_flight} requests in flight{unsent}"}
+    return HungSummary(
+        last_answer_s=round(last_answer - t0, 3), stopped_s=round(stopped - t0, 3), in_flight=in_flight,
+        sent=len(records),
+        reason=f"the server hung: {config.health_url} unanswered since {max(last_answer - t0, 0.0):.1f} s "
+               f"(limit {config.hang_after_s:g} s); the load stopped at {stopped - t0:.1f} s with "
+               f"{in_flight} requests in flight{unsent}")
 
 
-async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, one) -> None:
+async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make: Make, one: Send) -> None:
     cap = asyncio.Semaphore(config.clients) if config.clients else None
 
     async def capped(cap: asyncio.Semaphore, record: RequestRecord, payload: bytes) -> None:
         async with cap:
             await one(record, payload)
 
-    tasks = []
+    tasks: list[asyncio.Future[None]] = []
     for index, offset in enumerate(offsets):
         due = t0 + offset
         delay = due - time.monotonic()
@@ -287,12 +403,12 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make, 
     await asyncio.gather(*tasks)
 
 
-async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make, one) -> None:
+async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make: Make, one: Send) -> None:
     """`clients` conversations at once (default: all): each client takes a session no client has started yet and
     sends its turns in order, each when the answer before it is complete and the think time has passed (its
     scheduled time; a turn is never sent before it). No new turn after `duration`, none past `requests`."""
     spec = config.sessions
-    assert spec is not None  # `_run` calls it for a sessions workload only
+    assert spec is not None  # `_sending` calls it for a sessions workload only
     deadline = t0 + config.duration if config.duration else None
     next_session = 0
 
@@ -316,11 +432,9 @@ async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make
     await asyncio.gather(*(client(i) for i in range(min(config.clients or spec.sessions, spec.sessions))))
 
 
-def per_turn(records: list[RequestRecord]) -> list[dict]:
+def per_turn(records: list[RequestRecord]) -> list[TurnFigures]:
     """Per turn of a sessions workload: requests, those answered, the mean prompt length the server
     counted and TTFT percentiles (a growing context shows as both rising with the turn)."""
-    from servebench.load.metrics import percentile, ttft
-
     turns: dict[int, list[RequestRecord]] = {}
     for record in records:
         if record.turn is not None:
@@ -330,14 +444,14 @@ def per_turn(records: list[RequestRecord]) -> list[dict]:
         answered = [r for r in turns[turn] if r.ok and ttft(r) is not None]
         ttfts = sorted(1000 * t for t in map(ttft, answered) if t is not None)  # (all of them: answered)
         prompts = [r.input_tokens for r in answered if r.input_tokens is not None]
-        rows.append({"turn": turn, "requests": len(turns[turn]), "completed": len(answered),
-                     "input_tokens_mean": sum(prompts) / len(prompts) if prompts else None,
-                     "ttft_p50_ms": percentile(ttfts, 50) if ttfts else None,
-                     "ttft_p99_ms": percentile(ttfts, 99) if ttfts else None})
+        rows.append(TurnFigures(turn=turn, requests=len(turns[turn]), completed=len(answered),
+                                input_tokens_mean=sum(prompts) / len(prompts) if prompts else None,
+                                ttft_p50_ms=percentile(ttfts, 50) if ttfts else None,
+                                ttft_p99_ms=percentile(ttfts, 99) if ttfts else None))
     return rows
 
 
-async def _closed_loop(config: LoadConfig, t0: float, make, one) -> None:
+async def _closed_loop(config: LoadConfig, t0: float, make: Make, one: Send) -> None:
     assert config.clients is not None  # `LoadConfig._check`: neither rate nor a trace nor sessions
     next_index = 0
     deadline = t0 + config.duration if config.duration else None
@@ -356,8 +470,12 @@ async def _closed_loop(config: LoadConfig, t0: float, make, one) -> None:
     await asyncio.gather(*(client(i) for i in range(config.clients)))
 
 
-def _server_tokens(config: LoadConfig) -> float | None:
+def read_counters(config: LoadConfig) -> Counters:
     """Read outside the measured window, so a blocking call costs the measurement nothing."""
+    return Counters(_server_tokens(config), _prefix_cache(config))
+
+
+def _server_tokens(config: LoadConfig) -> float | None:
     if not config.token_counter:
         return None
     return _summed_counter(config, config.token_counter)
@@ -370,7 +488,7 @@ def _summed_counter(config: LoadConfig, name: str) -> float | None:
 
 
 def _prefix_cache(config: LoadConfig) -> tuple[float | None, float | None] | None:
-    """The server's prefix-cache (queries, hits) counters now, read outside the measured window."""
+    """The server's prefix-cache (queries, hits) counters now."""
     if not config.prefix_cache_counters:
         return None
     queries, hits = config.prefix_cache_counters
@@ -389,45 +507,51 @@ def hit_rate(before: tuple[float | None, float | None] | None,
     return round(hits / queries, 4) if queries > 0 else None
 
 
-def cache_counts(records: list[RequestRecord]) -> dict:
+def cache_counts(records: list[RequestRecord]) -> PromptCacheCounts:
     """The prompt tokens the server's responses say it reused from its prefix cache and processed, summed over
     the run's requests that said both (as the counters', the run's every request: warm-up ones too)."""
-    told = [r for r in records if r.cached_input_tokens is not None and r.processed_input_tokens is not None]
-    return {"requests": len(told), "cached": sum(r.cached_input_tokens for r in told),
-            "processed": sum(r.processed_input_tokens for r in told)}
+    told = [(r.cached_input_tokens, r.processed_input_tokens) for r in records
+            if r.cached_input_tokens is not None and r.processed_input_tokens is not None]
+    return PromptCacheCounts(requests=len(told), cached=sum(cached for cached, _ in told),
+                             processed=sum(processed for _, processed in told))
 
 
-def response_hit_rate(counts: dict) -> float | None:
+def response_hit_rate(counts: PromptCacheCounts) -> float | None:
     """Prompt tokens reused from the cache / prompt tokens (cached + processed), over the responses that said
     (None: none did, or their prompts were empty)."""
     total = counts["cached"] + counts["processed"]
     return round(counts["cached"] / total, 4) if total > 0 else None
 
 
-def _add_prompt_check(summary: dict, token_id_requests: list[RequestRecord]) -> None:
-    """Invalid when the server counted a token-id prompt as other than its length (it added or dropped
-    tokens: the lengths the workload asked for were not the lengths served)."""
+def prompt_check(token_id_requests: list[RequestRecord]) -> tuple[int, str | None]:
+    """How many prompts of token ids the server counted as other than their length, and then why the
+    run is invalid: it added or dropped tokens, so the lengths the workload asked for were not served."""
     wrong = [r for r in token_id_requests if r.input_tokens is not None and r.expected_input_tokens is not None
              and r.input_tokens != r.expected_input_tokens]
-    summary["prompt_token_mismatches"] = len(wrong)
-    if wrong:
-        first = wrong[0]
+    if not wrong:
+        return 0, None
+    first = wrong[0]
+    return len(wrong), (f"{len(wrong)} prompts of token ids were counted otherwise by the server (request "
+                        f"{first.index}: {first.expected_input_tokens} sent, {first.input_tokens} counted)")
+
+
+def _add_prompt_check(summary: dict[str, Any], token_id_requests: list[RequestRecord]) -> None:
+    """`prompt_check` applied to a summary in its JSON form."""
+    mismatches, reason = prompt_check(token_id_requests)
+    summary["prompt_token_mismatches"] = mismatches
+    if reason is not None:
         summary["valid"] = False
-        summary["invalid_reasons"].append(
-            f"{len(wrong)} prompts of token ids were counted otherwise by the server (request {first.index}: "
-            f"{first.expected_input_tokens} sent, {first.input_tokens} counted)")
+        summary["invalid_reasons"].append(reason)
 
 
-def _add_counter_check(summary: dict, server_tokens: float | None) -> None:
+def counter_check(server_tokens: float | None, client_tokens: int, failed: int) -> CounterCheck:
     """Invalid when the server's own counter disagrees with the tokens the client counted. Not
     checked when requests failed: the server counts what it generated for them before the error
     (a KV cache that overflowed mid-sequence), which the client never receives as a completion."""
-    if server_tokens is not None and summary["failed"]:
-        summary["counter_check"] = (f"skipped: {summary['failed']} requests failed; the server's counter holds "
-                                    "tokens it generated for them")
-        return
-    if server_tokens is not None and round(server_tokens) != summary["client_output_tokens"]:
-        summary["valid"] = False
-        summary["invalid_reasons"].append(
-            f"server counter says {server_tokens:.0f} tokens were generated, the client counted "
-            f"{summary['client_output_tokens']} (another client on the server, or lost events)")
+    if server_tokens is not None and failed:
+        return CounterCheck(f"skipped: {failed} requests failed; the server's counter holds tokens it generated "
+                            "for them", None)
+    if server_tokens is not None and round(server_tokens) != client_tokens:
+        return CounterCheck(None, f"server counter says {server_tokens:.0f} tokens were generated, the client "
+                                  f"counted {client_tokens} (another client on the server, or lost events)")
+    return CounterCheck(None, None)

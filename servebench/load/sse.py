@@ -25,6 +25,8 @@ carries the usage (the last) into `cached_input_tokens` and `processed_input_tok
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from servebench.load.records import RequestRecord
@@ -39,7 +41,7 @@ def count_paths(paths: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ..
     return tuple(tuple(path.split(".")) for path in paths)
 
 
-def running_count(chunk: dict, paths: tuple[tuple[str, ...], ...]) -> int | None:
+def running_count(chunk: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> int | None:
     """The first of the paths present in the chunk (a number), or None: the server's running token count."""
     for path in paths:
         value: object = chunk
@@ -131,7 +133,7 @@ class SseStream:
             return f"chunk is not a JSON object: {payload[:80]!r}"
         return self._chunk(chunk, now)
 
-    def _chunk(self, chunk: dict, now: float) -> str | None:
+    def _chunk(self, chunk: dict[str, Any], now: float) -> str | None:
         record = self.record
         record.chunks += 1
         if "error" in chunk and chunk["error"]:
@@ -162,7 +164,7 @@ class SseStream:
             record.output_tokens = count
         return None
 
-    def _prompt_tokens(self, chunk: dict, prompt_tokens: int) -> None:
+    def _prompt_tokens(self, chunk: dict[str, Any], prompt_tokens: int) -> None:
         record = self.record
         record.input_tokens = prompt_tokens
         if self.cache_paths is not None:
@@ -179,12 +181,15 @@ class SseStream:
         record.chunk_tokens.append(count)
 
 
-def _text(choice: dict) -> str | None:
-    text = choice.get("text")
-    return text if text is not None else (choice.get("delta") or {}).get("content")
+def _text(choice: dict[str, Any]) -> str | None:
+    text: str | None = choice.get("text")
+    if text is not None:
+        return text
+    content: str | None = (choice.get("delta") or {}).get("content")
+    return content
 
 
-def _tokens_in(choice: dict) -> int:
+def _tokens_in(choice: dict[str, Any]) -> int:
     """How many tokens a choice carries, for a server without a running count (0: none).
 
     A completion's choice with a `text` field carries a token even when the text is empty;

@@ -48,6 +48,8 @@ class SteadyWarmup(BaseModel):
 class WarmupOutcome(BaseModel):
     """What a warm-up took, as landed with the cell (`summary.warm_until_steady`)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     steady: bool
     requests: int
     seconds: float

@@ -151,13 +151,13 @@ def _checked(rows: list[TraceRow], row: TraceRow, path: Path, stamp_text: str) -
     return row
 
 
-def _number(value, path: Path, number: int, name: str) -> float:
+def _number(value: object, path: Path, number: int, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise ValueError(f"{path}:{number}: {name} must be a number (got {value!r})")
     return float(value)
 
 
-def _count(value, path: Path, number: int, name: str) -> int:
+def _count(value: object, path: Path, number: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{path}:{number}: {name} must be a positive integer (got {value!r})")
     return value

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import orjson
 
@@ -31,9 +31,13 @@ from servebench.load.workload_spec import (
     WorkloadSpec,
 )
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 FIRST_ID = 3  # token ids below this (the tiny model's specials) are never drawn without a tokenizer
 
-__all__ = ["FIRST_ID", "WorkItem", "Workload", "WorkloadError", "load_prompts_jsonl", "load_sharegpt", "request_body"]
+__all__ = ["FIRST_ID", "WorkItem", "Workload", "WorkloadError", "WorkloadSettings", "load_prompts_jsonl",
+           "load_sharegpt", "request_body"]
 
 
 def token_prompt(index: int, input_len: int, vocab_size: int, seed: int) -> list[int]:
@@ -42,7 +46,7 @@ def token_prompt(index: int, input_len: int, vocab_size: int, seed: int) -> list
     return [rng.randrange(FIRST_ID, vocab_size) for _ in range(input_len)]
 
 
-def load_tokenizer(path: Path):
+def load_tokenizer(path: Path) -> Tokenizer:
     """The model's own tokenizer: tokenizer.json, or the model directory holding it."""
     from tokenizers import Tokenizer
 
@@ -107,36 +111,68 @@ class ExactTextPrompts:
         raise WorkloadError(f"could not make a prompt of exactly {length} tokens with this tokenizer")
 
 
+class _WorkloadBasics(TypedDict):
+    endpoint: str
+    input_len: int
+    output_len: int
+    vocab_size: int
+    data_seed: int
+
+
+class WorkloadSettings(_WorkloadBasics, total=False):
+    """What a workload is made from: the endpoint, the fixed lengths and vocabulary of random prompts,
+    the data seed, and at most one source of prompts (a prompts file, a ShareGPT file or a workload
+    block); `tokenizer` for exact-length text, `max_context` to refuse what the model cannot hold."""
+
+    tokenizer: str | None
+    prompts_file: str | None
+    sharegpt_file: str | None
+    spec: WorkloadSpec | None
+    max_context: int | None
+
+
 class Workload:
     """The seeded sequence of work items for one load run; `offsets` is a trace's own schedule."""
 
-    def __init__(self, *, endpoint: str, input_len: int, output_len: int, vocab_size: int, data_seed: int,
-                 tokenizer: str | None = None, prompts_file: str | None = None, sharegpt_file: str | None = None,
-                 spec: WorkloadSpec | None = None, max_context: int | None = None):
-        self.endpoint, self.input_len, self.output_len = endpoint, input_len, output_len
-        self.vocab_size, self.seed, self.spec, self.max_context = vocab_size, data_seed, spec, max_context
+    def __init__(self, **settings: Unpack[WorkloadSettings]):
+        required, optional = WorkloadSettings.__required_keys__, WorkloadSettings.__optional_keys__
+        missing, unknown = required - settings.keys(), settings.keys() - required - optional
+        if missing or unknown:  # what a signature of named parameters would refuse
+            problems = [f"{what} {', '.join(sorted(names))}" for what, names in (("missing", missing),
+                                                                                 ("unknown", unknown)) if names]
+            raise TypeError(f"Workload(): {'; '.join(problems)}")
+        endpoint, output_len, seed = settings["endpoint"], settings["output_len"], settings["data_seed"]
+        tokenizer, spec = settings.get("tokenizer"), settings.get("spec")
+        self.endpoint, self.input_len, self.output_len = endpoint, settings["input_len"], output_len
+        self.vocab_size, self.seed, self.spec = settings["vocab_size"], seed, spec
+        self.max_context = settings.get("max_context")
         self.text = ExactTextPrompts(tokenizer) if tokenizer and not isinstance(spec, DatasetWorkload) else None
         self.counter = (TokenCounter(tokenizer) if isinstance(spec, DatasetWorkload) and tokenizer else self.text)
-        self.pool: list[WorkItem] | None = None
         self._session: tuple[int, list[WorkItem]] | None = None  # the session built most recently (its turns)
-        if prompts_file:
-            self.pool = _shuffled(load_prompts_jsonl(Path(prompts_file), output_len, endpoint, self.counter),
-                                  data_seed)
-        elif sharegpt_file:
-            self.pool = _shuffled(load_sharegpt(Path(sharegpt_file), output_len, self.counter), data_seed)
-        elif isinstance(spec, DatasetWorkload):
-            self.pool = _shuffled(self._dataset(spec), data_seed)
-        elif isinstance(spec, TraceWorkload):
-            self.pool = [WorkItem(trace_prompt(row, i, spec.block_size, vocab_size, data_seed, FIRST_ID),
-                                  row.output_len, row.input_len, f"{spec.path}:{row.line}")
-                         for i, row in enumerate(spec.window())]
-        elif endpoint == "chat" and self.text is None:
+        self.pool = self._pool(settings.get("prompts_file"), settings.get("sharegpt_file"))
+        if self.pool is None and endpoint == "chat" and self.text is None:
             raise WorkloadError("--endpoint chat needs text prompts: give --tokenizer (for random prompts of "
                                 "exact length), --prompts, --sharegpt or a dataset workload")
         if endpoint == "chat" and isinstance(spec, (SharedPrefixWorkload, TraceWorkload, SessionsWorkload)):
             raise WorkloadError(f"workload {spec.kind}: prompts are token ids, which only --endpoint completions "
                                 "takes")
         self._check_context()
+
+    def _pool(self, prompts_file: str | None, sharegpt_file: str | None) -> list[WorkItem] | None:
+        """Every item, made up front, when they come from a file or a trace (None: drawn per index)."""
+        spec, seed = self.spec, self.seed
+        if prompts_file:
+            return _shuffled(load_prompts_jsonl(Path(prompts_file), self.output_len, self.endpoint, self.counter),
+                             seed)
+        if sharegpt_file:
+            return _shuffled(load_sharegpt(Path(sharegpt_file), self.output_len, self.counter), seed)
+        if isinstance(spec, DatasetWorkload):
+            return _shuffled(self._dataset(spec), seed)
+        if isinstance(spec, TraceWorkload):
+            return [WorkItem(trace_prompt(row, i, spec.block_size, self.vocab_size, seed, FIRST_ID),
+                             row.output_len, row.input_len, f"{spec.path}:{row.line}")
+                    for i, row in enumerate(spec.window())]
+        return None
 
     def _dataset(self, spec: DatasetWorkload) -> list[WorkItem]:
         path = Path(spec.path)

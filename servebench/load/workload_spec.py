@@ -30,10 +30,12 @@ from pydantic import (
     model_validator,
 )
 
-from servebench.load.distributions import Length, LengthSpec, WorkloadError, data_path, fixed
+from servebench.load.distributions import Length, LengthSpec, WorkloadError, data_path, fixed, recorded
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
+
+    from servebench.load.traces import TraceRow
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 
@@ -96,10 +98,11 @@ class DatasetWorkload(WorkloadBase):
         return data_path(value, info)
 
     @model_validator(mode="after")
-    def _readable(self) -> "DatasetWorkload":
+    def _readable(self, info: ValidationInfo) -> "DatasetWorkload":
         from servebench.load.datasets import check_dataset
 
-        check_dataset(Path(self.path), self.format)
+        if not recorded(info):
+            check_dataset(Path(self.path), self.format)
         return self
 
     def upper_output(self) -> int | None:
@@ -154,7 +157,7 @@ class TraceWorkload(WorkloadBase):
     duration_s: float | None = Field(None, gt=0, description="Window: trace seconds from the start (default: all).")
     max_requests: int | None = Field(None, ge=1, description="At most this many requests of the window.")
     block_size: int = Field(512, ge=1, description="mooncake: tokens per hash id.")
-    _rows: list = PrivateAttr(default_factory=list)
+    _rows: list[TraceRow] = PrivateAttr(default_factory=list)
 
     @field_validator("path")
     @classmethod
@@ -162,16 +165,18 @@ class TraceWorkload(WorkloadBase):
         return data_path(value, info)
 
     @model_validator(mode="after")
-    def _read(self) -> "TraceWorkload":
+    def _read(self, info: ValidationInfo) -> "TraceWorkload":
         from servebench.load.traces import read_trace
 
+        if recorded(info):  # a record of what ran: its rows are not read again (`window()` is empty)
+            return self
         self._rows = read_trace(Path(self.path), self.format)
         if not self.window():
             raise ValueError(f"{self.path}: no request in the window (start_s {self.start_s:g}, duration_s "
                              f"{self.duration_s})")
         return self
 
-    def window(self) -> list:
+    def window(self) -> list[TraceRow]:
         """The trace's rows in the window, at most max_requests, times from the window's start."""
         from servebench.load.traces import in_window
 
@@ -225,9 +230,9 @@ class SessionsWorkload(WorkloadBase):
         return self.think_s * (10 if self.think == "exponential" else 1)
 
 
-WorkloadSpec = Annotated[SyntheticWorkload | DatasetWorkload | SharedPrefixWorkload | TraceWorkload |
-                         SessionsWorkload, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter = TypeAdapter(WorkloadSpec)
+AnyWorkload = SyntheticWorkload | DatasetWorkload | SharedPrefixWorkload | TraceWorkload | SessionsWorkload
+WorkloadSpec = Annotated[AnyWorkload, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[AnyWorkload] = TypeAdapter(WorkloadSpec)
 KINDS = ("synthetic", "dataset", "shared-prefix", "trace", "sessions")
 
 

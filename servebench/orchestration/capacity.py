@@ -21,7 +21,6 @@ from servebench.progress import reporter
 from servebench.serving.correctness import GateResult
 from servebench.serving.server import Server
 from servebench.serving.telemetry import Telemetry
-from servebench.warehouse import store
 
 
 def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, telemetry: Telemetry,
@@ -66,8 +65,7 @@ def search_mode_capacity(ctx: RunContext, mode: ModeSpec, server: Server, teleme
 
     reporter().stage(f"mode {mode.name}: capacity search over {spec.over} for SLO {slo}")
     result = search_capacity(probe, search_settings(ctx))
-    with store.session(ctx.warehouse) as con:
-        store.land_capacity(con, ctx.run_id, mode, spec.over, slo, result, probe_cells)
+    ctx.results.capacity(mode, spec.over, slo, result, probe_cells)
     unit = "clients" if spec.over == "clients" else "req/s"
     reporter().stage(f"mode {mode.name}: capacity {result.capacity if result.capacity is not None else 'none'} "
                      f"{unit} (missed at {result.upper}), {len(result.probes)} probes: {result.why}")
@@ -96,8 +94,7 @@ def landed_probe(ctx: RunContext, cell: Cell, value: float) -> CapacityProbe:
     """A probe cell already in the warehouse, as the search's verdict: what it measured and
     whether it met the SLO, as landed (nothing is measured twice)."""
     slo = ctx.campaign.slo
-    with store.session(ctx.warehouse) as con:
-        row = store.landed_cell(con, ctx.run_id, cell.key)
+    row = ctx.results.landed_cell(cell.key)
     completed = row["status"] == "completed"
     verdict = judge(value, {key: row.get(key) for key in slo}, slo, valid=completed and bool(row["valid"]),
                     reasons=(row["invalid_reasons"] or []) if completed else [],

@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from servebench.campaign.load_config import cell_load_config
+from servebench.campaign.load_config import LoadTarget, cell_load_config
 from servebench.campaign.outcome import CellOutcome, FaultEvidence, failed_outcome, measure_again, measured_outcome
 from servebench.config.sweep import Cell
 from servebench.load.runner import load_result
@@ -19,7 +19,8 @@ from servebench.serving.cell_load import progress_path, requests_csv_path
 from servebench.serving.faults import FaultTimer
 from servebench.serving.server import Server
 from servebench.tasks.load import run_cell_load
-from servebench.warehouse import landing, store
+from servebench.warehouse.landing import CellAttempt, CellMeasurement, CellRecord
+from servebench.warehouse.sink import now
 
 
 def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str | None,
@@ -61,10 +62,10 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     run = ctx.engine_run(cell.mode)
     assert run.deployment is not None  # cells are measured only after deploy()
     load_client = run.deployment.client
-    config = cell_load_config(ctx.campaign, cell, server.url, ctx.served_name, run.vocab, ctx.plan.client,
-                              run.engine, server.launch.health_path, list(server.instance_urls.values()))
+    target = LoadTarget(server.url, ctx.served_name, server.launch.health_path, tuple(server.instance_urls.values()))
+    config = cell_load_config(ctx.campaign, cell, target, run.vocab, ctx.plan.client, run.engine)
     output = result_file(ctx, cell)
-    started = landing.now()
+    started = now()
     log_from = api_log_sizes(server)
     timers = start_faults(ctx, cell, server)
     try:
@@ -114,34 +115,40 @@ def land_measured_cell(ctx: RunContext, cell: Cell, result: dict, outcome: CellO
                        kv_failures: int | None = None) -> None:
     """A cell the load generator measured, with its verdict, into the warehouse and the run's count."""
     output = result_file(ctx, cell)
-    land_cell(ctx, cell, outcome, started_at=started, result=result, result_path=str(output),
-              correctness=correctness, requests_csv=Path(requests_csv_path(str(output))), search_probe=search_probe,
-              kv_failures=kv_failures)
+    measured = CellMeasurement(result=result, result_path=str(output),
+                               requests_csv=Path(requests_csv_path(str(output))), kv_failures=kv_failures)
+    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe, measured))
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
                      correctness: str | None = None, search_probe: bool = False) -> None:
     """A cell that failed without a measurement, with its cause."""
-    land_cell(ctx, cell, failed_outcome(ctx.campaign, error), started_at=started, result=None, result_path=None,
-              correctness=correctness, search_probe=search_probe)
+    outcome = failed_outcome(ctx.campaign, error)
+    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe))
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
 
 
-def land_cell(ctx: RunContext, cell: Cell, outcome: CellOutcome, *, started_at: datetime | None, **fields) -> None:
+def cell_record(ctx: RunContext, cell: Cell, outcome: CellOutcome, started: datetime | None,
+                correctness: str | None, search_probe: bool, measured: CellMeasurement | None = None) -> CellRecord:
+    """The cell with its verdict and what was measured (None: nothing), ended now."""
+    load = ctx.campaign.load
+    return CellRecord(cell=cell, input_len=load.input_len, output_len=load.output_len, status=outcome.status,
+                      error=outcome.error, slo_met=outcome.slo_met, correctness=correctness,
+                      search_probe=search_probe, started_at=started, ended_at=now(), measured=measured)
+
+
+def land_cell(ctx: RunContext, outcome: CellOutcome, record: CellRecord) -> None:
     """A plain call, not a task run: a measured cell lands even when the orchestration API falters
     (and while a Ctrl-C unwinds); then the run counts its verdict."""
-    with store.session(ctx.warehouse) as con:
-        landing.land_cell(con, ctx.run_id, cell, input_len=ctx.campaign.load.input_len,
-                          output_len=ctx.campaign.load.output_len, status=outcome.status, error=outcome.error,
-                          started_at=started_at, ended_at=landing.now(), slo_met=outcome.slo_met, **fields)
-    ctx.record(cell, outcome)
+    ctx.results.cell(record)
+    ctx.record(record.cell, outcome)
 
 
 def land_attempt(ctx: RunContext, cell_key: str, attempt: int, superseded: bool, summary: dict,
                  result_path: str | None) -> None:
     """One measurement of a cell (a plain call, as a cell's landing is)."""
-    with store.session(ctx.warehouse) as con:
-        landing.land_cell_attempt(con, ctx.run_id, cell_key, attempt, superseded, summary, result_path)
+    ctx.results.cell_attempt(CellAttempt(cell_key=cell_key, attempt=attempt, superseded=superseded, summary=summary,
+                                         result_path=result_path))
 
 
 def result_file(ctx: RunContext, cell: Cell) -> Path:
@@ -166,8 +173,7 @@ def finish_faults(ctx: RunContext, cell: Cell, timers: list[FaultTimer]) -> Faul
     if not timers:
         return FaultEvidence()
     injected = [timer.finish() for timer in timers]
-    with store.session(ctx.warehouse) as con:
-        store.land_faults(con, ctx.run_id, cell.key, cell.mode.name, injected)
+    ctx.results.faults(cell.key, cell.mode.name, injected)
     for fault in injected:
         reporter().stage(fault.describe())
     if any(fault.hit and fault.spec.action in ("kill", "stop") for fault in injected):

@@ -10,13 +10,14 @@ from typing import IO
 
 from servebench.campaign.outcome import CellOutcome
 from servebench.config.campaign import Campaign, EngineSpecBase, GeneratedModelSpec, ModeSpec
-from servebench.config.sweep import Cell, configurations
+from servebench.config.sweep import Cell
 from servebench.engines import Engine
 from servebench.planning.plan import Plan
 from servebench.providers import Provider
 from servebench.providers.claims import HeldClaims
 from servebench.serving.correctness import GateAnswer
 from servebench.serving.deployment import Deployment
+from servebench.warehouse.sink import RunResults
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -78,6 +79,10 @@ class RunContext:
     signalled: set[str] = field(default_factory=set)  # cells where a kill/stop fault hit a process of the server
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
     rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
+    results: RunResults = field(init=False)        # where every result of the run lands
+
+    def __post_init__(self) -> None:
+        self.results = RunResults(self.warehouse, self.run_id)
 
     def record(self, cell: Cell, outcome: CellOutcome) -> None:
         """A landed cell's verdict, as the run's status will count it."""
@@ -94,16 +99,6 @@ class RunContext:
         engine's own build (a mode built for another target is judged against it, not the reference), and
         one server (replicas behind a balancer are judged against one engine)."""
         return self.engine_run(mode).engine.is_reference(mode) and not mode.build and mode.replicas == 1
-
-    def engine_serving(self, server_mode: str) -> EngineRun:
-        """The engine of a server, by its mode name (a campaign's configuration or a reference's)."""
-        for run in self.engines.values():
-            if server_mode == run.reference_name or server_mode.startswith(run.reference_name + "-"):  # a variant's
-                return run
-        for mode in configurations(self.campaign):
-            if mode.name == server_mode or server_mode.startswith(mode.name + "-"):  # `<default>-again` too
-                return self.engine_run(mode)
-        return self.primary
 
     @property
     def primary(self) -> EngineRun:

@@ -25,23 +25,24 @@ from servebench.tasks.model import prepare_model
 from servebench.tasks.provision import provision
 from servebench.tasks.roofline import land_roofline, measure_roofline
 from servebench.tasks.shared import start_shared_services
+from servebench.warehouse.landing import RunUpdate
 
 
 def deploy(ctx: RunContext) -> None:
     """Provision the nodes; for each engine the campaign's modes use: build it, prepare the model in
     its format, place both on the nodes, start its shared services."""
-    campaign, wh = ctx.campaign, ctx.warehouse
+    campaign, results = ctx.campaign, ctx.results
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
     nodes, inventories, offsets = provision(ctx.provider)
     servers, client = split_client_node(nodes, [n.name for n in campaign.provider.node_specs()], ctx.plan.client.node)
-    land_nodes(wh, ctx.run_id, nodes, inventories, offsets, client_node=client.name if client else None)
-    land_run_update(wh, ctx.run_id, provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider))
+    land_nodes(results, nodes, inventories, offsets, client_node=client.name if client else None)
+    land_run_update(results, RunUpdate(provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider)))
     used = {campaign.engine_kind(mode) for mode in campaign.modes}
     placements = []
     for kind, run in ctx.engines.items():
         if kind in used:
             placements += deploy_engine(ctx, run, servers, client, inventories, offsets)
-    land_placements(wh, ctx.run_id, placements)
+    land_placements(results, placements)
     reporter().cells_planned(len(ctx.plan.cells))
     if ctx.planned_cells > len(ctx.plan.cells):
         reporter().stage(f"and at most {ctx.planned_cells - len(ctx.plan.cells)} capacity probes (cells too)")
@@ -51,25 +52,25 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
                   inventories: dict[str, dict], offsets: dict[str, float | None]) -> list[dict]:
     """One engine's build, model, placement and shared services (its `Deployment`, and its modes' own
     builds); what was placed on each node."""
-    campaign, wh, kind = ctx.campaign, ctx.warehouse, run.engine.kind
+    campaign, results, kind = ctx.campaign, ctx.results, run.engine.kind
     named = "" if run is ctx.primary else f" {kind}"
     reporter().stage(f"building the engine{named}")
     require(run.engine.build_prerequisites(run.spec), f"engine {kind}: {run.spec.describe()}")
     build = build_engine(run.engine.build_recipe(run.spec))
     run.build_hold = hold_in_use(Path(build.venv_path).parent, build.key)
-    land_build(wh, ctx.run_id, build)
+    land_build(results, build)
     served = [mode for mode in configurations(campaign) if campaign.engine_kind(mode) == kind]
     variant = served[0].model if served else {}  # the engine's deployment serves its first model variant
     reporter().stage(f"preparing the model{named and ' for' + named}"
                      + (f" ({variant_label(variant)})" if variant else ""))
     model_dir = prepare_model(campaign.model_variant(variant), build, str(ctx.campaign_dir), run.engine.kind)
     if run is ctx.primary:
-        land_run_update(wh, ctx.run_id, model_path=model_dir)
+        land_run_update(results, RunUpdate(model_path=model_dir))
     run.vocab = vocab_size(Path(model_dir))
     reporter().stage(f"placing the engine build{named} and the model on every node"
                      + (f", the load generator on {client.name}" if client else ""))
     placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
-    land_roofline(wh, ctx.run_id, measure_roofline(ctx.provider, servers, inventories, build))  # docs/roofline.md
+    land_roofline(results, measure_roofline(ctx.provider, servers, inventories, build))  # docs/roofline.md
     load_client = None if client is None else ClientNode(
         provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
     run.deployment = Deployment(campaign=served_campaign(campaign, variant), engine=run.engine, spec=run.spec,
@@ -106,7 +107,7 @@ def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]
             require(run.engine.build_prerequisites(spec), f"engine {run.engine.kind}: {spec.describe()}")
             build = build_engine(run.engine.build_recipe(spec))
             run.variant_holds.append(hold_in_use(Path(build.venv_path).parent, build.key))
-            land_build(ctx.warehouse, ctx.run_id, build)
+            land_build(ctx.results, build)
         model_dir = next((d.model_dir for d in made if d.variant == mode.model), None)
         if model_dir is None:
             reporter().stage(f"preparing the model ({variant_label(mode.model)})")

@@ -10,10 +10,15 @@ from servebench.config.sweep import Cell, reference_knobs, with_model_variant
 from servebench.orchestration.capacity import search_mode_capacity
 from servebench.orchestration.cells import land_failed_cell, run_one_cell
 from servebench.orchestration.context import EngineRun, RunContext, first_line, variant_key
-from servebench.orchestration.servers import land_mode_server, restart_server, server_problem, stop_server_and_telemetry
+from servebench.orchestration.servers import (
+    land_failed_server,
+    land_mode_server,
+    restart_server,
+    server_problem,
+    stop_server_and_telemetry,
+)
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
-from servebench.tasks.land import land_failed_server
 from servebench.tasks.network import set_links
 from servebench.tasks.serve import correctness_gate, start_mode_server
 
@@ -37,7 +42,7 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
             run.deployment_for(mode), mode)
     except Exception as exc:
         run.reference_problems[key] = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
-        land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc))
+        land_failed_server(ctx, run, mode, str(exc))
         reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
         return
     gate = None
@@ -48,7 +53,7 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
                                        f"{first_line(exc)}")
         reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
     finally:
-        stop_server_and_telemetry(ctx, server, telemetry, gate)
+        stop_server_and_telemetry(ctx, run, mode, server, telemetry, gate)
 
 
 def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
@@ -63,8 +68,7 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
         server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
             deployment, mode)
     except Exception as exc:
-        land_failed_server(ctx.warehouse, ctx.run_id, mode.name, str(exc), engine=run.engine.kind,
-                           build_key=deployment.build.key)
+        land_failed_server(ctx, run, mode, str(exc))
         if key not in run.references and key not in run.reference_problems and ctx.gives_reference(mode):
             run.reference_problems[key] = f"the reference mode {mode.name} did not start: {first_line(exc)}"
         for cell in cells:
@@ -77,7 +81,7 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
                                          run.reference_problems.get(key))
         if gate.status == "reference":
             run.references[key] = answer
-        land_mode_server(ctx, server, "ready", gate)
+        land_mode_server(ctx, run, mode, server, gate)
         reporter().stage(f"mode {mode.name}: gate {gate.status}: {gate.detail}")
         for index, cell in enumerate(cells):
             reporter().cell_started(cell.key, cell.mode.name, len(ctx.statuses), ctx.planned_cells)
@@ -97,7 +101,7 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
             if cell.key not in ctx.statuses:
                 land_failed_cell(ctx, cell, f"{type(exc).__name__}: {exc}")
     finally:
-        stop_server_and_telemetry(ctx, server, telemetry, gate)
+        stop_server_and_telemetry(ctx, run, mode, server, telemetry, gate)
 
 
 def signalled_problem(ctx: RunContext, previous: Cell) -> str | None:

@@ -13,14 +13,12 @@ import json
 import os
 import secrets
 import shutil
-from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
-from servebench import warehouse
 from servebench.analysis.cell_dispersion import land_intervals
 from servebench.analysis.report import run_report
 from servebench.campaign.loading import load_campaign
@@ -48,7 +46,8 @@ from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving import links
 from servebench.tasks.land import land_run_start
 from servebench.tasks.regressions import detect_regressions, publish_regressions
-from servebench.warehouse import landing, store
+from servebench.warehouse.landing import RunRecord
+from servebench.warehouse.sink import RunResults, now
 
 
 def new_run_id() -> str:
@@ -65,9 +64,9 @@ def new_run(campaign_file: str, warehouse_path: str | None) -> RunContext:
     run_dir = runs_dir() / run_id
     run_dir.mkdir(parents=True)
     shutil.copy(campaign_file, run_dir / "campaign.yaml")
-    land_run_start(wh, run_id=run_id, campaign=campaign.name, spec_hash=campaign.spec_hash(),
-                   spec_text=Path(campaign_file).read_text(), spec_normalized=campaign.normalized(),
-                   campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir)
+    land_run_start(RunResults(wh, run_id), RunRecord(
+        campaign=campaign.name, spec_hash=campaign.spec_hash(), spec_text=Path(campaign_file).read_text(),
+        spec_normalized=campaign.normalized(), campaign_file=str(Path(campaign_file).resolve()), run_dir=run_dir))
     return new_context(plan, wh, run_id, run_dir, Path(campaign_file).resolve().parent)
 
 
@@ -82,9 +81,8 @@ def resumed_run(run_id: str, warehouse_path: str | None, failed_only: bool) -> t
     reclaimed = ctx.provider.reclaim(json.loads(run["allocation"] or "{}"))
     for line in reclaimed:
         reporter().stage(f"reclaimed: {line}")
-    with store.session(wh) as con:
-        ctx.statuses.update(landing.cell_statuses(con, run_id))
-        ctx.invalid.update(landing.invalid_cells(con, run_id))
+    ctx.statuses.update(ctx.results.cell_statuses())
+    ctx.invalid.update(ctx.results.invalid_cells())
     before = set(ctx.statuses)
     land_measured_cells(ctx)
     if campaign.search is not None:  # searches that did not finish run again, reusing the probes they landed
@@ -102,12 +100,11 @@ def resumed_run(run_id: str, warehouse_path: str | None, failed_only: bool) -> t
 def note_resume(ctx: RunContext, status_before: str, landed: list[str], todo: list[Cell], reclaimed: list[str],
                 failed_only: bool) -> None:
     """What a resume found and will do, on the run's row and said."""
-    note = {"at": landing.now().isoformat(), "kind": "rerun-failed" if failed_only else "resume",
+    note = {"at": now().isoformat(), "kind": "rerun-failed" if failed_only else "resume",
             "status_before": status_before, "landed_from_run_dir": landed,
             "measured": [cell.key for cell in todo], "reclaimed": reclaimed,
             "searches": sorted(ctx.searches or [])}
-    with store.session(ctx.warehouse) as con:
-        landing.note_resume(con, ctx.run_id, note)
+    ctx.results.resumed(note)
     reporter().stage(f"{note['kind']} of run {ctx.run_id}: {len(note['landed_from_run_dir'])} cell(s) landed from "
                      f"the run directory, {len(todo)} to measure"
                      + (f", capacity searches to finish: {', '.join(note['searches'])}" if note["searches"] else ""))
@@ -199,14 +196,12 @@ def finish_run(ctx: RunContext, outcome: dict) -> None:
         outcome["release_error"] = f"{type(exc).__name__}: {exc}"
         reporter().stage(f"releasing the nodes failed: {first_line(exc)}")
     land_measured_cells(ctx)
-    with store.session(ctx.warehouse) as con:
-        landing.update_run(con, ctx.run_id, status=outcome["status"],
-                           error=outcome.get("error") or outcome.get("release_error"),
-                           ended_at=landing.now(), allocation=allocation_text(ctx.provider))
-    land_repeat_intervals(ctx.warehouse, ctx.run_id)
+    ctx.results.ended(outcome["status"], outcome.get("error") or outcome.get("release_error"),
+                      allocation_text(ctx.provider))
+    land_repeat_intervals(ctx.results)
     if outcome["status"] != "interrupted":
         outcome["regressions"] = find_regressions(ctx.warehouse, ctx.run_id, ctx.campaign)
-    outcome["report"] = write_report(ctx.warehouse, ctx.run_id, ctx.run_dir)
+    outcome["report"] = write_report(ctx.results, ctx.run_dir)
 
 
 def release(ctx: RunContext) -> None:
@@ -262,13 +257,12 @@ def find_regressions(wh: str, run_id: str, campaign: Campaign) -> dict[str, int]
     return counts
 
 
-def land_repeat_intervals(wh: str, run_id: str) -> None:
+def land_repeat_intervals(results: RunResults) -> None:
     """The bootstrap intervals of the repeats' medians (`cell_intervals`, shown by the
     `cell_dispersion` view), once the run's cells are landed; a failure is said, never hides the
     run's outcome (the end-of-run table and the report compute them again)."""
     try:
-        with store.session(wh) as con:
-            land_intervals(con, run_id)
+        results.derived(land_intervals)
     except Exception as exc:
         reporter().stage(f"landing the repeats' intervals failed: {exc}")
 
@@ -281,10 +275,11 @@ def land_measured_cells(ctx: RunContext) -> None:
         land_result_file(ctx, cell)
 
 
-def write_report(wh: str, run_id: str, run_dir: Path) -> str | None:
+def write_report(results: RunResults, run_dir: Path) -> str | None:
     """Render the report; a failure here is reported but never hides the run's own outcome."""
+    run_id = results.run_id
     try:
-        path = render_report(wh, run_id, run_dir)
+        path = render_report(results, run_dir)
     except Exception as exc:  # the measurements are landed already; the report can be redone
         reporter().stage(f"report failed: {exc}")
         return None
@@ -296,7 +291,6 @@ def write_report(wh: str, run_id: str, run_dir: Path) -> str | None:
     return path
 
 
-def render_report(wh: str, run_id: str, run_dir: Path) -> str:
+def render_report(results: RunResults, run_dir: Path) -> str:
     """The run's report from the warehouse (read-only), in its run directory."""
-    with closing(warehouse.connect(wh, read_only=True)) as con:
-        return str(run_report(con, run_id, run_dir))
+    return str(results.read(lambda con, run_id: run_report(con, run_id, run_dir)))

@@ -18,7 +18,6 @@ from servebench.config.sweep import Cell, configuration_space, configurations
 from servebench.orchestration.context import RunContext
 from servebench.orchestration.modes import run_mode
 from servebench.progress import reporter
-from servebench.warehouse import landing, store
 
 
 def remeasure_default(ctx: RunContext) -> None:
@@ -53,11 +52,10 @@ def land_tuning(ctx: RunContext, default_mode: str) -> TuneVerdict:
     """The tuner's verdict over every capacity the run landed (`servebench.analysis.tuning`), landed in `tuning`."""
     spec = ctx.campaign.search
     assert spec is not None  # only a campaign with a `search: tune` is tuned
-    with store.session(ctx.warehouse) as con:
-        found = [ConfigurationCapacity(**row) for row in landing.capacity_configurations(con, ctx.run_id)]
-        verdict = tune_verdict(found, default_mode)
-        store.land_tuning(con, ctx.run_id, spec.over, ctx.campaign.slo, verdict,
-                          configurations=len([c for c in found if c.mode != default_mode + AGAIN]))
+    found = [ConfigurationCapacity(**row) for row in ctx.results.capacity_configurations()]
+    verdict = tune_verdict(found, default_mode)
+    ctx.results.tuning(spec.over, ctx.campaign.slo, verdict,
+                       configurations=len([c for c in found if c.mode != default_mode + AGAIN]))
     return verdict
 
 
@@ -102,7 +100,5 @@ def landed_capacities(ctx: RunContext) -> dict[str, float | None]:
     """Each configuration done: its capacity (None: met the SLO nowhere), and None too for one
     whose server failed to start or was stopped without a search (a blocking gate): a resume does
     not launch those again."""
-    with store.session(ctx.warehouse) as con:
-        finished = store.finished_modes(con, ctx.run_id)
-        searched = store.capacities(con, ctx.run_id)
+    finished, searched = ctx.results.finished_modes(), ctx.results.capacities()
     return {**dict.fromkeys(finished), **dict(searched)}

@@ -17,9 +17,8 @@ from servebench.serving.balancer import start_balancer
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.deployment import Deployment, mode_nodes, replica_nodes
 from servebench.serving.preflight import check_build_fits
-from servebench.serving.sampling import start_telemetry, stop_telemetry
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
-from servebench.serving.telemetry import Telemetry
+from servebench.serving.telemetry import Telemetry, start_telemetry, stop_telemetry
 
 
 def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, Telemetry]:

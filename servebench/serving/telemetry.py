@@ -1,14 +1,22 @@
-"""A server's telemetry while it lives: the sampler on each node and the /metrics scraper on the
-orchestrator (`servebench/telemetry/` holds the programs), and the files their samples land from."""
+"""A server's telemetry, the orchestrator's side: a sampler started on every node
+(`servebench.telemetry.node_sampler`) and a /metrics scraper on the orchestrator (`servebench.telemetry.scraper`)
+for the life of the server, stopped with it, and the files their samples land from (`Telemetry`). The programs
+themselves are `servebench/telemetry/`: they run on nodes with the standard library and their own folder."""
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
-from servebench.providers import Node, NodeProcess
+from servebench.progress import reporter
+from servebench.providers import Node, NodeProcess, Provider, node_tools
+from servebench.serving.deployment import Deployment
 from servebench.serving.server import Server
+from servebench.telemetry.timebase import rewrite_in_orchestrator_time
 
 
 @dataclass
@@ -40,3 +48,96 @@ def files_stem(out: Path, mode: str) -> str:
         n += 1
         stem = f"{mode}.{n}"
     return stem
+
+
+def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
+    """Every node's sampler (a node whose sampler does not start is said, the others go on) and the scraper."""
+    d = deployment
+    out = Path(d.run_dir) / "telemetry"
+    out.mkdir(parents=True, exist_ok=True)
+    telemetry = Telemetry(mode=server.mode)
+    stem = files_stem(out, server.mode)
+    shared = d.shared.pids_by_node() if d.shared is not None else {}
+    pids_by_node = engine_pids(server, d.sampled_nodes, shared)
+    for node in d.sampled_nodes:
+        try:
+            start_node_sampler(d, stem, node, pids_by_node[node.name], out, telemetry)
+        except Exception as exc:  # a node gone (its host unreachable) must not keep the others' modes from serving
+            reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    path = out / f"{stem}.server.jsonl"
+    mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper",  # a resume finds it if we are killed
+            node_tools.INSTRUMENT_VARIABLE: "1"}
+    telemetry.scraper = ManagedProcess.start(scraper_argv(d, server, path), env=os.environ | mark,
+                                             log_path=out / f"{stem}.server.log")
+    telemetry.server_files.append(path)
+    return telemetry
+
+
+def scraper_argv(d: Deployment, server: Server, path: Path) -> list[str]:
+    """The scraper of the server's /metrics: the engine's metrics by column, its state sampler if any, and
+    the server's instances scraped one by one (a `replicas:` mode's servers behind its balancer: the row is
+    their aggregate, each kept by name; one server's DP engines come apart by label without them)."""
+    metrics = [flag for name, column in d.engine.api.metrics.items() for flag in ("--metric", f"{name}={column}")]
+    if d.engine.api.state_sampler:
+        metrics += ["--state", d.engine.api.state_sampler]
+    metrics += [flag for name, url in server.instance_urls.items() for flag in ("--instance", f"{name}={url}")]
+    return [sys.executable, "-m", "servebench.telemetry.scraper", "--url", server.url, "--mode", server.mode,
+            "--hz", f"{d.campaign.telemetry.scrape_hz:g}", *metrics, "--out", str(path)]
+
+
+def node_sampler_argv(d: Deployment, node: Node, pids: list[int], out: str) -> list[str]:
+    """The node's sampler following `pids`, by the node's python3 (standard library only)."""
+    return [d.provider.node_python(node), "-m", "servebench.telemetry.node_sampler", "--node", node.name,
+            "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
+            "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", out]
+
+
+def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path,
+                       telemetry: Telemetry) -> None:
+    """The node's sampler, following the mode's processes there; its samples land in
+    `<stem>.node.<node>.jsonl`, in the orchestrator's time base."""
+    path = out / f"{stem}.node.{node.name}.jsonl"
+    offset = d.clock_offsets.get(node.name)
+    if offset is None:  # this host: samples straight into the run directory
+        process = d.provider.start(node, node_sampler_argv(d, node, pids, str(path)),
+                                   {node_tools.INSTRUMENT_VARIABLE: "1"}, out / f"{stem}.node.{node.name}.log")
+    else:  # another host: with the node tools placed there; samples go to stdout, which the provider
+        # brings back as the process's log
+        raw = out / f"{stem}.node.{node.name}.raw.jsonl"
+        process = d.provider.start(node, node_sampler_argv(d, node, pids, "/dev/stdout"),
+                                   {"PYTHONPATH": d.tools_dir or "", node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
+        telemetry.remote_samples[path] = (raw, offset)
+    telemetry.node_processes.append(process)
+    telemetry.node_files.append(path)
+
+
+def _ended(process: NodeProcess) -> bool:
+    try:
+        return not process.alive()
+    except Exception:  # the node or its allocation is gone: stop() reports that
+        return False
+
+
+def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
+    """Every sampler and the scraper (on this host) are stopped even when one node's sampler
+    cannot be (its node or allocation gone): the others' samples still land; the failures are
+    raised together at the end."""
+    failures = []
+    try:
+        for process in telemetry.node_processes:
+            node, ended_by_itself = getattr(process, "node", "?"), _ended(process)
+            try:
+                code = provider.stop(process, grace_s=5)
+                if ended_by_itself:  # a sampler runs until stopped: this one died (its log says why)
+                    reporter().note(f"the node sampler on {node} had ended by itself (exit {code}): that node "
+                                    f"has no telemetry for the cell; {process.log_path}")
+            except Exception as exc:
+                failures.append(f"{node}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+        for path, (raw, offset) in telemetry.remote_samples.items():
+            rewrite_in_orchestrator_time(raw, path, offset)
+    finally:
+        if telemetry.scraper is not None:
+            telemetry.scraper.stop(grace_s=5)
+    if failures:
+        raise RuntimeError("could not stop the sampler of " + "; ".join(failures))

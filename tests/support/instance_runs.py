@@ -29,8 +29,9 @@ def land_instances_run(con, tmp_path: Path) -> None:
     one request a second, dp1 one every two; dp1 has a queue), node samples every 0.5 s: n0 sends 1000
     bytes a second on eth0 and 10**6 on lo, n1 receives 500 a second on eth0 and 300 on eth1."""
     campaign = parse_campaign(BALANCE_CAMPAIGN)
-    landing.insert_run(con, run_id="r1", campaign="t", spec_hash=campaign.spec_hash(), spec_text=BALANCE_CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="t.yaml", run_dir=tmp_path)
+    landing.insert_run(con, "r1", landing.RunRecord(
+        campaign="t", spec_hash=campaign.spec_hash(), spec_text=BALANCE_CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="t.yaml", run_dir=tmp_path))
     for node in ("n0", "n1"):
         landing.land_node(con, "r1", node, "127.0.0.1", NODE_FACTS)
     requests = [dict(index=i, warmup=False, client=0, scheduled_s=0.1, sent_s=0.1, first_token_s=0.2,
@@ -38,10 +39,12 @@ def land_instances_run(con, tmp_path: Path) -> None:
                      chunk_tokens=[2, 2], token_source="usage", http_status=200, error_kind=None, error=None)
                 for i in range(4)]
     result = {"t0": {"monotonic": 10.0}, "summary": {"completed": 4, "failed": 0}, "requests": requests}
-    landing.land_cell(con, "r1", expand(campaign)[0], result=result, input_len=8, output_len=4, status="completed",
-                      error=None, started_at=None, ended_at=None, result_path=None)
-    landing.land_server(con, "r1", mode="dp2", pid=1, port=1, command=["x"], env={}, log_path=None, started_at=None,
-                        ready_seconds=1.0, stopped_at=None, status="ready", error=None)
+    landing.land_cell(con, "r1", landing.CellRecord(cell=expand(campaign)[0], input_len=8, output_len=4,
+                                                    status="completed",
+                                                    measured=landing.CellMeasurement(result=result)))
+    landing.land_server(con, "r1", landing.ServerRecord(
+        mode="dp2", layout=landing.ServerLayout.of(campaign.modes[0]), pid=1, port=1, command=["x"],
+        ready_seconds=1.0, status="ready"))
     server, node = tmp_path / "s.jsonl", tmp_path / "n.jsonl"
     with open(server, "w") as out:
         for t in range(8, 16):

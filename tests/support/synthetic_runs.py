@@ -39,8 +39,9 @@ def synthetic_warehouse(path: Path, tmp: Path) -> str:
 def land_night(con, tmp: Path, run_id: str, tp2_speed: float) -> str:
     campaign = parse_campaign(CAMPAIGN)
     rng = random.Random(run_id)
-    landing.insert_run(con, run_id=run_id, campaign="synthetic", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN,
-                       spec_normalized=campaign.normalized(), campaign_file="synthetic.yaml", run_dir=tmp)
+    landing.insert_run(con, run_id, landing.RunRecord(
+        campaign="synthetic", spec_hash=campaign.spec_hash(), spec_text=CAMPAIGN, spec_normalized=campaign.normalized(),
+        campaign_file="synthetic.yaml", run_dir=tmp))
     for node in ("node0", "node1"):
         landing.land_node(con, run_id, node, "127.0.0.1", NODE)
     t0 = 1000.0
@@ -55,15 +56,16 @@ def land_night(con, tmp: Path, run_id: str, tp2_speed: float) -> str:
         summary = {"completed": n, "failed": 0, "duration_s": 1.0, "output_throughput": 100 * speed * jitter,
                    "request_throughput": 8 * speed * jitter, "ttft_ms": {"p50": 20 / speed, "p99": 40 / speed},
                    "tpot_ms": {"p50": 18 / speed, "p99": 25 / speed}, "valid": True, "invalid_reasons": []}
-        landing.land_cell(con, run_id, cell, input_len=32, output_len=16, status="completed", error=None,
-                          started_at=None, ended_at=None, correctness="passed",
-                          result={"t0": {"monotonic": t0}, "summary": summary, "requests": requests},
-                          result_path=None)
+        landing.land_cell(con, run_id, landing.CellRecord(
+            cell=cell, input_len=32, output_len=16, status="completed", correctness="passed",
+            measured=landing.CellMeasurement(result={"t0": {"monotonic": t0}, "summary": summary,
+                                                     "requests": requests})))
         t0 += 5.0
     for mode in ("tp1", "tp2-ray"):
-        landing.land_server(con, run_id, mode=mode, pid=1, port=1, command=["x"], env={}, log_path=None,
-                            started_at=None, ready_seconds=50.0, stopped_at=None, status="ready", error=None,
-                            correctness="passed", kv_capacity_tokens=480)
+        landing.land_server(con, run_id, landing.ServerRecord(
+            mode=mode, layout=landing.ServerLayout.of(next(m for m in campaign.modes if m.name == mode)), pid=1, port=1,
+            command=["x"], ready_seconds=50.0, status="ready", gate=landing.ServerGate(status="passed"),
+            kv_capacity_tokens=480))
     node_file, server_file = tmp / "n.jsonl", tmp / "s.jsonl"
     with open(node_file, "w") as nf, open(server_file, "w") as sf:
         for k in range(int((t0 - 1000.0) * 5)):
@@ -78,5 +80,5 @@ def land_night(con, tmp: Path, run_id: str, tp2_speed: float) -> str:
                                  "generation_tokens_total": k * 5.0}) + "\n")
     for mode in ("tp1", "tp2-ray"):
         landing.land_samples(con, run_id, mode, [node_file], [server_file])
-    landing.update_run(con, run_id, status="completed", ended_at=landing.now())
+    landing.update_run(con, run_id, landing.RunUpdate(status="completed", ended_at=landing.now()))
     return run_id

@@ -18,7 +18,7 @@ WITH points AS (
     FROM server_samples s, json_each(s.instances) i
     WHERE s.instances IS NOT NULL
 ), windows AS (
-    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.rate, c.t0_monotonic, c.t_end_monotonic,
+    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.offered_rate, c.t0_monotonic, c.t_end_monotonic,
            coalesce((SELECT max(p.t_mono) FROM points p WHERE p.run_id = c.run_id AND p.mode = c.mode
                        AND p.t_mono <= c.t0_monotonic), c.t0_monotonic) AS t_from,
            coalesce((SELECT min(p.t_mono) FROM points p WHERE p.run_id = c.run_id AND p.mode = c.mode
@@ -26,7 +26,7 @@ WITH points AS (
     FROM cells c
     WHERE c.t0_monotonic IS NOT NULL AND c.t_end_monotonic IS NOT NULL
 ), per_instance AS (
-    SELECT w.run_id, w.cell_id, w.cell_key, w.mode, w.clients, w.rate, p.instance,
+    SELECT w.run_id, w.cell_id, w.cell_key, w.mode, w.clients, w.offered_rate, p.instance,
            CASE WHEN count(p.requests_total) >= 2 THEN max(p.requests_total) - min(p.requests_total) END AS requests,
            CASE WHEN count(p.generation_tokens_total) >= 2
                 THEN max(p.generation_tokens_total) - min(p.generation_tokens_total) END AS generation_tokens,
@@ -51,7 +51,7 @@ COMMENT ON COLUMN cell_balance.cell_id IS 'the cell';
 COMMENT ON COLUMN cell_balance.cell_key IS 'the cell''s key';
 COMMENT ON COLUMN cell_balance.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_balance.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_balance.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_balance.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_balance.instance IS 'the instance: dp0, dp1 (vLLM''s engine label) or r0, r1 (a replica behind the balancer; r0.dp1 its own engines)';
 COMMENT ON COLUMN cell_balance.requests IS 'requests the instance finished during the cell, warm-up included: the change of vllm:request_success_total over the counter window (NULL: under two samples, or not counted)';
 COMMENT ON COLUMN cell_balance.generation_tokens IS 'tokens the instance generated during the cell, over the counter window [tokens]';

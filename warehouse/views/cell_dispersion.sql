@@ -6,7 +6,7 @@ CREATE OR REPLACE VIEW cell_dispersion AS
 WITH points AS (
     SELECT run_id, cell_point, metric,
            any_value(mode) AS mode, any_value(load_kind) AS load_kind, any_value(clients) AS clients,
-           any_value(rate) AS rate, any_value(link) AS link, any_value(workload_name) AS workload_name,
+           any_value(offered_rate) AS offered_rate, any_value(link) AS link, any_value(workload_name) AS workload_name,
            any_value(series_id) AS series_id,
            count(*) AS repeats,
            list(value ORDER BY "repeat") AS repeat_values,
@@ -30,7 +30,7 @@ COMMENT ON COLUMN cell_dispersion.metric IS 'the cells column, e.g. output_throu
 COMMENT ON COLUMN cell_dispersion.mode IS 'the point''s mode';
 COMMENT ON COLUMN cell_dispersion.load_kind IS 'closed | open';
 COMMENT ON COLUMN cell_dispersion.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_dispersion.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_dispersion.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_dispersion.link IS 'the network setting';
 COMMENT ON COLUMN cell_dispersion.workload_name IS 'the workload''s name';
 COMMENT ON COLUMN cell_dispersion.series_id IS 'the point''s nightly series';

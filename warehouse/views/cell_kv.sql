@@ -13,7 +13,7 @@ CREATE OR REPLACE VIEW cell_kv AS
 WITH capacity AS (
     SELECT run_id, mode, max(kv_capacity_tokens) AS kv_capacity_tokens FROM servers GROUP BY run_id, mode
 ), per_cell AS (
-    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.rate, c.completed, c.kv_failures,
+    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.offered_rate, c.completed, c.kv_failures,
            k.kv_capacity_tokens,
            max(s.kv_usage) AS gauge_peak, avg(s.kv_usage) AS gauge_mean,
            max(s.kv_tokens) AS kv_tokens_peak, avg(s.kv_tokens) AS kv_tokens_mean,
@@ -34,7 +34,7 @@ WITH capacity AS (
                    WHEN coalesce(completed, 0) > 0 THEN 'completed requests' END AS cache_miss_basis
     FROM (SELECT *, coalesce(kv_failures, preemptions) AS misses FROM per_cell)
 )
-SELECT run_id, cell_id, cell_key, mode, clients, rate, completed,
+SELECT run_id, cell_id, cell_key, mode, clients, offered_rate, completed,
        coalesce(gauge_peak, kv_tokens_peak / nullif(kv_capacity_tokens, 0)) AS kv_usage_peak,
        coalesce(gauge_mean, kv_tokens_mean / nullif(kv_capacity_tokens, 0)) AS kv_usage_mean,
        kv_tokens_peak, kv_capacity_tokens,
@@ -55,7 +55,7 @@ COMMENT ON COLUMN cell_kv.cell_id IS 'the cell';
 COMMENT ON COLUMN cell_kv.cell_key IS 'the cell''s key';
 COMMENT ON COLUMN cell_kv.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_kv.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_kv.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_kv.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_kv.completed IS 'requests completed after warm-up';
 COMMENT ON COLUMN cell_kv.kv_usage_peak IS 'KV-cache usage, peak during the cell: the engine''s gauge, else KV tokens / capacity [0-1]';
 COMMENT ON COLUMN cell_kv.kv_usage_mean IS 'KV-cache usage, mean over the cell''s samples [0-1]';

@@ -15,7 +15,7 @@ WITH points AS (
     FROM node_samples n
     LEFT JOIN json_each(n.net) i ON i.key <> 'lo'
 ), windows AS (
-    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.rate, c.completed, c.t0_monotonic,
+    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.clients, c.offered_rate, c.completed, c.t0_monotonic,
            c.t_end_monotonic, sampled.node,
            coalesce((SELECT max(p.t_mono) FROM points p WHERE p.run_id = c.run_id AND p.mode = c.mode
                        AND p.node = sampled.node AND p.t_mono <= c.t0_monotonic), c.t0_monotonic) AS t_from,
@@ -25,7 +25,7 @@ WITH points AS (
     JOIN (SELECT DISTINCT run_id, mode, node FROM node_samples) sampled ON sampled.run_id = c.run_id AND sampled.mode = c.mode
     WHERE c.t0_monotonic IS NOT NULL AND c.t_end_monotonic IS NOT NULL
 ), per_interface AS (
-    SELECT w.run_id, w.cell_id, w.cell_key, w.mode, w.clients, w.rate, w.completed, w.node, p.interface,
+    SELECT w.run_id, w.cell_id, w.cell_key, w.mode, w.clients, w.offered_rate, w.completed, w.node, p.interface,
            max(p.sent) - min(p.sent) AS sent, max(p.received) - min(p.received) AS received,
            max(p.engine_processes) AS engine_processes, count(DISTINCT p.t_mono) AS samples,
            w.t_to - w.t_from AS window_s
@@ -34,13 +34,13 @@ WITH points AS (
     GROUP BY ALL
 )
 , per_node AS (
-    SELECT run_id, cell_id, cell_key, mode, clients, rate, completed, node,
+    SELECT run_id, cell_id, cell_key, mode, clients, offered_rate, completed, node,
            max(engine_processes) AS engine_processes,
            CASE WHEN max(samples) >= 2 THEN coalesce(sum(sent), 0) END AS bytes_sent,
            CASE WHEN max(samples) >= 2 THEN coalesce(sum(received), 0) END AS bytes_received,
            max(window_s) AS window_s, max(samples) AS samples
     FROM per_interface
-    GROUP BY run_id, cell_id, cell_key, mode, clients, rate, completed, node
+    GROUP BY run_id, cell_id, cell_key, mode, clients, offered_rate, completed, node
 ), node_ranks AS (
     SELECT r.run_id, r.mode, r.node, min(r.replica) AS replica,
            list(CASE WHEN coalesce(s.replicas, 1) > 1 THEN 'r' || r.replica || '.' || r.label ELSE r.label END
@@ -49,7 +49,7 @@ WITH points AS (
     LEFT JOIN servers s ON s.run_id = r.run_id AND s.mode = r.mode
     GROUP BY r.run_id, r.mode, r.node
 )
-SELECT f.run_id, f.cell_id, f.cell_key, f.mode, f.clients, f.rate, f.node, d.role, s.tp, s.pp, s.dp, s.ep,
+SELECT f.run_id, f.cell_id, f.cell_key, f.mode, f.clients, f.offered_rate, f.node, d.role, s.tp, s.pp, s.dp, s.ep,
        f.engine_processes, f.bytes_sent, f.bytes_received,
        (f.bytes_sent + f.bytes_received) / nullif(f.completed, 0) AS bytes_per_request,
        f.window_s, f.samples, k.replica, k.ranks
@@ -64,7 +64,7 @@ COMMENT ON COLUMN cell_rank_network.cell_id IS 'the cell';
 COMMENT ON COLUMN cell_rank_network.cell_key IS 'the cell''s key';
 COMMENT ON COLUMN cell_rank_network.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_rank_network.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_rank_network.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_rank_network.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_rank_network.node IS 'the node sampled (the ranks it held: `ranks`)';
 COMMENT ON COLUMN cell_rank_network.role IS 'server | client (the load generator''s own node)';
 COMMENT ON COLUMN cell_rank_network.tp IS 'tensor-parallel size of the mode served';

@@ -4,7 +4,7 @@
 CREATE OR REPLACE VIEW cell_repeat_values AS
 UNPIVOT (
     SELECT run_id, regexp_replace(cell_key, '\.r[0-9]+$', '') AS cell_point, cell_id, "repeat", series_id,
-           mode, load_kind, clients, rate, link, workload_name,
+           mode, load_kind, clients, offered_rate, link, workload_name,
            output_throughput, request_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, e2el_p50_ms, goodput
     FROM cells
     WHERE status = 'completed' AND coalesce(valid, false)
@@ -21,7 +21,7 @@ COMMENT ON COLUMN cell_repeat_values.series_id IS 'the cell''s nightly series';
 COMMENT ON COLUMN cell_repeat_values.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_repeat_values.load_kind IS 'closed | open';
 COMMENT ON COLUMN cell_repeat_values.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_repeat_values.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_repeat_values.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_repeat_values.link IS 'the network setting';
 COMMENT ON COLUMN cell_repeat_values.workload_name IS 'the workload''s name';
 COMMENT ON COLUMN cell_repeat_values.metric IS 'the cells column (output_throughput [tok/s], ttft_p50_ms [ms], ...)';

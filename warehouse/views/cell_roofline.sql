@@ -32,7 +32,7 @@ WITH node_roof AS (
            sum(e2el_ms) / 1000 AS busy_s
     FROM measured_requests WHERE completed GROUP BY cell_id
 ), per_cell AS (
-    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.load_kind, c.clients, c.rate, c.status,
+    SELECT c.run_id, c.cell_id, c.cell_key, c.mode, c.load_kind, c.clients, c.offered_rate, c.status,
            f.served_dtype, f.rank_weight_bytes, f.rank_kv_bytes_per_token, f.rank_parameters, f.ranks_per_node,
            n.mem_bandwidth_gbps,
            CASE WHEN f.served_dtype IN ('bfloat16', 'float16') THEN n.peak_bf16 ELSE n.peak_fp32 END
@@ -65,7 +65,7 @@ WITH node_roof AS (
            CASE WHEN NOT emulated THEN prefill_gflops / nullif(matmul_peak_gflops, 0) END AS prefill_ratio
     FROM rates
 )
-SELECT run_id, cell_id, cell_key, mode, load_kind, clients, rate, status, served_dtype,
+SELECT run_id, cell_id, cell_key, mode, load_kind, clients, offered_rate, status, served_dtype,
        rank_weight_bytes, rank_kv_bytes_per_token, rank_parameters, ranks_per_node,
        in_flight, mean_context_tokens, decode_bytes_per_step, tpot_p50_ms, decode_gbps, mem_bandwidth_gbps,
        CASE WHEN decode_ratio > 1 THEN 1.0 ELSE decode_ratio END AS decode_fraction,
@@ -91,7 +91,7 @@ COMMENT ON COLUMN cell_roofline.cell_key IS 'the cell''s key';
 COMMENT ON COLUMN cell_roofline.mode IS 'the cell''s mode';
 COMMENT ON COLUMN cell_roofline.load_kind IS 'closed | open';
 COMMENT ON COLUMN cell_roofline.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN cell_roofline.rate IS 'open loop: the rate asked [req/s]';
+COMMENT ON COLUMN cell_roofline.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN cell_roofline.status IS 'the cell''s status: completed | failed | skipped';
 COMMENT ON COLUMN cell_roofline.served_dtype IS 'what the matrices are served in: bfloat16 and float16 are judged against the bf16 peak, the rest fp32';
 COMMENT ON COLUMN cell_roofline.rank_weight_bytes IS 'the weights a decode step of the mode''s largest rank reads (an untied embedding left out: a lookup) [bytes]';

@@ -15,12 +15,12 @@ COMMENT ON COLUMN latest_cells.cell_key IS 'stable across runs: mode.point.repea
 COMMENT ON COLUMN latest_cells.mode IS 'the mode (server configuration)';
 COMMENT ON COLUMN latest_cells.load_kind IS 'closed (N clients) | open (scheduled arrivals)';
 COMMENT ON COLUMN latest_cells.clients IS 'closed loop: concurrent clients';
-COMMENT ON COLUMN latest_cells.offered_rate IS 'open loop: the rate the generator was asked for [req/s]';
+COMMENT ON COLUMN latest_cells.offered_rate IS 'open loop: the rate offered, as the cell key names it (cells.offered_rate) [req/s]';
 COMMENT ON COLUMN latest_cells.realized_rate IS 'open loop: the rate of the schedule as drawn, after warm-up [req/s]';
 COMMENT ON COLUMN latest_cells."repeat" IS 'which repeat of the load point (0 first)';
 COMMENT ON COLUMN latest_cells.status IS 'completed | failed | skipped';
 COMMENT ON COLUMN latest_cells.valid IS 'the load generator''s verdict on its own measurement';
-COMMENT ON COLUMN latest_cells.request_throughput IS 'completed requests per second over the steady window [req/s]';
+COMMENT ON COLUMN latest_cells.request_throughput IS 'the rate achieved: completed requests per second over the steady window [req/s]';
 COMMENT ON COLUMN latest_cells.output_throughput IS 'output tokens per second over the steady window [tok/s]';
 COMMENT ON COLUMN latest_cells.ttft_p50_ms IS 'time to first token, median of the requests after warm-up [ms]';
 COMMENT ON COLUMN latest_cells.ttft_p99_ms IS 'time to first token, p99 of the requests after warm-up [ms]';

@@ -41,7 +41,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric(name="capacity", direction="higher", cv_limit=0.15, unit="req/s or clients"),
 ]}
 
-IDENTITY_FIELDS = ("campaign", "mode", "tp", "pp", "executor", "load_kind", "rate", "clients",
+# cells columns (but campaign, the run's); an id hashes their values in this order, not their names
+IDENTITY_FIELDS = ("campaign", "mode", "tp", "pp", "executor", "load_kind", "offered_rate", "clients",
                    "input_len", "output_len")
 # Part of the identity only where set: a series without them keeps the id it always had.
 OPTIONAL_IDENTITY_FIELDS = ("link", "knobs", "workload")
@@ -102,7 +103,7 @@ def capacity_series_id(identity: dict, fingerprint: str) -> str:
 def series_label(identity: dict) -> str:
     if identity["load_kind"] == "capacity":
         return f"{identity['campaign']}/{identity['mode']} capacity ({identity.get('search_over') or 'rate'})"
-    point = LoadPoint(kind=identity["load_kind"], clients=identity.get("clients"), rate=identity.get("rate"))
+    point = LoadPoint(kind=identity["load_kind"], clients=identity.get("clients"), rate=identity.get("offered_rate"))
     network = f" {identity['link']}" if identity.get("link") else ""
     return (f"{identity['campaign']}/{identity['mode']}{network} {point.label} "
             f"in{identity['input_len']}/out{identity['output_len']}")

@@ -100,6 +100,19 @@ class RayClusterError(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class StartSettings:
+    """What every node's `ray start` of one cluster shares: the venv's `ray`, the CPUs each node offers
+    (its vLLM worker slots), the environment the node's own names are added to, the head's GCS address
+    (host:port) and the root under which each attempt gets its temp dir."""
+
+    ray_bin: str
+    slots: int
+    base_env: dict[str, str]
+    head_address: str
+    temp_root: str
+
+
 @dataclass
 class RayNodePlan:
     node: Node
@@ -185,8 +198,8 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
     base_env = {**ray_startup_env(os.environ), **engine_env}
-    return [_plan_node(node, index, ray_bin, slots_per_node, base_env, head_address, root, 1, ports)
-            for index, node in enumerate(nodes)]
+    settings = StartSettings(ray_bin, slots_per_node, base_env, head_address, temp_root=root)
+    return [_plan_node(node, index, 1, settings, ports) for index, node in enumerate(nodes)]
 
 
 def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list[RayNodePlan]:
@@ -197,11 +210,10 @@ def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list
     old = plans[index]
     host = old.gcs_address.rsplit(":", 1)[0]
     head_address = f"{host}:{ports.free_port(old.node)}" if old.head else old.gcs_address
-    root = str(Path(old.temp_dir).parent)
-    slots = int(_flag_value(old.argv, "--num-cpus"))
+    settings = StartSettings(ray_bin=old.argv[0], slots=int(_flag_value(old.argv, "--num-cpus")), base_env=old.env,
+                             head_address=head_address, temp_root=str(Path(old.temp_dir).parent))
     new = list(plans)
-    new[index] = _plan_node(old.node, index, old.argv[0], slots, old.env, head_address, root, old.attempt + 1,
-                            ports)
+    new[index] = _plan_node(old.node, index, old.attempt + 1, settings, ports)
     if old.head:
         for other, plan in enumerate(new):
             if other != index:
@@ -210,10 +222,10 @@ def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list
     return new
 
 
-def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[str, str], head_address: str,
-               root: str, attempt: int, ports: PortSource) -> RayNodePlan:
+def _plan_node(node: Node, index: int, attempt: int, settings: StartSettings, ports: PortSource) -> RayNodePlan:
     head = index == 0
-    temp_dir = f"{root}/{index}.{attempt}"
+    head_address = settings.head_address
+    temp_dir = f"{settings.temp_root}/{index}.{attempt}"
     taken = {int(head_address.rsplit(":", 1)[1])} if head else set()
     worker_base = _worker_range(ports, node, taken)
     taken |= set(range(worker_base, worker_base + WORKER_PORTS))
@@ -229,7 +241,7 @@ def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[
                 return port
         raise RuntimeError(f"node {node.name}: no free port outside Ray's worker range in {PORT_TRIES} tries")
 
-    argv = [ray_bin, "start", "--block", "--num-cpus", str(slots), "--num-gpus", "0",
+    argv = [settings.ray_bin, "start", "--block", "--num-cpus", str(settings.slots), "--num-gpus", "0",
             "--node-ip-address", node.address, "--object-store-memory", str(OBJECT_STORE_BYTES),
             "--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
             "--min-worker-port", str(worker_base), "--max-worker-port", str(worker_base + WORKER_PORTS - 1),
@@ -241,7 +253,7 @@ def _plan_node(node: Node, index: int, ray_bin: str, slots: int, base_env: dict[
                  "--ray-client-server-port", str(free_port())]
     else:
         argv += ["--address", head_address]
-    env = {**base_env, "SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node),
+    env = {**settings.base_env, "SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node),
            "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
     return RayNodePlan(node=node, head=head, argv=argv, env=env, gcs_address=head_address, temp_dir=temp_dir,
                        attempt=attempt)
