@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from servebench.bisect.run import find_first_bad, start_bisection
+from servebench.bisect.run import BisectRequest, find_first_bad, start_bisection
 from servebench.flows.campaign import campaign_run
 
 
@@ -15,6 +15,6 @@ def bisect_run(campaign_file: str, good: str, bad: str, metric: str = "tpot_p50_
                threshold: float = 0.10, repeats: int = 3, warehouse_path: str | None = None,
                point: str | None = None) -> dict:
     """Find the first commit between good and bad whose metric is worse; return the steps and it."""
-    bisection = start_bisection(campaign_file, good, bad, metric, mode, threshold, repeats, warehouse_path, point,
-                                run_campaign=campaign_run)
+    request = BisectRequest(campaign_file, good, bad, metric, mode, threshold, repeats, warehouse_path, point)
+    bisection = start_bisection(request, run_campaign=campaign_run)
     return find_first_bad(bisection)

@@ -378,3 +378,38 @@ def test_no_test_module_imports_another():
             offenders += [f"{path.name} imports {t}" for t in targets
                           if t.split(".")[-1].startswith("test_") or t.split(".")[-1] == "conftest"]
     assert offenders == []
+
+
+MAX_PARAMETERS, MAX_LINES = 8, 80   # a function past these takes a typed object, or is two functions
+
+
+def oversized_functions(folders: list[Path], root: Path = ROOT) -> list[str]:
+    """Every function of these folders with more than MAX_PARAMETERS parameters (self and cls aside) or
+    more than MAX_LINES lines, as `path:line name (n parameters, m lines)`."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                args = node.args
+                named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                count = len(named) + bool(args.vararg) + bool(args.kwarg) - (named[:1] != [] and
+                                                                           named[0].arg in ("self", "cls"))
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if count > MAX_PARAMETERS or lines > MAX_LINES:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({count} parameters, "
+                                 f"{lines} lines)")
+    return found
+
+
+def test_no_library_function_takes_over_eight_parameters_or_eighty_lines():
+    assert oversized_functions([PACKAGE, ROOT / "warehouse"]) == []
+
+
+def test_the_size_check_sees_a_long_parameter_list(tmp_path):
+    moved = tmp_path / "pkg"
+    moved.mkdir()
+    (moved / "wide.py").write_text("def wide(a, b, c, d, e, f, g, h, i):\n    return a\n\n\n"
+                                   "class C:\n    def fine(self, a, b, c, d, e, f, g, h):\n        return a\n")
+    assert oversized_functions([moved], root=tmp_path) == ["pkg/wide.py:1 wide (9 parameters, 2 lines)"]

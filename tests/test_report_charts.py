@@ -21,6 +21,7 @@ from servebench.analysis.charts import (
 )
 from servebench.analysis.engines_report import engines_section
 from servebench.analysis.report import (
+    ClientsChart,
     build_charts,
     cell_table,
     label_capacities,
@@ -127,11 +128,11 @@ def closed_cell(mode: str, clients: int, tput: float) -> dict:
 def test_a_theoretical_saturation_beyond_the_axis_is_a_number_not_a_line_at_the_edge():
     kv = [kv_row("tp1", c, kv_usage_peak=0.1 * c) for c in (1, 4)]
     far = [{"mode": "tp1", "kv_capacity_tokens": 1_000_000, "saturation_clients": 10922.67}]
-    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", far).to_dict()
+    spec = versus_clients(kv, ClientsChart("kv_usage_peak", "KV", "peak KV-cache usage", "usage"), far).to_dict()
     assert "rule" not in marks(spec)                      # was a dashed rule at x = 6 (1.5 x the 4 clients drawn)
     assert "tp1 at 10,922.67 clients" in json.dumps(spec["title"])
     near = [{"mode": "tp1", "kv_capacity_tokens": 1000, "saturation_clients": 3.5}]
-    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", near).to_dict()
+    spec = versus_clients(kv, ClientsChart("kv_usage_peak", "KV", "peak KV-cache usage", "usage"), near).to_dict()
     rules = [layer for layer in spec["layer"] if layer["mark"] == "rule" or layer["mark"].get("type") == "rule"]
     assert len(rules) == 1 and rules[0]["data"]["values"][0]["saturation_clients"] == 3.5   # where it is
     assert "tp1 3.50 clients" in json.dumps(spec["title"])
@@ -142,7 +143,8 @@ def test_a_theoretical_saturation_beyond_the_axis_is_a_number_not_a_line_at_the_
 
 def test_fractions_are_drawn_as_percentages_and_usage_on_a_full_scale():
     kv = [kv_row("tp1", c, kv_usage_peak=0.0005 * c) for c in (1, 2)]
-    spec = versus_clients(kv, "kv_usage_peak", "KV", "peak KV-cache usage", "usage", [], full_scale=True).to_dict()
+    spec = versus_clients(kv, ClientsChart("kv_usage_peak", "KV", "peak KV-cache usage", "usage", full_scale=True),
+                          []).to_dict()
     y = spec["encoding"]["y"]
     assert y["axis"]["format"] == "%" and y["scale"]["domain"] == [0, 1.0]   # not a 0-0.001 axis that looks full
     assert "(0-1)" not in json.dumps(spec) and "highest 0.10% (tp1, 2 clients)" in json.dumps(spec["title"])
@@ -157,20 +159,21 @@ def test_fractions_are_drawn_as_percentages_and_usage_on_a_full_scale():
 
 def test_a_chart_with_nothing_to_show_says_so_in_one_line():
     zeros = [kv_row("tp1", c, cache_miss_probability=0.0) for c in (1, 4)]
-    spec = versus_clients(zeros, "cache_miss_probability", "Cache-miss probability vs clients",
-                          "KV misses per decode attempt", "misses", []).to_dict()
+    spec = versus_clients(zeros, ClientsChart("cache_miss_probability", "Cache-miss probability vs clients",
+                                              "KV misses per decode attempt", "misses"), []).to_dict()
     assert marks(spec) == ["text"]                           # was a line along 0 on a one-tick axis
     (line,) = data_rows(spec)
     assert line["line"] == ("Cache-miss probability vs clients: nothing to show (KV misses per decode attempt: 0 "
                             "in every one of the 2 closed-loop cells)")
     one_each = [kv_row("tp1.a", 2, normalized_throughput=1.0), kv_row("tp1.b", 2, normalized_throughput=1.0)]
-    spec = versus_clients(one_each, "normalized_throughput", "Normalized", "% of best", "n", [],
-                          one_point_says_nothing=True).to_dict()
+    spec = versus_clients(one_each, ClientsChart("normalized_throughput", "Normalized", "% of best", "n",
+                                                 one_point_says_nothing=True), []).to_dict()
     assert marks(spec) == ["text"] and data_rows(spec)[0]["line"] == (
         "Normalized: nothing to show (every mode ran at one client count (2 clients), so each cell is its own best "
         "(100%))")
     alone = [kv_row("tp1.a", 2, kv_usage_peak=0.0007), kv_row("tp1.b", 2, kv_usage_peak=0.0001)]
-    spec = versus_clients(alone, "kv_usage_peak", "KV", "peak KV-cache usage", "u", [], full_scale=True).to_dict()
+    spec = versus_clients(alone, ClientsChart("kv_usage_peak", "KV", "peak KV-cache usage", "u", full_scale=True),
+                          []).to_dict()
     assert marks(spec) == ["text"] and data_rows(spec)[0]["line"].endswith("no line to draw; highest 0.1% (tp1.a))")
     links = [{"cell_id": f"r/single.{link}.c1.r0", "mode": "single", "executor": "mp", "load_kind": "closed",
               "clients": 1, "offered_rate": None, "output_throughput": 90.0, "tpot_p50_ms": 0.0, "link": link,
@@ -179,7 +182,8 @@ def test_a_chart_with_nothing_to_show_says_so_in_one_line():
     assert "line" in marks(panels[0]) and marks(panels[1]) == ["text"]     # TPOT 0 everywhere: was a flat line
     assert data_rows(panels[1])[0]["line"].startswith("TPOT p50 (ms): nothing to show")
     some = zeros + [kv_row("tp1", 8, cache_miss_probability=0.2)]
-    assert "line" in marks(versus_clients(some, "cache_miss_probability", "C", "misses", "m", []).to_dict())
+    chart = ClientsChart("cache_miss_probability", "C", "misses", "m")
+    assert "line" in marks(versus_clients(some, chart, []).to_dict())
 
 
 # load points labelled one way
@@ -322,7 +326,7 @@ def test_a_long_subtitle_is_broken_between_its_clauses():
     assert len(lines) > 1 and all(len(line) <= 110 for line in lines)
     assert " ".join(lines).replace("; ", ";").replace(";", "; ") == text.replace(";", "; ").replace(";  ", "; ")
     kv = [kv_row("tp1", c, kv_usage_peak=0.1 * c) for c in (1, 4)]
-    spec = versus_clients(kv, "kv_usage_peak", "KV", "usage", "a; " * 60 + "end", []).to_dict()
+    spec = versus_clients(kv, ClientsChart("kv_usage_peak", "KV", "usage", "a; " * 60 + "end"), []).to_dict()
     assert isinstance(spec["title"]["subtitle"], list) and max(map(len, spec["title"]["subtitle"])) <= 110
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import altair as alt
@@ -171,16 +172,30 @@ def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
         x=f"{x}:Q", y=f"{y}:Q", tooltip=["cell_id:N", alt.Tooltip("reasons:N", title="invalid because")])
 
 
-def versus_clients(rows_: list[dict], field: str, title: str, axis: str, subtitle: str,
-                   saturation: list[dict], fmt: str = ".1%", knees: Sequence[dict] = (),
-                   percent: bool = True, full_scale: bool = False,
-                   one_point_says_nothing: bool = False) -> alt.TopLevelMixin | None:
-    """`field` against the closed-loop client count, one line per mode (series), with each series'
+@dataclass(frozen=True)
+class ClientsChart:
+    """What a chart against the closed-loop client count draws and says. `percent`: the field is a fraction,
+    drawn as a percentage; `full_scale`: its axis runs to 100% at least (a usage of 0.05% is not drawn as a
+    full chart); `one_point_says_nothing`: with one client count a series is its own best (normalized)."""
+
+    field: str
+    title: str
+    axis: str
+    subtitle: str
+    fmt: str = ".1%"
+    percent: bool = True
+    full_scale: bool = False
+    one_point_says_nothing: bool = False
+
+
+def versus_clients(rows_: list[dict], chart: ClientsChart, saturation: list[dict],
+                   knees: Sequence[dict] = ()) -> alt.TopLevelMixin | None:
+    """`chart.field` against the closed-loop client count, one line per mode (series), with each series'
     theoretical KV saturation as a dashed rule where it falls on the axis (beyond it: written as a
-    number in the subtitle, not drawn at the edge) and its measured knee. `percent`: the field is a
-    fraction, drawn as a percentage; `full_scale`: its axis runs to 100% at least (a usage of 0.05%
-    is not drawn as a full chart). Says so in one line instead when every value is 0, or, with
-    `one_point_says_nothing`, when no series has two client counts."""
+    number in the subtitle, not drawn at the edge) and its measured knee. Says so in one line instead
+    when every value is 0, or, with `one_point_says_nothing`, when no series has two client counts."""
+    field, title, axis, subtitle, fmt = chart.field, chart.title, chart.axis, chart.subtitle, chart.fmt
+    percent, full_scale, one_point_says_nothing = chart.percent, chart.full_scale, chart.one_point_says_nothing
     closed = [r for r in rows_ if r.get("clients") is not None and r.get(field) is not None]
     if not closed:
         return None
@@ -522,16 +537,16 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
     charts = {
         "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT", slo),
         "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT", slo),
-        "normalized_throughput": versus_clients(kv, "normalized_throughput", "Normalized throughput vs clients",
-                                                "throughput, % of the mode's best cell",
-                                                "100% = the mode's best cell on this chart", saturation, knees=knees,
-                                                one_point_says_nothing=True),
-        "kv_usage": versus_clients(kv, "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage",
-                                   "the engine's KV-cache usage, peak during the cell, on a 0-100% axis",
-                                   saturation, fmt=".2%", knees=knees, full_scale=True),
-        "cache_miss": versus_clients(kv, "cache_miss_probability", "Cache-miss probability vs clients",
-                                     "KV misses per decode attempt", CACHE_MISS_SUBTITLE, saturation, fmt=".2%",
-                                     knees=knees),
+        "normalized_throughput": versus_clients(kv, ClientsChart(
+            "normalized_throughput", "Normalized throughput vs clients", "throughput, % of the mode's best cell",
+            "100% = the mode's best cell on this chart", one_point_says_nothing=True), saturation, knees=knees),
+        "kv_usage": versus_clients(kv, ClientsChart(
+            "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage",
+            "the engine's KV-cache usage, peak during the cell, on a 0-100% axis", fmt=".2%", full_scale=True),
+            saturation, knees=knees),
+        "cache_miss": versus_clients(kv, ClientsChart(
+            "cache_miss_probability", "Cache-miss probability vs clients", "KV misses per decode attempt",
+            CACHE_MISS_SUBTITLE, fmt=".2%"), saturation, knees=knees),
         "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
         "modes_side_by_side": modes_side_by_side(cells),
         "network_response": network_response(cells),

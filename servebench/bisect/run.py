@@ -118,20 +118,34 @@ def step_results(wh: str, run_id: str, mode: str, metric: str) -> tuple[list[flo
     return results.completed_metric(mode, metric), results.build_key()
 
 
-def start_bisection(campaign_file: str, good: str, bad: str, metric: str, mode: str | None, threshold: float,
-                    repeats: int, warehouse_path: str | None, point: str | None,
-                    run_campaign: RunCampaign) -> Bisection:
+@dataclass(frozen=True)
+class BisectRequest:
+    """What a user asks of a bisect (`servebench bisect`'s flags, the flow's parameters)."""
+
+    campaign_file: str
+    good: str
+    bad: str
+    metric: str = "tpot_p50_ms"
+    mode: str | None = None
+    threshold: float = 0.10
+    repeats: int = 3
+    warehouse_path: str | None = None
+    point: str | None = None
+
+
+def start_bisection(request: BisectRequest, run_campaign: RunCampaign) -> Bisection:
     """The bisect set up: the metric checked, the commits listed, its folder made."""
-    if metric not in BISECT_METRICS:
-        raise BisectError(f"metric {metric!r}: one of {', '.join(BISECT_METRICS)}")
-    campaign = load_campaign(campaign_file)
-    mode = mode or campaign.modes[0].name
-    repo, commits = commits_to_bisect(campaign, mode, good, bad, cache_dir())
+    r = request
+    if r.metric not in BISECT_METRICS:
+        raise BisectError(f"metric {r.metric!r}: one of {', '.join(BISECT_METRICS)}")
+    campaign = load_campaign(r.campaign_file)
+    mode = r.mode or campaign.modes[0].name
+    repo, commits = commits_to_bisect(campaign, mode, r.good, r.bad, cache_dir())
     bisect_id = f"bisect-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    bisection = Bisection(campaign=campaign, campaign_yaml=yaml.safe_load(Path(campaign_file).read_text()),
-                          campaign_dir=Path(campaign_file).resolve().parent, mode=mode, metric=metric,
-                          threshold=threshold, repeats=repeats, point=point,
-                          warehouse=str(warehouse_path or default_warehouse()), repo=repo, commits=commits,
+    bisection = Bisection(campaign=campaign, campaign_yaml=yaml.safe_load(Path(r.campaign_file).read_text()),
+                          campaign_dir=Path(r.campaign_file).resolve().parent, mode=mode, metric=r.metric,
+                          threshold=r.threshold, repeats=r.repeats, point=r.point,
+                          warehouse=str(r.warehouse_path or default_warehouse()), repo=repo, commits=commits,
                           run_campaign=run_campaign, bisect_id=bisect_id, folder=runs_dir() / bisect_id)
     bisection.folder.mkdir(parents=True)
     reporter().stage(f"bisect {len(commits)} commits ({commits[0][:12]} good .. {commits[-1][:12]} bad), "
