@@ -5,9 +5,12 @@ pixels; the data is built here as rows, or landed through servebench's own landi
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+import vl_convert
 
 from servebench import warehouse
 from servebench.analysis.capacity_report import pareto_chart
@@ -21,9 +24,12 @@ from servebench.analysis.charts import (
 )
 from servebench.analysis.engines_report import engines_section
 from servebench.analysis.report import (
+    KV_NEAR_FULL,
+    STARTUP_COLOUR,
     ClientsChart,
     build_charts,
     cell_table,
+    history,
     label_capacities,
     modes_side_by_side,
     network_response,
@@ -37,6 +43,7 @@ from servebench.analysis.report import (
 from servebench.campaign.loading import parse_campaign
 from servebench.config.sweep import expand
 from servebench.warehouse import landing
+from tests.support.synthetic_runs import synthetic_warehouse
 
 CAMPAIGN = """
 name: charts
@@ -180,7 +187,7 @@ def test_a_chart_with_nothing_to_show_says_so_in_one_line():
               "link_delay_ms": delay, "link_rate_mbit": None} for link, delay in (("plain", 0), ("d5ms", 5))]
     panels = network_response(links).to_dict()["vconcat"]
     assert "line" in marks(panels[0]) and marks(panels[1]) == ["text"]     # TPOT 0 everywhere: was a flat line
-    assert data_rows(panels[1])[0]["line"].startswith("TPOT p50 (ms): nothing to show")
+    assert data_rows(panels[1])[0]["line"].startswith("TPOT p50 [ms]: nothing to show")
     some = zeros + [kv_row("tp1", 8, cache_miss_probability=0.2)]
     chart = ClientsChart("cache_miss_probability", "C", "misses", "m")
     assert "line" in marks(versus_clients(some, chart, []).to_dict())
@@ -217,7 +224,8 @@ def test_an_oversubscribed_mode_is_labelled_so_in_every_chart_and_the_cell_table
     drawn_modes = {name: {row["mode"] for row in data_rows(chart.to_dict()) if row.get("mode")}
                    for name, chart in charts.items()}
     with_modes = {name: modes for name, modes in drawn_modes.items() if modes}
-    assert {"throughput_vs_ttft", "modes_side_by_side", "kv_usage", "normalized_throughput"} <= set(with_modes)
+    assert {"throughput_vs_ttft", "modes_side_by_side", "throughput_vs_clients",
+            "normalized_throughput"} <= set(with_modes)
     for name, modes in with_modes.items():
         assert "tp2" not in modes and "tp2 (oversubscribed)" in modes, (name, modes)
         assert "tp1" in modes or name == "node_timelines", (name, modes)   # tp1 is not marked
@@ -243,19 +251,24 @@ def test_the_capacity_chart_labels_an_oversubscribed_configuration_and_keeps_its
     assert label_capacities(found, tuning, {"tp1": False, "tp2": False}) == (found, tuning)
 
 
-# latency drawn against the achieved rate with the SLO line when one is set
+# latency drawn against the realized rate, labelled with the offered one, with the SLO line when one is set
 
 
-def test_latency_is_drawn_against_the_achieved_rate_with_the_slo_line():
-    cells = [open_cell("tp1", 2, 1.7, 10.0), open_cell("tp1", 8, 11.0, 30.0), closed_cell("tp1", 4, 100.0)]
+def test_latency_is_drawn_at_the_realized_rate_labelled_with_the_offered_one_with_the_slo_line():
+    cells = [open_cell("tp1", 2, 1.7, 10.0, realized_rate=1.8), open_cell("tp1", 8, 11.0, 30.0),
+             closed_cell("tp1", 4, 100.0)]
     spec = throughput_vs_latency(cells, "ttft_p50_ms", "TTFT", {"ttft_p99_ms": 50, "tpot_p50_ms": 9}).to_dict()
     lines = encoded(spec, "line")
-    assert lines and all(encoding["x"]["field"] == "request_throughput" for encoding in lines)
-    assert lines[0]["x"]["title"] == "achieved request rate (completed req/s)"
+    assert lines and all(encoding["x"]["field"] == "rate" for encoding in lines)
+    assert lines[0]["x"]["title"] == "request rate realized [req/s]"
     assert lines[0]["x"]["scale"]["zero"] is True            # rates from 0: one point is not a lone tick
-    assert lines[0]["y"]["field"] == "ms"          # latency up, the achieved rate along
-    drawn = {(r["percentile"], r["request_throughput"], r["ms"]) for r in data_rows(spec) if "percentile" in r}
-    assert drawn == {("p50", 1.7, 10.0), ("p50", 11.0, 30.0), ("p99", 1.7, 20.0), ("p99", 11.0, 60.0)}
+    assert lines[0]["y"]["field"] == "ms"          # latency up, the realized rate along
+    # at its realized rate (the offered one where none was recorded), labelled with the rate offered
+    drawn = {(r["percentile"], r["rate"], r["ms"]) for r in data_rows(spec) if "percentile" in r}
+    assert drawn == {("p50", 1.8, 10.0), ("p50", 8.0, 30.0), ("p99", 1.8, 20.0), ("p99", 8.0, 60.0)}
+    labels = [layer for layer in spec["layer"] if layer["mark"].get("type") == "text" and "text" in layer["encoding"]
+              and layer["encoding"]["text"]["field"] == "load_point"]
+    assert {(r["rate"], r["load_point"]) for r in labels[0]["data"]["values"]} == {(1.8, "2 req/s"), (8.0, "8 req/s")}
     rules = [layer for layer in spec["layer"] if layer["mark"].get("type") == "rule"]
     assert [row["limit"] for layer in rules for row in layer["data"]["values"]] == [50]   # TTFT's, not TPOT's
     assert "SLO TTFT p99 ≤ 50 ms" in json.dumps(spec, ensure_ascii=False)
@@ -446,7 +459,7 @@ def test_the_network_chart_draws_each_nodes_bytes_per_request_per_mode():
     assert points[("tp2", "h2", "received")]["layout"] == "tp2 pp1 dp1"
     assert not any(mode == "pp2" for mode, _, _ in points)
     spec = rank_network_chart(rows).to_dict()
-    assert "KB per request completed" in json.dumps(spec) and marks(spec) == ["bar"]
+    assert "bytes per request completed [KB]" in json.dumps(spec) and marks(spec) == ["bar"]
     assert rank_network_chart([network_row("tp1", "node0", 0, 0, 4)]) is None          # one node: no network
     assert "nothing to show" in spec_texts(rank_network_chart([network_row("tp1", "a", 0, 0, 4),
                                                               network_row("tp1", "b", 0, 0, 4)]))
@@ -472,3 +485,151 @@ def test_the_parallel_charts_are_in_a_report_only_when_the_run_has_instances_and
     network = {(r["node"], r["direction"]): r["kb_per_request"] for r in data_rows(charts["rank_network"].to_dict())
                if "direction" in r}
     assert network[("n0", "sent")] == 2500 / 4 / 1e3 and network[("n1", "received")] == 2000 / 4 / 1e3
+
+
+# every axis says its unit; times in 24-hour UTC; absolute and normalized throughput both drawn
+
+UNIT = re.compile(r"\[[^\]]+\]|%")
+COUNTS = ("clients", "requests", "turn")          # a count needs no unit
+TIME_LABEL = re.compile(r"^(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}(:\d{2})?$")
+NUMBER_LABEL = re.compile(r"^[-−]?[\d.,]+(%|[kMG])?$")
+
+
+def rendered_axes(chart) -> list[tuple[str, list[str]]]:
+    """Every axis Vega draws for a chart (its SVG, as vl-convert renders the report's PNGs): its title
+    (merged over the layers, as the reader sees it) and its tick labels."""
+    svg = vl_convert.vegalite_to_svg(chart.to_json(indent=None, validate=False))
+    axes = []
+    for chunk in svg.split('<g class="mark-group role-axis"')[1:]:
+        labels = re.search(r'role-axis-label"[^>]*>(.*?)</g>', chunk, re.S)
+        title = re.search(r'role-axis-title"[^>]*>(.*?)</g>', chunk, re.S)
+        texts = re.findall(r">([^<>]+)</text>", labels.group(1)) if labels else []
+        if texts or title:
+            axes.append((" ".join(re.findall(r">([^<>]+)</text>", title.group(1))) if title else "", texts))
+    return axes
+
+
+def spec_axes(spec) -> list[tuple[str, str, object]]:
+    """Every x/y encoding of a quantitative or temporal field in a spec: (field, type, its explicit title)."""
+    found = []
+    if isinstance(spec, dict):
+        for channel in ("x", "y"):
+            enc = (spec.get("encoding") or {}).get(channel)
+            hidden = isinstance(enc, dict) and (enc.get("axis") is None and "axis" in enc
+                                                 or (enc.get("axis") or {}).get("labels") is False)
+            if isinstance(enc, dict) and enc.get("type") in ("quantitative", "temporal") and "title" in enc \
+                    and not hidden:
+                found.append((enc.get("field", ""), enc["type"], enc["title"]))
+        for value in spec.values():
+            found += spec_axes(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += spec_axes(value)
+    return found
+
+
+def has_unit(title: str) -> bool:
+    return bool(UNIT.search(title)) or any(word in title for word in COUNTS)
+
+
+@pytest.fixture(scope="module")
+def every_chart(report_db, tmp_path_factory) -> dict:
+    """The charts of two landed runs: the report's own (SLO, open and closed loop, an oversubscribed
+    mode) and the synthetic nights (history, two nodes, repeats)."""
+    db, run_id = report_db
+    con = warehouse.connect(db, read_only=True)
+    charts = {f"charts:{name}": chart for name, chart in build_charts(con, run_id).items()}
+    con.close()
+    tmp = tmp_path_factory.mktemp("nights")
+    night = synthetic_warehouse(tmp / "n.duckdb", tmp)
+    con = warehouse.connect(tmp / "n.duckdb", read_only=True)
+    charts.update({f"nights:{name}": chart for name, chart in build_charts(con, night).items()})
+    con.close()
+    return charts
+
+
+def test_every_axis_title_carries_a_unit_or_is_a_count_and_times_are_24_hour_utc(every_chart):
+    assert {"nights:history", "nights:node_timelines", "charts:throughput_vs_ttft"} <= set(every_chart)
+    for name, chart in every_chart.items():
+        for title, labels in rendered_axes(chart):
+            if labels and all(NUMBER_LABEL.match(label) for label in labels):      # a quantity: its unit said
+                assert title and has_unit(title), (name, title, labels[:3])
+            if "UTC" in title:                                                   # a time: 24-hour, in full
+                assert labels and all(TIME_LABEL.match(label) for label in labels), (name, title, labels)
+            assert not any(re.search(r"\b(AM|PM)\b", label) for label in labels), (name, labels)
+        for field, kind, title in spec_axes(chart.to_dict()):
+            if title:                          # facets' axes too (not in the SVG's axis groups)
+                assert has_unit(str(title)), (name, field, title)
+            if kind == "temporal":
+                assert "UTC" in str(title), (name, field, title)
+    timed = {name for name, chart in every_chart.items() for title, _ in rendered_axes(chart) if "UTC" in title}
+    assert {"nights:history", "nights:node_timelines"} <= timed
+
+
+def test_a_night_at_19_03_utc_is_drawn_at_19_03_whatever_the_readers_zone():
+    nights = [{"run_id": run, "metric": "output_throughput", "night_at": at, "value": 10.0, "point": "tp1.c1",
+               "series_id": "s", "engine_version": "v", "repeats": 1, "cv": None}
+              for run, at in (("a", datetime(2026, 11, 30, 19, 3, tzinfo=timezone.utc)),
+                              ("b", datetime(2026, 12, 1, 19, 3, tzinfo=timezone.utc)))]
+    chart = history(nights, [])
+    x = encoded(chart.to_dict(), "line")[0]["x"]
+    assert x["scale"]["type"] == "utc" and "%H:%M" in x["axis"]["format"] and "%I" not in x["axis"]["format"]
+    assert {row["night_at"] for row in data_rows(chart.to_dict())} == {1796065380000.0, 1796151780000.0}
+    (title, labels), _ = rendered_axes(chart)
+    assert "UTC" in title and all(TIME_LABEL.match(label) for label in labels), labels
+    assert "2026-12-01 19:00" in labels and "2026-12-01 07:00" in labels     # 24-hour: 19:00, not a second 07:00
+
+
+def test_absolute_and_normalized_throughput_are_both_drawn_and_modes_coloured_by_mode(every_chart):
+    for run in ("charts", "nights"):
+        absolute, normalized = every_chart[f"{run}:throughput_vs_clients"], every_chart[f"{run}:normalized_throughput"]
+        assert "line" in marks(absolute.to_dict()) and "line" in marks(normalized.to_dict())
+        assert {e["y"]["title"] for e in encoded(absolute.to_dict(), "line")} == {"output throughput [tok/s]"}
+        rows = [r for r in data_rows(absolute.to_dict()) if r.get("output_throughput")]
+        by_mode = {r["mode"]: r["output_throughput"] for r in rows}
+        assert len(by_mode) == 2 and max(by_mode.values()) / min(by_mode.values()) > 1.5   # the gap, in tok/s
+        side = every_chart[f"{run}:modes_side_by_side"].to_dict()
+        colours = [e["color"]["field"] for m in ("bar", "point") for e in encoded(side, m) if "color" in e]
+        assert colours and set(colours) == {"mode"}                          # was executor: every bar one colour
+        assert side["title"]["text"] == "Modes side by side"
+
+
+# the server start-up shaded and named on the timelines
+
+
+def test_each_servers_start_up_is_shaded_and_named_on_the_timelines():
+    samples = [{"node": "n0", "mode": "tp1", "t_mono": 100 + i, "t_wall": 1_796_151_780 + i, "cpu_pct": 50.0,
+                "mem_used_bytes": 1e9, "engine_rss_bytes": 5e8, "net": {"eth0": [i * 1000, 0]}} for i in range(60)]
+    cells = [{"cell_id": "r/tp1.c1.r0", "cell_key": "tp1.c1.r0", "t0_monotonic": 130.0, "t_end_monotonic": 150.0}]
+    servers = [{"mode": "tp1", "started_unix": 1_796_151_775.0, "ready_seconds": 20.0}]
+    spec = node_timelines(samples, cells, servers=servers).to_dict()
+    strip = spec["vconcat"][0]
+    names = [row["server"] for layer in strip["layer"] for row in layer["data"]["values"] if "server" in row]
+    assert names and set(names) == {"tp1 start-up"}
+    shaded = [layer for panel in spec["vconcat"][1:] for layer in panel["layer"]
+              if layer["mark"].get("color") == STARTUP_COLOUR]
+    assert len(shaded) == 4 and shaded[0]["data"]["values"][0]["end"] - shaded[0]["data"]["values"][0]["start"] \
+        == pytest.approx(20_000)                                              # launch to ready, in ms
+    x = spec["vconcat"][1]["layer"][0]["encoding"]["x"]
+    assert x["scale"]["type"] == "utc" and spec["resolve"]["scale"]["x"] == "shared"    # the strip's span too
+    assert "start-up" in json.dumps(spec["title"]) and "19:02:55" in json.dumps(rendered_axes(node_timelines(
+        samples, cells, servers=servers)))
+
+
+# the KV chart only where the pool came near full
+
+
+def test_the_kv_chart_is_drawn_only_where_the_pool_comes_near_full_else_one_sentence():
+    low = [kv_row("tp1", c, kv_usage_peak=0.05 * c) for c in (1, 4)]
+    far = [{"mode": "tp1", "kv_capacity_tokens": 1_000_000, "saturation_clients": 10922.67}]
+    chart = ClientsChart("kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage [%]", "u", fmt=".2%",
+                         full_scale=True, near_full=KV_NEAR_FULL)
+    spec = versus_clients(low, chart, far).to_dict()
+    assert marks(spec) == ["text"]                              # was a flat line near 0% on a 0-100% axis
+    line = data_rows(spec)[0]["line"]
+    assert "never came near full: highest 20.00% (tp1, 4 clients), under the 80%" in line
+    assert "tp1 at 10,922.67 clients" in line                    # a saturation far off the axis: a number
+    full = [kv_row("tp1", c, kv_usage_peak=0.25 * c) for c in (1, 4)]
+    assert "line" in marks(versus_clients(full, chart, far).to_dict())
+
+

@@ -15,7 +15,7 @@ from . import Connection, rows
 REPORT_CELL_COLUMNS = """cell_id, cell_key, mode, tp, pp, executor, load_kind, offered_rate, clients, "repeat", status,
     completed, failed, request_throughput, output_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
     e2el_p50_ms, t0_monotonic, t_end_monotonic, correctness, valid, invalid_reasons, error, client_cpus,
-    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name, realized_rate"""
+    client_cpu_fraction, link, link_delay_ms, link_rate_mbit, workload_name, realized_rate, slo_met"""
 # (length, source) -> the requests column holding it: what a workload asked for, what the server served
 WORKLOAD_LENGTHS = {
     ("input", "sent"): "expected_input_tokens", ("input", "served"): "input_tokens",
@@ -50,6 +50,17 @@ def runs_overview(con: Connection, campaign: str | None = None) -> list[dict[str
 def run_header(con: Connection, run_id: str) -> dict[str, Any] | None:
     """What a report's title says of the run: campaign, start, status, spec hash."""
     found = rows(con, "select campaign, started_at, status, spec_hash from runs where run_id = ?", [run_id])
+    return found[0] if found else None
+
+
+def run_times(con: Connection, run_id: str) -> dict[str, Any] | None:
+    """What the report's first screen and its run section say of the run: campaign, status, spec hash,
+    start and end (UTC, whole seconds), duration, the normalized spec and the run's own build."""
+    found = rows(con, """select campaign, status, spec_hash, spec_normalized, build_key,
+            strftime(started_at at time zone 'UTC', '%Y-%m-%d %H:%M:%S') as started_utc,
+            strftime(ended_at at time zone 'UTC', '%Y-%m-%d %H:%M:%S') as ended_utc,
+            date_diff('second', started_at, ended_at) as seconds
+        from runs where run_id = ?""", [run_id])
     return found[0] if found else None
 
 
@@ -164,8 +175,26 @@ def gates(con: Connection, run_id: str) -> list[dict[str, Any]]:
 
 def node_samples(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The nodes' telemetry over the run, in time order."""
-    return rows(con, "select node, mode, t_mono, cpu_pct, mem_used_bytes, engine_rss_bytes, net from node_samples "
-                     "where run_id = ? order by t_mono", [run_id])
+    return rows(con, "select node, mode, t_mono, t_wall, cpu_pct, mem_used_bytes, engine_rss_bytes, net "
+                     "from node_samples where run_id = ? order by t_mono", [run_id])
+
+
+def server_hardware(con: Connection, run_id: str) -> list[dict[str, Any]]:
+    """The run's nodes with their hardware and measured roofline (bandwidth, matmul peaks), the load
+    generator's own node last."""
+    return rows(con, """select node, role, cpu_model, physical_cores, logical_cores, cpus, mem_total_bytes,
+            mem_bandwidth_gbps, matmul_peak_gflops_bf16, matmul_peak_gflops_fp32, roofline_emulated
+        from nodes where run_id = ? order by role = 'client', node""", [run_id])
+
+
+def server_starts(con: Connection, run_id: str) -> list[dict[str, Any]]:
+    """Each mode's server: its engine and the version its build reports, the dtype served, and its
+    start-up (launch as unix time, seconds until ready), in start order."""
+    return rows(con, """select s.mode, s.engine, b.engine_version, s.served_dtype, s.status, s.ready_seconds,
+            epoch(s.started_at) as started_unix
+        from servers s join runs r using (run_id)
+        left join builds b on b.build_key = coalesce(s.build_key, r.build_key)
+        where s.run_id = ? order by s.started_at nulls last, s.mode""", [run_id])
 
 
 def balance_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:

@@ -31,8 +31,8 @@ def pareto_chart(found: list[dict], tuning: dict | None, width: int, height: int
     unit = "clients" if found[0]["search_over"] == "clients" else "req/s"
     data = alt.Data(values=json.loads(json.dumps(points, default=str)))
     base = alt.Chart(data).encode(
-        x=alt.X("tpot_p50_ms:Q", title="TPOT p50 at the capacity (ms)", scale=alt.Scale(zero=False)),
-        y=alt.Y("capacity:Q", title=f"capacity under the SLO ({unit})"))
+        x=alt.X("tpot_p50_ms:Q", title="TPOT p50 at the capacity [ms]", scale=alt.Scale(zero=False)),
+        y=alt.Y("capacity:Q", title=f"capacity under the SLO [{unit}]"))
     dots = base.mark_point(size=80, filled=True).encode(
         color=alt.Color("role:N", title="configuration", scale=alt.Scale(
             domain=["default", "best", "default and best", "other"], range=["#888", "#d62728", "#d62728", "#1f77b4"])),

@@ -16,7 +16,7 @@ import altair as alt
 from servebench.analysis.charts import load_point_label
 from servebench.warehouse import Connection, reads
 
-LATENCIES = (("ttft_p50_ms", "TTFT p50 (ms)"), ("tpot_p50_ms", "TPOT p50 (ms)"))
+LATENCIES = (("ttft_p50_ms", "TTFT p50 [ms]"), ("tpot_p50_ms", "TPOT p50 [ms]"))
 
 
 def engine_cells(con: Connection, run_id: str) -> list[dict]:
@@ -35,7 +35,7 @@ def engines_chart(cells: list[dict], width: int, height: int) -> alt.TopLevelMix
     for field, label in LATENCIES:
         base = alt.Chart(alt.Data(values=json.loads(json.dumps(points, default=str))))
         line = base.mark_line(point=True).encode(
-            x=alt.X(f"{field}:Q", title=label), y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)"),
+            x=alt.X(f"{field}:Q", title=label), y=alt.Y("output_throughput:Q", title="output throughput [tok/s]"),
             color=alt.Color("series:N", title="engine, mode"), strokeDash=alt.StrokeDash("engine:N", title="engine"),
             order="load:Q",
             tooltip=["engine:N", "mode:N", alt.Tooltip("load_point:N", title="load point"),

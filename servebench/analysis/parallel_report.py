@@ -85,7 +85,8 @@ def balance_chart(rows: list[dict]) -> alt.TopLevelMixin | None:
                alt.Tooltip("share:Q", format=".0%"), alt.Tooltip("waiting_mean:Q", format=".2f"),
                alt.Tooltip("waiting_max:Q", format=".0f"), alt.Tooltip("running_mean:Q", format=".2f")]
     served = alt.Chart(_data(points)).mark_bar().encode(
-        x=x, y=alt.Y("served:Q", title=f"{measure} in the cell"), color=alt.Color("instance:N", title="instance"),
+        x=x, y=alt.Y("served:Q", title=f"{measure} in the cell"),
+        color=alt.Color("instance:N", title="instance"),
         tooltip=tooltip).properties(width=WIDTH, height=HEIGHT).facet(column=column).properties(
         title=f"{measure} per instance")
     queued = [p for p in points if p["waiting_mean"] is not None]
@@ -151,7 +152,8 @@ def rank_network_chart(rows: list[dict]) -> alt.TopLevelMixin | None:
     if not any(p["bytes"] for p in points):
         return nothing_to_show(title, "no byte crossed an interface but lo in any cell")
     by_request = all(p["kb_per_request"] is not None for p in points)
-    field, axis = ("kb_per_request", "KB per request completed") if by_request else ("mb", "MB over the mode's cells")
+    field, axis = ("kb_per_request", "bytes per request completed [KB]") if by_request else \
+        ("mb", "bytes over the mode's cells [MB]")
     chart = alt.Chart(_data(points)).mark_bar().encode(
         x=alt.X("node:N", title=None, axis=alt.Axis(labelAngle=-30)),
         xOffset=alt.XOffset("direction:N", sort=["sent", "received"]),

@@ -1,8 +1,11 @@
 """Reports: altair charts from the warehouse, written as one self-contained HTML page per run
 (Vega inlined, no CDN: it opens on an air-gapped cluster) plus a PNG and an SVG of each chart.
 
-Reads only the warehouse, so a report can be rendered again for any past run. The charts
-are the seeds' figures: throughput against TTFT and TPOT per request rate; normalized
+Reads only the warehouse, so a report can be rendered again for any past run. The page opens
+with the answer (`first_screen`, summary_table.py): one line of context (hardware as measured,
+engine, model, duration) and per load point each mode's figures and the winner with its margin, or
+"no significant difference"; then the side-by-side chart, then the others; the run's identity last.
+The charts are the seeds' figures: throughput against TTFT and TPOT per request rate; normalized
 throughput, KV-cache usage and cache-miss probability against parallel clients with the
 theoretical saturation point; per-node CPU, memory and network timelines with the cells
 shaded; modes and executors side by side; the load each DP engine or replica took and each node's
@@ -19,9 +22,12 @@ from __future__ import annotations
 
 import html
 import json
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import vl_convert as vlc
@@ -49,6 +55,7 @@ from servebench.analysis.parallel_report import balance_chart, rank_network_char
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
+from servebench.analysis.summary_table import context_line, point_summaries, run_facts, summary_html
 from servebench.analysis.vega_bundle import vega_bundle
 from servebench.analysis.workload_report import whole_axis, workload_charts
 from servebench.warehouse import Connection, reads
@@ -68,45 +75,49 @@ def _titled(chart: alt.TopLevelMixin, title: str, subtitle: str) -> alt.TopLevel
 
 def throughput_vs_latency(cells: list[dict], latency: str, label: str,
                           slo: dict[str, float] | None = None) -> alt.TopLevelMixin | None:
-    """Latency against the achieved request rate (completed requests per second), one line per mode
-    through its open-loop load points (each labelled with the rate it was offered): p50 solid, p99
-    dashed, and the campaign's SLO on this latency as a horizontal rule when one is set. `latency`
-    is the p50 field (`ttft_p50_ms`); its p99 is drawn beside it when the cells have it."""
-    opened = [c for c in cells if c["load_kind"] == "open" and c.get("request_throughput") and c[latency] is not None]
+    """Latency against the request rate each open-loop load point realized (its schedule as drawn,
+    `cells.realized_rate`; the offered rate where none was recorded), one line per mode, each point
+    labelled with the rate it was offered (`cells.offered_rate`): p50 solid, p99 dashed, and the
+    campaign's SLO on this latency as a horizontal rule when one is set. `latency` is the p50 field
+    (`ttft_p50_ms`); its p99 is drawn beside it when the cells have it."""
+    opened = [{**c, "rate": c["realized_rate"] if c.get("realized_rate") is not None else c.get("offered_rate")}
+              for c in cells if c["load_kind"] == "open" and c.get("request_throughput") and c[latency] is not None]
+    opened = [c for c in opened if c["rate"] is not None]
     if not opened:
         return None
     high = latency.replace("_p50_", "_p99_")
-    fields = ["request_throughput", "output_throughput", latency] + ([high] if high != latency else [])
+    fields = ["rate", "request_throughput", "output_throughput", latency] + ([high] if high != latency else [])
     points = [{**p, "load_point": load_point_label(p)} for p in point_figures(opened, fields)]
     metric = latency.split("_")[0]
     name = label.split(" ")[0]
     long = [{"mode": p["mode"], "point": p["point"], "load_point": p["load_point"], "percentile": percentile,
-             "request_throughput": p["request_throughput"], "ms": p[field], "repeats": p["repeats"],
+             "rate": p["rate"], "request_throughput": p["request_throughput"], "ms": p[field], "repeats": p["repeats"],
              "output_throughput": p["output_throughput"], "realized_rate": p.get("realized_rate")}
             for p in points for percentile, field in (("p50", latency), ("p99", high))
             if p.get(field) is not None and (percentile == "p50" or field != latency)]
     # from 0: one load point still gets an axis of rates, not a lone tick
-    x = alt.X("request_throughput:Q", title="achieved request rate (completed req/s)", scale=alt.Scale(zero=True))
-    y_title = f"{name} (ms)"
+    x = alt.X("rate:Q", title="request rate realized [req/s]", scale=alt.Scale(zero=True))
+    y_title = f"{name} [ms]"
     base = alt.Chart(_data(long)).encode(x=x, y=alt.Y("ms:Q", title=y_title), color=alt.Color("mode:N", title="mode"))
     lines = base.mark_line().encode(
         strokeDash=alt.StrokeDash("percentile:N", title="percentile", sort=["p50", "p99"]),
-        detail="percentile:N", order=alt.Order("request_throughput:Q"))
+        detail="percentile:N", order=alt.Order("rate:Q"))
     line = lines + base.mark_point(size=60, filled=True).encode(
         tooltip=["point:N", "mode:N", "load_point:N", "percentile:N", "repeats:Q",
-                 alt.Tooltip("request_throughput:Q", title="achieved req/s", format=".2f"),
-                 alt.Tooltip("realized_rate:Q", title="schedule req/s", format=".2f"),
+                 alt.Tooltip("rate:Q", title="realized req/s", format=".2f"),
+                 alt.Tooltip("request_throughput:Q", title="completed req/s", format=".2f"),
                  alt.Tooltip("ms:Q", format=".1f"), alt.Tooltip("output_throughput:Q", title="tok/s", format=".1f")])
     labels = alt.Chart(_data(points)).mark_text(dx=8, dy=-8, fontSize=10, align="left").encode(
-        x="request_throughput:Q", y=f"{latency}:Q", text="load_point:N", color="mode:N")
-    subtitle = ("open loop; x: requests completed per second; each point one load point, labelled with the rate "
-                "offered; one line per mode; solid p50, dashed p99")
+        x=alt.X("rate:Q", title="request rate realized [req/s]"), y=alt.Y(f"{latency}:Q", title=y_title),
+        text="load_point:N", color="mode:N")
+    subtitle = ("open loop; x: the request rate each load point's schedule realized, each point labelled with the "
+                "rate offered; one line per mode; solid p50, dashed p99")
     layers = line + labels
-    bars = error_bars(points, "request_throughput", latency)
+    bars = error_bars(points, "rate", latency, ("request rate realized [req/s]", y_title))
     if bars is not None:
         layers = layers + bars
         subtitle += f"; {ERROR_BAR_NOTE}"
-    invalid = invalid_marks(opened, "request_throughput", latency)
+    invalid = invalid_marks(opened, "rate", latency, ("request rate realized [req/s]", y_title))
     if invalid is not None:
         layers, subtitle = layers + invalid, subtitle + "; red cross: an invalid measurement (see the cell table)"
     rules = slo_rules(slo or {}, metric)
@@ -116,7 +127,7 @@ def throughput_vs_latency(cells: list[dict], latency: str, label: str,
             align="right", baseline="bottom", dy=-3, color="#d62728", fontSize=11).encode(
             x=alt.value(WIDTH), y="limit:Q", text="label:N")
         subtitle += "; red: " + ", ".join(r["label"] for r in rules)
-    return _titled(layers, f"{label} vs achieved request rate", subtitle)
+    return _titled(layers, f"{label} vs request rate", subtitle)
 
 
 ERROR_TICK = 10             # px: an error bar's end ticks (on a band axis they would span the band)
@@ -145,31 +156,35 @@ def point_figures(cells: list[dict], fields: list[str]) -> list[dict]:
     return folded
 
 
-def error_bars(points: list[dict], x: str | None, y: str) -> alt.LayerChart | alt.Chart | None:
+def error_bars(points: list[dict], x: str | None, y: str,
+               titles: tuple[str, str] = ("", "")) -> alt.LayerChart | alt.Chart | None:
     """The intervals of `points` (point_figures' rows) as error bars: vertical for `y`, and
-    horizontal for `x` when x is a measured field too; None when no point was repeated."""
+    horizontal for `x` when x is a measured field too; None when no point was repeated. `titles`:
+    the chart's x and y axis titles, stated again here (a layer's own default would be merged in)."""
     spread_y = [p for p in points if p.get(f"{y}_low") is not None]
     if not spread_y:
         return None
     tooltip = ["point:N", "mode:N", "repeats:Q", alt.Tooltip(f"{y}_spread:N", title=f"{y} ±CV [95%]")]
     vertical = alt.Chart(_data(spread_y)).mark_errorbar(ticks=True, size=ERROR_TICK).encode(
-        x=f"{x}:Q", y=alt.Y(f"{y}_low:Q", title=None), y2=f"{y}_high:Q", color="mode:N", tooltip=tooltip)
+        x=alt.X(f"{x}:Q", title=titles[0]), y=alt.Y(f"{y}_low:Q", title=titles[1]), y2=f"{y}_high:Q",
+        color="mode:N", tooltip=tooltip)
     spread_x = [p for p in points if p.get(f"{x}_low") is not None]
     if not spread_x:
         return vertical
     horizontal = alt.Chart(_data(spread_x)).mark_errorbar(ticks=True, size=ERROR_TICK).encode(
-        y=f"{y}:Q", x=alt.X(f"{x}_low:Q", title=None), x2=f"{x}_high:Q", color="mode:N",
+        y=alt.Y(f"{y}:Q", title=titles[1]), x=alt.X(f"{x}_low:Q", title=titles[0]), x2=f"{x}_high:Q", color="mode:N",
         tooltip=["point:N", "mode:N", "repeats:Q", alt.Tooltip(f"{x}_spread:N", title=f"{x} ±CV [95%]")])
     return vertical + horizontal
 
 
-def invalid_marks(cells: list[dict], x: str, y: str) -> alt.Chart | None:
+def invalid_marks(cells: list[dict], x: str, y: str, titles: tuple[str, str] = ("", "")) -> alt.Chart | None:
     """A red cross over every point whose cell failed its validity rules, reasons in the tooltip."""
     bad = [{**c, "reasons": "; ".join(c["invalid_reasons"] or [])} for c in cells if c.get("valid") is False]
     if not bad:
         return None
     return alt.Chart(_data(bad)).mark_point(shape="cross", color="red", size=180, strokeWidth=3).encode(
-        x=f"{x}:Q", y=f"{y}:Q", tooltip=["cell_id:N", alt.Tooltip("reasons:N", title="invalid because")])
+        x=alt.X(f"{x}:Q", title=titles[0]), y=alt.Y(f"{y}:Q", title=titles[1]),
+        tooltip=["cell_id:N", alt.Tooltip("reasons:N", title="invalid because")])
 
 
 @dataclass(frozen=True)
@@ -186,6 +201,7 @@ class ClientsChart:
     percent: bool = True
     full_scale: bool = False
     one_point_says_nothing: bool = False
+    near_full: float | None = None       # drawn only where some value reaches it (else one sentence)
 
 
 def versus_clients(rows_: list[dict], chart: ClientsChart, saturation: list[dict],
@@ -201,6 +217,12 @@ def versus_clients(rows_: list[dict], chart: ClientsChart, saturation: list[dict
         return None
     if all(r[field] == 0 for r in closed):
         return nothing_to_show(title, f"{axis}: 0 in every one of the {len(closed)} closed-loop cells")
+    if chart.near_full is not None and max(r[field] for r in closed) < chart.near_full:
+        top = max(closed, key=lambda r: r[field])
+        return nothing_to_show(title, f"the pool never came near full: highest {top[field]:{fmt}} ({top['mode']}, "
+                               f"{load_point_label(top)}), under the {chart.near_full:.0%} this chart is drawn from"
+                               + beyond_note([s for s in saturation if s["saturation_clients"] is not None],
+                                             None, "; "))
     counts: dict[str, set[int]] = {}
     for r in closed:
         counts.setdefault(r["mode"], set()).add(r["clients"])
@@ -229,12 +251,12 @@ def versus_clients(rows_: list[dict], chart: ClientsChart, saturation: list[dict
         tooltip=["point:N", "mode:N", "clients:Q", "repeats:Q", alt.Tooltip(f"{field}:Q", format=fmt, title=axis),
                  alt.Tooltip(f"{field}_spread:N", title="±CV [95%]")],
     )
-    bars = error_bars(points, "clients", field)
+    bars = error_bars(points, "clients", field, ("parallel clients (closed loop)", axis))
     if bars is not None:
         line, subtitle = line + bars, f"{subtitle}; median of repeats, {ERROR_BAR_NOTE}"
     if drawn:
         rule = alt.Chart(_data(drawn)).mark_rule(strokeDash=[6, 4]).encode(
-            x="saturation_clients:Q", color="mode:N",
+            x=alt.X("saturation_clients:Q", title="parallel clients (closed loop)"), color="mode:N",
             tooltip=["mode:N", alt.Tooltip("saturation_clients:Q", title="KV saturation (clients)", format=".2f"),
                      alt.Tooltip("kv_capacity_tokens:Q", title="KV capacity (tokens)", format=",")])
         line = line + rule
@@ -247,7 +269,7 @@ def versus_clients(rows_: list[dict], chart: ClientsChart, saturation: list[dict
         knees_at = [{**k, field: medians[(k["mode"], k["measured_knee"])]} for k in measured
                     if (k["mode"], k["measured_knee"]) in medians]
         knee = alt.Chart(_data(knees_at)).mark_point(shape="diamond", size=220, filled=True, color="#2ca02c").encode(
-            x=alt.X("measured_knee:Q"), y=alt.Y(f"{field}:Q"),
+            x=alt.X("measured_knee:Q", title="parallel clients (closed loop)"), y=alt.Y(f"{field}:Q", title=axis),
             tooltip=["mode:N", alt.Tooltip("measured_knee:Q", title="measured knee (clients)"),
                      alt.Tooltip("theoretical_clients:Q", title="theoretical saturation", format=".2f")])
         line = line + knee
@@ -293,11 +315,52 @@ def thin_timeline(points: list[dict], most: int = TIMELINE_POINTS) -> list[dict]
     return thinned
 
 
-def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict] = ()) -> alt.VConcatChart | None:
-    """Each node's CPU, memory and network over the run, cells shaded, injected faults as red rules."""
+TIMELINE_METRICS = ("CPU busy [%]", "memory used [GB]", "engine RSS [GB]", "network [MB/s, all interfaces]")
+STARTUP_COLOUR = "#ff7f0e"
+STARTUP_BEFORE_S = 900.0     # a server launched this long before the first sample is still drawn (s)
+
+
+def wall_offset(samples: Sequence[dict]) -> float | None:
+    """Unix time minus the samples' monotonic clock (their median difference); None when the samples
+    carry no wall time."""
+    found = [s["t_wall"] - s["t_mono"] for s in samples if s.get("t_wall") is not None]
+    return statistics.median(found) if len(found) == len(samples) and found else None
+
+
+def startup_spans(servers: Sequence[dict], offset: float | None, start: float) -> list[dict]:
+    """Each server's start-up (launch to ready, `servers.started_at` and `ready_seconds`) on the
+    timelines' clock (seconds since the first sample), where its launch time is known."""
+    if offset is None:
+        return []
+    spans = []
+    for s in servers:
+        if s.get("started_unix") is None:
+            continue
+        begin = s["started_unix"] - offset - start
+        ready = s.get("ready_seconds")
+        spans.append({"server": f"{s['mode']} start-up", "start": begin, "end": begin + (ready or 0.0),
+                      "middle": begin + (ready or 0.0) / 2,
+                      "ready": "not ready" if ready is None else f"ready after {ready:.1f} s"})
+    return [s for s in spans if s["end"] >= -STARTUP_BEFORE_S]
+
+
+def time_axis(offset: float | None, start: float, span_s: float) -> tuple[str, dict[str, Any]]:
+    """The timelines' x: 24-hour UTC wall time (`%H:%M`, with seconds for a run under 10 minutes) when
+    the samples carry it, else seconds since the first sample. Returns its title and axis options."""
+    if offset is None:
+        return "seconds since the first sample [s]", {}
+    fmt = "%H:%M" if span_s >= 600 else "%H:%M:%S"
+    return "time [UTC, 24-hour]", {"format": fmt, "labelAngle": 0}     # on a utc scale: labels in UTC
+
+
+def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict] = (),
+                   servers: Sequence[dict] = ()) -> alt.VConcatChart | None:
+    """Each node's CPU, memory and network over the run, cells shaded, each server's start-up shaded
+    and named, injected faults as red rules; along 24-hour UTC time when the samples have wall time."""
     if not samples:
         return None
     start = min(s["t_mono"] for s in samples)
+    offset = wall_offset(samples)
     points: list[dict] = []
     previous: dict[tuple[str, str], tuple[float, float]] = {}  # (node, mode) -> (t_mono, bytes so far)
     for s in sorted(samples, key=lambda s: (s["node"], s["mode"], s["t_mono"])):
@@ -308,11 +371,11 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict
         previous[(s["node"], s["mode"])] = (s["t_mono"], total)
         t = round(s["t_mono"] - start, 2)
         base = {"t": t, "node": s["node"], "mode": s["mode"]}
-        points += [{**base, "metric": "CPU busy (%)", "value": s["cpu_pct"]},
-                   {**base, "metric": "memory used (GB)", "value": s["mem_used_bytes"] / 1e9},
-                   {**base, "metric": "engine RSS (GB)", "value": s["engine_rss_bytes"] / 1e9}]
+        points += [{**base, "metric": TIMELINE_METRICS[0], "value": s["cpu_pct"]},
+                   {**base, "metric": TIMELINE_METRICS[1], "value": s["mem_used_bytes"] / 1e9},
+                   {**base, "metric": TIMELINE_METRICS[2], "value": s["engine_rss_bytes"] / 1e9}]
         if rate is not None:
-            points.append({**base, "metric": "network (MB/s, all interfaces)", "value": rate})
+            points.append({**base, "metric": TIMELINE_METRICS[3], "value": rate})
     thinned = thin_timeline(points)
     marks = [{"t": f["t_mono"] - start, "fault": f"{f['action']} on {f['node']}", "cell": f["cell_key"],
               "hit": f["hit"]} for f in faults if f.get("t_mono") is not None]
@@ -320,43 +383,75 @@ def node_timelines(samples: list[dict], cells: list[dict], faults: Sequence[dict
               "start": c["t0_monotonic"] - start, "end": c["t_end_monotonic"] - start,
               "middle": (c["t0_monotonic"] + c["t_end_monotonic"]) / 2 - start}
              for c in cells if c["t0_monotonic"] and c["t_end_monotonic"]]
-    ends = [p["t"] for p in thinned] + [s["end"] for s in spans] + [m["t"] for m in marks]
-    x_scale = alt.Scale(domain=[0, max(ends or [1.0])], nice=False)
-    charts: list[alt.LayerChart | alt.FacetChart] = [cell_strip(spans, x_scale)] if spans else []
-    for metric in ("CPU busy (%)", "memory used (GB)", "engine RSS (GB)", "network (MB/s, all interfaces)"):
+    startups = startup_spans(servers, offset, start)
+    ends = [p["t"] for p in thinned] + [s["end"] for s in spans + startups] + [m["t"] for m in marks]
+    first, last = min([0.0] + [s["start"] for s in startups]), max(ends or [1.0])
+    title, axis = time_axis(offset, start, last - first)
+    if offset is not None:     # on the wall clock: Vega's times are milliseconds since the epoch
+        def wall(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+            return [{**r, **{k: (r[k] + start + offset) * 1000 for k in keys}} for r in rows]
+        thinned, marks = wall(thinned, ("t",)), wall(marks, ("t",))
+        spans, startups = wall(spans, ("start", "end", "middle")), wall(startups, ("start", "end", "middle"))
+        first, last = (first + start + offset) * 1000, (last + start + offset) * 1000
+    kind = "T" if offset is not None else "Q"
+    when: dict[str, Any] = {"format": "%H:%M:%S", "formatType": "utc"} if offset is not None else {"format": ".1f"}
+    # on the wall clock the rows shared by every panel fix the span (the panels share one x scale): a
+    # domain given as numbers beside Vega-Lite's own datetime domain is a console warning per panel
+    x_scale = alt.Scale(nice=False, type="utc") if offset is not None else alt.Scale(domain=[first, last], nice=False)
+    charts: list[alt.LayerChart | alt.FacetChart] = [cell_strip(spans, x_scale, startups, kind)] \
+        if spans or startups else []
+
+    def along(name: str) -> alt.X:     # every layer states the axis: a layer's own default would be merged in
+        return alt.X(f"{name}:{kind}", title=title, scale=x_scale, axis=alt.Axis(**axis))
+
+    for metric in TIMELINE_METRICS:
         line = alt.Chart(_data([p for p in thinned if p["metric"] == metric])).mark_line(strokeWidth=1).encode(
-            x=alt.X("t:Q", title="seconds since the first sample", scale=x_scale),
+            x=along("t"),
             y=alt.Y("value:Q", title=metric),
             color=alt.Color("node:N", title="node"),
             detail="mode:N",  # one segment per server: no line drawn across the gaps between them
-            tooltip=["node:N", "mode:N", alt.Tooltip("t:Q", format=".1f"), alt.Tooltip("value:Q", format=".2f")])
+            tooltip=["node:N", "mode:N", alt.Tooltip(f"t:{kind}", title=title, **when),
+                     alt.Tooltip("value:Q", format=".2f")])
         shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
-            x="start:Q", x2="end:Q", tooltip=["cell_id:N", "cell:N"])
+            x=along("start"), x2="end", tooltip=["cell_id:N", "cell:N"])
         layers = [shade, line]
+        if startups:
+            layers.insert(1, alt.Chart(_data(startups)).mark_rect(opacity=0.18, color=STARTUP_COLOUR).encode(
+                x=along("start"), x2="end", tooltip=["server:N", "ready:N"]))
         if marks:
             layers.append(alt.Chart(_data(marks)).mark_rule(color="#d62728", strokeWidth=2).encode(
-                x="t:Q", tooltip=["fault:N", "cell:N", "hit:N"]))
+                x=along("t"), tooltip=["fault:N", "cell:N", "hit:N"]))
         charts.append(alt.layer(*layers).properties(width=WIDTH * 2 + 60, height=110, title=metric))
-    subtitle = "shaded: the cells, named in the top row; sampled by servebench's node sampler" + \
+    subtitle = "grey: the cells, named in the top row; sampled by servebench's node sampler" + \
+        ("; orange: each server's start-up (launch to ready), named in the top row" if startups else "") + \
         ("; red: faults the campaign injected" if marks else "") + \
         (f"; at most {TIMELINE_POINTS} points a line, each the highest of its samples" if len(thinned) < len(points)
          else "")
-    return alt.vconcat(*charts).properties(title=titled("Per-node timelines", subtitle))
+    timelines = alt.vconcat(*charts).properties(title=titled("Per-node timelines", subtitle))
+    return timelines.resolve_scale(x="shared") if offset is not None else timelines
 
 
 CELL_STRIP_HEIGHT = 120      # px: a cell key written upright in 9 px type fits
 
 
-def cell_strip(spans: list[dict], x_scale: alt.Scale) -> alt.LayerChart | alt.FacetChart:
-    """The timelines' top row: each cell's span shaded as below it, and its key written upright in it,
-    so a PNG (no hover) says which cell each shaded band is."""
-    shade = alt.Chart(_data(spans)).mark_rect(opacity=0.12, color="#888").encode(
-        x=alt.X("start:Q", title=None, scale=x_scale,
-                axis=alt.Axis(labels=False, ticks=False, grid=False, domain=False)), x2="end:Q",
-        tooltip=["cell_id:N", "cell:N"])
-    names = alt.Chart(_data(spans)).mark_text(angle=270, align="right", baseline="middle", fontSize=9, dy=0).encode(
-        x=alt.X("middle:Q", scale=x_scale), y=alt.value(2), text="cell:N")
-    return alt.layer(shade, names).properties(width=WIDTH * 2 + 60, height=CELL_STRIP_HEIGHT, title="cells")
+def cell_strip(spans: list[dict], x_scale: alt.Scale, startups: Sequence[dict] = (),
+               kind: str = "Q") -> alt.LayerChart | alt.FacetChart:
+    """The timelines' top row: each cell's span shaded as below it and its key written upright in it, and
+    each server's start-up shaded orange and named, so a PNG (no hover) says what each band is."""
+    layers = []
+    axis = alt.Axis(labels=False, ticks=False, grid=False, domain=False)
+    for rows, colour, opacity, name in ((spans, "#888", 0.12, "cell"), (list(startups), STARTUP_COLOUR, 0.18,
+                                                                         "server")):
+        if not rows:
+            continue
+        layers.append(alt.Chart(_data(rows)).mark_rect(opacity=opacity, color=colour).encode(
+            x=alt.X(f"start:{kind}", title=None, scale=x_scale, axis=axis), x2="end",
+            tooltip=[f"{name}:N"] + (["cell_id:N"] if name == "cell" else ["ready:N"])))
+        layers.append(alt.Chart(_data(rows)).mark_text(
+            angle=270, align="right", baseline="middle", fontSize=9, dy=0,
+            color="#b35900" if name == "server" else "black").encode(
+            x=alt.X(f"middle:{kind}", scale=x_scale, title=None, axis=axis), y=alt.value(2), text=f"{name}:N"))
+    return alt.layer(*layers).properties(width=WIDTH * 2 + 60, height=CELL_STRIP_HEIGHT, title="cells and start-ups")
 
 
 def modes_side_by_side(cells: list[dict]) -> alt.VConcatChart | None:
@@ -374,41 +469,42 @@ def modes_side_by_side(cells: list[dict]) -> alt.VConcatChart | None:
     repeated = any(p["output_throughput_low"] is not None for p in points)
     x = alt.X("mode_executor:N", title=None, axis=alt.Axis(labelAngle=-30))
     bars = alt.Chart().mark_bar().encode(
-        x=x, y=alt.Y("output_throughput:Q", title="output throughput (tokens/s)", stack=None),
-        color=alt.Color("executor:N", title="executor"),
+        x=x, y=alt.Y("output_throughput:Q", title="output throughput [tok/s]", stack=None),
+        color=alt.Color("mode:N", title="mode"),
         tooltip=["point:N", "mode:N", "executor:N", "repeats:Q", alt.Tooltip("output_throughput:Q", format=".1f"),
                  alt.Tooltip("output_throughput_spread:N", title="±CV [95%]")])
     throughput = [bars]
     if repeated:
         throughput.append(alt.Chart().mark_errorbar(ticks=True, size=ERROR_TICK, color="black").encode(
-            x=x, y=alt.Y("output_throughput_low:Q", title="output throughput (tokens/s)"),
+            x=x, y=alt.Y("output_throughput_low:Q", title="output throughput [tok/s]"),
             y2="output_throughput_high:Q"))
     latency = []
     for p in points:
         for name, field in latencies:
             if p[field] is not None:
                 latency.append({"point": p["point"], "mode_executor": p["mode_executor"], "executor": p["executor"],
+                                "mode": p["mode"],
                                 "load_point": p["load_point"], "percentile": name, "ms": p[field],
                                 "low": p[f"{field}_low"], "high": p[f"{field}_high"], "repeats": p["repeats"],
                                 "spread": p[f"{field}_spread"]})
     dots = [alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y=alt.Y("ms:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")),
-        shape=alt.Shape("percentile:N", title="percentile"), color=alt.Color("executor:N", title="executor"),
+        x=x, y=alt.Y("ms:Q", title="latency [ms, log scale]", scale=alt.Scale(type="log")),
+        shape=alt.Shape("percentile:N", title="percentile"), color=alt.Color("mode:N", title="mode"),
         tooltip=["point:N", "percentile:N", "repeats:Q", alt.Tooltip("ms:Q", format=".1f"),
                  alt.Tooltip("spread:N", title="±CV [95%]")])]
     if repeated:
         dots.append(alt.Chart().transform_filter("datum.low != null").mark_errorbar(ticks=True, size=ERROR_TICK).encode(
-            x=x, y=alt.Y("low:Q", title="latency (ms, log scale)", scale=alt.Scale(type="log")), y2="high:Q",
-            color=alt.Color("executor:N", title="executor")))
+            x=x, y=alt.Y("low:Q", title="latency [ms, log scale]", scale=alt.Scale(type="log")), y2="high:Q",
+            color=alt.Color("mode:N", title="mode")))
     column = alt.Column("load_point:N", title="load point", sort=load_point_order(points))
     # each panel its own modes: a workload campaign's load points are not every mode's
     top = alt.layer(*throughput, data=_data(points)).properties(width=140, height=HEIGHT).facet(
         column=column).resolve_scale(x="independent").properties(title="throughput")
     bottom = alt.layer(*dots, data=_data(latency)).properties(width=140, height=HEIGHT).facet(
         column=column).resolve_scale(x="independent").properties(title="latency percentiles")
-    subtitle = "one panel per load point" + (f"; medians of repeats, {ERROR_BAR_NOTE}" if repeated else "")
-    return alt.vconcat(top, bottom).properties(title=alt.TitleParams("Modes and executors side by side",
-                                                                     subtitle=subtitle))
+    subtitle = ("one panel per load point; each bar a mode (its executor in brackets), coloured by mode"
+                + (f"; medians of repeats, {ERROR_BAR_NOTE}" if repeated else ""))
+    return alt.vconcat(top, bottom).properties(title=titled("Modes side by side", subtitle))
 
 
 def _point(cell: dict) -> str:
@@ -426,7 +522,7 @@ def network_response(cells: list[dict]) -> alt.VConcatChart | None:
                                           -(c["link_rate_mbit"] or 0)))
     order = list(dict.fromkeys(c["link"] for c in ranked))  # plain, more delay, then tighter caps
     panels: list[alt.Chart] = []
-    for field, title in (("output_throughput", "output throughput (tokens/s)"), ("tpot_p50_ms", "TPOT p50 (ms)")):
+    for field, title in (("output_throughput", "output throughput [tok/s]"), ("tpot_p50_ms", "TPOT p50 [ms]")):
         if not any(c.get(field) for c in swept):      # every value 0 or unknown: a flat line at 0 says nothing
             panels.append(nothing_to_show(title, f"0 or not measured in every one of the {len(swept)} cells"))
             continue
@@ -467,7 +563,7 @@ def roofline_chart(cells: list[dict]) -> alt.FacetChart | None:
     chart = alt.Chart(_data(found)).mark_bar().encode(
         x=alt.X("point:N", title="load point", sort=load_point_order(cells)),
         xOffset=alt.XOffset("mode:N"),
-        y=alt.Y("mean(fraction):Q", title="share of the roofline", axis=alt.Axis(format="%")),
+        y=alt.Y("mean(fraction):Q", title="share of the roofline [%]", axis=alt.Axis(format="%")),
         color=alt.Color("mode:N", title="mode"),
         tooltip=["mode:N", "point:N", "phase:N", alt.Tooltip("mean(fraction):Q", format=".2%")],
     ).properties(width=WIDTH // 2 + 60, height=HEIGHT)
@@ -492,32 +588,69 @@ def history(nights: list[dict], changes: list[dict]) -> alt.VConcatChart | None:
     improvements detection placed at their first bad night."""
     if len({n["run_id"] for n in nights}) < 2:
         return None
+    nights = [{**n, "night_at": epoch_ms(n["night_at"])} for n in nights]
+    changes = [{**c, "first_bad_at": epoch_ms(c.get("first_bad_at"))} for c in changes]
+    utc: dict[str, Any] = {"format": "%Y-%m-%d %H:%M"}       # on a utc scale: labels in UTC
+    x_scale = alt.Scale(type="utc")
     panels = []
     for metric in dict.fromkeys(n["metric"] for n in nights):
         line = alt.Chart(_data([n for n in nights if n["metric"] == metric])).mark_line(
             point=alt.OverlayMarkDef(size=40)).encode(
-            x=alt.X("night_at:T", title="night (run start)"),
-            y=alt.Y("value:Q", title=metric, scale=alt.Scale(zero=False)),
+            x=alt.X("night_at:T", title="night: the run's start [UTC, 24-hour]", scale=x_scale,
+                    axis=alt.Axis(labelAngle=0, **utc)),
+            y=alt.Y("value:Q", title=metric_title(metric), scale=alt.Scale(zero=False)),
             color=alt.Color("point:N", title="cell"),
-            tooltip=["point:N", "run_id:N", "engine_version:N", alt.Tooltip("value:Q", format=".4g"),
+            tooltip=["point:N", "run_id:N", "engine_version:N",
+                     alt.Tooltip("night_at:T", title="night (UTC)", formatType="utc", **utc),
+                     alt.Tooltip("value:Q", format=".4g"),
                      alt.Tooltip("repeats:Q"), alt.Tooltip("cv:Q", format=".1%")])
         marks = [c for c in changes if c["metric"] == metric]
         layer = line
         if marks:
             layer = line + alt.Chart(_data(marks)).mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(
-                x="first_bad_at:T",
+                x=alt.X("first_bad_at:T", title="night: the run's start [UTC, 24-hour]", scale=x_scale,
+                        axis=alt.Axis(labelAngle=0, **utc)),
                 color=alt.Color("kind:N", title="change", scale=alt.Scale(
                     domain=["regression", "improvement"], range=["#d62728", "#2ca02c"])),
                 tooltip=["kind:N", "status:N", "point:N", "first_bad_run:N", "last_good_run:N",
                          alt.Tooltip("change:Q", format="+.1%"), alt.Tooltip("p_value:Q", format=".2g"),
                          "engine_first_bad:N"])
         panels.append(layer.resolve_scale(color="independent").properties(width=WIDTH * 2 + 60, height=150,
-                                                                            title=metric))
+                                                                            title=metric_title(metric)))
     return alt.vconcat(*panels).properties(title=alt.TitleParams(
         "History of this run's series", subtitle="median of repeats per night; dashed: change found "
                                                  "(first bad night), red regression, green improvement"))
 
 
+METRIC_TITLES = {"output_throughput": "output throughput [tok/s]", "request_throughput": "request throughput [req/s]",
+                 "goodput": "goodput [req/s]"}
+
+
+def metric_title(metric: str) -> str:
+    """A cells column as an axis title with its unit: 'TTFT p99 [ms]', 'output throughput [tok/s]'."""
+    if metric in METRIC_TITLES:
+        return METRIC_TITLES[metric]
+    if metric.endswith("_ms"):
+        name, *rest = metric.removesuffix("_ms").split("_")
+        return " ".join([name.upper(), *rest]) + " [ms]"
+    return metric.replace("_", " ")
+
+
+def epoch_ms(value: object) -> float | None:
+    """A timestamp as Vega's time: milliseconds since the epoch, so no browser reads it in its own zone."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return moment.timestamp() * 1000
+    if isinstance(value, (int, float)):
+        return float(value)
+    return epoch_ms(datetime.fromisoformat(str(value)))
+
+
+# the KV-usage chart is drawn only where some cell's peak reaches this share of the pool: below it the pool
+# was never near full, and a chart of a flat line near 0% says less than its one sentence
+KV_NEAR_FULL = 0.8
 # what the cache-miss chart plots: `cell_kv.cache_miss_probability`, defined in warehouse/views/cell_kv.sql
 CACHE_MISS_SUBTITLE = ("the fraction of decode attempts that found no room in the KV cache (batches that failed, "
                        "or sequences preempted); a cell without a step count: misses per completed request")
@@ -535,20 +668,27 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
                    "saturation_clients": k["theoretical_clients"]} for k in knees]
     capacities, tuning = label_capacities(capacity_rows(con, run_id), tuning_row(con, run_id), modes)
     charts = {
+        "modes_side_by_side": modes_side_by_side(cells),     # the first chart: under the summary it draws
         "throughput_vs_ttft": throughput_vs_latency(cells, "ttft_p50_ms", "TTFT", slo),
         "throughput_vs_tpot": throughput_vs_latency(cells, "tpot_p50_ms", "TPOT", slo),
+        # absolute beside normalized: a percentage of each mode's own best hides how far apart the modes are
+        "throughput_vs_clients": versus_clients(kv, ClientsChart(
+            "output_throughput", "Output throughput vs clients", "output throughput [tok/s]",
+            "absolute: output tokens per second; the same cells normalized per mode in the chart below",
+            fmt=",.1f", percent=False), saturation, knees=knees),
         "normalized_throughput": versus_clients(kv, ClientsChart(
-            "normalized_throughput", "Normalized throughput vs clients", "throughput, % of the mode's best cell",
-            "100% = the mode's best cell on this chart", one_point_says_nothing=True), saturation, knees=knees),
+            "normalized_throughput", "Normalized throughput vs clients", "throughput [% of the mode's best cell]",
+            "100% = the mode's best cell on this chart; the absolute figures in the chart above",
+            one_point_says_nothing=True), saturation, knees=knees),
         "kv_usage": versus_clients(kv, ClientsChart(
-            "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage",
-            "the engine's KV-cache usage, peak during the cell, on a 0-100% axis", fmt=".2%", full_scale=True),
-            saturation, knees=knees),
+            "kv_usage_peak", "KV-cache usage vs clients", "peak KV-cache usage [%]",
+            "the engine's KV-cache usage, peak during the cell, on a 0-100% axis", fmt=".2%", full_scale=True,
+            near_full=KV_NEAR_FULL), saturation, knees=knees),
         "cache_miss": versus_clients(kv, ClientsChart(
-            "cache_miss_probability", "Cache-miss probability vs clients", "KV misses per decode attempt",
+            "cache_miss_probability", "Cache-miss probability vs clients", "KV misses per decode attempt [%]",
             CACHE_MISS_SUBTITLE, fmt=".2%"), saturation, knees=knees),
-        "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id)),
-        "modes_side_by_side": modes_side_by_side(cells),
+        "node_timelines": node_timelines(samples, cells, reads.faults(con, run_id),
+                                         label_modes(reads.server_starts(con, run_id), modes)),
         "network_response": network_response(cells),
         # DP engines' and replicas' share of the load; each node's bytes per request
         "load_balance": balance_chart(label_modes(reads.balance_cells(con, run_id), modes)),
@@ -615,16 +755,30 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     gates = reads.gates(con, run_id)
     spec = run_spec(con, run_id)
     cpu_by_mode = server_cpu_models(spec, run_nodes(con, run_id))
-    page = _page(f"servebench run {run_id}", f"campaign {info['campaign']}, status {info['status']}, "
-                 f"spec {info['spec_hash']}, started {info['started_at']}", specs,
+    page = _page(f"servebench run {run_id}", info["campaign"], specs,
+                 first_screen(con, run_id, spec),
                  roofline_note(reads.roofline_cells(con, run_id))
                  + capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
                  + engines_section(engine_cells(con, run_id))
                  + cell_table(cells, gates, cpu_by_mode, oversubscribed_modes(spec))
-                 + spread_table(run_spreads(con, run_id)))
+                 + spread_table(run_spreads(con, run_id))
+                 + run_facts(run_id, reads.run_times(con, run_id) or {}))
     path = out_dir / "report.html"
     path.write_text(page)
     return path
+
+
+def first_screen(con: Connection, run_id: str, spec: str | dict | None) -> str:
+    """The answer first: the line of context (hardware as measured, engine, model, duration) and the
+    summary per load point (`summary_table.py`)."""
+    modes = oversubscribed_modes(spec)
+    times = reads.run_times(con, run_id) or {}
+    servers = label_modes(reads.server_starts(con, run_id), modes)
+    context = context_line(reads.server_hardware(con, run_id), servers, spec, times.get("seconds"))
+    points = point_summaries(label_modes(reads.report_cells(con, run_id), modes),
+                             label_modes(reads.roofline_cells(con, run_id), modes), slo_limits(spec),
+                             run_spreads(con, run_id))
+    return f'<p class="context" id="context">{html.escape(context)}</p>' + summary_html(points, slo_limits(spec))
 
 
 def cell_table(cells: list[dict], gates: list[dict], cpu_by_mode: dict[str, str] | None = None,
@@ -692,9 +846,10 @@ def spread_table(spreads: dict[PointMetric, Spread]) -> str:
             f'<table class="cells">{head}{"".join(body)}</table></section>')
 
 
-def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = "") -> str:
-    """One HTML page: the Vega/Vega-Lite/vega-embed bundle inlined once, one div per chart (`specs`:
-    name -> its Vega-Lite JSON), then the cell table. The charts' calls are a module script after the
+def _page(title: str, heading: str, specs: dict[str, str], top_html: str = "", cells_html: str = "") -> str:
+    """One HTML page: the heading, `top_html` (the first screen: context line and summary), one div per
+    chart (`specs`: name -> its Vega-Lite JSON), then the tables and the run's identity (`cells_html`);
+    the Vega/Vega-Lite/vega-embed bundle inlined once. The charts' calls are a module script after the
     bundle's (module scripts run in document order, the bundle's first: it puts vegaEmbed on window)."""
     divs, calls = [], []
     for index, (name, spec) in enumerate(specs.items()):
@@ -706,11 +861,18 @@ def _page(title: str, subtitle: str, specs: dict[str, str], cells_html: str = ""
     script = "\n".join(calls)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:24px}} section{{margin:28px 0}} h1{{margin-bottom:0}}
-.sub{{color:#555;margin-top:4px}} table.cells{{border-collapse:collapse;font-size:13px}}
+<style>body{{font-family:sans-serif;margin:16px 24px}} section{{margin:20px 0}} h1{{margin:0;font-size:24px}}
+h2{{font-size:18px;margin:12px 0 6px}} .sub{{color:#555;margin-top:4px}}
+#summary .sub{{font-size:12px;max-width:1050px}}
+.context{{font-size:13px;margin:6px 0 0;padding:4px 8px;background:#f3f3f3;border-left:3px solid #888}}
+table.cells{{border-collapse:collapse;font-size:13px}}
 table.cells td,table.cells th{{border:1px solid #ccc;padding:2px 6px;text-align:left}}
+table.summary td{{white-space:nowrap}} table.summary .ci{{color:#666;font-size:11px}}
+tr.won td{{font-weight:bold}} td.verdict{{font-weight:bold;background:#eef6ee;white-space:normal;max-width:260px}}
+td.verdict.none{{background:#f6f6e6}} .miss{{color:#b00;font-weight:normal}}
 tr.bad{{background:#fdd}}</style></head>
-<body><h1>{title}</h1><p class="sub">{subtitle}</p>
+<body><h1>{html.escape(heading)}</h1>
+{top_html}
 {''.join(divs)}
 {cells_html}
 <script type="module">{vega_bundle()}</script>

@@ -96,7 +96,7 @@ def _histogram(bins: list[dict], title: str) -> alt.LayerChart | alt.FacetChart:
     low, high = min(b["left"] for b in drawn), max(b["right"] for b in drawn)
     if high - low < 10:
         low, high = (low + high) / 2 - 5, (low + high) / 2 + 5
-    encoding = dict(x=alt.X("left:Q", title="tokens", scale=alt.Scale(domain=[low, high], nice=False),
+    encoding = dict(x=alt.X("left:Q", title="length [tokens]", scale=alt.Scale(domain=[low, high], nice=False),
                             axis=whole_axis(low, high)),
                     x2="right:Q", y=alt.Y("requests:Q", title="requests", stack=None,
                                           axis=whole_axis(0, max(b["requests"] for b in bins))), y2=alt.datum(0),
@@ -143,7 +143,7 @@ def turn_chart(points: list[dict]) -> alt.TopLevelMixin | None:
     if not points:
         return None
     panels = []
-    for field, axis in (("ttft_p50_ms", "TTFT p50 (ms)"), ("input_tokens_p50", "prompt tokens p50 (served)")):
+    for field, axis in (("ttft_p50_ms", "TTFT p50 [ms]"), ("input_tokens_p50", "prompt length p50, served [tokens]")):
         panels.append(alt.Chart(_data(points)).mark_line(point=True).encode(
             x=alt.X("turn:Q", title="turn (0: the first)", axis=whole_axis(0, max(p["turn"] for p in points))),
             y=alt.Y(f"{field}:Q", title=axis), color=alt.Color("cell_key:N", title="cell"),
@@ -167,10 +167,10 @@ def prefix_chart(cells: list[dict]) -> alt.TopLevelMixin | None:
         alt.Tooltip("ttft_p50_ms:Q", format=".1f"), alt.Tooltip("ttft_p99_ms:Q", format=".1f"), "valid:N"]
     base = alt.Chart(_data(shown)).encode(y=y, tooltip=tooltip)
     mode = alt.Color("mode:N", title="mode")
-    hits = (base.mark_bar().encode(x=alt.X("hit_rate:Q", title="prefix-cache hit rate (prompt tokens)",
+    hits = (base.mark_bar().encode(x=alt.X("hit_rate:Q", title="prefix-cache hit rate [% of prompt tokens]",
                                            scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")), color=mode)
             + base.mark_text(align="left", dx=4, color="black").encode(x="hit_rate:Q", text="hit_text:N"))
-    ttft = (base.mark_bar().encode(x=alt.X("ttft_p50_ms:Q", title="TTFT p50 (bar), p99 (tick) (ms)"), color=mode)
+    ttft = (base.mark_bar().encode(x=alt.X("ttft_p50_ms:Q", title="TTFT p50 (bar), p99 (tick) [ms]"), color=mode)
             + base.mark_tick(color="black", thickness=2).encode(x="ttft_p99_ms:Q"))
     return alt.hconcat(hits.properties(width=PANEL_WIDTH, title="prefix-cache hit rate"),
                        ttft.properties(width=PANEL_WIDTH, title="TTFT")).properties(title=alt.TitleParams(
