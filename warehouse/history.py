@@ -167,3 +167,33 @@ def capacity_history(con: Connection) -> list[dict[str, Any]]:
         from capacity c join runs r using (run_id)
         left join servers s on s.run_id = c.run_id and s.mode = c.mode
         where c.capacity is not null""")
+
+
+# every run at a glance, and the best mode per load point
+
+
+def runs_for_index(con: Connection) -> list[dict[str, Any]]:
+    """Every run, newest first: campaign, start, status, run directory and cells valid of all (as
+    `reads.runs_overview` counts them), and whether it landed a capacity."""
+    return rows(con, """select r.run_id, r.campaign, r.started_at, r.status, r.run_dir,
+            count(c.cell_id) filter (where c.valid) as cells_valid, count(c.cell_id) as cells,
+            exists (select 1 from capacity k where k.run_id = r.run_id and k.capacity is not null) as has_capacity
+        from runs r left join cells c using (run_id)
+        group by all order by r.started_at desc, r.run_id desc""")
+
+
+def run_identity(con: Connection, run_id: str) -> dict[str, Any] | None:
+    """The run's campaign, start, status, cluster and model, and whether it landed a capacity."""
+    found = rows(con, """select run_id, campaign, started_at, status, hardware_fingerprint, model_path,
+            exists (select 1 from capacity k where k.run_id = r.run_id and k.capacity is not null) as has_capacity
+        from runs r where run_id = ?""", [run_id])
+    return found[0] if found else None
+
+
+def point_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
+    """The run's cells of its load points (a capacity search's probes aside) with their verdicts and
+    the figures an SLO limits, by cell key."""
+    return rows(con, """select cell_key, mode, load_kind, clients, offered_rate, "repeat", status, valid, slo_met,
+            invalid_reasons, output_throughput, request_throughput, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
+            tpot_p99_ms, itl_p50_ms, itl_p99_ms, e2el_p50_ms, e2el_p99_ms
+        from cells where run_id = ? and not coalesce(search_probe, false) order by cell_key""", [run_id])

@@ -21,6 +21,7 @@ from prefect.exceptions import TerminationSignal
 
 from servebench.analysis.cell_dispersion import land_intervals
 from servebench.analysis.report import run_report
+from servebench.analysis.runs_index import write_index
 from servebench.campaign.loading import load_campaign
 from servebench.campaign.outcome import run_status
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
@@ -189,7 +190,7 @@ def tuned_by_optuna(ctx: RunContext) -> bool:
 def finish_run(ctx: RunContext, outcome: dict) -> None:
     """Plain calls, whatever happened (also while a Ctrl-C unwinds): release the nodes, land what was
     measured and the run's row, then the repeats' intervals, regressions (not after an interrupt) and
-    the report."""
+    the report, then the index of every run beside the run directories."""
     try:
         release(ctx)
     except Exception as exc:  # what was measured still lands; the run says what could not be released
@@ -202,6 +203,7 @@ def finish_run(ctx: RunContext, outcome: dict) -> None:
     if outcome["status"] != "interrupted":
         outcome["regressions"] = find_regressions(ctx.warehouse, ctx.run_id, ctx.campaign)
     outcome["report"] = write_report(ctx.results, ctx.run_dir)
+    write_runs_index(ctx.results, ctx.run_dir.parent)
 
 
 def release(ctx: RunContext) -> None:
@@ -289,6 +291,15 @@ def write_report(results: RunResults, run_dir: Path) -> str | None:
     except Exception as exc:  # e.g. no Prefect API reachable: the path is returned anyway
         reporter().stage(f"could not attach the report artifact: {exc}")
     return path
+
+
+def write_runs_index(results: RunResults, runs: Path) -> None:
+    """Every run at a glance, `index.html` beside the run directories, written again; a failure is
+    said, never fails the run (`servebench runs --html` writes it again)."""
+    try:
+        results.read(lambda con, _: write_index(con, runs / "index.html"))
+    except Exception as exc:
+        reporter().stage(f"the runs index failed: {first_line(exc)}")
 
 
 def render_report(results: RunResults, run_dir: Path) -> str:
