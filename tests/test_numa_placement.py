@@ -107,7 +107,7 @@ def test_the_plan_binds_by_a_declared_layout_and_names_what_spans(tmp_path):
                           text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "VLLM_CPU_OMP_THREADS_BIND='0-11|12-23|24-35|36-47'" in done.stdout       # TP=4: one rank per CMG
-    assert ("numa     node a64fx1: 4 NUMA nodes: rank 0 cores 0-11 (NUMA 0); rank 1 cores 12-23 (NUMA 1); "
+    assert ("note     node a64fx1: 4 NUMA nodes: rank 0 cores 0-11 (NUMA 0); rank 1 cores 12-23 (NUMA 1); "
             "rank 2 cores 24-35 (NUMA 2); rank 3 cores 36-47 (NUMA 3)") in done.stdout
     assert "rank 0 cores 0-23 (spans NUMA 0+1, memory bound to NUMA 0)" in done.stdout  # TP=2 must span
 

@@ -5,10 +5,11 @@ provider come in through SERVEBENCH_PLUGINS), killed with SIGKILL (its whole pro
 once two cells have results, and resumed. Asserted: the killed run left servers running (what
 a resume must reclaim), the resumed run's cells are exactly the ones a clean run measures (the
 campaign's plan: a clean run of it is every other campaign test's), each once, each with all its
-requests; nothing of the run is left running; a finished run is not resumed again, and
-`resume --failed` measures only failed cells. A capacity search killed midway is finished by the
-resume, and the search it lands is the whole search's (the probes as cells, their verdicts, the
-capacity). A test that fails before its resume stops what the killed run left (`nothing_left`).
+requests and its attempts (`cell_attempts`); nothing of the run is left running; a finished run is
+not resumed again, and `resume --failed` measures only failed cells. A capacity search killed midway
+is finished by the resume, and the search it lands is the whole search's (the probes as cells, their
+verdicts, the capacity). A test that fails before its resume stops what the killed run left
+(`nothing_left`).
 """
 
 from __future__ import annotations
@@ -127,7 +128,11 @@ def sigkilled_and_resumed(campaign: Path, tmp_path: Path, started: list[subproce
     assert all(status == "completed" and n == 12 for _, status, n in resumed), resumed
     con = warehouse.connect(tmp_path / "w.duckdb", read_only=True)
     status, resumes = con.execute("select status, resumes from runs where run_id = ?", [run_id]).fetchone()
+    attempts = con.execute("select cell_key, c.attempts, count(a.attempt), count(a.attempt) filter (not a.superseded) "
+                           "from cells c left join cell_attempts a using (run_id, cell_key) group by all").fetchall()
     con.close()
+    # every cell with its attempts, those landed from the killed run's files too; the last is the cell's
+    assert len(attempts) == 6 and all(n == rows and last == 1 for _, n, rows, last in attempts), attempts
     note = json.loads(resumes)[-1]
     assert status == "completed" and note["kind"] == "resume" and note["status_before"] == "running", note
     assert 0 < len(note["measured"]) < 6 and set(note["measured"]).isdisjoint(note["landed_from_run_dir"]), note

@@ -1,8 +1,8 @@
 """Landing measured results in the warehouse.
 
-Each cell lands as soon as it is measured (delete by cell_id, then insert, in one
-transaction), so an interrupted campaign keeps every finished cell and a re-landed cell
-never doubles its rows.
+Each cell lands as soon as it is measured (delete by cell_id, then insert its row, its requests
+and its attempts, in one transaction), so an interrupted campaign keeps every finished cell
+whole and a re-landed cell never doubles its rows.
 
 What lands is typed: a run (`RunRecord`, `RunUpdate`), a server (`ServerRecord`, with its
 `ServerLayout`, `ServerGate` and `RankFigures`), a cell (`CellRecord`, with its
@@ -17,6 +17,7 @@ import json
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -307,9 +308,16 @@ def land_roofline(con: Connection, run_id: str, figures: dict[str, Row]) -> None
             "matmul_peak_gflops_bf16 = coalesce(matmul_peak_gflops_bf16, ?), "
             "matmul_peak_gflops_fp32 = coalesce(matmul_peak_gflops_fp32, ?), "
             "roofline_cpus = coalesce(roofline_cpus, ?), roofline_emulated = coalesce(roofline_emulated, ?), "
-            "roofline_method = coalesce(roofline_method, ?) where run_id = ? and node = ?",
+            "roofline_method = coalesce(roofline_method, ?), roofline_measured_at = coalesce(roofline_measured_at, ?), "
+            "roofline_cached = coalesce(roofline_cached, ?), roofline_busy = coalesce(roofline_busy, ?), "
+            "roofline_load_avg = coalesce(roofline_load_avg, ?) where run_id = ? and node = ?",
             [f.get("mem_bandwidth_gbps"), f.get("matmul_peak_gflops_bf16"), f.get("matmul_peak_gflops_fp32"),
-             f.get("cpus") or None, bool(f.get("emulated")), f.get("method"), run_id, node])
+             f.get("cpus") or None, bool(f.get("emulated")), f.get("method"), _unix_time(f.get("measured_at")),
+             f.get("cached"), f.get("busy_before"), f.get("load_avg_1m"), run_id, node])
+
+
+def _unix_time(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), tz=timezone.utc)
 
 
 def land_placements(con: Connection, run_id: str, placements: list[Row]) -> None:
@@ -385,14 +393,17 @@ CELL_SUMMARY_COLUMNS = ("duration_s", "completed", "failed", "request_throughput
                         "prefix_cache_hit_rate")  # the summary's keys landed as they are
 
 
-def land_cell(con: Connection, run_id: str, record: CellRecord) -> str:
-    """Replace the cell's rows with this measurement; return its warehouse cell_id.
+def land_cell(con: Connection, run_id: str, record: CellRecord, attempts: Sequence[CellAttempt] = ()) -> str:
+    """Replace the cell's rows with this measurement and its attempts (every measurement of the cell:
+    the superseded ones and the last, `validity.retries`); return its warehouse cell_id. The cell's
+    row, its requests and its attempts are one transaction: a kill leaves all of them or none.
 
     Request rows come from the record's `requests_csv`, else from the result's requests, written to
     a temporary CSV first: one fast path either way.
     """
     cid = cell_id(run_id, record.cell.key)
-    row = cell_row(run_id, record)
+    row = {**cell_row(run_id, record),
+           "attempts": max(a.attempt for a in attempts) + 1 if attempts else None}  # measurements taken
     measured = record.measured
     if measured is not None and measured.requests_csv is None and measured.result.get("requests"):
         # next to the result file (in the run's directory), so an orchestrator killed while landing
@@ -401,9 +412,9 @@ def land_cell(con: Connection, run_id: str, record: CellRecord) -> str:
         near = str(Path(path).parent) if path and Path(path).parent.is_dir() else None
         with tempfile.TemporaryDirectory(dir=near, prefix=".landing-") as scratch:
             csv = write_requests_csv(measured.result["requests"], Path(scratch) / "requests.csv")
-            _replace_cell_rows(con, run_id, cid, row, csv)
+            _replace_cell_rows(con, run_id, cid, row, csv, attempts)
     else:
-        _replace_cell_rows(con, run_id, cid, row, None if measured is None else measured.requests_csv)
+        _replace_cell_rows(con, run_id, cid, row, None if measured is None else measured.requests_csv, attempts)
     return cid
 
 
@@ -428,7 +439,18 @@ def cell_row(run_id: str, record: CellRecord) -> Row:
         search_probe=record.search_probe, kv_failures=None if measured is None else measured.kv_failures,
         **_client_columns(summary.get("client")), **_link_columns(cell),
         knobs=knobs_json(mode.knobs), workload=None if cell.workload is None else cell.workload.identity(),
-        workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary))
+        workload_name=None if cell.workload is None else cell.workload.label, **_warmup_columns(summary),
+        **_node_cpu_columns(summary))
+
+
+def _node_cpu_columns(summary: Row) -> Row:
+    """Who used the server nodes' cores over the cell (the node with the largest foreign share), and
+    whether its hang watch judged it (all None for a result that has neither)."""
+    nodes: list[Row] = summary.get("node_cpu") or []
+    worst = max(nodes, key=lambda n: n["foreign_share"], default=None)
+    return {"foreign_cpu_share": None if worst is None else worst["foreign_share"],
+            "server_cpu_share": None if worst is None else worst["server_share"],
+            "node_cpu": json.dumps(nodes) if nodes else None, "hang_watch_error": summary.get("hang_watch_error")}
 
 
 def _rate_columns(cell: Cell, summary: Row) -> Row:
@@ -439,19 +461,36 @@ def _rate_columns(cell: Cell, summary: Row) -> Row:
             "realized_rate": summary.get("scheduled_rate")}
 
 
-def _replace_cell_rows(con: Connection, run_id: str, cid: str, row: Row, requests_csv: Path | None) -> None:
-    """The cell's row and its request rows, in one transaction."""
+def _no_step(step: str) -> None:
+    """A step of a cell's landing reached (nothing to do)."""
+
+
+landing_step: Callable[[str], None] = _no_step  # called at each step of a cell's landing: where a test kills it
+
+
+def _replace_cell_rows(con: Connection, run_id: str, cid: str, row: Row, requests_csv: Path | None,
+                       attempts: Sequence[CellAttempt]) -> None:
+    """The cell's row, its request rows and its attempts' rows, in one transaction."""
+    landing_step("begin")
     con.execute("begin transaction")
     try:
         con.execute("delete from requests where cell_id = ?", [cid])
         con.execute("delete from cells where cell_id = ?", [cid])
+        con.execute("delete from cell_attempts where run_id = ? and cell_key = ?", [run_id, row["cell_key"]])
+        landing_step("deleted")
         insert_row(con, "cells", row)
+        landing_step("cell")
         if requests_csv is not None:
             _insert_requests_csv(con, run_id, cid, requests_csv)
+        landing_step("requests")
+        for attempt in attempts:
+            _insert_attempt(con, run_id, attempt)
+        landing_step("attempts")
         con.execute("commit")
     except Exception:
         con.execute("rollback")
         raise
+    landing_step("committed")
 
 
 def _warmup_columns(summary: Row) -> Row:
@@ -469,9 +508,9 @@ def _client_columns(client: Row | None) -> Row:
             "client_cpu_fraction": client.get("core_fraction"), "client_node": client.get("node")}
 
 
-def land_cell_attempt(con: Connection, run_id: str, attempt: CellAttempt) -> None:
-    """One measurement of a cell: a superseded one stays here with its verdict; `cells` holds the
-    last, with how many attempts it took."""
+def _insert_attempt(con: Connection, run_id: str, attempt: CellAttempt) -> None:
+    """One measurement of a cell, in its cell's landing: a superseded one stays here with its verdict;
+    `cells` holds the last, with how many attempts it took."""
     summary = attempt.summary
     insert_row(con, "cell_attempts", dict(
         run_id=run_id, cell_key=attempt.cell_key, attempt=attempt.attempt, superseded=attempt.superseded,
@@ -479,11 +518,7 @@ def land_cell_attempt(con: Connection, run_id: str, attempt: CellAttempt) -> Non
         completed=summary.get("completed"), failed=summary.get("failed"),
         output_throughput=summary.get("output_throughput"), ttft_p50_ms=_pct(summary, "ttft_ms", "p50"),
         tpot_p50_ms=_pct(summary, "tpot_ms", "p50"), schedule_lag_p99_ms=_pct(summary, "schedule_lag_ms", "p99"),
-        client_cpu_fraction=(summary.get("client") or {}).get("core_fraction"), result_path=attempt.result_path),
-        conflict="or replace")
-    if not attempt.superseded:
-        con.execute("update cells set attempts = ? where cell_id = ?",
-                    [attempt.attempt + 1, cell_id(run_id, attempt.cell_key)])
+        client_cpu_fraction=(summary.get("client") or {}).get("core_fraction"), result_path=attempt.result_path))
 
 
 REQUEST_TABLE_COLUMN = {"index": "request_index"}  # a record's field -> its `requests` column, where they differ

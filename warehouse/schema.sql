@@ -1,5 +1,5 @@
--- servebench warehouse, schema version 32: the tables as migrations 001 to 032 leave them.
--- A new warehouse is made from this file (servebench.warehouse.connect records every migration up to 032
+-- servebench warehouse, schema version 33: the tables as migrations 001 to 033 leave them.
+-- A new warehouse is made from this file (servebench.warehouse.connect records every migration up to 033
 -- as applied); an older one is brought here by the migrations themselves (warehouse/migrations/). The views are
 -- not here: warehouse/views/, made again on every writable open. Written by `python -m servebench.warehouse.baseline`
 -- from a warehouse the migrations made (tests/test_schema_baseline.py checks that the two agree): a change is a
@@ -73,6 +73,10 @@ CREATE TABLE nodes (
     roofline_emulated       BOOLEAN,                   -- the roofline was measured under qemu-user emulation: recorded, not judged
     roofline_method         VARCHAR,                   -- how the roofline was measured: the library (torch, numpy, python), the bandwidth kernel, what was not measured
     interpreter             VARCHAR,                   -- the Python the node ran the engine build with, and why: placed (the build's own CPython copied by digest), node (its own python3.X), shared, or the node's file system has the build's (docs/arm-partition.md)
+    roofline_measured_at    TIMESTAMPTZ,               -- when the node's roofline figures were measured (for cached figures: when they were measured then)
+    roofline_cached         BOOLEAN,                   -- whether the roofline figures came from the cache of an earlier run rather than measured in this one
+    roofline_busy           DOUBLE,                    -- how busy other processes kept the roofline's cores just before it was measured (above roofline.max_busy it is measured again on the next run) [0-1]
+    roofline_load_avg       DOUBLE,                    -- the node's 1-minute load average when its roofline was measured
     PRIMARY KEY (run_id, node)
 );
 COMMENT ON TABLE nodes IS 'One row per node of a run: its hardware, kernel and what was placed there';
@@ -99,6 +103,10 @@ COMMENT ON COLUMN nodes.roofline_cpus IS 'the CPUs the roofline was measured on 
 COMMENT ON COLUMN nodes.roofline_emulated IS 'the roofline was measured under qemu-user emulation: recorded, not judged';
 COMMENT ON COLUMN nodes.roofline_method IS 'how the roofline was measured: the library (torch, numpy, python), the bandwidth kernel, what was not measured';
 COMMENT ON COLUMN nodes.interpreter IS 'the Python the node ran the engine build with, and why: placed (the build''s own CPython copied by digest), node (its own python3.X), shared, or the node''s file system has the build''s (docs/arm-partition.md)';
+COMMENT ON COLUMN nodes.roofline_measured_at IS 'when the node''s roofline figures were measured (for cached figures: when they were measured then)';
+COMMENT ON COLUMN nodes.roofline_cached IS 'whether the roofline figures came from the cache of an earlier run rather than measured in this one';
+COMMENT ON COLUMN nodes.roofline_busy IS 'how busy other processes kept the roofline''s cores just before it was measured (above roofline.max_busy it is measured again on the next run) [0-1]';
+COMMENT ON COLUMN nodes.roofline_load_avg IS 'the node''s 1-minute load average when its roofline was measured';
 
 -- One engine build (a venv or a CMake tree), content-addressed: what went in and what it says it is
 CREATE TABLE builds (
@@ -273,7 +281,11 @@ CREATE TABLE cells (
     realized_rate         DOUBLE,                 -- open loop: the rate of the schedule as drawn, (n - 1) / (last - first scheduled send) after warm-up (a few Poisson arrivals realize a rate of their own); validity is judged against it; NULL before migration 024 [req/s]
     dp                    INTEGER,                -- data-parallel size: engines of tp x pp workers behind the mode's one API server (1: none)
     ep                    BOOLEAN,                -- expert parallel: the MoE layers' routed experts split over the dp x tp ranks (vLLM's --enable-expert-parallel)
-    replicas              INTEGER                 -- independent servers of the mode (each of dp x tp x pp workers, on nodes of its own) behind one balancer endpoint (1: one server, no balancer)
+    replicas              INTEGER,                -- independent servers of the mode (each of dp x tp x pp workers, on nodes of its own) behind one balancer endpoint (1: one server, no balancer)
+    foreign_cpu_share     DOUBLE,                 -- the largest share of a server node's cores' time that processes neither the server's nor servebench's took over the cell's window (above validity.max_foreign_cpu the cell is invalid); NULL: no samples of the window on the orchestrator's host [0-1]
+    server_cpu_share      DOUBLE,                 -- the share of that node's cores' time the server's processes got over the cell's window [0-1]
+    node_cpu              JSON,                   -- per server node: its cores, the window's seconds, the server's, servebench's and foreign shares of the cores' time and the busiest foreign process (JSON list)
+    hang_watch_error      VARCHAR                 -- why the hang watch asked for broke during the cell (the cell was not checked for hangs and is invalid); NULL: it judged, or none was asked for
 );
 COMMENT ON TABLE cells IS 'One row per cell of a run (mode x load point x repeat): the load generator''s summary and verdict';
 COMMENT ON COLUMN cells.run_id IS 'the run';
@@ -343,6 +355,10 @@ COMMENT ON COLUMN cells.realized_rate IS 'open loop: the rate of the schedule as
 COMMENT ON COLUMN cells.dp IS 'data-parallel size: engines of tp x pp workers behind the mode''s one API server (1: none)';
 COMMENT ON COLUMN cells.ep IS 'expert parallel: the MoE layers'' routed experts split over the dp x tp ranks (vLLM''s --enable-expert-parallel)';
 COMMENT ON COLUMN cells.replicas IS 'independent servers of the mode (each of dp x tp x pp workers, on nodes of its own) behind one balancer endpoint (1: one server, no balancer)';
+COMMENT ON COLUMN cells.foreign_cpu_share IS 'the largest share of a server node''s cores'' time that processes neither the server''s nor servebench''s took over the cell''s window (above validity.max_foreign_cpu the cell is invalid); NULL: no samples of the window on the orchestrator''s host [0-1]';
+COMMENT ON COLUMN cells.server_cpu_share IS 'the share of that node''s cores'' time the server''s processes got over the cell''s window [0-1]';
+COMMENT ON COLUMN cells.node_cpu IS 'per server node: its cores, the window''s seconds, the server''s, servebench''s and foreign shares of the cores'' time and the busiest foreign process (JSON list)';
+COMMENT ON COLUMN cells.hang_watch_error IS 'why the hang watch asked for broke during the cell (the cell was not checked for hangs and is invalid); NULL: it judged, or none was asked for';
 
 -- One row per request of a cell, warm-up included (warmup = true): see the view measured_requests
 CREATE TABLE requests (

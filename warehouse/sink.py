@@ -2,11 +2,11 @@
 bisect hand what they measured and decided to the warehouse, and read back what a run landed.
 
 One method per kind of result (the run's row, its nodes, builds, placements and rooflines, a server,
-its samples, a cell, an attempt at one, a cell's faults, a capacity search, the tuner's verdict, a
+its samples, a cell with its attempts, a cell's faults, a capacity search, the tuner's verdict, a
 bisect step), each a plain call that opens one connection (`store.session`), lands through
-`landing` or `store` in their transactions (a cell's row and its requests in one) and closes it: a
-measured cell lands even when Prefect's API falters or a Ctrl-C unwinds, and `servebench query`
-reads the warehouse between two landings. The reads are what a run needs of its own rows (a resume,
+`landing` or `store` in their transactions (a cell's row, its requests and its attempts in one) and
+closes it: a measured cell lands even when Prefect's API falters or a Ctrl-C unwinds, and `servebench
+query` reads the warehouse between two landings. The reads are what a run needs of its own rows (a resume,
 a search that goes on, a bisect step's numbers).
 
 It sits in the warehouse's layer, below serving, analysis and campaign: it takes the records of
@@ -17,7 +17,7 @@ analysis derives from the landed rows it runs through its own connection (`deriv
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -92,14 +92,11 @@ class RunResults:
         with store.session(self.warehouse) as con:
             return landing.land_samples(con, self.run_id, mode, node_files, server_files)
 
-    def cell(self, cell: CellRecord) -> str:
-        """The cell's row and its requests, in place of an earlier landing of it; its cell_id."""
+    def cell(self, cell: CellRecord, attempts: Sequence[CellAttempt] = ()) -> str:
+        """The cell's row, its requests and its attempts (every measurement of it, the last included), in
+        place of an earlier landing of it and in one transaction; its cell_id."""
         with store.session(self.warehouse) as con:
-            return landing.land_cell(con, self.run_id, cell)
-
-    def cell_attempt(self, attempt: CellAttempt) -> None:
-        with store.session(self.warehouse) as con:
-            landing.land_cell_attempt(con, self.run_id, attempt)
+            return landing.land_cell(con, self.run_id, cell, attempts)
 
     def faults(self, cell_key: str, mode: str, injected: list[store.InjectedFault]) -> None:
         with store.session(self.warehouse) as con:

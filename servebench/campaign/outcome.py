@@ -4,8 +4,9 @@ interrupt, failed without a measurement), so the paths cannot drift apart.
 
 A cell is `completed` when its server answered requests and nothing spoiled the numbers: a server
 that ended or hung during it, a fault that hit it. A completed cell can still be invalid (the
-load generator's own limits: schedule lag, achieved rate, client CPU); the campaign's
-`validity.on_invalid` says whether that fails the run.
+load generator's own limits: schedule lag, achieved rate, client CPU; a hang watch that broke),
+or because another process took its server's cores (`foreign_cpu_reasons`, over
+`validity.max_foreign_cpu`); the campaign's `validity.on_invalid` says whether that fails the run.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def measured_outcome(campaign: Campaign, cell: Cell, summary: dict, server_probl
                      faults: FaultEvidence = NO_FAULTS) -> CellOutcome:
     """The verdict on a cell whose load ran to its end (`summary`: the load generator's), given
     what the server was like afterwards (`server_problem`: why it can no longer serve) and what its
-    faults did. Errors count as measurements when the campaign says so (an overload study)."""
+    faults did. Errors count as measurements when the campaign says so (an overload study). A summary
+    whose server nodes lost their cores to others is first marked invalid, in place (`judge_foreign_cpu`)."""
+    judge_foreign_cpu(summary, campaign.validity.max_foreign_cpu)
     hung = (summary.get("hung") or {}).get("reason")
     overloaded = campaign.validity.errors_are_measurements and summary["failed"] > 0
     if hung or server_problem:  # what it measured lands, but the cell failed, with the cause
@@ -83,6 +86,29 @@ def measured_outcome(campaign: Campaign, cell: Cell, summary: dict, server_probl
     return CellOutcome(status=status, error=error, slo_met=slo_verdict(campaign.slo, cell, summary, status),
                        invalid_reasons=list(summary["invalid_reasons"]) if status == "completed" and not valid
                        else None)
+
+
+def foreign_cpu_reasons(node_cpu: list[dict], limit: float) -> list[str]:
+    """Why a cell is invalid because processes not its server's (nor servebench's) took more than
+    `limit` of its server's cores' time on a node, one reason per such node."""
+    reasons = []
+    for node in node_cpu:
+        if node["foreign_share"] > limit:
+            top = f"; the busiest of them: {node['top_foreign']}" if node.get("top_foreign") else ""
+            reasons.append(f"other processes took {node['foreign_share']:.0%} of the server's cores on node "
+                           f"{node['node']} (cores {node['cores']}, {node['seconds']:.1f} s; limit "
+                           f"{limit:.0%} of their time){top}")
+    return reasons
+
+
+def judge_foreign_cpu(summary: dict, limit: float) -> None:
+    """Mark the summary invalid with `foreign_cpu_reasons` (once: judging it again adds nothing), in
+    place, so what lands (the cell and its attempts, both read from the summary) says so too."""
+    reasons = [r for r in foreign_cpu_reasons(summary.get("node_cpu") or [], limit)
+               if r not in summary.setdefault("invalid_reasons", [])]
+    if reasons:
+        summary["invalid_reasons"] += reasons
+        summary["valid"] = False
 
 
 def measure_again(outcome: CellOutcome, attempt: int, retries: int, faults: FaultEvidence = NO_FAULTS) -> bool:

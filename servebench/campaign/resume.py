@@ -2,9 +2,11 @@
 
 A run whose orchestrator was killed keeps status `running` in the warehouse, its cells landed
 so far, and complete result files in its run directory for cells measured but not landed
-(the load generator writes its JSON last). `servebench resume RUN_ID` lands those files, then
-measures only the cells with neither; `servebench resume --failed RUN_ID` measures again the
-cells of a finished run that failed. No cell is measured twice. The orchestrator writes
+(the load generator writes its JSON last). `servebench resume RUN_ID` lands those files, each cell
+with its attempts (`servebench.orchestration.cells`: a superseded attempt's move a kill interrupted
+is finished first, so its JSON is never taken for the cell's), then measures only the cells with
+neither; `servebench resume --failed RUN_ID` measures again the cells of a finished run that
+failed. No cell is measured twice. The orchestrator writes
 `orchestrator.json` in the run directory so that a resume never races a live orchestrator.
 """
 

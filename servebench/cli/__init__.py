@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.capacity import add_capacity_parser
     from servebench.cli.chaos import add_chaos_parser
     from servebench.cli.compare import add_compare_parser
+    from servebench.cli.deployments import add_deployments_parser
     from servebench.cli.load import add_load_parser
     from servebench.cli.plan import add_plan_parser
     from servebench.cli.query import add_query_parser
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                        add_load_parser,
                        add_capacity_parser, add_best_parser, add_saturation_parser, add_schema_parser,
                        add_builds_parser, add_bisect_parser, add_chaos_parser, add_testbed_parser,
-                       add_regressions_parser, add_compare_parser, add_annotate_parser):
+                       add_regressions_parser, add_compare_parser, add_annotate_parser, add_deployments_parser):
         add_parser(sub)
     return parser
 

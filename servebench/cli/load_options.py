@@ -70,6 +70,10 @@ HELP = {
                              "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",
     "--nice": "run the generator at this nice value (negative raises its priority; needs root)",
+    "--api-key-file": "a file holding the server's API key, sent as 'Authorization: Bearer KEY' (the key never "
+                      "on a command line); or --api-key-env",
+    "--api-key-env": "the name of an environment variable holding the server's API key (e.g. MY_API_KEY); or "
+                     "--api-key-file",
     "--idle-poll": "auto: while measuring, the generator's own CPUs (pinned with --cpus or taskset, apart from the "
                    "server's) poll when idle instead of halting (root); off: leave them halting",
 }

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import cast
 
 from servebench.builds.builders import inputs_and_key
+from servebench.campaign.priority import nice_text, this_process
 from servebench.config.campaign import GeneratedModelSpec, variant_label
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
@@ -61,7 +62,8 @@ def describe_plan(plan: Plan, file: Path) -> str:
         *model_lines(campaign, engines, file),
         "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
         f"arch     {architecture_line(nodes, campaign.provider.nodes_on_this_host)}",
-        f"client   {plan.client.describe()}, nice {campaign.load.client.nice}",
+        f"client   {plan.client.describe()}, {nice_text(campaign.load.client.nice, this_process(), plan.client.node)}",
+        *setup_lines(campaign.provider, provider),
         f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
         f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
         + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else "")
@@ -108,7 +110,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
             if mode.dp > 1 or mode.ep:
                 lines.append(f"{indent}ranks    {mode.world_size} workers: {placement_text(launch)}")
             lines += command_lines(launch, provider, by_name, indent)
-            lines += [f"{indent}numa     {note}" for note in launch.notes]
+            lines += [f"{indent}note     {note}" for note in launch.notes]
         if mode.replicas > 1:
             lines += balancer_plan_lines(mode, launches, by_name, plan.client.node)
         shown = memory_lines(memory.get(mode.name))
@@ -121,6 +123,15 @@ def describe_plan(plan: Plan, file: Path) -> str:
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def setup_lines(spec, provider) -> list[str]:
+    """The campaign's site setup, once: what every node command runs first, the env's names (not values)."""
+    lines = [f"setup    {line}" for line in spec.setup]
+    if spec.env:
+        lines.append(f"env      {', '.join(sorted(spec.env))} (values not printed; a remote node reads them "
+                     "from the run's 0600 prelude)")
+    return lines + [f"export   {line}" for line in provider.environment_lines()]
 
 
 def command_lines(launch, provider, by_name: dict, indent: str) -> list[str]:

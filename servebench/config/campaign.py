@@ -109,12 +109,48 @@ class NodeSpec(StrictModel):
         return value
 
 
+SETUP_LINE_PATTERN = r"^[^\n\r\x00]+$"  # one shell line each: a newline would hide a line from the plan's listing
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class ProviderSpecBase(StrictModel):
     """What every provider's block has; `servebench/providers/<kind>/spec.py` adds the rest."""
 
     kind: str
     nodes_field: ClassVar[str] = "nodes"        # the block's list of nodes, for problems' field paths
     nodes_on_this_host: ClassVar[bool] = True   # nodes share the orchestrator's CPUs with the load generator
+    # fields left out of the normalized spec while at their defaults: a campaign without them keeps its spec hash
+    omitted_at_default: ClassVar[tuple[str, ...]] = ("setup", "env")
+
+    setup: list[Annotated[str, Field(pattern=SETUP_LINE_PATTERN)]] = Field(default_factory=list, description=(
+        "Shell lines every node command of the run runs first, in order, in `sh` (servers, a load generator on a "
+        "node, the node's python for inventory and checks): `[\". /etc/profile.d/lmod.sh\", \"module load "
+        "python/3.11\"]`. A line that fails stops the command (exit 125) with the line named. On a remote node "
+        "they are in the run's prelude, a file of the run's directory there (mode 0600); `servebench plan` "
+        "prints them and a step may carry them on its command line: no secrets here (put those in `env`). "
+        "Local nodes: through `sh -c` before each command."))
+    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], str] = Field(default_factory=dict, description=(
+        "Environment every node command of the run gets: `{OMP_WAIT_POLICY: passive}`. Remote nodes read it "
+        "from the run's prelude after the `setup` lines, so a value is on no command line and `plan` prints "
+        "only the names; local nodes get it in each process's environment. An engine's or a mode's own `env` "
+        "wins for its processes."))
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _node_env_strings(cls, value: Any) -> Any:
+        return stringify_env(value)
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The `omitted_at_default` fields left out while at their defaults (the spec hash stays)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.omitted_at_default:
+                field_info = type(self).model_fields.get(name)
+                if field_info is not None and name in data and \
+                        getattr(self, name) == field_info.get_default(call_default_factory=True):
+                    data.pop(name)
+        return data
 
     def node_specs(self) -> list[NodeSpec]:
         """The nodes as the campaign declares them (name and CPUs)."""
@@ -604,6 +640,17 @@ class ClientSpec(StrictModel):
         return value
 
 
+class RooflineSpec(StrictModel):
+    """When a node's cached roofline (docs/roofline.md) is measured again."""
+
+    max_age_days: float = Field(7.0, gt=0, description=(
+        "A node's roofline measured longer ago than this is measured again (a kernel, firmware or BIOS "
+        "setting changes a node's bandwidth without changing its hostname, CPU model or build)."))
+    max_busy: float = Field(0.25, gt=0, le=1, description=(
+        "A roofline measured while other processes kept more than this share of its cores busy (sampled just "
+        "before the measurement) is used for this run but measured again on the next."))
+
+
 class ValiditySpec(StrictModel):
     """When a cell's measurement is not to be trusted, and what that does to the run's exit code."""
 
@@ -614,6 +661,10 @@ class ValiditySpec(StrictModel):
                                                                         "share of the scheduled rate is invalid.")
     max_client_cpu: float = Field(0.8, gt=0, le=1, description="The generator busier than this share of one core "
                                                                 "is invalid (it may be the bottleneck).")
+    max_foreign_cpu: float = Field(0.1, ge=0, le=1, description=(
+        "A cell whose server nodes' cores gave more than this share of their time to processes that are neither "
+        "the server's nor servebench's (from /proc, by the node sampler) is invalid, naming the node, cores and "
+        "the busiest such process."))
     retries: int = Field(1, ge=0, description="A cell whose measurement is invalid is measured again right away, "
                                               "on the same server, up to this many times; every attempt lands "
                                               "(cell_attempts), the last one is the cell's.")
@@ -857,6 +908,8 @@ class Campaign(StrictModel):
     validity: ValiditySpec = Field(default_factory=ValiditySpec, description=(
         "When a cell's measurement is not trusted (e.g. the load generator fell behind its schedule) and what "
         "that does to the run's exit code."))
+    roofline: RooflineSpec = Field(default_factory=RooflineSpec, description=(
+        "How old, and measured on how busy cores, a node's cached roofline may be before it is measured again."))
     detection: DetectionSettings = Field(default_factory=DetectionSettings, description=(
         "Regression detection after each run: how its cells are tested against earlier runs of the campaign."))
     network: NetworkSpec | None = Field(None, description="Network conditions as a sweep axis on the project's "
@@ -1000,6 +1053,10 @@ class Campaign(StrictModel):
             data.pop("engines", None)
         if not data["validity"].get("errors_are_measurements"):
             data["validity"].pop("errors_are_measurements", None)
+        if data["validity"].get("max_foreign_cpu") == 0.1:  # and one with the default foreign CPU limit
+            data["validity"].pop("max_foreign_cpu")
+        if data.get("roofline") == RooflineSpec().model_dump(mode="json"):  # and the default roofline ages
+            data.pop("roofline")
         for mode in data["modes"]:
             if not mode.get("knobs"):
                 mode.pop("knobs", None)

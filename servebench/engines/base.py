@@ -193,6 +193,8 @@ class ProcessLaunch:
     api: bool = False                           # the process serving the OpenAI API (exactly one per server)
     ready_port: int | None = None               # wait until this port accepts before starting the next process
     label: str = ""                             # names its log: <mode>.<label>.log ("" for the API process)
+    # variables set from files on the node at start (a secret: its value never on a command line or in `env`)
+    env_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,9 @@ class LaunchRequest:
     ports: "PortSource"                         # the provider (`servebench plan`: placeholders)
     shared: "SharedServices | None" = None      # what start_shared returned, if anything
     planning: bool = False                      # for `servebench plan`: nothing runs, placeholders allowed
+    # the run's token file, at this path on every node of the mode (servebench/load/run_secret.py): the API
+    # key its server asks for; None: no key (a server started outside a run, `servebench plan` before one)
+    secret_file: str | None = None
 
 
 class PortSource(Protocol):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from servebench.load.credentials import KeySource, use_key
 from servebench.load.sse import OPENAI_TOKEN_COUNT
 from servebench.load.steady import SteadyWarmup
 from servebench.load.workload_spec import SessionsWorkload, TraceWorkload, WorkloadSpec
@@ -18,6 +19,13 @@ class LoadConfig(BaseModel):
 
     base_url: str
     model: str
+    # the server's API key: where it is, never the key (a config travels as flags and as JSON on a command line)
+    api_key_file: str | None = Field(None, description=(
+        "A file holding the server's API key (sent as `Authorization: Bearer <key>`): a run's token file, or "
+        "the user's own; None: no key (or api_key_env)."))
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description=(
+        "The name of an environment variable holding the server's API key (the variable's name, never its "
+        "value); None: no key (or api_key_file)."))
     endpoint: Literal["completions", "chat"] = "completions"
     # arrivals
     rate: float | None = Field(None, gt=0, description="Open loop: offered requests per second.")
@@ -137,7 +145,23 @@ class LoadConfig(BaseModel):
             raise ValueError("give at most one of prompts, sharegpt and workload")
         if self.requests is not None and self.warmup >= self.requests:
             raise ValueError(f"warmup ({self.warmup}) must be fewer than requests ({self.requests})")
+        if self.api_key_file is not None and self.api_key_env is not None:
+            raise ValueError("give at most one of api_key_file and api_key_env")
+        if self.key_source is not None:   # read when a request is first sent: a plan names a file not made yet
+            use_key(self.server_urls, self.key_source)
         return self
+
+    @property
+    def key_source(self) -> KeySource | None:
+        """Where the server's API key is (None: it has none)."""
+        if self.api_key_file is None and self.api_key_env is None:
+            return None
+        return KeySource(file=self.api_key_file, env=self.api_key_env)
+
+    @property
+    def server_urls(self) -> list[str]:
+        """Every server this config's requests go to: the base URL, the metrics URLs and the health URL."""
+        return [self.base_url, *self.metrics_urls, *([self.health_url] if self.health_url else [])]
 
     @property
     def replay(self) -> bool:
@@ -180,6 +204,7 @@ FLAGS: dict[str, str] = {
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
     "--prefix-cache-counters": "prefix_cache_counters", "--prompt-cache-tokens": "prompt_cache_tokens",
     "--stream-token-counts": "stream_token_counts", "--metrics-urls": "metrics_urls",
+    "--api-key-file": "api_key_file", "--api-key-env": "api_key_env",
 }
 
 

@@ -38,13 +38,14 @@ async def answers(url: str, timeout_s: float) -> bool:
             writer.close()
 
 
-async def hung_since(url: str, hang_after_s: float, activity: Callable[[], float]) -> float | None:
+async def hung_since(url: str, hang_after_s: float, activity: Callable[[], float]) -> float:
     """Return (a monotonic time: the last sign of life) once the server has shown none for
     hang_after_s: no answer on its health path and no byte on any request (`activity()`: when the
     last one came, so a server whose HTTP threads are all busy streaming is alive, not hung).
-    Never returns while it lives; None if the watch itself broke (then nothing is judged)."""
+    Never returns while it lives. A watch that breaks raises `WatchBroken` naming the cause: the
+    caller runs the load on, but the cell was not checked for hangs and is invalid saying so."""
     interval_s, timeout_s = probe_timing(hang_after_s)
-    alive = time.monotonic()
+    alive = started = time.monotonic()
     try:
         while True:
             if await answers(url, timeout_s):
@@ -55,5 +56,10 @@ async def hung_since(url: str, hang_after_s: float, activity: Callable[[], float
             await asyncio.sleep(interval_s)
     except asyncio.CancelledError:
         raise
-    except Exception:
-        return None
+    except Exception as exc:
+        raise WatchBroken(f"the hang watchdog broke {time.monotonic() - started:.1f} s into the load: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+class WatchBroken(Exception):
+    """The hang watch could not go on judging; its message says when and why."""

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from servebench.load.credentials import authorization
 from servebench.load.records import RequestRecord
 from servebench.load.sse import OPENAI_TOKEN_COUNT, SseStream, count_paths
 
@@ -24,7 +25,8 @@ ERROR_BODY_KEPT = 4096  # bytes of a non-200 answer kept for its error row
 class Endpoint:
     """Where requests go, with the request head pre-rendered once, and where its streamed chunks
     say the running token count and, if they do, the prompt tokens cached and processed (the engine's
-    declarations, `LoadConfig.stream_token_counts` and `prompt_cache_tokens`)."""
+    declarations, `LoadConfig.stream_token_counts` and `prompt_cache_tokens`). A server this process has
+    a key for (servebench/load/credentials.py) gets `Authorization: Bearer <key>` in every request head."""
 
     def __init__(self, url: str, token_counts: tuple[str, ...] | list[str] = OPENAI_TOKEN_COUNT,
                  cache_tokens: tuple[str, ...] | list[str] | None = None):
@@ -36,7 +38,9 @@ class Endpoint:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self.path = parts.path or "/"
-        self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        key = authorization(url)
+        auth = f"Authorization: {key}\r\n" if key is not None else ""
+        self._head = (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{auth}"
                       "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
                       "Connection: keep-alive\r\nContent-Length: ").encode()
 

@@ -81,12 +81,26 @@ class HungSummary(Model):
     reason: str
 
 
+class NodeCpu(Model):
+    """What the cores a server was given on one node did over the cell's window (its node sampler's
+    counts, servebench/telemetry/node_sampler.py): shares of the cores' time [0-1]."""
+
+    node: str
+    cores: str                      # the cores, as a CPU list ("0-3")
+    seconds: float                  # the window the samples cover
+    server_share: float             # the server's processes
+    foreign_share: float            # everything else but servebench's own (samplers, scraper, generator)
+    servebench_share: float
+    top_foreign: str | None = None  # the busiest foreign processes seen ("pid 123 (spin): 0.45, ..."), if any
+
+
 class LoadSummary(SteadySummary, Sparse):
     """The steady-window summary and what only the whole run knows: the server's own counters, the
     warm-up, the workload, and what went wrong."""
 
     SPARSE: ClassVar[tuple[str, ...]] = ("warm_until_steady", "workload", "turns", "counter_check",
-                                         "prefix_cache_hit_rate", "prompt_cache_tokens", "hung")
+                                         "prefix_cache_hit_rate", "prompt_cache_tokens", "hung",
+                                         "hang_watch_error", "node_cpu")
 
     prompt_token_mismatches: int
     warm_until_steady: WarmupOutcome | None = None
@@ -98,6 +112,8 @@ class LoadSummary(SteadySummary, Sparse):
     prefix_cache_hit_rate: float | None = None
     prompt_cache_tokens: PromptCacheCounts | None = None
     hung: HungSummary | None = None
+    hang_watch_error: str | None = None      # the hang watch asked for broke: the run was not checked for hangs
+    node_cpu: list[NodeCpu] | None = None    # added by a campaign from its server nodes' samples
 
 
 class T0(Sparse):

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import uvloop
 
 from servebench.load.config import LoadConfig
-from servebench.load.health import hung_since
+from servebench.load.health import WatchBroken, hung_since
 from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import percentile, steady_summary, ttft
 from servebench.load.pinning import CpuMeter, IdlePolling, place_self, polling_when_idle
@@ -94,6 +94,7 @@ class Window:
     t0: float
     hung: tuple[float, float] | None  # (its last sign of life, when the load stopped), monotonic
     client: ClientUsage
+    unwatched: str | None = None      # why the hang watch asked for could not judge the window
 
 
 class CounterCheck(NamedTuple):
@@ -244,14 +245,15 @@ async def _measure(plan: RunPlan, sender: _Sender, notes: list[str], idle: IdleP
     meter.start()
     t0 = time.monotonic()
     try:
-        hung = await _unless_hung(_sending(plan, sender, t0), config, lambda: _last_activity(sender.records))
+        hung, unwatched = await _unless_hung(_sending(plan, sender, t0), config,
+                                             lambda: _last_activity(sender.records))
     finally:
         gc.enable()
         gc.unfreeze()
         sender.pool.close()
     if hung is not None:
         _mark_hung(sender.records, sender.finished, hung, t0, config)
-    return Window(t0, hung, meter.usage(notes, idle))
+    return Window(t0, hung, meter.usage(notes, idle), unwatched)
 
 
 def _sending(plan: RunPlan, sender: _Sender, t0: float) -> Coroutine[Any, Any, None]:
@@ -275,7 +277,8 @@ def load_summary(plan: RunPlan, sender: _Sender, window: Window, counters: tuple
     client_tokens = sum(r.output_tokens or 0 for r in records)
     counted = counter_check(server_tokens, client_tokens, steady.failed)
     hung = _hung_summary(window.hung, window.t0, config, records, sender.finished) if window.hung is not None else None
-    more = [r for r in (prompt_reason, counted.invalid, hung.reason if hung else None) if r is not None]
+    unwatched = f"not checked for hangs: {window.unwatched}" if window.unwatched is not None else None
+    more = [r for r in (prompt_reason, counted.invalid, hung.reason if hung else None, unwatched) if r is not None]
     summary = LoadSummary(**(dict(steady) | {"valid": steady.valid and not more,
                                              "invalid_reasons": steady.invalid_reasons + more}),
                           prompt_token_mismatches=mismatches, server_output_tokens=server_tokens,
@@ -286,6 +289,8 @@ def load_summary(plan: RunPlan, sender: _Sender, window: Window, counters: tuple
     _add_prefix_cache(summary, config, records, counters)
     if hung is not None:
         summary.hung = hung
+    if window.unwatched is not None:
+        summary.hang_watch_error = window.unwatched
     return summary
 
 
@@ -332,28 +337,39 @@ async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint)
 
 
 async def _unless_hung(sending: Coroutine[Any, Any, None], config: LoadConfig,
-                       activity: Callable[[], float]) -> tuple[float, float] | None:
+                       activity: Callable[[], float]) -> tuple[tuple[float, float] | None, str | None]:
     """Run the sending coroutine; with a health URL and a hang limit, stop it once the server has
-    shown no sign of life for that long (`health.hung_since`). None, or (its last sign of life, when
-    the load was stopped) as monotonic times."""
+    shown no sign of life for that long (`health.hung_since`). Returns (None, or (its last sign of
+    life, when the load was stopped) as monotonic times; None, or why the watch could not judge: it
+    broke, the load ran on to its end, and the run is invalid saying so)."""
     if not (config.health_url and config.hang_after_s):
         await sending
-        return None
+        return None, None
     load = asyncio.ensure_future(sending)
     watch = asyncio.ensure_future(hung_since(config.health_url, config.hang_after_s, activity))
     await asyncio.wait({load, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if not load.done() and watch.result() is None:  # the watch broke: the load runs on, unjudged
+    broke = _broken(watch)
+    if not load.done() and broke is not None:  # the watch broke: the load runs on, not checked for hangs
         await load
     if load.done():
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
         load.result()  # the load's own exception, if it raised
-        return None
+        return None, broke
     load.cancel()
     await asyncio.gather(load, return_exceptions=True)
-    last_sign = watch.result()
-    assert last_sign is not None  # a None result awaited the load above, and so returned
-    return last_sign, time.monotonic()
+    return (watch.result(), time.monotonic()), None
+
+
+def _broken(watch: asyncio.Future[float]) -> str | None:
+    """Why a finished watch could not judge (None: still watching, or it found a hang). A watch that
+    raised anything is broken, not only by `WatchBroken`: nothing it raises may pass for a judged load."""
+    if not watch.done() or watch.cancelled():
+        return None
+    error = watch.exception()
+    if error is None:
+        return None
+    return str(error) if isinstance(error, WatchBroken) else f"the hang watchdog broke: {type(error).__name__}: {error}"
 
 
 def _last_activity(records: list[RequestRecord]) -> float:

@@ -1,10 +1,14 @@
 """One cell of a mode: its load against the mode's server, with the campaign's faults for it, judged
 (`servebench.campaign.outcome`) and landed before the next cell starts; or, after an interrupt,
-landed from the result file it left. A failed cell is landed with its cause."""
+landed from the result file it left. A failed cell is landed with its cause. A cell lands with every
+measurement of it (`cell_attempts`) in one transaction; a superseded measurement's files are moved
+aside under a marker, so that a kill at any point of the move leaves a state a resume reads one way."""
 
 from __future__ import annotations
 
+import glob
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -28,7 +32,7 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     """Measure one cell and land it; return its load summary (None: nothing was measured). A
     measurement the load generator finds invalid is taken again right away, on the same server,
     up to `validity.retries` times (`measure_again`); every attempt lands, the last is the cell's."""
-    attempt = 0
+    attempt = len(superseded_attempts(ctx, cell))  # a resumed cell goes on after the killed run's attempts
     while True:
         problem = server_problem(server)
         if problem is not None:
@@ -40,12 +44,11 @@ def run_one_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
         result, outcome, faults, started, kv_failures = measured
         if not measure_again(outcome, attempt, ctx.campaign.validity.retries, faults):
             break
-        supersede_attempt(ctx, cell, result, attempt, outcome)
+        supersede_attempt(ctx, cell, attempt, outcome)
         attempt += 1
     land_measured_cell(ctx, cell, result, outcome, started=started, correctness=correctness,
                        search_probe=search_probe, kv_failures=kv_failures)
     summary = result["summary"]
-    land_attempt(ctx, cell.key, attempt, False, summary, str(result_file(ctx, cell)))
     throughput = summary.get("output_throughput") or 0.0
     busy = (summary.get("client") or {}).get("core_fraction")
     verdict = "" if summary.get("valid", True) else "  INVALID: " + "; ".join(summary["invalid_reasons"])
@@ -84,25 +87,88 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     return result, outcome, faults, started, count_in_logs(log_from, run.engine.api.kv_failure_pattern)
 
 
-def supersede_attempt(ctx: RunContext, cell: Cell, result: dict, attempt: int, outcome: CellOutcome) -> None:
+def _no_step(step: str) -> None:
+    """A step of a superseded attempt's move reached (nothing to do)."""
+
+
+supersede_step: Callable[[str], None] = _no_step  # called at each step of a supersede: where a test kills it
+
+
+def supersede_attempt(ctx: RunContext, cell: Cell, attempt: int, outcome: CellOutcome) -> None:
     """An invalid measurement about to be taken again: its files move aside (`<key>.attempt<N>.*`, so
-    a resume never lands it as the cell) and it lands as a superseded attempt."""
+    a resume never lands it as the cell); it lands with the cell, as a superseded attempt. The move is
+    recorded first (`<key>.attempt<N>.superseding`) and the marker removed last: a kill before the
+    marker leaves the measurement the cell's result, complete; a kill after it leaves a move that the
+    next reader of the cell's attempts finishes (`finish_supersede`), so the result JSON is never read
+    without its requests."""
     output = result_file(ctx, cell)
-    kept = output.with_name(f"{cell.key}.attempt{attempt}.json")
-    for source, target in ((Path(requests_csv_path(str(output))), Path(requests_csv_path(str(kept)))), (output, kept)):
-        if source.exists():
-            source.replace(target)
-    land_attempt(ctx, cell.key, attempt, True, result["summary"], str(kept))
+    marker = supersede_marker(output, attempt)
+    marker.touch()
+    supersede_step("marked")
+    move_attempt_files(output, attempt)
+    marker.unlink()
+    supersede_step("done")
     reporter().stage(f"{cell.key}: measured again, attempt {attempt} was invalid: "
                      + "; ".join(outcome.invalid_reasons or []))
 
 
+def attempt_file(output: Path, attempt: int) -> Path:
+    """Where a superseded attempt's result JSON is kept (its requests beside it, as the cell's are)."""
+    return output.with_name(f"{output.stem}.attempt{attempt}.json")
+
+
+def supersede_marker(output: Path, attempt: int) -> Path:
+    """The record that the attempt's files are being moved aside (not `.json`: no result)."""
+    return output.with_name(f"{output.stem}.attempt{attempt}.superseding")
+
+
+def move_attempt_files(output: Path, attempt: int) -> None:
+    """The cell's requests CSV, then its JSON, to the attempt's names; a file already moved is skipped,
+    so a move a kill interrupted is finished by doing it again."""
+    kept = attempt_file(output, attempt)
+    for step, (source, target) in enumerate(((Path(requests_csv_path(str(output))), Path(requests_csv_path(str(kept)))),
+                                             (output, kept))):
+        if source.exists():
+            source.replace(target)
+        supersede_step(("csv", "json")[step])
+
+
+def finish_supersede(output: Path) -> None:
+    """Finish each move of an attempt's files that a kill interrupted (its marker still there): before
+    the cell's result is read or measured again, never after."""
+    for marker in sorted(output.parent.glob(f"{glob.escape(output.stem)}.attempt*.superseding")):
+        attempt = marker.name.removeprefix(f"{output.stem}.attempt").removesuffix(".superseding")
+        if attempt.isdigit():
+            move_attempt_files(output, int(attempt))
+            marker.unlink()
+
+
+def superseded_attempts(ctx: RunContext, cell: Cell) -> list[CellAttempt]:
+    """The cell's measurements superseded so far in the run (`<key>.attempt<N>.json`, N from 0; a
+    killed run's too), an interrupted move finished first; each summary judged again as it was when it
+    was superseded (the verdict marks it invalid in place where the orchestrator's own checks find it
+    so: another process's share of the server's cores)."""
+    output = result_file(ctx, cell)
+    finish_supersede(output)
+    found: list[CellAttempt] = []
+    while (kept := attempt_file(output, len(found))).exists():
+        summary = load_result(kept)["summary"]
+        measured_outcome(ctx.campaign, cell, summary)  # its verdict marks the summary as the cell's marked it
+        found.append(CellAttempt(cell_key=cell.key, attempt=len(found), superseded=True, summary=summary,
+                                 result_path=str(kept)))
+    return found
+
+
 def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) -> bool:
     """Land a cell measured but not landed before the run was cut (its complete JSON in the run
-    directory; the load generator writes it last and atomically), judged as a measured cell is.
-    Whether it did."""
+    directory; the load generator writes it last and atomically), judged as a measured cell is, with
+    its attempts. Whether it did. A JSON whose move aside a kill interrupted is an attempt, not the
+    cell's result: the move is finished first."""
     output = result_file(ctx, cell)
-    if cell.key in ctx.statuses or not output.exists():
+    if cell.key in ctx.statuses:
+        return False
+    finish_supersede(output)
+    if not output.exists():
         return False
     result = load_result(output)
     outcome = measured_outcome(ctx.campaign, cell, result["summary"], faults=FaultEvidence.planned(ctx.campaign, cell))
@@ -113,18 +179,25 @@ def land_result_file(ctx: RunContext, cell: Cell, search_probe: bool = False) ->
 def land_measured_cell(ctx: RunContext, cell: Cell, result: dict, outcome: CellOutcome, *,
                        started: datetime | None, correctness: str | None = None, search_probe: bool = False,
                        kv_failures: int | None = None) -> None:
-    """A cell the load generator measured, with its verdict, into the warehouse and the run's count."""
+    """A cell the load generator measured, with its verdict and every attempt (the superseded ones, then
+    this one), into the warehouse and the run's count. Its requests from the CSV beside the result, else
+    from the result itself."""
     output = result_file(ctx, cell)
-    measured = CellMeasurement(result=result, result_path=str(output),
-                               requests_csv=Path(requests_csv_path(str(output))), kv_failures=kv_failures)
-    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe, measured))
+    csv = Path(requests_csv_path(str(output)))
+    measured = CellMeasurement(result=result, result_path=str(output), requests_csv=csv if csv.exists() else None,
+                               kv_failures=kv_failures)
+    attempts = superseded_attempts(ctx, cell)
+    attempts.append(CellAttempt(cell_key=cell.key, attempt=len(attempts), superseded=False, summary=result["summary"],
+                                result_path=str(output)))
+    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe, measured), attempts)
 
 
 def land_failed_cell(ctx: RunContext, cell: Cell, error: str, started: datetime | None = None,
                      correctness: str | None = None, search_probe: bool = False) -> None:
-    """A cell that failed without a measurement, with its cause."""
+    """A cell that failed without a measurement, with its cause (and the attempts superseded before)."""
     outcome = failed_outcome(ctx.campaign, error)
-    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe))
+    land_cell(ctx, outcome, cell_record(ctx, cell, outcome, started, correctness, search_probe),
+              superseded_attempts(ctx, cell))
     reporter().cell_finished(cell.key, "failed", error.splitlines()[0][:160])
 
 
@@ -137,18 +210,13 @@ def cell_record(ctx: RunContext, cell: Cell, outcome: CellOutcome, started: date
                       search_probe=search_probe, started_at=started, ended_at=now(), measured=measured)
 
 
-def land_cell(ctx: RunContext, outcome: CellOutcome, record: CellRecord) -> None:
+def land_cell(ctx: RunContext, outcome: CellOutcome, record: CellRecord,
+              attempts: list[CellAttempt] | None = None) -> None:
     """A plain call, not a task run: a measured cell lands even when the orchestration API falters
-    (and while a Ctrl-C unwinds); then the run counts its verdict."""
-    ctx.results.cell(record)
+    (and while a Ctrl-C unwinds), its row, requests and attempts in one transaction; then the run
+    counts its verdict."""
+    ctx.results.cell(record, attempts or [])
     ctx.record(record.cell, outcome)
-
-
-def land_attempt(ctx: RunContext, cell_key: str, attempt: int, superseded: bool, summary: dict,
-                 result_path: str | None) -> None:
-    """One measurement of a cell (a plain call, as a cell's landing is)."""
-    ctx.results.cell_attempt(CellAttempt(cell_key=cell_key, attempt=attempt, superseded=superseded, summary=summary,
-                                         result_path=result_path))
 
 
 def result_file(ctx: RunContext, cell: Cell) -> Path:

@@ -189,6 +189,10 @@ class NodeCommands(ABC):
     def command(self, node: Node, argv: list[str]) -> list[str]:
         """The command line `start` runs for argv on the node (what `servebench plan` prints)."""
 
+    def environment_lines(self) -> list[str]:
+        """What else decides a node command's environment, for the plan (Slurm: srun's --export)."""
+        return []
+
     @abstractmethod
     def free_port(self, node: Node) -> int:
         """A TCP port free on the node's address, chosen on the node."""

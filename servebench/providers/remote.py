@@ -8,6 +8,7 @@ leaves (PID, exit code, log), the start and status scripts."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shlex
 import subprocess
@@ -147,6 +148,51 @@ def env_argv(env: dict[str, str], unset: list[str] | tuple[str, ...] = ()) -> li
     return argv + [f"{name}={value}" for name, value in env.items()]
 
 
+# ---------------------------------------------------------------------- the site's setup on every node
+
+PRELUDE_NAME = "prelude.sh"
+SETUP_FAILED_EXIT = 125
+# A node's PATH where the login node's is not exported (a Slurm step with `export:` other than all).
+DEFAULT_NODE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Sources the prelude (argv: its path, then the command), then execs the command: the command keeps the PID.
+PRELUDE_RUNNER = f'. "$1" || exit {SETUP_FAILED_EXIT}; shift; exec "$@"'
+# Writes stdin to a file of the run's directory, mode 0600, atomically (argv: run dir, file).
+PRELUDE_WRITER = 'umask 077; mkdir -p "$1" && cat >"$2.tmp" && mv -f "$2.tmp" "$2"'
+
+
+def setup_script(setup: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """Shell text that gives PATH a default if it has none, runs each `setup` line in order (a line that
+    fails ends the shell with exit 125, the line named on stderr), then exports `env` (values quoted:
+    read as text, never run)."""
+    lines = [f'PATH="${{PATH:-{DEFAULT_NODE_PATH}}}"; export PATH']
+    for number, line in enumerate(setup, 1):
+        said = shlex.quote(f"servebench: provider.setup line {number} failed: {line}")
+        lines += [line, f"[ $? -eq 0 ] || {{ printf '%s\\n' {said} >&2; exit {SETUP_FAILED_EXIT}; }}"]
+    for name, value in (env or {}).items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise ValueError(f"bad environment variable name {name!r}")
+        lines.append(f"{name}={shlex.quote(value)}; export {name}")
+    return "\n".join(lines) + "\n"
+
+
+def prelude_text(setup: Sequence[str], env: dict[str, str]) -> str:
+    """The run's prelude on a node: what every command that starts a program there sources first."""
+    return "# servebench: the campaign's provider.setup and provider.env\n" + setup_script(setup, env)
+
+
+def prelude_argv(prelude: str, argv: list[str]) -> list[str]:
+    """argv run after sourcing the node's prelude file (its path only on the command line, no value)."""
+    return ["sh", "-c", PRELUDE_RUNNER, "sh", prelude, *argv]
+
+
+def inline_setup_argv(setup: Sequence[str], argv: list[str], shell: str = "sh") -> list[str]:
+    """argv after the setup lines, in one `sh -c` (no file: a local node, or a step before the run's
+    directory exists); no environment values on it. argv as is without setup lines."""
+    if not setup:
+        return list(argv)
+    return [shell, "-c", setup_script(setup) + 'exec "$@"', "sh", *argv]
+
+
 def remote_files(run_dir: str, sequence: int, log_name: str) -> RemoteFiles:
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in log_name) or "process"
     base = f"{run_dir}/{sequence:03d}-{safe.removesuffix('.log') or 'process'}"
@@ -266,12 +312,12 @@ class CommandChannel:
         return result.stdout
 
     def call(self, host: str, source: Path, function: str, python: str, timeout: float | None = DEFAULT_TIMEOUT_S,
-             **kwargs) -> object:
-        """Call a function of a stdlib-only source file on the node with its python; its JSON result
-        (the source is sent on stdin: nothing of servebench is installed there)."""
+             argv_prefix: Sequence[str] = (), **kwargs) -> object:
+        """Call a function of a stdlib-only source file on the node with its python (after `argv_prefix`:
+        the run's prelude); its JSON result (the source is sent on stdin: nothing of servebench is installed there)."""
         request = json.dumps({"file": source.name, "call": function, "kwargs": kwargs})
-        out = self.checked(host, [python, "-c", BOOTSTRAP], f"{source.stem}.{function}", timeout=timeout,
-                           input=request + "\n" + source.read_text())
+        out = self.checked(host, [*argv_prefix, python, "-c", BOOTSTRAP], f"{source.stem}.{function}",
+                           timeout=timeout, input=request + "\n" + source.read_text())
         return json.loads(out)
 
     def copy_from(self, host: str, remote_path: str, local_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
@@ -312,6 +358,7 @@ class RemoteProcess:
     channel: CommandChannel = field(repr=False)
     python: str = "python3"
     mark: str = ""                   # its node_tools.MARK_VARIABLE value: found on the node even unrecorded
+    prefix: list[str] = field(default_factory=list)  # what runs the node's python after the run's setup
     started_monotonic: float = field(default_factory=time.monotonic)
     known_descendants: dict[str, int] = field(default_factory=dict)  # pid -> start ticks
     _ended: bool = False
@@ -340,7 +387,8 @@ class RemoteProcess:
         """Note what it has spawned so far, on its node: stopped with it even if it left the group."""
         # node_tools.descendants returns {pid: start ticks} as JSON (the PIDs as strings).
         found = cast(dict[str, int], self.channel.call(self.node, NODE_TOOLS, "descendants", self.python,
-                                                       pid=self.pid, start=self.start_ticks))
+                                                       argv_prefix=self.prefix, pid=self.pid,
+                                                       start=self.start_ticks))
         self.known_descendants |= found
 
     def fetch_log(self) -> Path | None:
@@ -358,7 +406,8 @@ class RemoteProcess:
         if it had to be killed before its wrapper could record one)."""
         # node_tools.stop_tree returns a JSON object: exit_code, killed (PIDs), targets, left.
         result = cast(dict[str, Any], self.channel.call(
-            self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S, pid=self.pid,
+            self.node, NODE_TOOLS, "stop_tree", self.python, timeout=grace_s + STOP_SLACK_S,
+            argv_prefix=self.prefix, pid=self.pid,
             start=self.start_ticks, known=self.known_descendants, grace_s=grace_s, exit_path=self.files.exit,
             mark=self.mark))
         code = result["exit_code"]
@@ -401,6 +450,8 @@ class RemoteNodes(Provider):
         self._started: list = []
         self._sequence = 0
         self._touched: set[str] = set()  # nodes where the run dir may exist
+        self._preluded: set[str] = set()  # nodes where the run's prelude is written
+        self.prelude = f"{self.run_dir}/{PRELUDE_NAME}"
 
     def channel(self) -> CommandChannel:
         raise NotImplementedError
@@ -409,15 +460,34 @@ class RemoteNodes(Provider):
         """The name the channel knows the node by; ValueError for a node that is not the run's."""
         raise NotImplementedError
 
+    def needs_prelude(self) -> bool:
+        """Whether the nodes' commands source the run's prelude: the campaign gives `setup` or `env`."""
+        return bool(self.spec.setup or self.spec.env)
+
+    def prelude_prefix(self, host: str) -> list[str]:
+        """What goes before a command that starts a program on the host: the run's prelude sourced,
+        written there first (once per host, through stdin: no value on a command line). [] without one."""
+        if not self.needs_prelude():
+            return []
+        if host not in self._preluded:
+            self._touched.add(host)
+            self.channel().checked(host, ["sh", "-c", PRELUDE_WRITER, "sh", self.run_dir, self.prelude],
+                                   "writing the run's provider.setup and provider.env",
+                                   input=prelude_text(self.spec.setup, self.spec.env))
+            self._preluded.add(host)
+        return prelude_argv(self.prelude, [])
+
     def _call(self, node: Node, source: Path, function: str, timeout: float | None = DEFAULT_TIMEOUT_S, **kwargs):
-        return self.channel().call(self.node_host(node), source, function, self.spec.python, timeout=timeout,
-                                   **kwargs)
+        host = self.node_host(node)
+        return self.channel().call(host, source, function, self.spec.python, timeout=timeout,
+                                   argv_prefix=self.prelude_prefix(host), **kwargs)
 
     # ------------------------------------------------------------------ commands on a node
 
     def run(self, node: Node, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """argv on the node through the channel (every argument arrives as given); the command's exit code."""
-        return self.channel().run(self.node_host(node), list(argv), timeout=timeout)
+        host = self.node_host(node)
+        return self.channel().run(host, self.prelude_prefix(host) + list(argv), timeout=timeout)
 
     def inventory(self, node: Node) -> dict:
         """servebench.providers.inventory.collect, run by the node's python3 (its source sent over); an
@@ -477,15 +547,21 @@ class RemoteNodes(Provider):
         """What every process of this start (and all it spawns) carries in its environment."""
         return f"{self.run_id}.{sequence}"
 
-    def _full_argv(self, node: Node, argv: list[str], env: dict[str, str], unset, sequence: int) -> list[str]:
-        """argv pinned to the node's CPUs, with the run's TMPDIR, `env` and its mark added and `unset` removed."""
+    def _full_argv(self, node: Node, argv: list[str], env: dict[str, str], unset, sequence: int,
+                   prefix: Sequence[str] = ()) -> list[str]:
+        """argv after `prefix` (the run's prelude), with the run's TMPDIR, `env` and its mark added and
+        `unset` removed, pinned to the node's CPUs."""
         marked = {"TMPDIR": self.run_dir, **env, node_tools.MARK_VARIABLE: self._mark(sequence)}
-        return env_argv(marked, list(unset)) + pinned_argv(node.cpus, list(argv))
+        return [*prefix, *env_argv(marked, list(unset)), *pinned_argv(node.cpus, list(argv))]
+
+    def planned_prefix(self) -> list[str]:
+        """The prelude part of a command line as `plan` shows it (nothing is written for a plan)."""
+        return prelude_argv(self.prelude, []) if self.needs_prelude() else []
 
     def command(self, node: Node, argv: list[str]) -> list[str]:
         """The command line `start` runs for argv (environment aside), as `plan` prints it."""
         files = remote_files(self.run_dir, 0, "process.log")
-        script = start_script(self.run_dir, files, self._full_argv(node, argv, {}, (), 0))
+        script = start_script(self.run_dir, files, self._full_argv(node, argv, {}, (), 0, self.planned_prefix()))
         return self.channel().pipe_argv(self.node_host(node), ["sh", "-c", script, "sh"])
 
     def _before_start(self, host: str) -> None:
@@ -500,12 +576,14 @@ class RemoteNodes(Provider):
         self._sequence += 1
         sequence = self._sequence
         files = remote_files(self.run_dir, sequence, Path(log_path).name)
-        script = start_script(self.run_dir, files, self._full_argv(node, argv, env, unset, sequence))
+        prefix = self.prelude_prefix(host)
+        script = start_script(self.run_dir, files, self._full_argv(node, argv, env, unset, sequence, prefix))
         self._touched.add(host)
         self._before_start(host)
         pid, ticks = parse_started(channel.checked(host, ["sh", "-c", script, "sh"], f"starting {argv[:1]}"))
         process = RemoteProcess(node=host, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
-                                argv=list(argv), channel=channel, python=self.spec.python, mark=self._mark(sequence))
+                                argv=list(argv), channel=channel, python=self.spec.python, mark=self._mark(sequence),
+                                prefix=prefix)
         self._started.append(process)
         return process
 
@@ -543,7 +621,8 @@ class RemoteNodes(Provider):
         errors = []
         for host in sorted(self._touched):
             try:
-                self.channel().call(host, NODE_TOOLS, "stop_marked", self.spec.python, prefix=f"{self.run_id}.",
+                self.channel().call(host, NODE_TOOLS, "stop_marked", self.spec.python,
+                                    argv_prefix=self.prelude_prefix(host), prefix=f"{self.run_id}.",
                                     grace_s=LEFTOVER_GRACE_S)
                 self.channel().checked(host, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
             except self.node_gone:
@@ -551,4 +630,5 @@ class RemoteNodes(Provider):
             except self.node_error as exc:
                 errors.append(str(exc))
         self._touched.clear()
+        self._preluded.clear()
         return errors

@@ -43,6 +43,29 @@ threads = str(len(cpus))
 for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[name] = threads
 out = {"cpus": cpus, "threads": len(cpus), "notes": []}
+
+def core_ticks():
+    busy = total = 0
+    with open("/proc/stat") as stat:
+        for line in stat:
+            name, *values = line.split()
+            if name[3:].isdigit() and int(name[3:]) in cpus:
+                ticks = [int(v) for v in values[:8]]
+                busy, total = busy + sum(ticks) - ticks[3] - ticks[4], total + sum(ticks)
+    return busy, total
+
+# how busy others kept the cores just before the measurement (this program sleeps meanwhile), and the load
+try:
+    was = core_ticks()
+    time.sleep(0.5)
+    now = core_ticks()
+    out["busy_before"] = round((now[0] - was[0]) / (now[1] - was[1]), 3) if now[1] > was[1] else None
+except (OSError, ValueError):
+    out["busy_before"] = None
+try:
+    out["load_avg_1m"] = float(open("/proc/loadavg").read().split()[0])
+except (OSError, ValueError, IndexError):
+    out["load_avg_1m"] = None
 budget = float(args["budget_s"])
 shapes = [tuple(shape) for shape in args["matmul_shapes"]]
 SMALL = 256
@@ -161,7 +184,8 @@ def parse(stdout: str) -> dict:
     notes = list(raw.get("notes") or [])
     kernels = {key: raw[f"matmul_kernel_{key}"] for key in ("bf16", "fp32") if raw.get(f"matmul_kernel_{key}")}
     return {**result, "cpus": [int(c) for c in raw.get("cpus") or []], "library": raw.get("library"),
-            "bandwidth_kernel": raw.get("bandwidth_kernel"), "matmul_kernels": kernels, "notes": notes}
+            "bandwidth_kernel": raw.get("bandwidth_kernel"), "matmul_kernels": kernels, "notes": notes,
+            "busy_before": raw.get("busy_before"), "load_avg_1m": raw.get("load_avg_1m")}
 
 
 def method(result: dict) -> str:
@@ -179,11 +203,28 @@ def cache_key(hostname: str, cpu_model: str, cpus: list[int], build_key: str, em
 
 
 def cached(cache: Path, key: str) -> dict | None:
+    """The figures kept under `key`, with `measured_at` (unix s; for figures kept before it was recorded,
+    when their file was written)."""
     path = cache / "roofline" / f"{key}.json"
     try:
-        return json.loads(path.read_text())
+        figures = json.loads(path.read_text())
+        if isinstance(figures, dict) and figures.get("measured_at") is None:
+            figures["measured_at"] = path.stat().st_mtime
     except (OSError, ValueError):
         return None
+    return figures if isinstance(figures, dict) else None
+
+
+def stale(figures: dict, now: float, max_age_s: float, max_busy: float) -> str | None:
+    """Why cached figures are measured again (None: they stand): older than `max_age_s`, or measured
+    while other processes kept the cores busier than `max_busy` (a share of their time)."""
+    age = now - float(figures.get("measured_at") or 0.0)
+    if age > max_age_s:
+        return f"measured {age / 86400:.1f} days ago (at most {max_age_s / 86400:g})"
+    busy = figures.get("busy_before")
+    if busy is not None and busy > max_busy:
+        return f"measured while others kept its cores {busy:.0%} busy (at most {max_busy:.0%})"
+    return None
 
 
 def keep(cache: Path, key: str, result: dict) -> None:

@@ -1,11 +1,15 @@
 """Each server node's roofline measured once its engine build is placed there (docs/roofline.md): the
 micro-benchmark of `servebench/roofline/benchmark.py` run through `Provider.run` by the build's python
 (the node's python3 for a build of binaries only), under qemu-user on an emulated node, pinned to the
-node's CPUs; cached per (hostname, CPU model, CPUs, build key). A failure is a note, never the run's."""
+node's CPUs; cached per (hostname, CPU model, CPUs, build key) with when it was measured and how busy
+others kept the cores then, and measured again once older than the campaign's `roofline.max_age_days`
+or at once when it was measured on cores busier than `roofline.max_busy`. A failure is a note, never
+the run's."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from servebench.builds.venv import EngineBuild
@@ -16,16 +20,32 @@ from servebench.providers import Node, Provider
 from servebench.roofline import benchmark as roofline
 
 TIMEOUT_S = 120.0   # torch's import and the matmuls take seconds natively; minutes under qemu at most
+DAY_S = 86400.0
 
 
-def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineBuild) -> dict:
-    """The node's figures (`roofline.parse`'s dict, with `emulated`, `method`, `cached`), from the cache
-    when this node and build were measured before."""
+@dataclass(frozen=True)
+class CacheLimits:
+    """When cached figures are measured again (the campaign's `roofline:` block): older than
+    `max_age_days`, or measured while others kept the cores busier than `max_busy`."""
+
+    max_age_days: float = 7.0
+    max_busy: float = 0.25
+
+
+DEFAULT_LIMITS = CacheLimits()
+
+
+def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineBuild,
+                 limits: CacheLimits = DEFAULT_LIMITS) -> dict:
+    """The node's figures (`roofline.parse`'s dict, with `emulated`, `method`, `measured_at` [unix s],
+    `busy_before`, `cached`), from the cache when this node and build were measured before and the
+    figures are neither too old nor taken on busy cores (then `remeasured` says why they were not used)."""
     emulated = node.emulate is not None
     key = roofline.cache_key(str(inventory.get("hostname") or node.address), str(inventory.get("cpu_model") or "?"),
                              node.cpus, build.key, emulated)
     kept = roofline.cached(cache_dir(), key)
-    if kept is not None:
+    why = None if kept is None else roofline.stale(kept, time.time(), limits.max_age_days * DAY_S, limits.max_busy)
+    if kept is not None and why is None:
         return {**kept, "cached": True}
     if build.python_version:
         python = build.python
@@ -39,13 +59,14 @@ def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineB
     if result.returncode != 0:
         raise RuntimeError(f"exit {result.returncode}: {(result.stderr or '').strip()[-300:]}")
     figures = roofline.parse(result.stdout)
-    figures.update(emulated=emulated, method=roofline.method(figures), seconds=round(time.monotonic() - started, 1))
+    figures.update(emulated=emulated, method=roofline.method(figures), seconds=round(time.monotonic() - started, 1),
+                   measured_at=round(time.time(), 3))
     roofline.keep(cache_dir(), key, figures)
-    return {**figures, "cached": False}
+    return {**figures, "cached": False} | ({"remeasured": why} if why else {})
 
 
 def measure_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict], build: EngineBuild,
-                  log: Callable[[str], None] = print) -> dict[str, dict]:
+                  log: Callable[[str], None] = print, limits: CacheLimits = DEFAULT_LIMITS) -> dict[str, dict]:
     """{node name: figures} for each node the build runs on; a node that could not be measured is
     said and left out (its columns stay NULL)."""
     found: dict[str, dict] = {}
@@ -54,12 +75,15 @@ def measure_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, 
         if arch_problem(node, inventory, build.platform):
             continue
         try:
-            figures = measure_node(provider, node, inventory, build)
+            figures = measure_node(provider, node, inventory, build, limits)
         except Exception as exc:  # the roofline is context, never a reason to stop the run
             log(f"node {node.name}: roofline not measured: {str(exc).splitlines()[0] if str(exc) else exc!r}")
             continue
         found[node.name] = figures
         how = "cached" if figures.get("cached") else f"measured in {figures.get('seconds')} s"
+        how += f", again: the cached figures were {figures['remeasured']}" if figures.get("remeasured") else ""
+        busy = figures.get("busy_before")
+        how += f"; others kept its cores {busy:.0%} busy" if busy is not None and busy > limits.max_busy else ""
         log(f"node {node.name} roofline ({how}{', emulated' if figures.get('emulated') else ''}): "
             f"{roofline_summary(figures)}")
     return found

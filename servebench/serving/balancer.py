@@ -14,6 +14,12 @@ log, pid file and temp directories; `-p`, `-e` and every `*_temp_path` set, so n
 /var): the config and logs are what the run keeps. It is started in the foreground (`daemon off`)
 and stopped by PID with everything it spawned, like every other process of a run (under `/bin/sh -c`, which
 keeps the run's process mark that nginx's process title overwrites: `marked_argv`).
+
+Authentication: nginx passes the client's `Authorization` header on to the replicas (its default for
+every request header), and with the run's token it checks the header itself under /v1/ (as vLLM does):
+`auth_include` names a file of the run's secret directory (`AUTH_INCLUDE`, mode 0600, next to the token
+and copied with it) that holds the one `if` line with the token, so nginx.conf, which the run keeps and
+`servebench plan` prints, names only the file.
 """
 
 from __future__ import annotations
@@ -65,18 +71,52 @@ class Balancer:
         return self.directory / "error.log"
 
 
-def nginx_config(instances: dict[str, str], policy: str, listen: str, prefix: str) -> str:
+AUTH_INCLUDE = "nginx-auth.conf"          # in the run's secret directory, beside the token
+PROXY = """            proxy_pass http://replicas;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_cache off;
+            proxy_connect_timeout 10s;
+            proxy_read_timeout {timeout}s;
+            proxy_send_timeout {timeout}s;"""
+
+
+def auth_include_text(token: str) -> str:
+    """The include that refuses a request without `Authorization: Bearer <token>` (401, as vLLM answers)."""
+    if not token or any(c in token for c in '"\\$;{} \t\n'):
+        raise ValueError("a token for nginx must be non-empty, without quotes, '$', ';', braces or spaces")
+    return f'if ($http_authorization != "Bearer {token}") {{ return 401 "unauthorized\\n"; }}\n'
+
+
+def write_auth_include(secret_dir: Path, token: str) -> Path:
+    """The include file in the run's secret directory, mode 0600 from its creation on."""
+    path = secret_dir / AUTH_INCLUDE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(auth_include_text(token))
+    return path
+
+
+def nginx_config(instances: dict[str, str], policy: str, listen: str, prefix: str,
+                 auth_include: str | None = None) -> str:
     """nginx.conf for one endpoint over the replicas: one worker (its connection counts are then exact for
     least_conn, and one event loop is plenty for a CPU cluster's request rates), HTTP/1.1 with keepalive to
     the replicas, no buffering either way (streamed tokens pass at once), long timeouts, and the replica of
     every request in the access log. `/metrics` answers 404: one replica's counters are not the mode's, so a
-    reader of counters (the load generator's token check) skips them rather than compare half the tokens."""
+    reader of counters (the load generator's token check) skips them rather than compare half the tokens.
+    With `auth_include` (the path of `AUTH_INCLUDE` where nginx runs) a request under /v1/ without the run's
+    token is refused by nginx itself; the header goes on to the replicas either way."""
     if policy not in POLICY_DIRECTIVES:
         raise ValueError(f"balancer policy {policy!r}: one of {', '.join(POLICY_DIRECTIVES)}")
     servers = "\n".join(f"        server {urlsplit(url).netloc} max_fails=0;  # {name}"
                         for name, url in instances.items())
     temps = "\n".join(f"    {name}_temp_path {prefix}/temp/{name};" for name in TEMP_DIRS)
     policy_line = f"        {POLICY_DIRECTIVES[policy]}\n" if POLICY_DIRECTIVES[policy] else ""
+    proxy = PROXY.format(timeout=READ_TIMEOUT_S)
+    guarded = (f"        location /v1/ {{\n            include {auth_include};\n{proxy}\n        }}\n"
+               if auth_include else "")
     return f"""# servebench: the balancer of a replicas mode ({policy}); started as
 #   nginx -p {prefix} -c {prefix}/nginx.conf -e {prefix}/error.log -g 'daemon off; pid {prefix}/nginx.pid;'
 worker_processes 1;
@@ -96,16 +136,8 @@ http {{
     server {{
         listen {listen};
         location = /metrics {{ return 404 "a replicas mode: each replica's /metrics is its own\\n"; }}
-        location / {{
-            proxy_pass http://replicas;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_cache off;
-            proxy_connect_timeout 10s;
-            proxy_read_timeout {READ_TIMEOUT_S}s;
-            proxy_send_timeout {READ_TIMEOUT_S}s;
+{guarded}        location / {{
+{proxy}
         }}
     }}
 }}
@@ -130,21 +162,23 @@ def marked_argv(argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", SUPERVISOR.format(command=shlex.join(argv))]
 
 
-def write_config(directory: Path, instances: dict[str, str], policy: str, listen: str, prefix: str) -> Path:
+def write_config(directory: Path, instances: dict[str, str], policy: str, listen: str, prefix: str,
+                 auth_include: str | None = None) -> Path:
     """The balancer's directory: nginx.conf and the temp directories (nginx creates none it is not told of)."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in TEMP_DIRS:
         (directory / "temp" / name).mkdir(parents=True, exist_ok=True)
     config = directory / "nginx.conf"
-    config.write_text(nginx_config(instances, policy, listen, prefix))
+    config.write_text(nginx_config(instances, policy, listen, prefix, auth_include))
     return config
 
 
 def start_balancer(provider: Provider, client: Node | None, mode: str, policy: str, instances: dict[str, str],
-                   run_dir: Path, mark: str) -> Balancer:
+                   run_dir: Path, mark: str, auth_include: str | None = None) -> Balancer:
     """nginx for the mode's replicas: on the client node through the provider (its directory copied there when
     that node does not share ours), else on this host; listening on a free port of that node (this host: the
-    loopback). `mark`: the run's process mark, so a resume finds a balancer left by a killed orchestrator."""
+    loopback). `mark`: the run's process mark, so a resume finds a balancer left by a killed orchestrator.
+    `auth_include`: the token's include file where nginx runs (placed there already), or None."""
     directory = Path(run_dir) / "balancer" / mode
     if directory.exists():   # a restart of the mode's server: the earlier balancer's files go aside, kept
         kept = directory.with_name(f"{mode}.{len(list(directory.parent.glob(f'{mode}.*'))) + 2}")
@@ -152,7 +186,7 @@ def start_balancer(provider: Provider, client: Node | None, mode: str, policy: s
     if client is None:
         address = "127.0.0.1"
         port = node_tools.free_port(address)
-        write_config(directory, instances, policy, f"{address}:{port}", str(directory))
+        write_config(directory, instances, policy, f"{address}:{port}", str(directory), auth_include)
         env = os.environ | {node_tools.MARK_VARIABLE: mark}
         argv = marked_argv(nginx_argv(str(directory), shutil.which("nginx") or NGINX))
         process: NodeProcess = ManagedProcess.start(argv, env=env, log_path=directory / "nginx.log")
@@ -161,7 +195,7 @@ def start_balancer(provider: Provider, client: Node | None, mode: str, policy: s
     port = provider.free_port(client)
     shared = provider.shares(str(directory.parent))
     remote = str(directory) if shared else f"{provider.scratch_dir(client)}/balancer/{mode}"
-    write_config(directory, instances, policy, f"{client.address}:{port}", remote)
+    write_config(directory, instances, policy, f"{client.address}:{port}", remote, auth_include)
     if not shared:
         provider.put_tree(client, directory, remote)
     process = provider.start(client, marked_argv(nginx_argv(remote)), {node_tools.INSTRUMENT_VARIABLE: "1"},

@@ -78,16 +78,19 @@ def gate_prompts(vocab_size: int) -> list[list[int]]:
 
 
 def ask(base_url: str, model: str, vocab_size: int, extras: Mapping[str, Any],
-        read_choice: Callable[[dict], GateChoice], timeout_s: float = 120.0) -> GateAnswer:
+        read_choice: Callable[[dict], GateChoice], timeout_s: float = 120.0, api_key: str | None = None
+        ) -> GateAnswer:
     """The server's greedy answers to the gate prompts (OpenAI completions with logprobs; the
     engine's `extras` make it answer exactly GATE_OUTPUT_LEN tokens, and its `read_choice` reads
-    the token ids, logprobs and top candidates from each answer)."""
+    the token ids, logprobs and top candidates from each answer); with `api_key`, the run's token,
+    sent as `Authorization: Bearer` (never logged: an error says the status, not the request)."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     tokens, logprobs, top = [], [], []
     for prompt in gate_prompts(vocab_size):
         body = {"model": model, "prompt": prompt, "max_tokens": GATE_OUTPUT_LEN, "temperature": 0.0,
                 "logprobs": GATE_LOGPROBS, **extras}
         request = urllib.request.Request(base_url.rstrip("/") + "/v1/completions", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+                                         headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             choice = json.loads(response.read())["choices"][0]
         ids, lps, candidates = read_choice(choice)

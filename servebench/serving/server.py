@@ -5,7 +5,9 @@ A mode's server starts once and serves all of that mode's cells. Its processes s
 the order the engine gives; one with a `ready_port` (an RPC worker the API process will
 connect to) is waited on before the next starts. Readiness is the first 200 on the API
 process's health path; a process that exits or a server that times out first is reported
-with the tail of its log, which is kept in the run directory.
+with the tail of its log, which is kept in the run directory. A process with `env_files` (the
+run's token as an engine's key variable) starts under a shell that sets them from the files on
+its node and execs it (servebench/load/run_secret.py): the value is in no command line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from servebench.engines.base import ProcessLaunch, ServerLaunch
+from servebench.load.run_secret import env_from_files_argv
 from servebench.logs import tail_text
 from servebench.platform.emulation import node_argv
 from servebench.providers.base import Node, NodeProcess, Provider
@@ -56,6 +59,8 @@ class Server:
     # ({"r0": url, ...}); empty for one server (its data-parallel engines come apart by label)
     instance_urls: dict[str, str] = field(default_factory=dict)
     balancer: Balancer | None = None                               # nginx in front of the replicas, at `url`
+    api_key_file: str | None = None        # the run's token file on this host: what the gate sends (None: no key)
+    client_key_file: str | None = None     # the same file where the load generator runs (its node's path)
 
     @property
     def api(self) -> RunningProcess:
@@ -103,8 +108,8 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
             node = by_name[process_launch.node]
             suffix = f".{process_launch.label}" if process_launch.label else ""
             log_path = log_dir / f"{mode}{suffix}.log"
-            process = provider.start(node, node_argv(node, process_launch.argv), process_launch.env, log_path,
-                                     unset=process_launch.unset_env)
+            argv = env_from_files_argv(process_launch.env_files, node_argv(node, process_launch.argv))
+            process = provider.start(node, argv, process_launch.env, log_path, unset=process_launch.unset_env)
             server.processes.append(RunningProcess(process_launch, node, process, log_path))
             if process_launch.ready_port is not None and not process_launch.api:
                 _wait_port(server, server.processes[-1], ready_timeout_s)

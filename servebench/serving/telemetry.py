@@ -16,6 +16,7 @@ from servebench.progress import reporter
 from servebench.providers import Node, NodeProcess, Provider, node_tools
 from servebench.serving.deployment import Deployment
 from servebench.serving.server import Server
+from servebench.telemetry.node_sampler import boot_id
 from servebench.telemetry.timebase import rewrite_in_orchestrator_time
 
 
@@ -90,7 +91,8 @@ def node_sampler_argv(d: Deployment, node: Node, pids: list[int], out: str) -> l
     """The node's sampler following `pids`, by the node's python3 (standard library only)."""
     return [d.provider.node_python(node), "-m", "servebench.telemetry.node_sampler", "--node", node.name,
             "--cpus", format_cpu_list(node.cpus), "--pids", ",".join(map(str, pids)),
-            "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", out]
+            "--hz", f"{d.campaign.telemetry.node_hz:g}", "--out", out,
+            "--orchestrator", f"{boot_id()}:{os.getpid()}"]
 
 
 def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path,

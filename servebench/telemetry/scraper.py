@@ -19,6 +19,11 @@ would drop, and a cell's change of it would be wrong.
 
 `python -m servebench.telemetry.scraper --url http://127.0.0.1:8000 --hz 1
 --metric engine:kv_usage=kv_usage --out s.jsonl`
+
+A server that asks for a key (llama-server guards /metrics and /slots with it; vLLM leaves /metrics
+open): `--api-key-file PATH`, else the file `SERVEBENCH_API_KEY_FILE` names (how the orchestrator hands its
+run's token file to the scraper it starts); every request to the scraped URLs then carries
+`Authorization: Bearer <key>`. The key is read from the file, never from a command line.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 from typing import Callable
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from servebench.telemetry.periodic import run_periodic
 
 StateSampler = Callable[[str], "dict[str, float] | None"]
+KEY_FILE_VARIABLE = "SERVEBENCH_API_KEY_FILE"  # servebench.load.credentials' name for it (a layer apart)
 ENGINE_LABEL = "engine"            # vLLM's data-parallel engine index on every series
 MEAN_COLUMNS = frozenset({"kv_usage"})  # fractions of each instance's own pool: averaged, not summed
 
@@ -156,6 +164,37 @@ def run(url: str, hz: float, out: str, mode: str, wanted: dict[str, str], state:
     return written
 
 
+class BearerHandler(urllib.request.BaseHandler):
+    """Adds `Authorization: Bearer <key>` to this process's urllib requests to the given hosts."""
+
+    handler_order = 400
+
+    def __init__(self, key: str, urls: list[str]):
+        self.value = f"Bearer {key}"
+        self.netlocs = {urlsplit(url).netloc for url in urls}
+
+    def http_request(self, request: urllib.request.Request) -> urllib.request.Request:
+        if urlsplit(request.full_url).netloc in self.netlocs and not request.has_header("Authorization"):
+            request.add_unredirected_header("Authorization", self.value)
+        return request
+
+
+def use_api_key(key_file: str | None, urls: list[str]) -> bool:
+    """Send the key in `key_file` (else `SERVEBENCH_API_KEY_FILE`'s) with every request to `urls`; False: no key."""
+    path = key_file or os.environ.get(KEY_FILE_VARIABLE)
+    if not path:
+        return False
+    try:
+        with open(path) as handle:
+            key = handle.read().strip()
+    except OSError as exc:
+        raise SystemExit(f"scraper: the API key file {path}: {exc.strerror or exc}") from None
+    if not key:
+        raise SystemExit(f"scraper: the API key file {path} holds no key")
+    urllib.request.install_opener(urllib.request.build_opener(BearerHandler(key, urls)))
+    return True
+
+
 def named_urls(items: list[str]) -> dict[str, str]:
     """`--instance NAME=URL` flags -> {name: url}, in the order given."""
     found: dict[str, str] = {}
@@ -180,8 +219,11 @@ def main() -> None:
     parser.add_argument("--instance", action="append", default=[], metavar="NAME=URL",
                         help="an instance of the server scraped on its own (repeat; a replica behind the balancer "
                              "at --url): the server's row is then their aggregate")
+    parser.add_argument("--api-key-file", metavar="PATH",
+                        help=f"a file holding the server's API key (default: the file ${KEY_FILE_VARIABLE} names)")
     args = parser.parse_args()
     wanted = dict(item.split("=", 1) for item in args.metric)
+    use_api_key(args.api_key_file, [args.url, *named_urls(args.instance).values()])
     run(args.url, args.hz, args.out, args.mode, wanted, state_sampler(args.state) if args.state else None,
         named_urls(args.instance))
 

@@ -10,7 +10,10 @@ of its own (it deploys), README's smoke command the temporary server a user gets
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
+
+from servebench.providers.node_tools import INSTRUMENT_VARIABLE
 
 _session: ExitStack | None = None
 
@@ -25,7 +28,17 @@ def session_api_url() -> str:
 
     if _session is None:
         stack = ExitStack()
-        stack.enter_context(prefect_test_harness(server_startup_timeout=120))
+        # the server is servebench's own infrastructure beside the campaigns' servers, as a user's CLI's temporary
+        # one is (its child): marked so the node sampler does not count its CPU as another user's
+        marked = os.environ.get(INSTRUMENT_VARIABLE)
+        os.environ[INSTRUMENT_VARIABLE] = "1"
+        try:
+            stack.enter_context(prefect_test_harness(server_startup_timeout=120))
+        finally:
+            if marked is None:
+                os.environ.pop(INSTRUMENT_VARIABLE, None)
+            else:
+                os.environ[INSTRUMENT_VARIABLE] = marked
         _session = stack
     return PREFECT_API_URL.value()
 

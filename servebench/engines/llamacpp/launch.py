@@ -11,6 +11,11 @@ A worker serves one client at a time and can die silently: every mode has worker
 dead worker fails the cell with its cause and the next cell gets a restarted mode.
 Every process gets an explicit thread count (the node's CPUs, or the `threads` knob): llama.cpp's
 own default counts the host's physical cores, not the node's share of them.
+
+llama-server asks for the run's token (`LaunchRequest.secret_file`) with `--api-key-file PATH`: the path on
+its command line, the key only in the file. A `ggml-rpc-server` has no authentication at all (llama.cpp
+says never to expose one): it binds the node's own address (`-H`), never every interface, and the plan
+says so for every mode that starts one.
 """
 
 from __future__ import annotations
@@ -34,14 +39,26 @@ def threads(request: LaunchRequest, node: Node) -> str:
     return str(request.mode.knobs.get("threads") or max(1, len(node.cpus)))
 
 
+def api_key_args(request: LaunchRequest) -> list[str]:
+    """llama-server's key: the run's token file (none without one)."""
+    return [] if request.secret_file is None else ["--api-key-file", request.secret_file]
+
+
+def rpc_note(mode_pp: int, endpoints: list[str]) -> str:
+    """What the plan says of a mode's RPC workers: unauthenticated, and where they listen."""
+    return (f"{mode_pp} ggml-rpc-server worker(s) at {', '.join(endpoints)}: no authentication (llama.cpp's RPC "
+            "runs what it is sent); each binds its node's address only, so the network between the campaign's "
+            "nodes must admit no one else (docs/security.md)")
+
+
 def launch_mode(request: LaunchRequest) -> ServerLaunch:
     mode, nodes = request.mode, request.nodes
     head = nodes[0]
     env = {**BASE_ENV, **request.spec.env, **mode.env}
     processes: list[ProcessLaunch] = []
     rpc_args: list[str] = []
+    endpoints: list[str] = []
     if mode.executor == "rpc":
-        endpoints = []
         for index in range(mode.pp):
             node = nodes[index % len(nodes)]
             port = request.ports.free_port(node)
@@ -57,6 +74,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     argv = [tool(request, "llama-server"), "-m", request.model_dir, "-a", request.served_name,
             "--host", head.address, "--port", str(port), "-t", threads(request, head),
             "-tb", threads(request, head), "--metrics", "--slots", "--no-webui", "-fit", "off",
-            *rpc_args, *knob_args(mode.knobs), *mode.args]
+            *rpc_args, *api_key_args(request), *knob_args(mode.knobs), *mode.args]
     processes.append(ProcessLaunch(node=head.name, argv=argv, env=env, api=True))
-    return ServerLaunch(processes=processes, port=port)
+    notes = (rpc_note(mode.pp, endpoints),) if mode.executor == "rpc" else ()
+    return ServerLaunch(processes=processes, port=port, notes=notes)

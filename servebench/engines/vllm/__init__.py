@@ -20,6 +20,7 @@ from servebench.engines.vllm.memory import SERVER_MEMORY
 from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
+from servebench.load.run_secret import place_secret
 from servebench.models.artifact import GENERATED_HF, ModelGenerator
 from servebench.paths import cache_dir
 from servebench.platform.targets import profile
@@ -136,7 +137,9 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
         slots = placement.ray_slots_per_node([m.world_size for m in ray_modes if m.dp == 1], len(nodes),
                                              tuple(m for m in ray_modes if m.dp > 1))
         python = str(Path(build_dir) / "bin" / "python")
-        plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env, ports=provider)
+        token = place_secret(provider, nodes, run_dir)  # the run's token on every Ray node (RAY_AUTH_MODE=token)
+        plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env, ports=provider,
+                             token_path=token)
         return start_cluster(provider, plans, python, run_dir / "ray")
 
     def stop_shared(self, services: RayCluster, provider: Provider) -> list[str]:

@@ -12,6 +12,13 @@ are Ray actors (--data-parallel-backend ray) on the campaign's Ray cluster. Ever
 server gets an explicit KV-cache size and explicit OpenMP core lists: left to itself each
 rank would reserve ~92% of the node's memory and `auto` binding fails when ranks
 outnumber NUMA nodes.
+
+The API server asks for the run's token (`LaunchRequest.secret_file`): `VLLM_API_KEY`, set from the token
+file on the node when the process starts (`ProcessLaunch.env_files`), never `--api-key` (argv is what
+`ps` shows every user). vLLM then refuses a request under /v1 (and /v2, /inference, /cohere) without
+`Authorization: Bearer <token>` with 401; its other routes (/health, /metrics, /version, /tokenize ...)
+stay open (vllm/entrypoints/serve/middleware/authenticate.py, GUARDED_PREFIX). Ray modes also get the
+cluster's token file (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH): the server is a Ray driver.
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
 from servebench.engines.vllm.placement import dp_ranks_per_node, mp_node_index, node_bindings, numa_notes
-from servebench.engines.vllm.ray_cluster import node_key, ray_startup_env
+from servebench.engines.vllm.ray_cluster import node_key, ray_auth_env, ray_startup_env
 from servebench.providers.base import Node
 
 DEFAULT_KVCACHE_GIB = "1"
+API_KEY_VARIABLE = "VLLM_API_KEY"
 PLANNED_RAY_ADDRESS = "RAY_HEAD:PORT"  # what `servebench plan` shows before a cluster exists
 
 
@@ -44,7 +52,8 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     mode, nodes = request.mode, request.nodes
     names, cpus, layouts = [n.name for n in nodes], [n.cpus for n in nodes], [n.numa for n in nodes]
     binds = node_bindings(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts)
-    notes = tuple(numa_notes(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts))
+    notes = (tuple(numa_notes(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts))
+             + distributed_notes(mode.executor, mode.world_size * mode.dp, [n for n in nodes if n.name in binds]))
     binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
              for node, bind in binds.items()}
     if mode.executor == "mp-multinode" and mode.dp > 1:
@@ -57,15 +66,34 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
         address = PLANNED_RAY_ADDRESS if request.planning else getattr(request.shared, "address", None)
         if address is None:
             raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
-        extra = {**ray_startup_env(os.environ), "RAY_ADDRESS": address,
+        extra = {**ray_startup_env(os.environ), **ray_auth_env(request.secret_file), "RAY_ADDRESS": address,
                  "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
     port = request.ports.free_port(head)
     argv = _api_server_argv(request, head, port, _ray_dp_args(request, head))
     env, unset = _environment(request, binds.get(head.name) or format_cpu_list(head.cpus), head, extra)
-    return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True)],
+    return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True,
+                                                 env_files=api_key_files(request))],
                         port=port, notes=notes)
+
+
+def distributed_notes(executor: str, workers: int, worker_nodes: list[Node]) -> tuple[str, ...]:
+    """What the plan says of the traffic between a mode's workers: torch.distributed (gloo) has no
+    authentication; every rank binds its node's address (VLLM_HOST_IP), never every interface."""
+    if workers <= 1:
+        return ()
+    where = ", ".join(n.address for n in worker_nodes) or "the node's address"
+    line = (f"torch.distributed (gloo) between its {workers} workers at {where}: no authentication (vLLM calls it "
+            "insecure by default); bound to each node's address, so that network must admit no one else")
+    if executor == "ray":
+        line += "; the Ray cluster itself asks for the run's token (RAY_AUTH_MODE=token)"
+    return (line,)
+
+
+def api_key_files(request: LaunchRequest) -> dict[str, str]:
+    """The API process's key, read from the run's token file on its node (none without one)."""
+    return {} if request.secret_file is None else {API_KEY_VARIABLE: request.secret_file}
 
 
 def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLaunch:
@@ -88,7 +116,8 @@ def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLa
         extra = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
         env, unset = _environment(request, binds[node.name], node, extra)
         processes.append(ProcessLaunch(node=node.name, argv=argv, env=env, unset_env=unset, api=rank == 0,
-                                       label="" if rank == 0 else node.name))
+                                       label="" if rank == 0 else node.name,
+                                       env_files=api_key_files(request) if rank == 0 else {}))
     return ServerLaunch(processes=processes, port=api_port)
 
 
@@ -117,7 +146,8 @@ def _dp_multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> Serve
         extra = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
         env, unset = _environment(request, binds[node.name], node, extra)
         processes.append(ProcessLaunch(node=node.name, argv=argv, env=env, unset_env=unset, api=index == 0,
-                                       label="" if index == 0 else node.name))
+                                       label="" if index == 0 else node.name,
+                                       env_files=api_key_files(request) if index == 0 else {}))
     return ServerLaunch(processes=processes, port=api_port)
 
 

@@ -180,24 +180,40 @@ def node_key(node: Node) -> str:
     return f"{node.name}@{socket.gethostname()}"
 
 
+def ray_auth_env(token_path: str | None) -> dict[str, str]:
+    """Ray's token authentication (Ray 2.52+, off unless asked for): every `ray start`, raylet, GCS and driver
+    with `RAY_AUTH_MODE=token` checks the token read from the file `RAY_AUTH_TOKEN_PATH` names (Ray 2.60's
+    `ray._private.authentication` and its C++ token loader; a token in `RAY_AUTH_TOKEN` would put it in the
+    environment of every process, and on a remote provider's command line). Nothing without a token file."""
+    return {} if token_path is None else {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token_path}
+
+
+def _auth_kwargs(cluster: RayCluster) -> dict[str, str]:
+    """The token file a driver of this cluster reads (none: a cluster started without one)."""
+    path = cluster.plans[0].env.get("RAY_AUTH_TOKEN_PATH") if cluster.plans else None
+    return {"token_path": path} if path else {}
+
+
 def ray_startup_env(inherited: Mapping[str, str]) -> dict[str, str]:
     """RAY_STARTUP_ENV less what the inherited environment already sets."""
     return {name: value for name, value in RAY_STARTUP_ENV.items() if name not in inherited}
 
 
 def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str],
-                 ports: PortSource, temp_root: str | None = None) -> list[RayNodePlan]:
+                 ports: PortSource, temp_root: str | None = None, token_path: str | None = None
+                 ) -> list[RayNodePlan]:
     """The `ray start` command and environment of every node (the first is the head).
 
     Each node's Ray temp dir is `<temp_root>/<index>.<attempt>` on that node; temp_root is a
     new short name in the node's own /tmp by default (Ray's Unix socket paths must stay short; `ray
     start` makes the directories; the orchestrator's TMPDIR names nothing on another host). Every port
-    is picked on the node that binds it (`ports`).
+    is picked on the node that binds it (`ports`). With `token_path` (the run's token file, at that path on
+    every node) the cluster asks for it (`ray_auth_env`); a campaign's `engine.env` may override that by name.
     """
     root = temp_root or f"/tmp/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
-    base_env = {**ray_startup_env(os.environ), **engine_env}
+    base_env = {**ray_startup_env(os.environ), **ray_auth_env(token_path), **engine_env}
     settings = StartSettings(ray_bin, slots_per_node, base_env, head_address, temp_root=root)
     return [_plan_node(node, index, 1, settings, ports) for index, node in enumerate(nodes)]
 
@@ -325,7 +341,8 @@ def _wait_forgotten(provider: Provider, cluster: RayCluster, lost: list[int], ti
 
     def forgotten() -> bool:
         nonlocal answered
-        alive = alive_node_manager_ports(provider, cluster.head, cluster.engine_python, cluster.address)
+        alive = alive_node_manager_ports(provider, cluster.head, cluster.engine_python, cluster.address,
+                                         **_auth_kwargs(cluster))
         answered = answered or alive is not None
         return alive is not None and not alive & ports
 
@@ -415,7 +432,8 @@ def _wait_node_alive(provider: Provider, cluster: RayCluster, index: int, engine
                             f"{plan.node.name} was starting:"))
         if not process.alive():
             return "exited"
-        alive = alive_node_manager_ports(provider, cluster.head, engine_python, cluster.address) or set()
+        alive = alive_node_manager_ports(provider, cluster.head, engine_python, cluster.address,
+                                         **_auth_kwargs(cluster)) or set()
         return "alive" if plan.node_manager_port in alive else None
 
     if poll(state, timeout_s, interval_s=POLL_S) == "alive":
@@ -432,15 +450,19 @@ def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailu
                             log_tails={str(path): tail(path, TAIL_LINES) for path in logs if path.exists()})
 
 
-def alive_node_manager_ports(provider: Provider, head: Node, engine_python: str, address: str) -> set[int] | None:
+def alive_node_manager_ports(provider: Provider, head: Node, engine_python: str, address: str,
+                             token_path: str | None = None) -> set[int] | None:
     """The node-manager ports of the nodes the GCS lists as alive (None: it did not answer).
 
     Asked by a driver on the head node (a Ray driver must run on a node of the cluster), with
-    the engine's python and an environment cleared of what would point it elsewhere."""
+    the engine's python and an environment cleared of what would point it elsewhere; with the
+    cluster's token file when it has one (the path on the command line, never the token)."""
+    auth = "".join(f"os.environ[{name!r}] = {value!r}\n" for name, value in ray_auth_env(token_path).items())
     script = ("import os\n"
               "for name in [n for n in os.environ if n.startswith(('RAY_', 'PYTHON', 'VIRTUAL_ENV'))]:\n"
               "    del os.environ[name]\n"
               "os.environ['RAY_USAGE_STATS_ENABLED'] = '0'\n"
+              f"{auth}"
               "import json, ray\n"
               f"ray.init(address={address!r}, logging_level='ERROR', log_to_driver=False)\n"
               "print(json.dumps(sorted(n['NodeManagerPort'] for n in ray.nodes() if n['Alive'])))\n")

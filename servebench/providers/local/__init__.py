@@ -11,12 +11,14 @@ address would be its own.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import inventory
 from servebench.providers.base import Node, node_numa
 from servebench.providers.local.spec import LocalProviderSpec
+from servebench.providers.remote import inline_setup_argv
 from servebench.providers.this_host import ThisHostProcesses
 
 
@@ -27,6 +29,7 @@ class LocalProvider(ThisHostProcesses):
     def __init__(self, spec: LocalProviderSpec, reserved_cpus: Sequence[int] = (), run_id: str | None = None):
         """`reserved_cpus` belong to the load generator: no server process of any node runs there."""
         super().__init__(run_id)
+        self.spec = spec
         self._nodes = [Node(name=n.name, address=node_address(index),
                             cpus=[c for c in n.cpus if c not in reserved_cpus], emulate=n.emulate,
                             numa=node_numa(n.numa, n.emulate, this_host=True))
@@ -60,8 +63,14 @@ class LocalProvider(ThisHostProcesses):
         return inventory.emulated(facts, node.emulate) if node.emulate else facts
 
     def command(self, node: Node, argv: list[str]) -> list[str]:
-        """taskset keeps every thread of the process (and its children) on the node's CPUs."""
-        return ["taskset", "-c", ",".join(map(str, node.cpus)), *argv]
+        """taskset keeps every thread of the process (and its children) on the node's CPUs; the
+        campaign's `provider.setup` lines run first, through `sh -c` (then exec: the PID stays)."""
+        return inline_setup_argv(self.spec.setup, ["taskset", "-c", ",".join(map(str, node.cpus)), *argv])
+
+    def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path, unset: Sequence[str] = ()):
+        """The campaign's `provider.env` in the process's environment (never on its command line),
+        under the process's own `env`."""
+        return super().start(node, argv, {**self.spec.env, **env}, log_path, unset)
 
     def release(self) -> None:
         """Nothing to give back; stop what is left of the run."""

@@ -25,9 +25,10 @@ from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node, node_numa
-from servebench.providers.remote import RemoteNodes
+from servebench.providers.remote import RemoteNodes, inline_setup_argv
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
+    export_option,
     job_name,
     job_state,
     launch_argv,
@@ -145,7 +146,7 @@ class SlurmProvider(RemoteNodes):
             self._cancel_named()
             raise SlurmError(f"no allocation of {self.spec.nodes} node(s) x {self.spec.cpus_per_node} CPUs: "
                              f"salloc exit {result.returncode}: {result.stderr.strip()[-2000:]}")
-        self.allocation = Allocation(self.client, job_id, self.spec.remote_dir)
+        self.allocation = Allocation(self.client, job_id, self.spec.remote_dir, export_option(self.spec.export))
         try:
             self._nodes = self._describe_nodes(self._wait_running())
             self._start_lease()
@@ -160,9 +161,9 @@ class SlurmProvider(RemoteNodes):
     def _start_lease(self) -> None:
         """The job cancels itself once this orchestrator is gone (lease.py): never left holding nodes."""
         allocation = self._allocation()  # set by `allocate` before the lease starts
-        self.lease = AllocationLease(allocation.job_id, len(allocation.node_names), self.spec.python,
-                                     allocation.chdir, self.spec.lease_s, self.run_dir, self.client.env,
-                                     self._local() / "lease.srun.log")
+        self.lease = AllocationLease(allocation.job_id, len(allocation.node_names), self.setup_python(),
+                                     (allocation.chdir, allocation.export), self.spec.lease_s, self.run_dir,
+                                     self.client.env, self._local() / "lease.srun.log")
         try:
             self.lease.start()
         except RuntimeError as exc:
@@ -202,7 +203,8 @@ class SlurmProvider(RemoteNodes):
                      self.client.node_records(allocation.node_list)}
         started = time.perf_counter()
         probe = self.client.run(probe_argv(allocation.job_id, len(allocation.node_names), self.spec.cpus_per_node,
-                                           self.spec.python, allocation.chdir), timeout=PROBE_TIMEOUT_S)
+                                           self.setup_python(), allocation.chdir, allocation.export),
+                                timeout=PROBE_TIMEOUT_S)
         self.timings["probe_s"] = time.perf_counter() - started
         if probe.returncode != 0:
             allocation.check()
@@ -223,6 +225,14 @@ class SlurmProvider(RemoteNodes):
                               interpreter=self.spec.interpreter,
                               declared_as=None if self.spec.nodelist else declared[position].name))
         return nodes
+
+    def environment_lines(self) -> list[str]:
+        return [f"srun {export_option(self.spec.export)} (provider.export)"]
+
+    def setup_python(self) -> list[str]:
+        """The node's python after the campaign's setup lines, for the steps on every node at once (the
+        probe, the lease's warden: before the run's directory and its prelude exist; no env values)."""
+        return inline_setup_argv(self.spec.setup, [self.spec.python])
 
     def _allocation(self) -> Allocation:
         if self.allocation is None:
@@ -248,14 +258,16 @@ class SlurmProvider(RemoteNodes):
         """The srun command line `start` runs for argv (environment aside), as `plan` prints it."""
         job = self.job_id if self.job_id is not None else "<job id>"
         files = remote_files(self.run_dir, 0, "process.log")
-        return step_argv(job, node.name, launch_argv(self.run_dir, files, pinned_argv(node.cpus, list(argv))),
-                         self.spec.remote_dir, cpus=self.spec.cpus_per_node)
+        command = [*self.planned_prefix(), *pinned_argv(node.cpus, list(argv))]
+        return step_argv(job, node.name, launch_argv(self.run_dir, files, command), self.spec.remote_dir,
+                         cpus=self.spec.cpus_per_node, export=export_option(self.spec.export))
 
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
               unset: Sequence[str] = ()) -> SlurmProcess:
         """Start argv on the node as a step of its own, env added and unset removed from the step's
-        environment (the orchestrator's: srun --export=ALL), output to a log in the run's
-        directory there (copied to log_path); returns once the task has printed its PID."""
+        environment (what the block's `export` lets through, then the run's prelude: `setup` and
+        `env`), output to a log in the run's directory there (copied to log_path); returns once the
+        task has printed its PID."""
         allocation = self._allocation()
         name = self._name(node)
         allocation.check()
@@ -263,7 +275,8 @@ class SlurmProvider(RemoteNodes):
         sequence = self._sequence
         files = remote_files(self.run_dir, sequence, Path(log_path).name)
         mark = self._mark(sequence)
-        full = self._full_argv(node, argv, env, unset, sequence)
+        prefix = self.prelude_prefix(name)
+        full = self._full_argv(node, argv, env, unset, sequence, prefix)
         step = allocation.argv(name, launch_argv(self.run_dir, files, full), cpus=self.spec.cpus_per_node,
                                name=f"{self.job_name}.{sequence}")
         client_log = self._local() / f"{sequence:03d}.srun.log"
@@ -281,7 +294,7 @@ class SlurmProvider(RemoteNodes):
         pid, ticks = parse_started(line)
         process = SlurmProcess(node=name, pid=pid, start_ticks=ticks, log_path=Path(log_path), files=files,
                                argv=list(argv), channel=allocation, client_process=popen, client_log=client_log,
-                               python=self.spec.python, mark=mark)
+                               python=self.spec.python, mark=mark, prefix=prefix)
         self._started.append(process)
         return process
 
@@ -306,7 +319,8 @@ class SlurmProvider(RemoteNodes):
         campaign's: a process that attached never releases it."""
         if not record.get("job_id"):
             raise SlurmError("the run has no Slurm allocation on record (not provisioned yet, or over)")
-        allocation = Allocation(self.client, int(record["job_id"]), self.spec.remote_dir)
+        allocation = Allocation(self.client, int(record["job_id"]), self.spec.remote_dir,
+                                export_option(self.spec.export))
         self._nodes = [Node(**node) for node in record.get("nodes") or []]
         allocation.node_list, allocation.node_names = record.get("node_list") or "", [n.name for n in self._nodes]
         allocation.check()  # AllocationEnded (with how it ended) when it is over

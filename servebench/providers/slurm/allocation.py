@@ -29,10 +29,11 @@ class Allocation(CommandChannel):
 
     error = SlurmError
 
-    def __init__(self, client: SlurmClient, job_id: int, chdir: str):
+    def __init__(self, client: SlurmClient, job_id: int, chdir: str, export: str = "--export=ALL"):
         self.client = client
         self.job_id = job_id
         self.chdir = chdir                 # the steps' working directory on the nodes
+        self.export = export               # srun's --export option: what steps take from the environment
         self.node_list = ""                # Slurm's expression, e.g. h[1-2]
         self.node_names: list[str] = []
         self.released = False
@@ -84,14 +85,14 @@ class Allocation(CommandChannel):
     # ------------------------------------------------------------------ steps
 
     def argv(self, node: str, argv: list[str], cpus: int | None = None, name: str | None = None) -> list[str]:
-        return step_argv(self.job_id, node, argv, self.chdir, cpus=cpus, name=name)
+        return step_argv(self.job_id, node, argv, self.chdir, cpus=cpus, name=name, export=self.export)
 
     def pipe_argv(self, host: str, argv: list[str]) -> list[str]:
         return self.argv(host, argv)
 
     @property
     def pipe_env(self) -> dict[str, str]:
-        """Steps run with the Slurm clients' environment (srun --export=ALL)."""
+        """Steps start from the Slurm clients' environment (what `export` lets through)."""
         return self.client.env
 
     def describe(self, host: str) -> str:

@@ -13,6 +13,7 @@ import re
 
 from servebench.providers.remote import (  # noqa: F401 (re-exported for the provider's modules)
     BOOTSTRAP,
+    DEFAULT_NODE_PATH,
     RUN_ID_CHARS,
     STATUS_SCRIPT,
     RemoteFiles,
@@ -75,7 +76,7 @@ def job_name(run_id: str) -> str:
 
 def client_env(environ: dict[str, str], spec: SlurmProviderSpec) -> dict[str, str]:
     """The Slurm clients' environment: the orchestrator's without job context, plus the block's
-    `client_env` and `slurm_conf`. Steps run with it too (srun --export=ALL)."""
+    `client_env` and `slurm_conf`. Steps take from it what the block's `export` names (`export_option`)."""
     env = {name: value for name, value in environ.items()
            if name in CLIENT_VARIABLES_KEPT or not name.startswith(CLIENT_PREFIXES_DROPPED)}
     env |= spec.client_env
@@ -148,13 +149,26 @@ def ended_message(job_id: int, state: str, node_list: str) -> str:
     return f"{where}: allocation ended: {state}"
 
 
+def export_option(export: str | list[str]) -> str:
+    """srun's --export for the block's `export`: `all` is ALL (the login node's whole environment);
+    a list is those names (and SLURM_*); `none` is no name at all. Unless PATH is among the names, a
+    step's PATH is DEFAULT_NODE_PATH (srun's own NONE would leave it unset, and every command would
+    need an absolute path); the node's `setup` extends it."""
+    if export == "all":
+        return "--export=ALL"
+    names = [] if export == "none" else list(export)
+    if "PATH" not in names:
+        names.append(f"PATH={DEFAULT_NODE_PATH}")
+    return "--export=" + ",".join(names)
+
+
 def step_argv(job_id: int | str, node: str, argv: list[str], chdir: str, cpus: int | None = None,
-              name: str | None = None) -> list[str]:
+              name: str | None = None, export: str = "--export=ALL") -> list[str]:
     """A one-task step on one node of the allocation, sharing its CPUs with the other steps
-    (--overlap), in the orchestrator's environment (--export=ALL, Slurm's default) and no MPI set-up.
+    (--overlap), with the environment `export` lets through (`export_option`) and no MPI set-up.
     srun execs argv itself (no shell): nothing to quote."""
     options = ["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
-               "--export=ALL", "--mpi=none", "--quiet", f"--chdir={chdir}"]
+               export, "--mpi=none", "--quiet", f"--chdir={chdir}"]
     if cpus is not None:
         options.append(f"--cpus-per-task={cpus}")
     if name is not None:
@@ -162,11 +176,13 @@ def step_argv(job_id: int | str, node: str, argv: list[str], chdir: str, cpus: i
     return options + ["--", *argv]
 
 
-def probe_argv(job_id: int, nodes: int, cpus_per_node: int, python: str, chdir: str) -> list[str]:
-    """One task on every node of the allocation with the node's CPUs, printing PROBE's line."""
+def probe_argv(job_id: int, nodes: int, cpus_per_node: int, python: str | list[str], chdir: str,
+               export: str = "--export=ALL") -> list[str]:
+    """One task on every node of the allocation with the node's CPUs, printing PROBE's line
+    (`python`: the node's python, or the argv that runs it after the campaign's setup)."""
     return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nodes}", f"--ntasks={nodes}",
-            "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}", "--export=ALL", "--mpi=none", "--quiet",
-            f"--chdir={chdir}", "--", python, "-c", PROBE]
+            "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}", export, "--mpi=none", "--quiet",
+            f"--chdir={chdir}", "--", *([python] if isinstance(python, str) else python), "-c", PROBE]
 
 
 def launch_argv(run_dir: str, files: RemoteFiles, argv: list[str]) -> list[str]:

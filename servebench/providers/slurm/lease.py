@@ -45,22 +45,27 @@ if os.environ.get("SLURM_PROCID", "0") == "0":
 """
 
 
-def warden_argv(job_id: int, nodes: int, python: str, chdir: str, lease_s: float, run_dir: str) -> list[str]:
-    """One task on every node of the allocation, sharing its CPUs (--overlap), stdin to every task."""
+def warden_argv(job_id: int, nodes: int, python: str | list[str], chdir: str, lease_s: float, run_dir: str,
+                export: str = "--export=ALL") -> list[str]:
+    """One task on every node of the allocation, sharing its CPUs (--overlap), stdin to every task
+    (`python`: the node's python, or the argv that runs it after the campaign's setup)."""
     return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nodes}", f"--ntasks={nodes}",
-            "--ntasks-per-node=1", "--cpus-per-task=1", "--input=all", "--export=ALL", "--mpi=none", "--quiet",
+            "--ntasks-per-node=1", "--cpus-per-task=1", "--input=all", export, "--mpi=none", "--quiet",
             f"--job-name=servebench-lease-{job_id}", f"--chdir={chdir}", "--",
-            python, "-c", WARDEN_SCRIPT, str(job_id), str(lease_s), run_dir]
+            *([python] if isinstance(python, str) else python), "-c", WARDEN_SCRIPT, str(job_id), str(lease_s),
+            run_dir]
 
 
 class AllocationLease:
     """The warden step of one allocation and the heartbeat that keeps it from cancelling the job."""
 
-    def __init__(self, job_id: int, nodes: int, python: str, chdir: str, lease_s: float, run_dir: str,
-                 env: dict[str, str], log_path: Path):
+    def __init__(self, job_id: int, nodes: int, python: str | list[str], chdir: str | tuple[str, str],
+                 lease_s: float, run_dir: str, env: dict[str, str], log_path: Path):
+        """`chdir`: the steps' working directory, or (it, srun's --export option)."""
         self.job_id = job_id
         self.lease_s = lease_s
-        self.argv = warden_argv(job_id, nodes, python, chdir, lease_s, run_dir)
+        where, export = (chdir, "--export=ALL") if isinstance(chdir, str) else chdir
+        self.argv = warden_argv(job_id, nodes, python, where, lease_s, run_dir, export)
         self.env = env
         self.log_path = log_path
         self.warden_pid: int | None = None

@@ -21,24 +21,28 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import (
-    Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    field_validator,
-    model_serializer,
-    model_validator,
+from pydantic import Field, field_validator, model_validator
+
+from servebench.config.campaign import (
+    ENV_NAME_PATTERN,
+    NodeSpec,
+    ProviderSpecBase,
+    parse_numa_layout,
+    stringify_env,
 )
-
-from servebench.config.campaign import NodeSpec, ProviderSpecBase, parse_numa_layout, stringify_env
 
 SLURM_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # partitions, accounts, node names: nothing read as an option
 # Slurm's feature expressions: names joined by & (and), | (or), with [..], (..), *N counts; no leading '-'
 CONSTRAINT_PATTERN = r"^[A-Za-z0-9_(\[][A-Za-z0-9_.&|*:,()\[\]-]*$"
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and "infinite"/"unlimited", refused: an
 # allocation must end by itself if the orchestrator dies).
+# What a step takes from the login node's environment by default (srun --export=NAMES: these and
+# SLURM_*): who and where the user is, never PATH, LD_LIBRARY_PATH, MODULEPATH or the loaded modules
+# of an x86 login node, which would be wrong on an ARM partition; a node's own setup builds those.
+DEFAULT_EXPORT = ("HOME", "USER", "LOGNAME", "LANG", "TZ")
+
 TIME_LIMIT_PATTERN = r"^(\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?|\d+(:\d{1,2}(:\d{1,2})?)?)$"
 
 
@@ -46,6 +50,9 @@ class SlurmProviderSpec(ProviderSpecBase):
     kind: Literal["slurm"] = "slurm"
     nodes_field: ClassVar[str] = "nodes"        # a count here: problems about node i point at it
     nodes_on_this_host: ClassVar[bool] = False  # the load generator's CPUs are the orchestrator's, not a node's
+    # qos, constraint and numa unset, and export at its default, dump as before they existed (the spec hash stays)
+    omitted_at_default: ClassVar[tuple[str, ...]] = ProviderSpecBase.omitted_at_default + (
+        "qos", "constraint", "numa", "export")
     nodes: int = Field(ge=1, description="How many nodes to allocate (salloc --nodes).")
     cpus_per_node: int = Field(ge=1, description="CPUs allocated on each node (one task per node with this "
                                "many CPUs); the node's CPU ids are the first this many a step there may use.")
@@ -69,6 +76,13 @@ class SlurmProviderSpec(ProviderSpecBase):
                                     "(SLURM_CONF); default: the client's own.")
     client_env: dict[str, str] = Field(default_factory=dict, description="Environment added to every Slurm "
                                        "client command (salloc, srun, scontrol, squeue, scancel).")
+    export: Literal["all", "none"] | list[Annotated[str, Field(pattern=ENV_NAME_PATTERN)]] = Field(
+        list(DEFAULT_EXPORT), description=(
+            "What a step's task takes from the login node's environment (srun --export): `all`, everything "
+            "(Slurm's own default: an x86 login node's PATH, LD_LIBRARY_PATH and loaded modules reach every "
+            "node); `none`, only SLURM_*; a list of names, those and SLURM_*. Default: "
+            "HOME, USER, LOGNAME, LANG, TZ. Unless PATH is exported, a step's PATH is "
+            "/usr/local/bin:/usr/bin:/bin until `setup` extends it (module load)."))
     allocate_timeout_s: int = Field(300, ge=1, le=86400, description="Seconds to wait for the allocation "
                                     "(salloc --immediate); then it is given up and cancelled.")
     remote_dir: str = Field("/tmp", pattern=r"^/[A-Za-z0-9_./-]*$",
@@ -141,16 +155,6 @@ class SlurmProviderSpec(ProviderSpecBase):
             if not arg.startswith("-"):
                 raise ValueError(f"{arg!r}: give options in their --name=value form")
         return value
-
-    @model_serializer(mode="wrap")
-    def _without_unset_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):
-        """qos and constraint left out while unset: a campaign without them keeps the normalized
-        spec, and so the spec hash, it had before they existed."""
-        data = handler(self)
-        for name in ("qos", "constraint", "numa"):
-            if isinstance(data, dict) and data.get(name) is None:
-                data.pop(name, None)
-        return data
 
     @model_validator(mode="after")
     def _nodelist_matches(self) -> "SlurmProviderSpec":

@@ -6,9 +6,12 @@ per host, shell-quoted; the allocation is the campaign's host list, reached at `
 Processes are started on the node in their own session, watched and stopped there by PID;
 ports are chosen, /dev/shm cleaned and the inventory taken on the node, by its own python3
 running source sent over the connection (nothing of servebench is installed there).
-A host where the run started a process also gets a warden (`node_tools.start_warden`) that
-stops the run's processes there once the orchestrator stops renewing the run's lease: a killed
-orchestrator, or a host cut off from it (its sshd gone), leaves nothing running behind.
+Every command that starts a program or the host's python there first sources the run's prelude
+(the campaign's `provider.setup` and `provider.env`, a 0600 file of the run's directory written
+through ssh's stdin: no value on a command line). A host where the run started a process also
+gets a warden (`node_tools.start_warden`) that stops the run's processes there once the
+orchestrator stops renewing the run's lease: a killed orchestrator, or a host cut off from it
+(its sshd gone), leaves nothing running behind.
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ class SshProvider(RemoteNodes):
         then on (one thread for every host)."""
         if host in self._warded:
             return
-        self._channel.call(host, NODE_TOOLS, "start_warden", self.spec.python, run_dir=self.run_dir,
+        self._channel.call(host, NODE_TOOLS, "start_warden", self.spec.python,
+                           argv_prefix=self.prelude_prefix(host), run_dir=self.run_dir,
                            prefix=f"{self.run_id}.", lease_s=self.spec.lease_s, grace_s=LEFTOVER_GRACE_S)
         self._warded.add(host)
         if not self._renewing.is_set():
@@ -168,8 +172,9 @@ class SshProvider(RemoteNodes):
         for host in self.spec.hosts:
             try:
                 # node_tools.stop_marked returns the PIDs it stopped: a JSON list of ints.
-                found = cast(list[int], self._channel.call(host.name, NODE_TOOLS, "stop_marked", self.spec.python,
-                                                           prefix=f"{self.run_id}.", grace_s=LEFTOVER_GRACE_S))
+                found = cast(list[int], self._channel.call(
+                    host.name, NODE_TOOLS, "stop_marked", self.spec.python, argv_prefix=self.prelude_prefix(host.name),
+                    prefix=f"{self.run_id}.", grace_s=LEFTOVER_GRACE_S))
                 self._channel.checked(host.name, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
                 if found:
                     done.append(f"{host.name}: stopped {len(found)} process(es) of the run")
