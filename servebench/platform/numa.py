@@ -77,14 +77,9 @@ def rank_cores(cpus: list[int], ranks: int, layout: Layout) -> list[RankCores]:
 
 
 def _chunks(groups: list, parts: int) -> list[list]:
-    """`groups` cut into `parts` consecutive runs of near-equal length, the first runs one longer."""
-    base, extra = divmod(len(groups), parts)
-    runs, start = [], 0
-    for part in range(parts):
-        size = base + (1 if part < extra else 0)
-        runs.append(groups[start:start + size])
-        start += size
-    return runs
+    """`groups` cut into `parts` consecutive runs of near-equal length, the first runs one longer (as a node's
+    cores are split among ranks)."""
+    return [[groups[index] for index in run] for run in split_cpus(list(range(len(groups))), parts)]
 
 
 def _shares(ranks: int, sizes: list[int]) -> list[int]:
