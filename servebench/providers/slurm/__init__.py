@@ -262,6 +262,17 @@ class SlurmProvider(RemoteNodes):
         return step_argv(job, node.name, launch_argv(self.run_dir, files, command), self.spec.remote_dir,
                          cpus=self.spec.cpus_per_node, export=export_option(self.spec.export))
 
+    def put_tree(self, node: Node, local: Path, remote: str) -> None:
+        """Copy a tree to the node as a step; a copy that fails because the allocation is over says so
+        (`AllocationEnded`, the cause a failed cell names), as a start does."""
+        allocation = self._allocation()
+        allocation.check()
+        try:
+            super().put_tree(node, local, remote)
+        except RuntimeError:
+            allocation.check()
+            raise
+
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
               unset: Sequence[str] = ()) -> SlurmProcess:
         """Start argv on the node as a step of its own, env added and unset removed from the step's
