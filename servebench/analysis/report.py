@@ -868,7 +868,8 @@ h2{{font-size:18px;margin:12px 0 6px}} .sub{{color:#555;margin-top:4px}}
 table.cells{{border-collapse:collapse;font-size:13px}}
 table.cells td,table.cells th{{border:1px solid #ccc;padding:2px 6px;text-align:left}}
 table.summary td{{white-space:nowrap}} table.summary .ci{{color:#666;font-size:11px}}
-tr.won td{{font-weight:bold}} table.summary td.verdict{{font-weight:bold;background:#eef6ee;white-space:normal;min-width:220px;max-width:320px}}
+tr.won td{{font-weight:bold}}
+table.summary td.verdict{{font-weight:bold;background:#eef6ee;white-space:normal;min-width:220px;max-width:320px}}
 td.verdict.none{{background:#f6f6e6}} .miss{{color:#b00;font-weight:normal}}
 tr.bad{{background:#fdd}}</style></head>
 <body><h1>{html.escape(heading)}</h1>
