@@ -32,8 +32,17 @@ load: {clients: [1, 2], requests: 80, input_len: 4, output_len: 8, client: {cpus
 validity: {on_invalid: warn, retries: 0}
 """
 
-# bounded: it stops by itself after 60 s if the test never stops it
-SPIN = "import os, time; os.sched_setaffinity(0, {0}); end = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+# bounded: it spins 1.5 s of the first cell (of about 3.5 s), or less if that cell's result is written first.
+# The sampler reads other users' processes once a second (SCAN_S), so the time a foreign process ran is counted
+# at the next scan: a spinner running to the cell's very end could be counted in the next cell's window.
+SPIN = """import glob, os, sys, time
+os.sched_setaffinity(0, {0})
+end = time.monotonic() + 1.5
+while time.monotonic() < end and not glob.glob(sys.argv[1]):
+    stop = time.monotonic() + 0.01
+    while time.monotonic() < stop:
+        pass
+"""
 
 
 def test_a_foreign_process_on_the_servers_core_makes_its_cell_invalid_and_a_clean_cell_stays_valid(
@@ -55,7 +64,9 @@ def test_a_foreign_process_on_the_servers_core_makes_its_cell_invalid_and_a_clea
                        "the first cell to start sending", timeout_s=240, poll_s=0.02)
             # started by a shell that exits at once: another user's process is no child of the orchestrator
             # (whose own process tree the sampler counts as servebench's), so neither is this one
-            started = subprocess.run(["sh", "-c", f'{sys.executable} -c "$1" >/dev/null 2>&1 & echo $!', "sh", SPIN],
+            result = str(runs / "*" / "cells" / "single.c1.r0.json")
+            started = subprocess.run(["sh", "-c", f'{sys.executable} -c "$1" "$2" >/dev/null 2>&1 & echo $!', "sh",
+                                      SPIN, result],
                                      capture_output=True, text=True, check=True)
             spinner.append(int(started.stdout.split()[0]))
             wait_until(lambda: next(runs.glob("*/cells/single.c1.r0.json"), None),
