@@ -53,6 +53,7 @@ from servebench.analysis.dispersion import Spread, spread
 from servebench.analysis.engines_report import engine_cells, engines_chart, engines_section
 from servebench.analysis.parallel_report import balance_chart, rank_network_chart
 from servebench.analysis.regression.series import cell_point
+from servebench.analysis.report_changes import history_section
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
 from servebench.analysis.summary_table import context_line, point_summaries, run_facts, summary_html
@@ -744,7 +745,7 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     chart_dir = out_dir / "charts"
     chart_dir.mkdir(exist_ok=True)
     # once per chart: validating inline rows against the Vega-Lite schema was most of a report's minute (the
-    # browser and vl-convert check the spec as they render it; tests/test_report_browser.py renders every chart)
+    # browser and vl-convert check the spec as they render it; tests/e2e/test_report_browser.py renders every chart)
     specs = {name: chart.to_json(indent=None, validate=False) for name, chart in charts.items()}
     for name, spec in specs.items():
         svg = vlc.vegalite_to_svg(spec)
@@ -756,7 +757,7 @@ def run_report(con: Connection, run_id: str, out_dir: Path) -> Path:
     spec = run_spec(con, run_id)
     cpu_by_mode = server_cpu_models(spec, run_nodes(con, run_id))
     page = _page(f"servebench run {run_id}", info["campaign"], specs,
-                 first_screen(con, run_id, spec),
+                 first_screen(con, run_id, spec) + history_section(con, run_id),
                  roofline_note(reads.roofline_cells(con, run_id))
                  + capacity_section(capacity_rows(con, run_id), tuning_row(con, run_id))
                  + engines_section(engine_cells(con, run_id))

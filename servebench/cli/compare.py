@@ -29,7 +29,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from servebench.analysis.regression.compare import compare_runs
+    from servebench.analysis.regression.compare import compare_runs, side_text
     from servebench.analysis.regression.history import point_values
 
     con = warehouse.connect(warehouse_path(args), read_only=True)
@@ -61,9 +61,3 @@ def cmd_compare(args: argparse.Namespace) -> int:
     Console(width=200).print(table)
     return EXIT_OK
 
-
-def side_text(median: float, cv: float | None, interval: tuple[float, float] | None) -> str:
-    """'81.2 ±3% [78.9, 83]' (4 significant digits); the median alone for one repeat."""
-    if interval is None:
-        return f"{median:.4g}"
-    return f"{median:.4g}{'' if cv is None else f' ±{cv:.0%}'} [{interval[0]:.4g}, {interval[1]:.4g}]"

@@ -78,3 +78,10 @@ def verdict(p: float | None, change: float, overlap: bool | None, direction: str
 
 def interval(side: Spread) -> tuple[float, float] | None:
     return None if side.low is None or side.high is None else (side.low, side.high)
+
+
+def side_text(median: float, cv: float | None, interval: tuple[float, float] | None) -> str:
+    """'81.2 ±3% [78.9, 83]' (4 significant digits); the median alone for one repeat."""
+    if interval is None:
+        return f"{median:.4g}"
+    return f"{median:.4g}{'' if cv is None else f' ±{cv:.0%}'} [{interval[0]:.4g}, {interval[1]:.4g}]"
