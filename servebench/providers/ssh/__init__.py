@@ -27,7 +27,7 @@ from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import node_tools
 from servebench.providers.base import Node, node_numa
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
-from servebench.providers.ssh.argv import host_key_problem
+from servebench.providers.ssh.argv import host_key_argv, host_key_fingerprints, host_key_problem
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
 from servebench.providers.ssh.transport import SshChannel, SshError, SshTransport
 
@@ -97,6 +97,19 @@ class SshProvider(RemoteNodes):
         if failed:
             raise SshError("cannot reach host(s) over ssh:\n  " + "\n  ".join(failed))
         return self.nodes()
+
+    def inventory(self, node: Node) -> dict:
+        """The node's facts, with the host key it was reached by (`host_key`, landed in `nodes`): the
+        fingerprints known_hosts holds for it, which the connection was just checked against."""
+        facts = super().inventory(node)
+        host = self.host_spec(node)
+        try:
+            found = subprocess.run(host_key_argv(self.transport.known_hosts, host.address, host.port),
+                                   capture_output=True, text=True, timeout=30)
+            facts["host_key"] = host_key_fingerprints(found.stdout)
+        except (OSError, subprocess.TimeoutExpired):   # no ssh-keygen: the fact is missing, never invented
+            facts["host_key"] = None
+        return facts
 
     def host_spec(self, node: Node) -> SshHostSpec:
         try:

@@ -120,3 +120,26 @@ def control_argv(config: Path, host: str, operation: str) -> list[str]:
 def sh_command(script: str, *args: str) -> str:
     """A remote command string that runs script under sh with args, whatever the login shell."""
     return shlex.join(["sh", "-c", script, "sh", *args])
+
+
+def known_host_name(address: str, port: int) -> str:
+    """How known_hosts names a host: its address, or `[address]:port` off port 22."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def host_key_argv(known_hosts: Path, address: str, port: int) -> list[str]:
+    """`ssh-keygen -l -F <host> -f <known_hosts>`: the fingerprints known_hosts holds for the host (hashed
+    entries too), read after the host's connection was checked against them."""
+    return ["ssh-keygen", "-l", "-F", known_host_name(address, port), "-f", str(known_hosts)]
+
+
+def host_key_fingerprints(output: str) -> str | None:
+    """`ssh-keygen -l -F`'s lines (`<host> ED25519 SHA256:<hash>`, after a `# Host ... found` line) as
+    `ED25519 SHA256:<hash>`, one per key, joined by commas (None: known_hosts holds no key for the host)."""
+    found = []
+    for line in output.splitlines():
+        words = line.split()
+        if line.startswith("#") or len(words) < 3 or not words[2].startswith("SHA256:"):
+            continue
+        found.append(f"{words[1]} {words[2]}")
+    return ", ".join(sorted(set(found))) or None
