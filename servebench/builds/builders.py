@@ -80,13 +80,7 @@ class TargetVenvBuilder:
         return target_venv.inputs_and_key(recipe, cache, log)
 
     def steps(self, recipe: VenvRecipe, cache: Path, key: str, inputs: dict) -> Steps:
-        assert recipe.platform is not None
-        artifact = cache / "engines" / key
-        sysroot = target_venv.ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache)
-        return {}, [("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
-                     ["<written by servebench>", str(artifact)]),
-                    *target_venv.build_steps(recipe, artifact, Path("<scratch>"), Path("<a copy of engine/>"),
-                                             target_venv.build_runner(sysroot))]
+        return {}, target_venv.dry_run_steps(recipe, cache, cache / "engines" / key)
 
 
 class WheelVenvBuilder:
@@ -137,14 +131,10 @@ class TargetWheelVenvBuilder:
         paths = wheel.cross_paths(recipe.wheel, cache, scratch, _to_stderr)
         wheel_file = artifact / "<the built wheel>.whl"
         installed = recipe.model_copy(update={"wheel": None, "local_wheels": [str(wheel_file)]})
-        sysroot = target_venv.ensure_sysroot(recipe.platform.arch, recipe.platform.python_minor, cache)
         venv_dir = cache / "engines" / "<engine venv key>"
         return wheel.wheel_env(recipe.wheel, scratch, cache), [
             *wheel.wheel_steps(recipe.wheel, wheel.fetch_sdist(recipe.wheel.sdist, cache), scratch, artifact, paths),
-            ("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
-             ["<written by servebench>", str(venv_dir)]),
-            *target_venv.build_steps(installed, venv_dir, Path("<scratch>"), Path("<a copy of engine/>"),
-                                     target_venv.build_runner(sysroot))]
+            *target_venv.dry_run_steps(installed, cache, venv_dir)]
 
 
 class VenvBuilder:

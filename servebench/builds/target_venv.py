@@ -2,10 +2,20 @@
 engine its ARM nodes serve (docs/builds.md, "Builds for a node's architecture").
 
 Three things differ from a venv for this host (venv.py):
-- **The python** is a CPython of the target architecture: Debian's, unpacked from its .debs into a
-  sysroot cached by key (sysroot.py). The venv is the usual layout (`pyvenv.cfg` whose `home` is
-  the sysroot's `usr/bin`, `bin/python` a link to its interpreter, `lib/python3.X/site-packages`),
-  so the target's python finds it as any venv; on this host it runs only under qemu-user.
+- **The python** is a CPython of the target architecture, by one of two ways (`choose_way`):
+  - `sysroot`: Debian's, unpacked from its .debs into a sysroot cached by key (sysroot.py). The
+    venv is the usual layout (`pyvenv.cfg` whose `home` is the sysroot's `usr/bin`, `bin/python` a
+    link to its interpreter, `lib/python3.X/site-packages`), so the target's python finds it as any
+    venv; on this host it runs only under qemu-user. It needs dpkg to know the architecture (adding
+    it takes root), apt and qemu-user: the way for emulated nodes, which have no python of their own.
+  - `wheels`: none here. The venv names a path, `<cache>/node-pythons/<arch>-python3.X/usr/bin/python3.X`,
+    at which each node gets its own python3.X linked (servebench/distribution/interpreter.py), and the
+    node's CPython runs the venv; nothing of the target's runs on this host, so no dpkg, root or
+    qemu. The venv's post-install steps (pure Python: the `vllm` metadata alias) run with this
+    host's CPython of the same minor version on the venv, before it is pointed at the node's path.
+  Without a choice (`SERVEBENCH_TARGET_VENV=sysroot|wheels`), `sysroot` where dpkg knows the
+  architecture, else `wheels`; a way whose needs this host does not meet is refused in one line
+  naming what is missing and the other way (`refusal`), before anything is built.
 - **The wheels** are resolved by this host's pip for the target's platform tags (`pip install
   --target SITE --platform ... --only-binary=:all:`). pip then evaluates environment markers for
   this host and takes only the exact tags given, so the requirements are read from the main
@@ -22,14 +32,16 @@ Three things differ from a venv for this host (venv.py):
   runs under qemu-user start its children through the node's wrapper (emulation.py) when the
   node names one: without binfmt_misc the kernel cannot start an aarch64 program itself.
 
-The key covers the platform (architecture, tags, CPython's Debian version), the sysroot's
-package list, the main package and the other pins, the replaced pins, what is left out, the
-host venv's key whose freeze constrains versions, and servebench's engine-side package.
+The key covers the platform (architecture, tags, CPython's Debian version, or the minor version
+and `way: wheels`), the sysroot's package list, the main package and the other pins, the replaced
+pins, what is left out, the host venv's key whose freeze constrains versions, and servebench's
+engine-side package.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -37,19 +49,29 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from pydantic import BaseModel
 
 from servebench.builds import blas_shim, venv
 from servebench.builds.cache import ArtifactCache
 from servebench.builds.recipe import TargetPlatform, VenvRecipe
 from servebench.config.campaign import sha256_json
 from servebench.paths import ENGINE_SOURCE_DIR
-from servebench.platform.sysroot import Sysroot, ensure_sysroot, sysroot_in_use
+from servebench.platform.sysroot import (
+    Sysroot,
+    SysrootError,
+    debian_arch,
+    dpkg_architectures,
+    ensure_sysroot,
+    sysroot_in_use,
+)
 from servebench.platform.targets import TargetProfile, emulator_argv
 
 HOOK_MODULE = "servebench_target_hooks"
@@ -90,6 +112,164 @@ NOT_CONSTRAINED = {"pip", "setuptools-scm", "servebench-engine"}
 
 class TargetBuildError(venv.BuildError):
     pass
+
+
+Way = Literal["sysroot", "wheels"]
+WAYS: tuple[Way, ...] = ("sysroot", "wheels")
+WAY_VARIABLE = "SERVEBENCH_TARGET_VENV"
+NODE_PYTHONS = "node-pythons"   # <cache>/node-pythons/<arch>-python3.X: where a node's own python is linked
+
+
+class NodePython(BaseModel):
+    """The wheels way's interpreter: no CPython of the target on this host, only the path the venv
+    names for it, at which each node gets its own python3.X linked (distribution/interpreter.py)."""
+
+    path: str                      # <cache>/node-pythons/aarch64-python3.11
+    arch: str
+    python_minor: str
+
+    @property
+    def python(self) -> Path:
+        return Path(self.path) / "usr" / "bin" / f"python{self.python_minor}"
+
+    @property
+    def python_version(self) -> str:
+        """Only the minor version is known before a node's python runs the venv."""
+        return self.python_minor
+
+
+TargetPython = Sysroot | NodePython
+
+
+def node_python(cache: Path, platform: TargetPlatform) -> NodePython:
+    name = f"{platform.arch}-python{platform.python_minor}"
+    return NodePython(path=str(cache / NODE_PYTHONS / name), arch=platform.arch, python_minor=platform.python_minor)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the ways need of this host, read once (`host_facts`), so that the choice and the refusals
+    are plain functions of it."""
+
+    dpkg_architectures: frozenset[str]      # empty: no dpkg (a RHEL, Rocky or SLES login node)
+    root: bool
+    commands: Mapping[str, str | None]      # a command the ways run -> its path on PATH, or None
+    target_minor_python: str | None         # this host's CPython of the target's minor version
+    chosen: str | None = None               # SERVEBENCH_TARGET_VENV
+
+
+def sysroot_commands(arch: str) -> list[str]:
+    """What the sysroot way runs here: apt resolves and downloads, dpkg-deb unpacks, qemu-user runs
+    the target's python for the post-install steps and the BLAS shim's check (only those need it)."""
+    return ["apt-cache", "apt-get", "dpkg-deb", f"qemu-{arch}-static"]
+
+
+def host_python(minor: str) -> str | None:
+    """This host's CPython of `minor` (the base interpreter, not a venv's link), or None."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
+        base = Path(sys.base_prefix) / "bin" / f"python{minor}"
+        if base.exists():
+            return str(base)
+    return shutil.which(f"python{minor}")
+
+
+def host_facts(platform: TargetPlatform, environ: Mapping[str, str] | None = None) -> HostFacts:
+    environ = os.environ if environ is None else environ
+    commands = [*sysroot_commands(platform.arch), blas_shim.cross_compiler(platform.arch)]
+    return HostFacts(dpkg_architectures=dpkg_architectures(), root=os.geteuid() == 0,
+                     commands={name: shutil.which(name) for name in commands},
+                     target_minor_python=host_python(platform.python_minor), chosen=environ.get(WAY_VARIABLE))
+
+
+def choose_way(arch: str, facts: HostFacts) -> Way:
+    """SERVEBENCH_TARGET_VENV when set; else the Debian sysroot where dpkg knows the architecture (the
+    way emulated nodes need), else pip's platform selection with each node's own python."""
+    if facts.chosen:
+        if facts.chosen not in WAYS:
+            raise TargetBuildError(f"{WAY_VARIABLE}={facts.chosen}: the ways to build a venv for another "
+                                   f"architecture are {' and '.join(WAYS)}")
+        return facts.chosen  # one of WAYS
+    return "sysroot" if debian_arch(arch) in facts.dpkg_architectures else "wheels"
+
+
+def way_problems(way: Way, recipe: VenvRecipe, facts: HostFacts) -> list[str]:
+    """What the way needs that this host lacks, each said with how it would be met (empty: none)."""
+    platform = recipe.platform
+    assert platform is not None
+    problems = []
+    if way == "sysroot":
+        wanted = debian_arch(platform.arch)
+        if not facts.dpkg_architectures:
+            problems.append("dpkg, which this host lacks (not a Debian host)")
+        elif wanted not in facts.dpkg_architectures:
+            how = "dpkg --add-architecture {0} && apt-get update" if facts.root else \
+                "root, to run dpkg --add-architecture {0} && apt-get update"
+            problems.append(f"dpkg's architecture {wanted}, which it does not know ({how.format(wanted)})")
+        runs_target = bool(recipe.post_install) or blas_shim.provider_in(list(recipe.packages)) is not None
+        needed = [name for name in sysroot_commands(platform.arch) if runs_target or not name.startswith("qemu-")]
+        problems += [f"{name} on PATH" for name in needed if not facts.commands.get(name)]
+    elif recipe.post_install and facts.target_minor_python is None:
+        problems.append(f"a python{platform.python_minor} on this host to run the venv's post-install steps "
+                        f"(pure Python), which it lacks (this one is {sys.version.split()[0]})")
+    compiler = blas_shim.cross_compiler(platform.arch)
+    if blas_shim.provider_in(list(recipe.packages)) is not None and not facts.commands.get(compiler):
+        problems.append(f"{compiler} on PATH to compile the BLAS shim (a compiler: Debian's "
+                        f"gcc-{platform.arch.replace('_', '-')}-linux-gnu, or a site's cross compiler)")
+    return problems
+
+
+def refusal(way: Way, arch: str, problems: list[str]) -> str:
+    """One line: what the way needs that is missing, and the other way to build."""
+    other = {"sysroot": "wheels (pip's platform selection: no dpkg, root or qemu here; each node's own "
+                        "python3.X runs the venv)",
+             "wheels": "sysroot (Debian's CPython for the architecture unpacked here: dpkg must know it; "
+                       "emulated nodes need this one)"}[way]
+    return f"a venv for {arch} the {way} way needs {'; '.join(problems)}; nothing was built. The other way: " \
+           f"{WAY_VARIABLE}={other}"
+
+
+def emulated_nodes_note(way: Way, platform: TargetPlatform, emulated: list[str]) -> str | None:
+    """What the dry run says when the wheels way meets emulated nodes of the architecture: their python is
+    whatever their host gives them (an x86 host's python3.X does not run under qemu-user), refused at
+    placement naming the node; the sysroot way brings the build's own."""
+    if way != "wheels" or not emulated:
+        return None
+    return (f"note: the {platform.arch} venv is made the wheels way: it runs on each node's own "
+            f"python{platform.python_minor}; emulated node(s) {', '.join(emulated)} have one only if their host "
+            f"gives them an {platform.arch} python{platform.python_minor} on PATH (else each is refused at "
+            f"placement, by name); {WAY_VARIABLE}=sysroot brings the build's own (dpkg's "
+            f"{debian_arch(platform.arch)} architecture on this host)")
+
+
+def chosen_way(recipe: VenvRecipe, environ: Mapping[str, str] | None = None) -> Way:
+    """The way this host builds the recipe's venv, or TargetBuildError in one line (nothing started)."""
+    platform = recipe.platform
+    assert platform is not None
+    facts = host_facts(platform, environ)
+    way = choose_way(platform.arch, facts)
+    problems = way_problems(way, recipe, facts)
+    if problems:
+        raise TargetBuildError(refusal(way, platform.arch, problems))
+    return way
+
+
+def made_sysroot(recipe: VenvRecipe, cache: Path, log: Callable[[str], None]) -> Sysroot:
+    """The recipe's sysroot (made if needed); apt's own failure said in one line with the other way."""
+    platform = recipe.platform
+    assert platform is not None
+    try:
+        return ensure_sysroot(platform.arch, platform.python_minor, cache, log)
+    except SysrootError as error:
+        raise TargetBuildError(refusal("sysroot", platform.arch, [f"what apt could not give: {error}"])) from None
+
+
+def target_python(recipe: VenvRecipe, cache: Path, log: Callable[[str], None]) -> TargetPython:
+    """The interpreter the venv is made for, by the way chosen (a sysroot is made here if need be)."""
+    platform = recipe.platform
+    assert platform is not None
+    if chosen_way(recipe) == "wheels":
+        return node_python(cache, platform)
+    return made_sysroot(recipe, cache, log)
 
 
 def site_packages(venv_dir: Path, platform: TargetPlatform) -> Path:
@@ -167,17 +347,19 @@ def wheel_tag(wheel: Path) -> str:
     return wheel.name.removesuffix(".whl").split("-")[-1]
 
 
-def target_inputs(recipe: VenvRecipe, sysroot: Sysroot) -> dict:
-    """Everything the key covers (the sysroot's package list is what apt would install now)."""
+def target_inputs(recipe: VenvRecipe, target: TargetPython) -> dict:
+    """Everything the key covers (the sysroot's package list is what apt would install now; the wheels
+    way: the minor version, whose python each node brings)."""
     platform = recipe.platform
     assert platform is not None
+    interpreter: dict = ({"python": target.python_version, "sysroot": {"key": target.key, "packages": target.packages}}
+                         if isinstance(target, Sysroot) else {"python": target.python_minor, "way": "wheels"})
     inputs = {
         "engine": recipe.engine,
         "arch": platform.arch,
         "platform": f"linux-{platform.arch}",
         "platform_tags": platform.tags(),
-        "python": sysroot.python_version,
-        "sysroot": {"key": sysroot.key, "packages": sysroot.packages},
+        **interpreter,
         "requirements_from": platform.requirements_from,
         "packages": list(recipe.packages),
         "pins": dict(platform.pins),
@@ -204,14 +386,16 @@ def target_key(recipe: VenvRecipe, inputs: dict) -> str:
 def inputs_and_key(recipe: VenvRecipe, cache: Path, log: Callable[[str], None]) -> tuple[dict, str]:
     platform = recipe.platform
     assert platform is not None
-    inputs = target_inputs(recipe, ensure_sysroot(platform.arch, platform.python_minor, cache, log))
+    inputs = target_inputs(recipe, target_python(recipe, cache, log))
     return inputs, target_key(recipe, inputs)
 
 
 def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source: Path,
-                runner: list[str]) -> list[tuple[str, list[str]]]:
+                runner: list[str] | None) -> list[tuple[str, list[str]]]:
     """The commands after the venv's layout is written (title, argv); `runner` starts a target program
-    here (qemu-user with the sysroot). `servebench build --dry-run` prints them."""
+    here (qemu-user with the sysroot), None on the wheels way: nothing of the target runs here, the
+    post-install steps run with this host's CPython of the same minor on the venv (`_build`), and the
+    BLAS shim is first loaded by a node's python. `servebench build --dry-run` prints them."""
     platform = recipe.platform
     assert platform is not None
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
@@ -243,8 +427,29 @@ def build_steps(recipe: VenvRecipe, venv_dir: Path, scratch: Path, engine_source
     if provider is not None:   # before anything runs the venv's python: its hook loads the shim
         steps.append(("compile the BLAS shim", blas_shim.compile_argv(
             provider, platform.arch, scratch / blas_shim.SHIM_SOURCE_NAME, Path(site))))
-        steps.append(("check the BLAS shim loads", [*runner, python, "-c", SHIM_CHECK]))
-    return steps + [(f"post-install: {' '.join(args[:3])}", [*runner, python, *args]) for args in recipe.post_install]
+        if runner is not None:
+            steps.append(("check the BLAS shim loads", [*runner, python, "-c", SHIM_CHECK]))
+    return steps + [(f"post-install: {' '.join(args[:3])}", [*(runner or []), python, *args])
+                    for args in recipe.post_install]
+
+
+def dry_run_steps(recipe: VenvRecipe, cache: Path, venv_dir: Path) -> list[tuple[str, list[str]]]:
+    """What a build of the recipe runs, for `servebench build --dry-run`, by the way this host takes."""
+    platform = recipe.platform
+    assert platform is not None
+    target = target_python(recipe, cache, lambda _: None)
+    if isinstance(target, Sysroot):
+        return [("write the venv's layout (pyvenv.cfg, bin/python -> the sysroot's CPython, the hooks)",
+                 ["<written by servebench>", str(venv_dir)]),
+                *build_steps(recipe, venv_dir, Path("<scratch>"), Path("<a copy of engine/>"), build_runner(target))]
+    host = host_python(platform.python_minor) or f"python{platform.python_minor}"
+    steps = build_steps(recipe, venv_dir, Path("<scratch>"), Path("<a copy of engine/>"), None)
+    installs, post = steps[:len(steps) - len(recipe.post_install)], steps[len(steps) - len(recipe.post_install):]
+    return [(f"the wheels way (no {platform.arch} code runs here): write the venv's layout, bin/python -> "
+             f"{target.python}, where each node's own python{platform.python_minor} is linked at placement",
+             ["<written by servebench>", str(venv_dir)]), *installs,
+            *([(f"for the post-install steps only, bin/python -> this host's {host}", ["<written by servebench>"]),
+               *post, (f"bin/python -> {target.python} again", ["<written by servebench>"])] if post else [])]
 
 
 def ensure_target_venv(recipe: VenvRecipe, cache: Path, log: Callable[[str], None] = print) -> venv.EngineBuild:
@@ -252,15 +457,22 @@ def ensure_target_venv(recipe: VenvRecipe, cache: Path, log: Callable[[str], Non
     freeze constrains it is built or found first)."""
     platform = recipe.platform
     assert platform is not None
-    with sysroot_in_use(platform.arch, platform.python_minor, cache, log) as sysroot:
-        return _ensure_on(recipe, sysroot, cache, log)
+    if chosen_way(recipe) == "wheels":
+        return _ensure_on(recipe, node_python(cache, platform), cache, log)
+    try:
+        with sysroot_in_use(platform.arch, platform.python_minor, cache, log) as sysroot:
+            return _ensure_on(recipe, sysroot, cache, log)
+    except SysrootError as error:
+        raise TargetBuildError(refusal("sysroot", platform.arch, [f"what apt could not give: {error}"])) from None
 
 
-def _ensure_on(recipe: VenvRecipe, sysroot: Sysroot, cache: Path, log: Callable[[str], None]) -> venv.EngineBuild:
-    """ensure_target_venv with its sysroot held (`builds gc` leaves it alone meanwhile)."""
+def _ensure_on(recipe: VenvRecipe, target: TargetPython, cache: Path,
+               log: Callable[[str], None]) -> venv.EngineBuild:
+    """ensure_target_venv with its sysroot held (`builds gc` leaves it alone meanwhile), or for the
+    node's python."""
     platform = recipe.platform
     assert platform is not None
-    inputs = target_inputs(recipe, sysroot)
+    inputs = target_inputs(recipe, target)
     key = target_key(recipe, inputs)
     artifact = ArtifactCache(cache / "engines")
     found = artifact.get(key)
@@ -273,25 +485,33 @@ def _ensure_on(recipe: VenvRecipe, sysroot: Sysroot, cache: Path, log: Callable[
         if found is not None:
             return venv.EngineBuild.model_validate_json(found).model_copy(update={"build_seconds": None})
         started = time.monotonic()
-        build = _build(recipe, key, inputs, sysroot, freeze, venv_dir, artifact.log_path(key), log)
+        build = _build(recipe, key, inputs, target, freeze, venv_dir, artifact.log_path(key), log)
         build = build.model_copy(update={"build_seconds": round(time.monotonic() - started, 1)})
         artifact.complete(key, build.model_dump_json(indent=2))
     return build
 
 
-def write_layout(venv_dir: Path, sysroot: Sysroot, platform: TargetPlatform,
-                 packages: tuple[str, ...] = ()) -> Path:
-    """The venv's files without pip: pyvenv.cfg, bin/python -> the sysroot's CPython, site-packages, the hook
-    (and the BLAS shim's directory when `packages` name its provider)."""
+def point_venv_at(venv_dir: Path, python: Path, version: str, minor: str) -> None:
+    """pyvenv.cfg and bin/python* for the base interpreter `python` (replacing what was there)."""
     bin_dir = venv_dir / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
+    (venv_dir / "pyvenv.cfg").write_text(
+        f"home = {python.parent}\ninclude-system-site-packages = false\nversion = {version}\nexecutable = {python}\n")
+    for name in ("python", "python3", f"python{minor}"):
+        link = bin_dir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(python)
+
+
+def write_layout(venv_dir: Path, target: TargetPython, platform: TargetPlatform,
+                 packages: tuple[str, ...] = ()) -> Path:
+    """The venv's files without pip: pyvenv.cfg, bin/python -> the target's CPython (the sysroot's, or the
+    path of each node's own), site-packages, the hook (and the BLAS shim's directory when `packages` name
+    its provider)."""
     site = site_packages(venv_dir, platform)
     site.mkdir(parents=True, exist_ok=True)
-    (venv_dir / "pyvenv.cfg").write_text(
-        f"home = {sysroot.python.parent}\ninclude-system-site-packages = false\nversion = {sysroot.python_version}\n"
-        f"executable = {sysroot.python}\n")
-    for name in ("python", "python3", f"python{platform.python_minor}"):
-        (bin_dir / name).symlink_to(sysroot.python)
+    point_venv_at(venv_dir, target.python, target.python_version, platform.python_minor)
     shim = None
     if blas_shim.provider_in(list(packages)) is not None:
         blas_shim.shim_path(site).parent.mkdir(parents=True, exist_ok=True)
@@ -310,23 +530,23 @@ def build_runner(sysroot: Sysroot) -> list[str]:
     return emulator_argv(generic, sysroot.path)
 
 
-def _build(recipe: VenvRecipe, key: str, inputs: dict, sysroot: Sysroot, freeze: str, venv_dir: Path,
+def _build(recipe: VenvRecipe, key: str, inputs: dict, target: TargetPython, freeze: str, venv_dir: Path,
            log_path: Path, log: Callable[[str], None]) -> venv.EngineBuild:
     platform = recipe.platform
     assert platform is not None
     with open(log_path, "w") as out, tempfile.TemporaryDirectory(dir=venv_dir.parent,
                                                                  prefix=f".{key}.scratch-") as scratch_dir:
         scratch = Path(scratch_dir)
-        site = write_layout(venv_dir, sysroot, platform, tuple(recipe.packages))
+        site = write_layout(venv_dir, target, platform, tuple(recipe.packages))
         provider = blas_shim.provider_in(recipe.packages)
         if provider is not None:
             (scratch / blas_shim.SHIM_SOURCE_NAME).write_text(blas_shim.shim_source(provider))
         engine_source = scratch / "engine"
         if recipe.engine_package:
             for path in venv.engine_source_files():
-                target = engine_source / path.relative_to(ENGINE_SOURCE_DIR)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, target)
+                copy = engine_source / path.relative_to(ENGINE_SOURCE_DIR)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, copy)
         started = time.monotonic()
 
         def run(title: str, argv: list[str]) -> None:
@@ -335,18 +555,31 @@ def _build(recipe: VenvRecipe, key: str, inputs: dict, sysroot: Sysroot, freeze:
             if returncode != 0:
                 raise TargetBuildError(f"engine build step '{title}' failed (exit {returncode}); see {log_path}")
 
-        download, *rest = build_steps(recipe, venv_dir, scratch, engine_source, build_runner(sysroot))
+        runner = build_runner(target) if isinstance(target, Sysroot) else None
+        download, *rest = build_steps(recipe, venv_dir, scratch, engine_source, runner)
         run(*download)
         main = _main_wheel(scratch / "main")  # its METADATA says what the rest is
-        write_resolution_files(recipe, wheel_metadata(main), sysroot.python_version, freeze, scratch)
+        write_resolution_files(recipe, wheel_metadata(main), target.python_version, freeze, scratch)
         out.write("requirements for the target:\n" + (scratch / "requirements.txt").read_text())
         placeholder = str(scratch / "main" / MAIN_WHEEL)
-        for title, argv in rest:
+        post = len(recipe.post_install) if runner is None else 0   # the wheels way: run by this host's CPython
+        for title, argv in rest[:len(rest) - post]:
             run(title, [str(main) if arg == placeholder else arg for arg in argv])
+        if post:
+            host = host_python(platform.python_minor)
+            if host is None:
+                raise TargetBuildError(refusal("wheels", platform.arch, [f"a python{platform.python_minor} here "
+                                                                         "for the post-install steps"]))
+            point_venv_at(venv_dir, Path(host), platform.python_minor, platform.python_minor)
+            try:
+                for title, argv in rest[len(rest) - post:]:
+                    run(title, argv)
+            finally:
+                point_venv_at(venv_dir, target.python, target.python_version, platform.python_minor)
     tag = wheel_tag(main)
     return venv.EngineBuild(
         key=key, engine=recipe.engine, engine_version=installed_version(site, recipe.version_distribution),
-        packages=list(recipe.packages), python_version=sysroot.python_version, platform=inputs["platform"],
+        packages=list(recipe.packages), python_version=target.python_version, platform=inputs["platform"],
         venv_path=str(venv_dir), pip_freeze=site_freeze(site), build_seconds=None,
         created_at=datetime.now(timezone.utc), inputs=inputs | {"target": tag, "wheel_tag": tag})
 

@@ -91,6 +91,7 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
     this one). Whether every prerequisite is met (else the command exits non-zero)."""
     from servebench.builds.builders import inputs_and_key, steps
     from servebench.builds.prerequisites import describe, unmet
+    from servebench.builds.venv import BuildError
     from servebench.config.sweep import build_specs
     from servebench.engines import get_engine
 
@@ -106,7 +107,12 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
             lines.append(describe(prerequisites))
             continue
         recipe = engine.build_recipe(spec)
-        inputs, key = inputs_and_key(recipe, cache)
+        try:
+            inputs, key = inputs_and_key(recipe, cache)
+        except BuildError as exc:   # a way this host cannot take (target_venv.py): one line, the others go on
+            all_met = False
+            lines.append(f"engine {kind}: {spec.describe()}  cannot be built here: {exc}")
+            continue
         venv = cache / "engines" / key
         cached = (venv / MARKER).exists()
         lines.append(f"engine {kind}: {spec.describe()}  build key {key}  "

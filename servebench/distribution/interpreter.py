@@ -19,24 +19,36 @@ ways to give a node one, chosen by the provider block's `interpreter:`:
   target, so the node's CPython runs the venv's packages). Nothing large is copied; a node
   without such a python is refused before serving, naming node, architecture and what is missing.
 
+A build of the wheels way (`servebench/builds/target_venv.py`: wheels chosen by pip for the target's
+platform, no dpkg on this host) has no CPython of its own: its venv names
+`<cache>/node-pythons/<arch>-python3.X/usr/bin/python3.X`, and every node, whatever `interpreter:`
+says, gets its own python3.X linked there as `node` does (on a shared file system, one link for all:
+the nodes must find the same path), so the venv runs on the node's CPython, offline.
+
 What was chosen, and why, lands in the node's `nodes.interpreter` column.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from servebench.builds.target_venv import NODE_PYTHONS, WAY_VARIABLE
 from servebench.platform.emulation import node_argv, node_root, userland_of
 from servebench.platform.targets import profile
 from servebench.providers import Node, Provider
 
 InterpreterPolicy = Literal["placed", "node"]
 LINKS = "interpreter-links"
-PROBE = "import platform, sys; print(sys.platform + '-' + platform.machine()); print(sys.version.split()[0])"
+PROBE = ("import platform, sys; print(sys.platform + '-' + platform.machine()); print(sys.version.split()[0]); "
+         "print(sys.executable)")
+PLACED_INSTEAD = "interpreter: placed copies the build's own"
+WHEELS_INSTEAD = (f"the build has no CPython of its own (its wheels were chosen by pip): give the node one on its "
+                  f"PATH, or build the Debian sysroot way ({WAY_VARIABLE}=sysroot, which an emulated node needs)")
 
 
 class InterpreterMissing(RuntimeError):
@@ -93,30 +105,78 @@ def link_tree(cache: Path, userland: Path, python: str, node_python: str) -> Pat
     return tree
 
 
-def find_node_python(provider: Provider, node: Node, minor: str, build_platform: str, arch: str | None) -> str:
+def node_python_home(python: str, cache: Path) -> Path | None:
+    """The wheels way's `<cache>/node-pythons/<arch>-python3.X` that the build's python links to, or None.
+    Read from the link itself, not its resolution: on a shared file system that path is a link to the
+    nodes' python."""
+    link = Path(python)
+    target = Path(os.readlink(link)) if link.is_symlink() else link
+    for root in {cache / NODE_PYTHONS, (cache / NODE_PYTHONS).resolve()}:
+        if target.is_relative_to(root) and target != root:
+            return root / target.relative_to(root).parts[0]
+    return None
+
+
+def find_node_python(provider: Provider, node: Node, minor: str, build_platform: str, arch: str | None,
+                     instead: str = PLACED_INSTEAD) -> str:
     """The node's `python3.<minor>`: on its PATH, and running as the build's platform there (under the
-    node's emulation on an emulated node); else InterpreterMissing naming what is missing."""
+    node's emulation on an emulated node); else InterpreterMissing naming what is missing and `instead`,
+    the other way."""
     wanted = f"python{minor}"
     found = provider.run(node, ["sh", "-c", f"command -v {wanted}"], timeout=60)
     path = found.stdout.strip().splitlines()[-1] if found.returncode == 0 and found.stdout.strip() else ""
     if not path:
         raise InterpreterMissing(f"{describe_node(node, arch)}: interpreter: node, but it has no {wanted} on its "
-                                 f"PATH, and the build ({build_platform}, CPython {minor}) needs one; "
-                                 "interpreter: placed copies the build's own")
+                                 f"PATH, and the build ({build_platform}, CPython {minor}) needs one; {instead}")
     result = provider.run(node, node_argv(node, [path, "-c", PROBE]), timeout=300)
-    reported = result.stdout.strip().splitlines()[:1] if result.returncode == 0 else []
+    lines = result.stdout.strip().splitlines() if result.returncode == 0 else []
+    reported = lines[:1]
     if reported != [build_platform]:
         why = (f"reports {reported[0]!r}" if reported else
                f"does not run there (exit {result.returncode}: {(result.stderr or '').strip()[-300:]})")
         raise InterpreterMissing(f"{describe_node(node, arch)}: interpreter: node, but its {wanted} ({path}) {why}; "
-                                 f"the build is for {build_platform}; interpreter: placed copies the build's own")
-    return path
+                                 f"the build is for {build_platform}; {instead}")
+    # the interpreter itself: a wrapper script on PATH (pyenv's shims, a site's) would not run the venv
+    return lines[2] if len(lines) > 2 and lines[2].startswith("/") else path
+
+
+def shared_link(home: Path, name: str, node_python: str) -> None:
+    """`home/usr/bin/<name>` -> the nodes' python, made here on the file system the nodes share; a node
+    whose python is elsewhere cannot be given its own: refused, naming both."""
+    link = home / "usr" / "bin" / name
+    if link.is_symlink():
+        if os.readlink(link) == node_python:
+            return
+        raise InterpreterMissing(f"{home} is shared with the nodes and links {os.readlink(link)}, but this node's "
+                                 f"{name} is {node_python}: nodes that share it need their python at one path")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(node_python)
+
+
+def wheels_interpreter(provider: Provider, node: Node, python: str, home: Path, build_platform: str,
+                       arch: str | None, cache: Path) -> NodeInterpreter:
+    """A build of the wheels way: the node's own python3.X linked at the path its venv names."""
+    minor = python_minor(python)
+    if minor is None:
+        raise InterpreterMissing(f"{describe_node(node, arch)}: the build's python {python} names no python3.X")
+    found = find_node_python(provider, node, minor, build_platform, arch, WHEELS_INSTEAD)
+    why = "the build's wheels were chosen by pip for the platform, it has no CPython of its own"
+    if provider.shares(str(home)):
+        shared_link(home, f"python{minor}", found)
+        return NodeInterpreter({}, f"node: its own {found} (python{minor}, linked at the shared {home}: {why})")
+    tree = link_tree(cache, home, python, found)
+    return NodeInterpreter({"interpreter": (tree, str(home))},
+                           f"node: its own {found} (python{minor}, linked at {home}: {why})")
 
 
 def node_interpreter(provider: Provider, node: Node, python: str, build_platform: str, arch: str | None,
                      policy: InterpreterPolicy, cache: Path) -> NodeInterpreter:
     """How the node gets the build's interpreter. A build of this host's own CPython places nothing
-    (the node's file system has that path, or the python check refuses the node)."""
+    (the node's file system has that path, or the python check refuses the node); one of the wheels way
+    takes the node's own whatever the policy (nothing to place)."""
+    home = node_python_home(python, cache)
+    if home is not None:
+        return wheels_interpreter(provider, node, python, home, build_platform, arch, cache)
     userland = build_userland(python, cache)
     if userland is None:
         return NodeInterpreter({}, f"the build's python {Path(python).resolve()} (the node's file system has it)")

@@ -72,14 +72,27 @@ def debian_arch(arch: str) -> str:
         raise SysrootError(f"no Debian architecture for {arch!r} (known: {', '.join(DEBIAN_ARCH)})") from None
 
 
+def dpkg_architectures() -> frozenset[str]:
+    """The Debian architectures dpkg knows here (its own and the foreign ones it was given): empty on a
+    host without dpkg (a RHEL, Rocky or SLES login node). Reading them needs no root."""
+    known: set[str] = set()
+    for argv in (["dpkg", "--print-architecture"], ["dpkg", "--print-foreign-architectures"]):
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return frozenset()
+        if done.returncode == 0:
+            known.update(done.stdout.split())
+    return frozenset(known)
+
+
 def check_foreign_arch(arch: str) -> None:
     """apt downloads packages of another architecture only when dpkg knows it: say how, if not."""
     wanted = debian_arch(arch)
-    done = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
-    if done.stdout.strip() == wanted:
-        return
-    foreign = subprocess.run(["dpkg", "--print-foreign-architectures"], capture_output=True, text=True).stdout.split()
-    if wanted not in foreign:
+    known = dpkg_architectures()
+    if not known:
+        raise SysrootError(f"this host has no dpkg: a Debian sysroot for {wanted} cannot be made here")
+    if wanted not in known:
         raise SysrootError(f"dpkg does not know the architecture {wanted}: apt cannot download its packages. "
                            f"Once per host: dpkg --add-architecture {wanted} && apt-get update "
                            "(nothing is installed for it; servebench unpacks the packages into its cache)")

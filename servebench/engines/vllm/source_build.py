@@ -33,6 +33,7 @@ from servebench.builds.prerequisites import (
     tool,
 )
 from servebench.builds.recipe import CrossCompile, VenvRecipe, WheelRecipe
+from servebench.builds.venv import BuildError
 from servebench.engines.vllm.spec import VllmSourceSpec
 from servebench.platform.sysroot import SysrootError, candidate_versions, check_foreign_arch, debian_arch
 from servebench.platform.targets import profile
@@ -215,7 +216,7 @@ def target_torch(torch_venv: VenvRecipe, cache: Path) -> Prerequisite:
     assert platform is not None, "a target venv's recipe has its platform (VllmEngine.target_torch_recipe)"
     try:
         key = target_venv.inputs_and_key(torch_venv, cache, lambda _: None)[1]
-    except (SysrootError, OSError) as error:
+    except (SysrootError, OSError, BuildError) as error:   # BuildError: a way this host cannot take (one line)
         return Prerequisite(name="target torch", met=False, found=str(error)[:300],
                             needed=f"a {platform.arch} venv with {platform.pins.get('torch')}",
                             fix=f"dpkg --add-architecture {debian_arch(platform.arch)} && apt-get update")
