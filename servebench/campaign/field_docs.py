@@ -1,6 +1,6 @@
 """The campaign file's reference, made from the models that read it: `servebench schema` prints the JSON
 Schema (an editor can validate a campaign with it) or this page as Markdown, and docs/campaign-reference.md
-is that Markdown (tests/test_campaign_reference.py fails when it is stale). The `engine:` and `provider:`
+is that Markdown (tests/unit/test_campaign_reference.py fails when it is stale). The `engine:` and `provider:`
 blocks are each engine's and provider's own model, chosen by `kind`, so both come from the registries."""
 
 from __future__ import annotations

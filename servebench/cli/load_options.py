@@ -66,6 +66,11 @@ HELP = {
                              "summary's prefix_cache_hit_rate); default: the --engine's; '' for none",
     "--metrics-urls": "URL[,URL]: the servers whose /metrics hold the token and prefix-cache counters, summed "
                       "(replicas behind a balancer); default: --base-url's",
+    "--replica-urls": "'{\"r0\": URL, \"r1\": URL}': several servers of one model (a replicas mode's), each "
+                      "request sent to one of them by --replica-policy and its record naming it, their /metrics "
+                      "summed for the token check (--base-url is still required: one of them)",
+    "--replica-policy": "with --replica-urls: least-connections (the fewest requests in flight first, ties in "
+                        "turn) or round-robin",
     "--stream-token-counts": "PATH[,PATH]: where a streamed chunk says the running count of generated tokens, "
                              "dotted paths tried in order (default: the --engine's, else usage.completion_tokens)",
     "--cpus": "pin the generator to these CPUs (e.g. 1 or 2-3), apart from the server's",

@@ -488,14 +488,20 @@ class ModeSpec(StrictModel):
         "(docs/parallel-modes.md)."))
     replicas: int = Field(1, ge=1, description=(
         "Independent servers of this mode (its engine, executor and tp/pp/dp each), every one on its own nodes, "
-        "behind one endpoint: nginx on the load generator's host balances the requests over them. The mode's "
+        "the requests balanced over them by nginx on the load generator's host or by the load generator itself "
+        "(`balanced_by`, `balancing`). The mode's "
         "nodes (all server nodes when `nodes:` is left out) are split in order, the same number to each "
         "replica (replicas: 2 on [h1, h2]: r0 on h1, r1 on h2). 1: one server, no balancer "
         "(docs/parallel-modes.md)."))
     balancer: Literal["least-connections", "round-robin"] | None = Field(None, description=(
-        "How the balancer of a `replicas` mode picks a replica: least-connections (nginx's least_conn: the "
-        "replica with the fewest requests in flight; the default) or round-robin (nginx's default: in turn). "
-        "Only with replicas > 1."))
+        "How the balancer of a `replicas` mode picks a replica: least-connections (nginx's least_conn, or the "
+        "load generator's own count: the replica with the fewest requests in flight; the default) or "
+        "round-robin (in turn). Only with replicas > 1."))
+    balanced_by: Literal["nginx", "client"] | None = Field(None, description=(
+        "Who spreads a `replicas` mode's requests over its replicas: nginx, one endpoint in front of them where "
+        "the load generator runs; or client, the load generator itself, each request to the replica with the "
+        "fewest requests in flight (ties in turn; round-robin: in turn), its replica in its record. Null: the "
+        "campaign's `balancing.by`. Only with replicas > 1 (docs/parallel-modes.md)."))
     executor: str = Field(min_length=1, description="How the engine runs the mode's workers: one of the "
                           "engine's executors; its first when left out.")
     oversubscribe: bool = Field(False, description="Allow more workers than a node's server CPUs (ranks then "
@@ -540,6 +546,9 @@ class ModeSpec(StrictModel):
         if self.balancer is not None and self.replicas == 1:
             raise ValueError(f"mode {self.name}: balancer: {self.balancer} needs replicas > 1 (one server has "
                              "nothing to balance)")
+        if self.balanced_by is not None and self.replicas == 1:
+            raise ValueError(f"mode {self.name}: balanced_by: {self.balanced_by} needs replicas > 1 (one server "
+                             "has nothing to balance)")
         return self
 
     @property
@@ -879,6 +888,28 @@ class SearchSpec(StrictModel):
         return self
 
 
+class BalancingSpec(StrictModel):
+    """Who balances the campaign's `replicas` modes, and which nginx: a cluster user often has none at
+    /usr/sbin/nginx and cannot install one, so the choice is said by `servebench plan` before anything starts."""
+
+    by: Literal["nginx", "client"] | None = Field(None, description=(
+        "nginx (one endpoint in front of each replicas mode's servers) or client (the load generator spreads "
+        "the requests itself, least requests in flight first) for every replicas mode that does not set "
+        "`balanced_by`. Null: nginx where one is found (the `nginx` field's binary, else `nginx` on PATH, else "
+        "/usr/sbin/nginx), "
+        "else client; `servebench plan` says which."))
+    nginx: str | None = Field(None, min_length=1, description=(
+        "The nginx binary, an absolute path where the balancer runs (a site module's, your own build); null: "
+        "`nginx` on PATH there, else /usr/sbin/nginx."))
+
+    @field_validator("nginx")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"nginx: {value!r} is not an absolute path (the balancer may start on another node)")
+        return value
+
+
 class Campaign(StrictModel):
     schema_version: Literal[1] = Field(1, description="The campaign file format's version; 1 is the only one "
                                        "(may be left out).")
@@ -928,6 +959,9 @@ class Campaign(StrictModel):
         "The model's dtype and GGUF quantization as sweep axes, beside `knobs:` (every configuration once per "
         "combination, mode names get the values: `local-q4_0`); each variant its own model and gate reference "
         "(docs/llamacpp.md). null: the one `model:`."))
+    balancing: BalancingSpec = Field(default_factory=BalancingSpec, description=(
+        "Who balances the `replicas` modes (nginx or the load generator) and where nginx is "
+        "(docs/parallel-modes.md); each mode's `balanced_by` overrides `by`."))
 
     @field_validator("knobs")
     @classmethod
@@ -1057,6 +1091,8 @@ class Campaign(StrictModel):
             data["validity"].pop("max_foreign_cpu")
         if data.get("roofline") == RooflineSpec().model_dump(mode="json"):  # and the default roofline ages
             data.pop("roofline")
+        if data.get("balancing") == BalancingSpec().model_dump(mode="json"):  # and the default balancing
+            data.pop("balancing")
         for mode in data["modes"]:
             if not mode.get("knobs"):
                 mode.pop("knobs", None)
@@ -1072,6 +1108,8 @@ class Campaign(StrictModel):
                 mode.pop("replicas", None)
             if mode.get("balancer") is None:
                 mode.pop("balancer", None)
+            if mode.get("balanced_by") is None:  # and without a balancing choice
+                mode.pop("balanced_by", None)
         for link in (data.get("network") or {}).get("links", []):
             if link.get("name") is None:  # a link setting without a name, as before it could have one
                 link.pop("name", None)

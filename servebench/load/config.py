@@ -84,7 +84,14 @@ class LoadConfig(BaseModel):
         "prefix_cache_hit_rate = cached / (cached + processed); None: not read."))
     metrics_urls: list[str] = Field(default_factory=list, description=(
         "The servers whose /metrics hold the token and prefix-cache counters, summed: a `replicas` mode's "
-        "replicas behind its balancer (which has no /metrics); empty: base_url's."))
+        "replicas behind its balancer (which has no /metrics); empty: those of replica_urls, else base_url's."))
+    replica_urls: dict[str, str] = Field(default_factory=dict, description=(
+        "A `replicas` mode balanced by the load generator: its replicas' URLs by name ({r0: URL, r1: URL}); each "
+        "request goes to one of them (`replica_policy`) and its record names it. Empty: every request to "
+        "base_url (one server, or a balancer in front of several)."))
+    replica_policy: Literal["least-connections", "round-robin"] = Field("least-connections", description=(
+        "With replica_urls: least-connections (the replica with the fewest requests in flight, ties in turn) or "
+        "round-robin (in turn)."))
     health_url: str | None = Field(None, description="The server's health path, probed during the load to catch a "
                                    "hung server (with hang_after_s).")
     hang_after_s: float | None = Field(None, gt=0, description="The server is hung when its health path has not "
@@ -104,6 +111,20 @@ class LoadConfig(BaseModel):
         """'URL,URL' (the flag's form) is the list; '' is none."""
         if isinstance(value, str):
             return [url.strip() for url in value.split(",") if url.strip()]
+        return value
+
+    @field_validator("replica_urls", mode="before")
+    @classmethod
+    def _replicas_text(cls, value: Any) -> Any:
+        """'NAME=URL,NAME=URL' or a JSON object (the flag's forms) is the mapping; '' is none."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                return json.loads(text)
+            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError(f"replica URLs {value!r}: give NAME=URL[,NAME=URL]")
+            return {name.strip(): url.strip() for name, url in pairs}
         return value
 
     @field_validator("prefix_cache_counters", "prompt_cache_tokens", mode="before")
@@ -160,8 +181,10 @@ class LoadConfig(BaseModel):
 
     @property
     def server_urls(self) -> list[str]:
-        """Every server this config's requests go to: the base URL, the metrics URLs and the health URL."""
-        return [self.base_url, *self.metrics_urls, *([self.health_url] if self.health_url else [])]
+        """Every server this config's requests go to: the base URL, the replicas', the metrics URLs and the
+        health URL."""
+        return [self.base_url, *self.replica_urls.values(), *self.metrics_urls,
+                *([self.health_url] if self.health_url else [])]
 
     @property
     def replay(self) -> bool:
@@ -204,6 +227,7 @@ FLAGS: dict[str, str] = {
     "--request-extras": "request_extras", "--health-url": "health_url", "--hang-after-s": "hang_after_s",
     "--prefix-cache-counters": "prefix_cache_counters", "--prompt-cache-tokens": "prompt_cache_tokens",
     "--stream-token-counts": "stream_token_counts", "--metrics-urls": "metrics_urls",
+    "--replica-urls": "replica_urls", "--replica-policy": "replica_policy",
     "--api-key-file": "api_key_file", "--api-key-env": "api_key_env",
 }
 
@@ -225,6 +249,8 @@ def to_argv(config: LoadConfig) -> list[str]:
             argv += [flag, ",".join(value)]
         elif name == "metrics_urls":
             argv += [flag, ",".join(value)] if value else []
+        elif name == "replica_urls":
+            argv += [flag, json.dumps(value)] if value else []
         elif value is not None:
             argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return argv

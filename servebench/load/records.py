@@ -46,6 +46,7 @@ class RequestRecord:
     turn: int | None = None             # ... and the turn in it (0 first)
     cached_input_tokens: int | None = None     # prompt tokens the server reused from its prefix cache ...
     processed_input_tokens: int | None = None  # ... and those it computed (where its responses say: llama.cpp)
+    replica: str | None = None          # the replica the load generator sent it to (it balancing a replicas mode)
 
     @property
     def ok(self) -> bool:

@@ -100,7 +100,7 @@ class LoadSummary(SteadySummary, Sparse):
 
     SPARSE: ClassVar[tuple[str, ...]] = ("warm_until_steady", "workload", "turns", "counter_check",
                                          "prefix_cache_hit_rate", "prompt_cache_tokens", "hung",
-                                         "hang_watch_error", "node_cpu")
+                                         "hang_watch_error", "node_cpu", "replica_requests")
 
     prompt_token_mismatches: int
     warm_until_steady: WarmupOutcome | None = None
@@ -114,6 +114,7 @@ class LoadSummary(SteadySummary, Sparse):
     hung: HungSummary | None = None
     hang_watch_error: str | None = None      # the hang watch asked for broke: the run was not checked for hangs
     node_cpu: list[NodeCpu] | None = None    # added by a campaign from its server nodes' samples
+    replica_requests: dict[str, int] | None = None  # the load generator balancing replicas: requests sent to each
 
 
 class T0(Sparse):

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import uvloop
 
+from servebench.load.balance import Targets, requests_per_replica, targets_for
 from servebench.load.config import LoadConfig
 from servebench.load.health import WatchBroken, hung_since
-from servebench.load.http import ConnectionPool, Endpoint, stream_request
 from servebench.load.metrics import percentile, steady_summary, ttft
 from servebench.load.pinning import CpuMeter, IdlePolling, place_self, polling_when_idle
 from servebench.load.records import RequestRecord
@@ -185,11 +185,12 @@ def _prepare(config: LoadConfig, workload: Workload, index: int) -> Prepared:
 
 
 class _Sender:
-    """What every sending loop does with request i: `make` its record and bytes, then `send` them.
-    Keeps the records, the requests that finished and those whose prompts are token ids."""
+    """What every sending loop does with request i: `make` its record and body, then `send` them (to the
+    one server, or to the replica picked as it is sent). Keeps the records, the requests that finished and
+    those whose prompts are token ids."""
 
-    def __init__(self, plan: RunPlan, pool: ConnectionPool, endpoint: Endpoint, live: LiveCounts):
-        self.plan, self.pool, self.endpoint, self.live = plan, pool, endpoint, live
+    def __init__(self, plan: RunPlan, targets: Targets, live: LiveCounts):
+        self.plan, self.targets, self.live = plan, targets, live
         self.records: list[RequestRecord] = []
         self.exact: set[int] = set()
         self.finished: set[int] = set()
@@ -204,12 +205,12 @@ class _Sender:
                                requested_output_tokens=ready.output_len, prefix_group=ready.group,
                                session=ready.session, turn=ready.turn)
         self.records.append(record)
-        return record, self.endpoint.request_bytes(ready.body)
+        return record, ready.body
 
-    async def send(self, record: RequestRecord, payload: bytes) -> None:
+    async def send(self, record: RequestRecord, body: bytes) -> None:
         live = self.live
         live.sent += 1
-        await stream_request(self.pool, payload, record, self.plan.config.timeout_s)
+        await self.targets.stream(body, record, self.plan.config.timeout_s)
         self.finished.add(record.index)
         live.done += 1
         live.failed += record.error_kind is not None
@@ -217,13 +218,11 @@ class _Sender:
 
 async def _run(plan: RunPlan, live: LiveCounts, notes: list[str], idle: IdlePolling) -> LoadResult:
     config = plan.config
-    endpoint = Endpoint(config.base_url.rstrip("/") + PATHS[config.endpoint], config.stream_token_counts,
-                        config.prompt_cache_tokens)
-    pool = ConnectionPool(endpoint)
-    warmed = await _warm_up(config, pool, endpoint) if config.warm_until_steady else None
+    targets = targets_for(config, PATHS[config.endpoint])
+    warmed = await _warm_up(config, targets) if config.warm_until_steady else None
     before = read_counters(config)  # after the warm-up: its tokens are not the cell's
     started_wall = datetime.now(timezone.utc)
-    sender = _Sender(plan, pool, endpoint, live)
+    sender = _Sender(plan, targets, live)
     window = await _measure(plan, sender, notes, idle)
     after = read_counters(config) if window.hung is None else Counters()  # a hung server answers no /metrics
     sender.records.sort(key=lambda r: r.index)
@@ -250,7 +249,7 @@ async def _measure(plan: RunPlan, sender: _Sender, notes: list[str], idle: IdleP
     finally:
         gc.enable()
         gc.unfreeze()
-        sender.pool.close()
+        sender.targets.close()
     if hung is not None:
         _mark_hung(sender.records, sender.finished, hung, t0, config)
     return Window(t0, hung, meter.usage(notes, idle), unwatched)
@@ -287,6 +286,8 @@ def load_summary(plan: RunPlan, sender: _Sender, window: Window, counters: tuple
     if counted.skipped is not None:
         summary.counter_check = counted.skipped
     _add_prefix_cache(summary, config, records, counters)
+    if config.replica_urls:
+        summary.replica_requests = requests_per_replica(records, list(config.replica_urls))
     if hung is not None:
         summary.hung = hung
     if window.unwatched is not None:
@@ -318,7 +319,7 @@ def _add_prefix_cache(summary: LoadSummary, config: LoadConfig, records: list[Re
             summary.prefix_cache_hit_rate = response_hit_rate(counts)
 
 
-async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint) -> WarmupOutcome:
+async def _warm_up(config: LoadConfig, targets: Targets) -> WarmupOutcome:
     """Warm-up requests at the cell's concurrency until the server is steady (servebench/load/steady.py):
     prompts of another data seed, sent before the measurement starts and left out of its records."""
     steady = config.warm_until_steady
@@ -330,7 +331,7 @@ async def _warm_up(config: LoadConfig, pool: ConnectionPool, endpoint: Endpoint)
         record = RequestRecord(index=index, warmup=True, scheduled_s=time.monotonic(),
                                expected_input_tokens=ready.expected_input_tokens,
                                requested_output_tokens=ready.output_len)
-        await stream_request(pool, endpoint.request_bytes(ready.body), record, config.timeout_s)
+        await targets.stream(ready.body, record, config.timeout_s)
         return record
 
     return await warm_until_steady(steady, config.clients, config.rate, send)
@@ -498,8 +499,10 @@ def _server_tokens(config: LoadConfig) -> float | None:
 
 
 def _summed_counter(config: LoadConfig, name: str) -> float | None:
-    """A counter summed over the servers that hold it (a balancer's replicas); None if one has none."""
-    values = [scrape_counter(url, name) for url in config.metrics_urls or [config.base_url]]
+    """A counter summed over the servers that hold it (a balancer's replicas, else those the generator balances
+    itself); None if one has none."""
+    urls = config.metrics_urls or list(config.replica_urls.values()) or [config.base_url]
+    values = [scrape_counter(url, name) for url in urls]
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 

@@ -21,6 +21,7 @@ from servebench.config.campaign import (
     split_for_replicas,
     variant_label,
 )
+from servebench.planning.balancing import balancing_problems
 from servebench.planning.memory import ModeMemory, campaign_memory, memory_problems, this_host_available_bytes
 from servebench.planning.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
 
@@ -93,6 +94,7 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
     problems += (_target_problems(campaign) + _network_problems(campaign) + _fault_problems(campaign)
                  + list(dict.fromkeys(knob_problems)))
     problems += _bf16_build_problems(campaign, engines, base_dir)
+    problems += balancing_problems(campaign)   # nginx asked for where there is none (servebench/planning/balancing.py)
     if problems or not all(nodes):  # a mode the nodes cannot hold has no memory layout to check
         return problems
     return _memory_problems(campaign, engine_of, list(zip([n.name for n in node_specs], nodes)), base_dir,

@@ -1,5 +1,7 @@
-"""The load balancer in front of a `replicas: N` mode: nginx (Debian's, /usr/sbin/nginx) proxying one
-endpoint to the mode's N independent servers.
+"""The load balancer in front of a `replicas: N` mode: nginx proxying one endpoint to the mode's N
+independent servers. Which nginx: the campaign's `balancing.nginx`, else `nginx` on PATH, else Debian's
+/usr/sbin/nginx (servebench/planning/balancing.py, which also decides whether nginx balances at all: without
+one, the load generator spreads the requests itself).
 
 Why nginx and where (docs/parallel-modes.md, "Replicas behind a balancer"): it is the balancer most
 deployments put in front of OpenAI-compatible servers, it streams (HTTP/1.1 to the replicas, no
@@ -26,15 +28,15 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from servebench.planning.balancing import SYSTEM_NGINX, BalancingChoice, choice_here, find_nginx
 from servebench.processes import ManagedProcess
 from servebench.providers import Node, NodeProcess, Provider, node_tools
 
-NGINX = "/usr/sbin/nginx"                    # Debian's nginx-light or nginx package
+NGINX = SYSTEM_NGINX                         # Debian's nginx-light or nginx package, when none is named or on PATH
 POLICY_DIRECTIVES = {"least-connections": "least_conn;", "round-robin": ""}  # round-robin: nginx's default
 TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")            # every temp path nginx was built with
 READ_TIMEOUT_S = 3600                        # a long streamed answer, or a request queued behind others
@@ -173,22 +175,45 @@ def write_config(directory: Path, instances: dict[str, str], policy: str, listen
     return config
 
 
+@dataclass(frozen=True)
+class Upstreams:
+    """What one balancer fronts: the mode, its policy, its replicas' URLs by name, and the nginx binary where
+    it runs (None: looked up there, `nginx` on PATH, else /usr/sbin/nginx)."""
+
+    mode: str
+    policy: str
+    instances: dict[str, str]
+    nginx: str | None = None
+
+
 def start_balancer(provider: Provider, client: Node | None, mode: str, policy: str, instances: dict[str, str],
                    run_dir: Path, mark: str, auth_include: str | None = None) -> Balancer:
+    """`start_nginx` with the nginx that is on PATH where it runs (else /usr/sbin/nginx)."""
+    return start_nginx(provider, client, Upstreams(mode, policy, instances), run_dir, mark, auth_include)
+
+
+def start_nginx(provider: Provider, client: Node | None, upstreams: Upstreams, run_dir: Path, mark: str,
+                auth_include: str | None = None) -> Balancer:
     """nginx for the mode's replicas: on the client node through the provider (its directory copied there when
     that node does not share ours), else on this host; listening on a free port of that node (this host: the
     loopback). `mark`: the run's process mark, so a resume finds a balancer left by a killed orchestrator.
     `auth_include`: the token's include file where nginx runs (placed there already), or None."""
+    mode, policy, instances = upstreams.mode, upstreams.policy, upstreams.instances
     directory = Path(run_dir) / "balancer" / mode
     if directory.exists():   # a restart of the mode's server: the earlier balancer's files go aside, kept
         kept = directory.with_name(f"{mode}.{len(list(directory.parent.glob(f'{mode}.*'))) + 2}")
         directory.rename(kept)
     if client is None:
+        binary = upstreams.nginx or find_nginx().binary
+        if binary is None:
+            raise BalancerFailed(f"mode {mode}: no nginx on this host (looked for: PATH, then {NGINX}): name one "
+                                 "(`balancing: {nginx: PATH}`) or let the load generator balance "
+                                 "(`balanced_by: client`)")
         address = "127.0.0.1"
         port = node_tools.free_port(address)
         write_config(directory, instances, policy, f"{address}:{port}", str(directory), auth_include)
         env = os.environ | {node_tools.MARK_VARIABLE: mark}
-        argv = marked_argv(nginx_argv(str(directory), shutil.which("nginx") or NGINX))
+        argv = marked_argv(nginx_argv(str(directory), binary))
         process: NodeProcess = ManagedProcess.start(argv, env=env, log_path=directory / "nginx.log")
         return Balancer(mode=mode, policy=policy, url=f"http://{address}:{port}", instances=instances,
                         directory=directory, process=process)
@@ -198,8 +223,8 @@ def start_balancer(provider: Provider, client: Node | None, mode: str, policy: s
     write_config(directory, instances, policy, f"{client.address}:{port}", remote, auth_include)
     if not shared:
         provider.put_tree(client, directory, remote)
-    process = provider.start(client, marked_argv(nginx_argv(remote)), {node_tools.INSTRUMENT_VARIABLE: "1"},
-                             directory / "nginx.log")
+    process = provider.start(client, marked_argv(nginx_argv(remote, upstreams.nginx or NGINX)),
+                             {node_tools.INSTRUMENT_VARIABLE: "1"}, directory / "nginx.log")
     return Balancer(mode=mode, policy=policy, url=f"http://{client.address}:{port}", instances=instances,
                     directory=directory, process=process, node=client, remote_dir=None if shared else remote)
 
@@ -257,10 +282,27 @@ def requests_per_replica(access_log: Path, instances: dict[str, str]) -> dict[st
     return counts
 
 
-def plan_lines(mode: str, policy: str, instances: dict[str, str], where: str) -> list[str]:
-    """What `servebench plan` says of a mode's balancer: where it runs, its policy, its upstreams, its command."""
+def plan_lines(mode: str, policy: str, instances: dict[str, str], where: str,
+               choice: BalancingChoice | None = None) -> list[str]:
+    """What `servebench plan` says of a mode's balancing: who balances and why (`choice`; None: the defaults
+    on this host, nginx on PATH or at /usr/sbin/nginx, else the load generator), then nginx's line (where it
+    runs, its policy, its upstreams, its command) or the replicas the load generator sends to."""
+    choice = choice or default_choice()
+    upstreams = ", ".join(f"{name} {url}" for name, url in instances.items())
+    if choice.by == "client":
+        return [choice.line(mode, policy), f"  balancer none: the load generator on {where} sends to {upstreams}"]
     prefix = f"RUN_DIR/balancer/{mode}"
     directive = POLICY_DIRECTIVES[policy] or "nginx's default"
-    return [f"  balancer nginx {policy} ({directive}) on {where}, at PORT: "
-            + ", ".join(f"{name} {url}" for name, url in instances.items()),
-            "    " + shlex.join(marked_argv(nginx_argv(prefix)))]
+    return [choice.line(mode, policy), f"  balancer nginx {policy} ({directive}) on {where}, at PORT: {upstreams}",
+            "    " + shlex.join(marked_argv(nginx_argv(prefix, choice.nginx or NGINX)))]
+
+
+def default_choice() -> BalancingChoice:
+    """The balancing of a replicas mode on this host when the caller gives no choice: what a campaign that
+    chooses nothing gets (nginx found here: that nginx, unless the campaign's fields choose the load generator,
+    which this line was not told)."""
+    choice = choice_here(find_nginx(), "")
+    if choice.by == "client":
+        return choice
+    return replace(choice, why=choice.why + " (unless the mode's balanced_by or the campaign's balancing.by is "
+                   "client)")
