@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import RooflineSpec
 from servebench.distribution.distribute import arch_problem
 from servebench.paths import cache_dir
 from servebench.platform.emulation import node_argv
@@ -33,6 +34,11 @@ class CacheLimits:
 
 
 DEFAULT_LIMITS = CacheLimits()
+
+
+def cache_limits(spec: RooflineSpec | None) -> CacheLimits:
+    """The campaign's `roofline:` block as the cache's limits (None: the defaults, the block's own)."""
+    return DEFAULT_LIMITS if spec is None else CacheLimits(max_age_days=spec.max_age_days, max_busy=spec.max_busy)
 
 
 def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineBuild,

@@ -20,8 +20,8 @@ would drop, and a cell's change of it would be wrong.
 `python -m servebench.telemetry.scraper --url http://127.0.0.1:8000 --hz 1
 --metric engine:kv_usage=kv_usage --out s.jsonl`
 
-A server that asks for a key (llama-server guards /metrics and /slots with it; vLLM leaves /metrics
-open): `--api-key-file PATH`, else the file `SERVEBENCH_API_KEY_FILE` names (how the orchestrator hands its
+A server that asks for a key (llama-server guards /metrics and /slots with it, vLLM every route but
+/health): `--api-key-file PATH`, else the file `SERVEBENCH_API_KEY_FILE` names (how the orchestrator hands its
 run's token file to the scraper it starts); every request to the scraped URLs then carries
 `Authorization: Bearer <key>`. The key is read from the file, never from a command line.
 """

@@ -17,7 +17,14 @@ from servebench.engines.vllm.bench_result import to_vllm_result
 from servebench.engines.vllm.knobs import KNOBS
 from servebench.engines.vllm.launch import launch_mode
 from servebench.engines.vllm.memory import SERVER_MEMORY
-from servebench.engines.vllm.ray_cluster import RayCluster, plan_cluster, start_cluster, stop_cluster
+from servebench.engines.vllm.ray_cluster import (
+    RayCluster,
+    TimeoutChoice,
+    inventories,
+    plan_cluster,
+    start_cluster,
+    stop_cluster,
+)
 from servebench.engines.vllm.source_build import source_prerequisites, target_torch, wheel_recipe
 from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.load.run_secret import place_secret
@@ -138,8 +145,9 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
                                              tuple(m for m in ray_modes if m.dp > 1))
         python = str(Path(build_dir) / "bin" / "python")
         token = place_secret(provider, nodes, run_dir)  # the run's token on every Ray node (RAY_AUTH_MODE=token)
+        timeouts = TimeoutChoice(spec.ray_timeouts, inventories(provider, nodes))  # Ray's own on hosts with room
         plans = plan_cluster(nodes, str(Path(build_dir) / "bin" / "ray"), slots, spec.env, ports=provider,
-                             token_path=token)
+                             token_path=token, timeouts=timeouts)
         return start_cluster(provider, plans, python, run_dir / "ray")
 
     def stop_shared(self, services: RayCluster, provider: Provider) -> list[str]:

@@ -16,9 +16,11 @@ outnumber NUMA nodes.
 The API server asks for the run's token (`LaunchRequest.secret_file`): `VLLM_API_KEY`, set from the token
 file on the node when the process starts (`ProcessLaunch.env_files`), never `--api-key` (argv is what
 `ps` shows every user). vLLM then refuses a request under /v1 (and /v2, /inference, /cohere) without
-`Authorization: Bearer <token>` with 401; its other routes (/health, /metrics, /version, /tokenize ...)
-stay open (vllm/entrypoints/serve/middleware/authenticate.py, GUARDED_PREFIX). Ray modes also get the
-cluster's token file (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH): the server is a Ray driver.
+`Authorization: Bearer <token>` with 401, but leaves its other routes open (vllm/entrypoints/serve/middleware/
+authenticate.py, GUARDED_PREFIX), /invocations, /pooling, /score, /tokenize among them, which run the model or
+its tokenizer. So the API server also gets `--middleware` API_GUARD (engine_side's servebench_engine/api_guard.py,
+installed in the build): every route but /health asks for the same token. Ray modes also get the cluster's
+token file (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH): the server is a Ray driver.
 """
 
 from __future__ import annotations
@@ -31,12 +33,27 @@ from servebench.builds.cache import compile_cache_dir
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
-from servebench.engines.vllm.placement import dp_ranks_per_node, mp_node_index, node_bindings, numa_notes
-from servebench.engines.vllm.ray_cluster import node_key, ray_auth_env, ray_startup_env
+from servebench.engines.vllm.memory import DEFAULT_KVCACHE_GIB, WORKING_SET_NOTE
+from servebench.engines.vllm.placement import (
+    dp_ranks_per_node,
+    mp_node_index,
+    node_bindings,
+    numa_notes,
+    ray_slots_per_node,
+)
+from servebench.engines.vllm.ray_cluster import (
+    RayCluster,
+    cluster_loads,
+    node_key,
+    ray_auth_env,
+    ray_startup_env,
+    timeouts_note,
+)
+from servebench.engines.vllm.spec import VllmEngineSpec
 from servebench.providers.base import Node
 
-DEFAULT_KVCACHE_GIB = "1"
 API_KEY_VARIABLE = "VLLM_API_KEY"
+API_GUARD = "servebench_engine.api_guard.RequireRunToken"   # the ASGI middleware that guards every route
 PLANNED_RAY_ADDRESS = "RAY_HEAD:PORT"  # what `servebench plan` shows before a cluster exists
 
 
@@ -53,7 +70,8 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     names, cpus, layouts = [n.name for n in nodes], [n.cpus for n in nodes], [n.numa for n in nodes]
     binds = node_bindings(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts)
     notes = (tuple(numa_notes(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts))
-             + distributed_notes(mode.executor, mode.world_size * mode.dp, [n for n in nodes if n.name in binds]))
+             + distributed_notes(mode.executor, mode.world_size * mode.dp, [n for n in nodes if n.name in binds])
+             + (WORKING_SET_NOTE,))
     binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
              for node, bind in binds.items()}
     if mode.executor == "mp-multinode" and mode.dp > 1:
@@ -66,7 +84,9 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
         address = PLANNED_RAY_ADDRESS if request.planning else getattr(request.shared, "address", None)
         if address is None:
             raise ValueError(f"mode {mode.name} uses executor 'ray' but no Ray cluster is running")
-        extra = {**ray_startup_env(os.environ), **ray_auth_env(request.secret_file), "RAY_ADDRESS": address,
+        busy, said = ray_timeouts(request)
+        notes += (said,) if said else ()
+        extra = {**ray_startup_env(os.environ, busy), **ray_auth_env(request.secret_file), "RAY_ADDRESS": address,
                  "SERVEBENCH_NODE_BINDS": json.dumps(binds, sort_keys=True),
                  "SERVEBENCH_NODE_NAME": head.name, "SERVEBENCH_NODE_KEY": node_key(head),
                  "RAY_DEDUP_LOGS": "0"}  # every worker's own lines in the server log
@@ -76,6 +96,22 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     return ServerLaunch(processes=[ProcessLaunch(node=head.name, argv=argv, env=env, unset_env=unset, api=True,
                                                  env_files=api_key_files(request))],
                         port=port, notes=notes)
+
+
+def ray_timeouts(request: LaunchRequest) -> tuple[bool, str | None]:
+    """Whether the mode's server, a Ray driver, gets the busy host's timeouts, and the note that says why:
+    the running cluster's, or in the plan (no cluster yet) from this mode's ranks on its nodes (the cluster
+    judges by the most of its modes, with the nodes' inventories)."""
+    cluster = request.shared
+    if isinstance(cluster, RayCluster) and cluster.plans:
+        note = cluster.plans[0].timeouts_note
+        return note is not None, note
+    setting = request.spec.ray_timeouts if isinstance(request.spec, VllmEngineSpec) else "auto"
+    mode = request.mode
+    slots = ray_slots_per_node([mode.world_size] if mode.dp == 1 else [], len(request.nodes),
+                               (mode,) if mode.dp > 1 else ())
+    note = timeouts_note(setting, cluster_loads(request.nodes, slots))
+    return note is not None, note
 
 
 def distributed_notes(executor: str, workers: int, worker_nodes: list[Node]) -> tuple[str, ...]:
@@ -96,6 +132,11 @@ def api_key_files(request: LaunchRequest) -> dict[str, str]:
     return {} if request.secret_file is None else {API_KEY_VARIABLE: request.secret_file}
 
 
+def api_guard_args(request: LaunchRequest) -> list[str]:
+    """The API server's middleware that asks for the key on every route but /health (none without a key)."""
+    return [] if request.secret_file is None else ["--middleware", API_GUARD]
+
+
 def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLaunch:
     """Rank 0 serves the API on the first node; every other node that holds a worker runs a headless rank.
 
@@ -110,8 +151,7 @@ def _multinode_launch(request: LaunchRequest, binds: dict[str, str]) -> ServerLa
         argv = [request.python, "-m", "vllm.entrypoints.cli.main", "serve", request.model_dir,
                 *_parallel_args(request), "--distributed-executor-backend", "mp", "--nnodes", str(len(ranked)),
                 "--node-rank", str(rank), "--master-addr", ranked[0].address, "--master-port", str(master_port)]
-        if rank > 0:
-            argv.append("--headless")
+        argv += ["--headless"] if rank > 0 else api_guard_args(request)
         argv += _common_args(request, node, port)
         extra = {"SERVEBENCH_NODE_NAME": node.name, "SERVEBENCH_NODE_KEY": node_key(node)}
         env, unset = _environment(request, binds[node.name], node, extra)
@@ -168,7 +208,7 @@ def _api_server_argv(request: LaunchRequest, node: Node, port: int, dp_args: tup
     backend = ["--data-parallel-backend", "ray"] if mode.executor == "ray" and mode.dp > 1 else []
     return [request.python, "-m", "vllm.entrypoints.openai.api_server", "--model", request.model_dir,
             "--distributed-executor-backend", executor, *_parallel_args(request), *backend, *dp_args,
-            *_common_args(request, node, port)]
+            *api_guard_args(request), *_common_args(request, node, port)]
 
 
 def _parallel_args(request: LaunchRequest) -> list[str]:

@@ -23,10 +23,10 @@ from typing import Callable
 
 from servebench.engines.base import MemoryRequest, RankShare, ServerMemory, stage_layers
 from servebench.engines.vllm.knobs import knob_env
-from servebench.engines.vllm.launch import DEFAULT_KVCACHE_GIB
 from servebench.engines.vllm.placement import workers_per_node
 from servebench.models.shapes import ModelShape
 
+DEFAULT_KVCACHE_GIB = "1"   # VLLM_CPU_KVCACHE_SPACE the launch sets when nothing else does
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 BLOCK_TOKENS = 128  # a KV block on CPU (the kv_cache_blocks knob)
@@ -46,6 +46,11 @@ ENGINE_CORE_BYTES_PER_TOKEN = 1536
 LOGITS_COPIES = 4                   # float32 logits, their softmax / log-softmax and the sampler's copies
 # the working set a process when the shape is not known (a local model without a readable config.json)
 PROCESS_OVERHEAD_BYTES = 2 * GIB
+# What the plan says of the figures above: they are not this build's on this host, but the ones it falls back on
+WORKING_SET_NOTE = ("memory: each process's working set from the per-process figures measured for vLLM 0.32 "
+                    "(torch 2.13) on a 2-core x86 host (a process's runtime 512 MiB, 4 KiB per vocabulary token "
+                    "in the API server, 1.5 KiB in the engine core; 2 GiB a process for a model of unknown shape; "
+                    "docs/memory.md): the fallback, not measured for this build on these nodes")
 
 
 def kv_cache_gib(request: MemoryRequest) -> float:

@@ -9,18 +9,22 @@ is the number of vLLM workers it may take. Each node has a Ray temp dir of its o
 its own and never another Ray's /tmp/ray; on stop the logs are copied to the run's
 ray/ray-logs/ and the temp root is removed.
 
-Start-up is made for a busy host (two cores, both taken): every `ray start` gets longer
-start-up timeouts (`RAY_STARTUP_ENV`, which also turns off the drain Ray waits out on
-SIGTERM); the nodes start one at a time, each once the head lists the one before as
-alive; a node whose `ray start` fails is stopped by PID and started again with fresh
-ports and a fresh temp dir, up to `START_ATTEMPTS` times (each retry is said:
-`RayCluster.notes`, which the run prints); and a node that still fails raises an error
-naming the node, each attempt, its exit code, and the end of its
-`ray start` output and of its raylet and GCS logs.
+Ray's own start-up and health timeouts serve hosts with cores to spare. When the plan knows a host is
+oversubscribed (`host_loads`: the ranks' OpenMP threads, its node samplers, Ray's daemons and the API
+server and, on the orchestrator's host, the load generator outnumber its cores), every node of the
+cluster gets longer ones (`BUSY_HOST_TIMEOUTS`: a node waits on the others, so one slow host slows them
+all), as it does when the campaign says so (`engine.ray_timeouts`); the plan says which and why
+(`timeouts_note`). Every `ray start` turns off the drain Ray waits out on SIGTERM (`STOP_ENV`). The nodes
+start one at a time, each once the head lists the one before as alive; a node whose `ray start` fails is
+stopped by PID and started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times
+(each retry is said: `RayCluster.notes`, which the run prints); and a node that still fails raises an
+error naming the node, each attempt, its exit code, and the end of its `ray start` output and of its
+raylet and GCS logs.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -49,7 +53,7 @@ POLL_S = 1.0
 # src/ray/common/ray_config_def.h, and the Python side reads the rest from the
 # environment). A variable already set in servebench's environment wins over these, and
 # a campaign's `engine.env` over both.
-RAY_STARTUP_ENV = {
+BUSY_HOST_TIMEOUTS = {
     # `ray start` waits for the GCS to list its node: ray/_private/node.py retries
     # services.get_node() for a fixed 30 s, and each call (GlobalStateAccessor::GetNode)
     # polls the GCS for up to raylet_start_wait_time_s. The timeout behind "The current
@@ -78,13 +82,18 @@ RAY_STARTUP_ENV = {
     # (defaults 5 and 10 000): a starved raylet answers late, not never
     "RAY_health_check_failure_threshold": "10",
     "RAY_health_check_timeout_ms": "30000",
-    # Not a start-up timeout but the stop's: on SIGTERM `ray start --block` first marks its node
+}
+STOP_ENV = {
+    # Not a start-up timeout but the stop's, for every cluster: on SIGTERM `ray start --block` first marks its node
     # draining and waits up to this long for the raylet to go idle and exit (for Ray Serve's
     # proxies; default 30), longer than servebench's stop grace (20 s), so every stop of a
     # cluster waited out the grace and ended in SIGKILL. Nothing here serves through Ray Serve:
     # the node is torn down at once, each daemon SIGTERMed by its `ray start`.
     "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
 }
+RAY_STARTUP_ENV = {**BUSY_HOST_TIMEOUTS, **STOP_ENV}   # what a busy host's `ray start` gets
+# engine.ray_timeouts: 'auto' (the longer ones where a host is oversubscribed), 'ray' (Ray's own), 'busy-host'
+TIMEOUT_SETTINGS = ("auto", "ray", "busy-host")
 
 # `ray start` output that a second attempt with the same venv would print again
 PORT_TRIES = 100  # kernel-picked ports tried before giving up on one clear of the others
@@ -122,6 +131,7 @@ class RayNodePlan:
     gcs_address: str                   # the head's GCS, host:port
     temp_dir: str = ""                 # this attempt's --temp-dir (its logs: session_latest/logs)
     attempt: int = 1
+    timeouts_note: str | None = None   # why the cluster has the busy host's timeouts (None: Ray's own)
 
     @property
     def node_manager_port(self) -> int:
@@ -139,6 +149,11 @@ class RayCluster:
     log_dir: Path | None = None        # the run's ray/ directory: the nodes' Ray logs land here on stop
     engine_python: str = ""            # the engine venv's python (asks the GCS which nodes are alive)
     notes: list[str] = field(default_factory=list)  # a start attempt that failed and was retried, a line each
+
+    @property
+    def slots_per_node(self) -> int:
+        """Each node's --num-cpus: the most vLLM workers a mode of the campaign puts on one node."""
+        return int(_flag_value(self.plans[0].argv, "--num-cpus"))
 
     def repair(self, provider: Provider) -> list[str]:
         """Start again the nodes that were lost (a fault, an OOM kill): what was done, one line each
@@ -194,14 +209,128 @@ def _auth_kwargs(cluster: RayCluster) -> dict[str, str]:
     return {"token_path": path} if path else {}
 
 
-def ray_startup_env(inherited: Mapping[str, str]) -> dict[str, str]:
-    """RAY_STARTUP_ENV less what the inherited environment already sets."""
-    return {name: value for name, value in RAY_STARTUP_ENV.items() if name not in inherited}
+def ray_startup_env(inherited: Mapping[str, str], busy: bool = True) -> dict[str, str]:
+    """What a `ray start` (or a driver) is given on top of its environment: the longer timeouts on a busy
+    host (`busy`), the stop's setting always, less what the inherited environment already sets."""
+    chosen = RAY_STARTUP_ENV if busy else STOP_ENV
+    return {name: value for name, value in chosen.items() if name not in inherited}
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What runs at once on one host while a Ray mode serves, against the host's cores: the ranks' OpenMP
+    threads of its nodes, and beside them on each node a node sampler and Ray's own daemons (raylet and
+    agents, the GCS on the head: what the timeouts wait for), the API server on the head node, the load
+    generator on the orchestrator's host."""
+
+    host: str
+    nodes: tuple[str, ...]
+    rank_threads: int
+    others: int                        # samplers, Ray's daemons, the API server, the load generator
+    cores: int
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.rank_threads + self.others > self.cores
+
+    def text(self) -> str:
+        return (f"host {self.host} (node {', '.join(self.nodes)}): {self.rank_threads} rank threads and "
+                f"{self.others} other processes (node samplers, Ray's daemons, the API server, the load "
+                f"generator) on {self.cores} cores")
+
+
+def is_local_address(address: str) -> bool:
+    """A loopback address (the local provider's nodes): the orchestrator's own host."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def host_loads(nodes: list[Node], rank_threads: Mapping[str, int], facts: Mapping[str, dict] | None = None,
+               local_cores: int | None = None) -> list[HostLoad]:
+    """Each host's load (`rank_threads`: the OpenMP threads a mode's ranks run on each node, by name).
+
+    With the nodes' inventories (`facts`, by node name: a run) the nodes of one hostname are one host, of its
+    `logical_cores`. Without them (the plan, before any node is reached) nodes at loopback addresses are the
+    orchestrator's host, of its cores (`local_cores`, else os.cpu_count()), and any other address is a host
+    of its own, whose cores are as far as the plan knows the CPUs the campaign gives its nodes. The load
+    generator is counted on the orchestrator's host (where it runs unless the campaign names a client node),
+    the API server on the first node's (the head's)."""
+    facts = facts or {}
+    hosts: dict[str, list[Node]] = {}
+    cores: dict[str, int] = {}
+    orchestrators: set[str] = set()
+    for node in nodes:
+        fact = facts.get(node.name) or {}
+        hostname = fact.get("hostname")
+        local = hostname == socket.gethostname() if hostname else is_local_address(node.address)
+        host = str(hostname or (socket.gethostname() if local else node.address))
+        hosts.setdefault(host, []).append(node)
+        known = fact.get("logical_cores") or ((local_cores or os.cpu_count()) if local else None)
+        cores[host] = int(known) if known else len({cpu for member in hosts[host] for cpu in member.cpus})
+        if local:
+            orchestrators.add(host)
+    return [HostLoad(host=host, nodes=tuple(n.name for n in members),
+                     rank_threads=sum(rank_threads.get(n.name, 0) for n in members),
+                     others=2 * len(members) + (1 if nodes[0] in members else 0) + (1 if host in orchestrators else 0),
+                     cores=cores[host])
+            for host, members in hosts.items()]
+
+
+def busy_timeouts(setting: str, loads: list[HostLoad]) -> bool:
+    """Whether the cluster's nodes get BUSY_HOST_TIMEOUTS: the campaign's `engine.ray_timeouts`, and with
+    'auto' (the default) only where a host is oversubscribed."""
+    if setting not in TIMEOUT_SETTINGS:
+        raise ValueError(f"ray_timeouts {setting!r}: one of {', '.join(TIMEOUT_SETTINGS)}")
+    return setting == "busy-host" or (setting == "auto" and any(load.oversubscribed for load in loads))
+
+
+def timeouts_note(setting: str, loads: list[HostLoad]) -> str | None:
+    """What the plan says when Ray's own timeouts are not the ones used (None: they are, and only then)."""
+    if not busy_timeouts(setting, loads):
+        return None
+    if setting == "busy-host":
+        return "Ray's start-up and health timeouts: the longer ones for a busy host (engine.ray_timeouts: busy-host)"
+    why = "; ".join(load.text() for load in loads if load.oversubscribed)
+    return (f"Ray's start-up and health timeouts: the longer ones for a busy host, as {why} "
+            "(engine.ray_timeouts: ray keeps Ray's own)")
+
+
+def cluster_loads(nodes: list[Node], slots_per_node: int, facts: Mapping[str, dict] | None = None,
+                  local_cores: int | None = None) -> list[HostLoad]:
+    """The hosts' loads while a mode of the cluster serves: on each node the most OpenMP threads its ranks
+    run, a slot's ranks splitting the node's CPUs, one core each at least."""
+    threads = {node.name: max(slots_per_node, len(node.cpus)) for node in nodes}
+    return host_loads(nodes, threads, facts, local_cores)
+
+
+@dataclass(frozen=True)
+class TimeoutChoice:
+    """How a cluster's timeouts are chosen: the campaign's `engine.ray_timeouts` and the nodes' inventories
+    (by node name) its hosts are judged by. The default, a busy host's, is for a caller that says nothing."""
+
+    setting: str = "busy-host"
+    facts: Mapping[str, dict] | None = None
+
+
+def inventories(provider: Provider, nodes: list[Node]) -> dict[str, dict]:
+    """Each node's hardware facts (hostname, logical cores) by name; a node that cannot say is judged
+    without them (by its address and the CPUs the campaign gives it)."""
+    found = {}
+    for node in nodes:
+        try:
+            found[node.name] = provider.inventory(node)
+        except Exception:  # the choice of timeouts is never a reason for a cluster not to start
+            continue
+    return found
 
 
 def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_env: dict[str, str],
-                 ports: PortSource, temp_root: str | None = None, token_path: str | None = None
-                 ) -> list[RayNodePlan]:
+                 ports: PortSource, temp_root: str | None = None, token_path: str | None = None,
+                 timeouts: TimeoutChoice = TimeoutChoice()) -> list[RayNodePlan]:
     """The `ray start` command and environment of every node (the first is the head).
 
     Each node's Ray temp dir is `<temp_root>/<index>.<attempt>` on that node; temp_root is a
@@ -209,13 +338,17 @@ def plan_cluster(nodes: list[Node], ray_bin: str, slots_per_node: int, engine_en
     start` makes the directories; the orchestrator's TMPDIR names nothing on another host). Every port
     is picked on the node that binds it (`ports`). With `token_path` (the run's token file, at that path on
     every node) the cluster asks for it (`ray_auth_env`); a campaign's `engine.env` may override that by name.
+    `timeouts`: the campaign's `engine.ray_timeouts` ('auto': the longer ones if a host is oversubscribed,
+    judged with the nodes' inventories); the plans carry the note that says so (`timeouts_note`).
     """
     root = temp_root or f"/tmp/sb-ray-{secrets.token_hex(4)}"
     _check_socket_path_length(root)
     head_address = f"{nodes[0].address}:{ports.free_port(nodes[0])}"
-    base_env = {**ray_startup_env(os.environ), **ray_auth_env(token_path), **engine_env}
+    note = timeouts_note(timeouts.setting, cluster_loads(nodes, slots_per_node, timeouts.facts))
+    base_env = {**ray_startup_env(os.environ, busy=note is not None), **ray_auth_env(token_path), **engine_env}
     settings = StartSettings(ray_bin, slots_per_node, base_env, head_address, temp_root=root)
-    return [_plan_node(node, index, 1, settings, ports) for index, node in enumerate(nodes)]
+    return [replace(_plan_node(node, index, 1, settings, ports), timeouts_note=note)
+            for index, node in enumerate(nodes)]
 
 
 def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list[RayNodePlan]:
@@ -229,7 +362,7 @@ def replan_node(plans: list[RayNodePlan], index: int, ports: PortSource) -> list
     settings = StartSettings(ray_bin=old.argv[0], slots=int(_flag_value(old.argv, "--num-cpus")), base_env=old.env,
                              head_address=head_address, temp_root=str(Path(old.temp_dir).parent))
     new = list(plans)
-    new[index] = _plan_node(old.node, index, old.attempt + 1, settings, ports)
+    new[index] = replace(_plan_node(old.node, index, old.attempt + 1, settings, ports), timeouts_note=old.timeouts_note)
     if old.head:
         for other, plan in enumerate(new):
             if other != index:

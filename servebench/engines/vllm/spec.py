@@ -69,6 +69,12 @@ class VllmEngineSpec(EngineSpecBase):
     kind: Literal["vllm"] = "vllm"
     package: str = Field(DEFAULT_VLLM_PACKAGE, description="Pinned requirement for vLLM.")
     ray: str = Field(DEFAULT_RAY_PACKAGE, description="Pinned requirement for Ray (executor 'ray').")
+    ray_timeouts: Literal["auto", "ray", "busy-host"] = Field("auto", description=(
+        "The Ray cluster's start-up and health timeouts: 'auto' Ray's own, unless the plan finds a host "
+        "oversubscribed (its ranks' threads, node samplers, Ray's daemons, the API server and the load "
+        "generator outnumber its cores), then the longer ones of a busy host, said in the plan; 'ray' Ray's "
+        "own always; 'busy-host' the longer ones always (servebench/engines/vllm/ray_cluster.py, "
+        "BUSY_HOST_TIMEOUTS). A RAY_ variable in `env` wins over either."))
     extra_packages: list[str] = Field(default_factory=list, description=(
         "More pip requirements installed into the engine's venv beside vLLM and Ray (pin them with '==' for a "
         "reproducible build); part of the build's key."))
