@@ -13,6 +13,7 @@ from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
 from servebench.models.artifact import ModelGenerator
 from servebench.paths import cache_dir
+from servebench.planning.balancing import BalancingChoice, balancing_choice
 from servebench.planning.feasibility import variant_memory
 from servebench.planning.memory import (
     GIB,
@@ -20,6 +21,8 @@ from servebench.planning.memory import (
     gib,
     model_weights,
     resolved_model_path,
+    share_weight_bytes,
+    startup_timeout_s,
     this_host_available_bytes,
 )
 from servebench.planning.placement import split_client_node
@@ -72,6 +75,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
         *(f"knobs    {kind}: " + (", ".join(sorted(engine.knobs)) or "none")
           + " (the engine's; docs/tuning.md)" for kind, engine in engines.items()),
         *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
+        *(predicted := plan_prediction_lines(plan, file, nodes))[0],   # and each mode's start-up: predicted[1]
         "",
     ]
     by_name = {n.name: n for n in nodes}
@@ -112,17 +116,66 @@ def describe_plan(plan: Plan, file: Path) -> str:
             lines += command_lines(launch, provider, by_name, indent)
             lines += [f"{indent}note     {note}" for note in launch.notes]
         if mode.replicas > 1:
-            lines += balancer_plan_lines(mode, launches, by_name, plan.client.node)
+            lines += balancer_plan_lines(mode, launches, by_name, plan.client.node,
+                                         balancing_choice(plan.campaign, mode))
         shown = memory_lines(memory.get(mode.name))
         if shown and mode.replicas > 1:
             each = f"each of the {mode.replicas} holds the same on its own nodes"
             shown[0] = shown[0].rstrip(":") + f", replica r0's ({each}):"
-        lines += shown
+        lines += shown + predicted[1].get(mode.name, [])
         for cell in cells:
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
         lines.append("")
     lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def plan_prediction_lines(plan: Plan, file: Path, nodes: list, inputs=None) -> tuple[list[str], dict[str, list[str]]]:
+    """What the performance model says of the plan (docs/performance-model.md): the figures it reads, a warning
+    for a dtype without fast kernels on a node (naming the dtype that has them), the campaign's predicted
+    duration; per mode its predicted start-up and the ready timeout derived from it. `inputs`: the
+    prediction's inputs (default: the nodes' cached rooflines)."""
+    from servebench.cli.predict import prediction_inputs
+    from servebench.prediction.campaign import ModeModel
+    from servebench.prediction.plan import mode_models, mode_startup, predict_all
+    from servebench.prediction.startup import campaign_duration_s
+
+    try:
+        inputs = inputs or prediction_inputs(plan, file)
+        models = mode_models(plan, inputs)
+    except Exception as exc:  # the prediction is context, never a reason for the plan to fail
+        return [f"predict  not predicted: {str(exc).splitlines()[0] if str(exc) else repr(exc)}"], {}
+    header = [line.replace("figures  ", "predict  figures ", 1) for line in inputs.notes]
+    per_mode: dict[str, list[str]] = {}
+    startups = []
+    for name, model in models.items():
+        if not isinstance(model, ModeModel):
+            per_mode[name] = [f"  start-up not predicted: {model}"]
+            continue
+        startup = mode_startup(plan.campaign, model, inputs.efficiency, nodes)
+        startups.append(startup.total_s)
+        emulated = any(n.emulate for n in nodes if n.name in model.nodes)
+        configured = plan.campaign.engine_spec_for(model.mode).ready_timeout_s
+        weights = share_weight_bytes(model.weights, model.largest)
+        by_bytes = startup_timeout_s(configured, weights, emulated)
+        timeout = startup_timeout_s(configured, weights, emulated, startup.total_s)
+        per_mode[name] = [f"  start-up predicted {startup.describe()}; ready timeout derived {timeout:.0f} s (twice "
+                          f"the prediction, at least ready_timeout_s {configured:g} + the weights' load: "
+                          f"{by_bytes:.0f})"]
+        if startup.total_s > by_bytes:
+            header.append(f"warning  mode {name}: its predicted start-up of {startup.total_s:.0f} s is longer than "
+                          f"ready_timeout_s + the weights' load ({by_bytes:.0f} s): give engine.ready_timeout_s "
+                          f"{timeout:.0f}")
+        if (warning := model.figures.slow_dtype_warning(model.work.dtype)) is not None:
+            header.append(f"warning  mode {name}: {warning}")
+    cells = [p.simulated.duration_s for _, p in predict_all(plan, inputs, models) if not isinstance(p, str)]
+    total = campaign_duration_s(startups, cells)
+    steady = plan.campaign.load.warm_until_steady
+    extra = f", and up to {steady.max_s * len(plan.cells) / 60:.0f} min more warming cells until steady" \
+        if steady is not None else ""
+    header.append(f"predict  duration {total / 60:.1f} min: {len(startups)} start-ups {sum(startups) / 60:.1f} min, "
+                  f"{len(cells)} cells {(total - sum(startups)) / 60:.1f} min{extra} (servebench predict: per cell)")
+    return header, per_mode
 
 
 def setup_lines(spec, provider) -> list[str]:
@@ -145,12 +198,14 @@ def command_lines(launch, provider, by_name: dict, indent: str) -> list[str]:
     return lines
 
 
-def balancer_plan_lines(mode, launches: list, by_name: dict, client_node: str | None) -> list[str]:
-    """A replicas mode's balancer: nginx where the load generator runs, its policy, each replica's URL."""
+def balancer_plan_lines(mode, launches: list, by_name: dict, client_node: str | None,
+                        choice: BalancingChoice | None = None) -> list[str]:
+    """A replicas mode's balancing (`choice`: the mode's, else the campaign's, else nginx where one is found):
+    nginx where the load generator runs, its policy, each replica's URL; or the load generator itself."""
     urls = {f"r{index}": f"http://{by_name[launch.api.node].address}:PORT" for index, launch in enumerate(launches)}
     where = f"node {client_node} (the load generator's)" if client_node else "this host (127.0.0.1, beside the " \
         "load generator)"
-    return plan_lines(mode.name, mode.balancer_policy, urls, where)
+    return plan_lines(mode.name, mode.balancer_policy, urls, where, choice)
 
 
 def placement_text(launch) -> str:

@@ -452,11 +452,16 @@ def largest_rank_weight_bytes(memory: ModeMemory) -> int | None:
     return max(weights) if weights else None
 
 
-def startup_timeout_s(configured_s: float, rank_weight_bytes: int | None, emulated: bool) -> float:
+def startup_timeout_s(configured_s: float, rank_weight_bytes: int | None, emulated: bool,
+                      predicted_s: float | None = None, margin: float = 2.0) -> float:
     """The engine block's `ready_timeout_s` plus the time a rank takes to load its weights at a
     conservative rate (slower under emulation): an 8B model must not time out where the tiny one did
-    not, and the tiny one's few megabytes add nothing."""
-    if not rank_weight_bytes:
-        return configured_s
+    not, and the tiny one's few megabytes add nothing. With a predicted start-up (servebench/prediction/
+    startup.py: the engine's start, the weights at the node's bandwidth, the profile run at its matmul
+    peak, the compile), at least `margin` times it: a bytes-a-second rule misses a profile run that a
+    dtype without kernels on the node makes last many minutes."""
     rate = EMULATED_LOAD_BYTES_PER_S if emulated else LOAD_BYTES_PER_S
-    return configured_s + float(int(rank_weight_bytes // rate))
+    timeout = configured_s + (float(int(rank_weight_bytes // rate)) if rank_weight_bytes else 0.0)
+    if predicted_s is not None:
+        timeout = max(timeout, float(int(margin * predicted_s)))
+    return timeout

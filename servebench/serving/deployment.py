@@ -47,6 +47,7 @@ class Deployment:
     clock_offsets: dict[str, float | None] = field(default_factory=dict)  # node -> wall clock ahead of ours
     client: ClientNode | None = None                 # the load generator's node (load.client.node), serving nothing
     variant: dict[str, str] = field(default_factory=dict)  # the model variant it serves (a mode's `model:`)
+    rooflines: dict[str, dict] = field(default_factory=dict)  # node -> its measured roofline (start-up timeouts)
 
     @property
     def sampled_nodes(self) -> list[Node]:

@@ -6,7 +6,12 @@ file is placed on the mode's nodes and on the load generator's node, the engine 
 (`LaunchRequest.secret_file`), a replicas mode's balancer checks it too, the gate sends it, and the
 cells' load generator is told where it is on its node (`client_key_file`, read by
 servebench/campaign/load_config.py). The scraper this process starts finds the file by
-`SERVEBENCH_API_KEY_FILE`."""
+`SERVEBENCH_API_KEY_FILE`.
+
+A `replicas` mode is balanced by nginx in front of its replicas or by the load generator itself
+(servebench/planning/balancing.py decides, before anything starts): then the mode's `Server` has no
+balancer, its `url` is r0's (the health probe and the scraper's own URL), its `instance_urls` are every
+replica's, and `client_balanced` tells a cell's load config the replicas to spread the requests over."""
 
 from __future__ import annotations
 
@@ -20,10 +25,12 @@ from servebench.engines.base import ServerLaunch
 from servebench.load.credentials import KEY_FILE_VARIABLE
 from servebench.load.run_secret import ensure_run_secret, place_secret, read_token
 from servebench.paths import cache_dir
+from servebench.planning.balancing import BalancingChoice, balancing_choice, remote_lookup_argv
 from servebench.planning.memory import largest_rank_weight_bytes, mode_memory, model_weights, startup_timeout_s
+from servebench.prediction.plan import predicted_startup_s
 from servebench.progress import reporter
 from servebench.providers.base import Node
-from servebench.serving.balancer import AUTH_INCLUDE, start_balancer, write_auth_include
+from servebench.serving.balancer import AUTH_INCLUDE, BalancerFailed, Upstreams, start_nginx, write_auth_include
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.deployment import Deployment, mode_nodes, replica_nodes
 from servebench.serving.preflight import check_build_fits
@@ -67,11 +74,19 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
 
 # a started server's URL -> the run's token file where the load generator runs: what a cell's load config names
 CLIENT_KEY_FILES: dict[str, str] = {}
+# a started replicas mode's URL (r0's) -> its replicas' URLs by name and the policy, when the load generator balances
+CLIENT_BALANCED: dict[str, tuple[dict[str, str], str]] = {}
 
 
 def client_key_file(url: str) -> str | None:
     """The token file the load generator reads for the server at `url` (None: a server started without one)."""
     return CLIENT_KEY_FILES.get(url)
+
+
+def client_balanced(url: str) -> tuple[dict[str, str], str] | None:
+    """The replicas (name -> URL) and policy the load generator spreads the requests for the server at `url`
+    over (None: one server, or nginx in front of the replicas)."""
+    return CLIENT_BALANCED.get(url)
 
 
 def mode_launch(d: Deployment, mode: ModeSpec, nodes: list[Node], secret_file: str | None = None) -> ServerLaunch:
@@ -100,31 +115,67 @@ def instance_urls(launches: list[ServerLaunch], nodes: list[Node]) -> dict[str, 
 
 def start_replicas(d: Deployment, mode: ModeSpec, nodes: list[Node], launches: list[ServerLaunch],
                    timeout_s: float, auth_include: str | None = None) -> Server:
-    """Every replica's processes (one of them failing to start stops those started), then nginx in front of
-    them where the load generator runs (servebench/serving/balancer.py): one Server whose `url` is the
-    balancer's and whose `instance_urls` are the replicas'."""
+    """Every replica's processes (one of them failing to start stops those started), then, balanced by nginx,
+    nginx in front of them where the load generator runs (servebench/serving/balancer.py): one Server whose
+    `url` is the balancer's and whose `instance_urls` are the replicas'. Balanced by the load generator, no
+    balancer: `url` is r0's and the replicas are registered for the cells' load (`client_balanced`)."""
+    choice = mode_balancing(d, mode)
+    policy = mode.balancer_policy or "least-connections"
+    reporter().stage(f"mode {mode.name}: " + choice.line(mode.name, policy).strip())
     server = start_server(d.provider, nodes, replica_launch(launches), mode.name, Path(d.run_dir) / "servers",
                           timeout_s)
+    urls = instance_urls(launches, nodes)
+    server.instance_urls = urls
+    if choice.by == "client":
+        server.url = urls["r0"]
+        CLIENT_BALANCED[server.url] = (urls, policy)
+        return server
     try:
-        urls = instance_urls(launches, nodes)
-        policy = mode.balancer_policy or "least-connections"
-        balancer = start_balancer(d.provider, d.client.node if d.client is not None else None, mode.name, policy,
-                                  urls, Path(d.run_dir), f"{d.provider.run_id}.balancer", auth_include)
+        balancer = start_nginx(d.provider, d.client.node if d.client is not None else None,
+                               Upstreams(mode.name, policy, urls, choice.nginx), Path(d.run_dir),
+                               f"{d.provider.run_id}.balancer", auth_include)
     except BaseException:
         stop_server(d.provider, server)
         raise
-    server.url, server.balancer, server.instance_urls = balancer.url, balancer, urls
+    server.url, server.balancer = balancer.url, balancer
     return server
+
+
+def mode_balancing(d: Deployment, mode: ModeSpec) -> BalancingChoice:
+    """The mode's balancing as the plan decided it, with nginx looked up on a client node of another host
+    now (the plan could not look there): none there, the load generator balances unless nginx was asked
+    for, which fails the mode's start naming what is missing."""
+    choice = balancing_choice(d.campaign, mode)
+    if choice.problem is not None:
+        raise BalancerFailed(choice.problem)
+    if choice.by == "client" or choice.checked or d.client is None:
+        return choice
+    named = d.campaign.balancing.nginx
+    done = d.provider.run(d.client.node, remote_lookup_argv(named), timeout=30)
+    found = (done.stdout or "").strip().splitlines()
+    if found:
+        return BalancingChoice("nginx", choice.explicit, found[-1], f"{found[-1]} on node {d.client.node.name}")
+    looked = named or "PATH, then /usr/sbin/nginx"
+    if choice.explicit:
+        raise BalancerFailed(f"mode {mode.name}: balanced by nginx, but node {d.client.node.name} has none (looked "
+                             f"for: {looked}): name the binary there (`balancing: {{nginx: PATH}}`) or let the load "
+                             "generator balance (`balanced_by: client`)")
+    return BalancingChoice("client", False, None, f"no nginx on node {d.client.node.name} (looked for: {looked}), "
+                           "so the load generator balances")
 
 
 def ready_timeout_s(d: Deployment, mode: ModeSpec, nodes: list[Node]) -> float:
     """The engine block's `ready_timeout_s` plus the time the mode's largest rank takes to load its
-    weights (servebench/planning/memory.py; slower on an emulated node)."""
+    weights (servebench/planning/memory.py; slower on an emulated node), and at least twice the start-up
+    the performance model predicts from the nodes' measured rooflines (servebench/prediction/: a profile
+    run of a dtype the node has no fast kernels for is minutes, whatever the weights' size)."""
     weights = model_weights(d.campaign.model, d.engine, Path(d.model_dir))
-    memory = mode_memory(d.engine, mode.model_copy(update={"nodes": None}), d.spec,   # `nodes`: chosen already
-                         [(n.name, n.cpus) for n in nodes], weights, {})
+    unplaced = mode.model_copy(update={"nodes": None})   # `nodes`: chosen already
+    memory = mode_memory(d.engine, unplaced, d.spec, [(n.name, n.cpus) for n in nodes], weights, {})
+    predicted = predicted_startup_s(d.campaign, unplaced, nodes, d.rooflines, os.cpu_count() or 1) \
+        if d.rooflines else None
     return startup_timeout_s(d.spec.ready_timeout_s, largest_rank_weight_bytes(memory),
-                             any(n.emulate for n in nodes))
+                             any(n.emulate for n in nodes), predicted)
 
 
 def gate_server(engine: Engine, server: Server, served_name: str, vocab: int, reference: GateAnswer | None,
@@ -132,9 +183,24 @@ def gate_server(engine: Engine, server: Server, served_name: str, vocab: int, re
     """The server's greedy answers, judged against the reference (or becoming it); with no
     reference to be had (`reference_problem`), unchecked."""
     key = read_token(server.api_key_file) if server.api_key_file else None
-    answer = ask(server.url, served_name, vocab, engine.api.gate_extras, engine.gate_choice, api_key=key)
+    # balanced by the load generator, no balancer spreads the prompts: every replica answers them
+    urls = list(server.instance_urls.values()) if server.instance_urls and server.balancer is None else [server.url]
+    answers = [ask(url, served_name, vocab, engine.api.gate_extras, engine.gate_choice, api_key=key) for url in urls]
+    answer = answers[0]
     if reference_problem is not None:
         return unchecked(reference_problem), answer
     if reference is None:
         return GateResult(status="reference", detail="TP=1 reference answers for this campaign"), answer
-    return compare(reference, answer), answer
+    if len(answers) == 1:
+        return compare(reference, answer), answer
+    return replicas_verdict([compare(reference, each) for each in answers], list(server.instance_urls)), answer
+
+
+GATE_ORDER = {"passed": 0, "close": 1, "failed": 2}
+
+
+def replicas_verdict(results: list[GateResult], names: list[str]) -> GateResult:
+    """Every replica's verdict in one: the worst of them, its detail naming each replica's."""
+    worst = max(results, key=lambda result: GATE_ORDER.get(result.status, len(GATE_ORDER)))
+    detail = "; ".join(f"{name}: {result.status}: {result.detail}" for name, result in zip(names, results))
+    return worst.model_copy(update={"detail": f"every replica asked: {detail}"})
