@@ -28,6 +28,7 @@ from servebench.config.node import Node
 
 from . import connect, landing, store
 from .landing import CellAttempt, CellRecord, Connection, RunRecord, RunUpdate, ServerRecord
+from .stage_timings import StageTiming, land_stage_timings
 
 if TYPE_CHECKING:
     from servebench.config.campaign import ModeSpec
@@ -76,6 +77,11 @@ class RunResults:
     def placements(self, placements: list[dict[str, Any]]) -> None:
         with store.session(self.warehouse) as con:
             landing.land_placements(con, self.run_id, placements)
+
+    def stage_timings(self, timings: Sequence[StageTiming]) -> None:
+        """Each stage's wall time, hosts and the orchestrator's own cost, in one transaction."""
+        with store.session(self.warehouse) as con:
+            land_stage_timings(con, self.run_id, list(timings))
 
     def roofline(self, figures: dict[str, dict[str, Any]]) -> None:
         with store.session(self.warehouse) as con:

@@ -50,7 +50,9 @@ def add_actions(testbed: argparse.ArgumentParser) -> None:
     link = actions.add_parser("link", help="set a host link's one-way delay and rate cap (or --clear); no host: "
                               "show the links and what the kernel offers (docs/testbed.md)")
     link.add_argument("--name", default=None, help=name_help)
-    link.add_argument("host", nargs="?", help="the host whose link to set: h1, h2 and so on (none: show every link)")
+    link.add_argument("host", nargs="?", help="the host whose link to set: h1, h2 and so on, or `machine` for the "
+                      "local machine's own link into the testbed (the orchestrator's: --rate-mbit or --clear "
+                      "only); none: show every link")
     link.add_argument("--delay-ms", type=float, default=0.0,
                       help="added to every frame crossing the link, each way (a ping between this host and "
                            "another whose link has no delay: 2x)")
@@ -191,6 +193,8 @@ def cmd_link(args: argparse.Namespace) -> int:
             raise ValueError("--clear, or --delay-ms/--rate-mbit: not both")
         if not args.clear and not args.delay_ms and args.rate_mbit is None:
             raise ValueError("give --delay-ms and/or --rate-mbit, or --clear")
+        if args.host == "machine":
+            return machine_link(layout, args)
         state = links.set_link(layout, args.host, args.delay_ms, args.rate_mbit)
     except (TestbedError, ValueError, KeyError) as exc:
         print(f"servebench: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
@@ -198,6 +202,22 @@ def cmd_link(args: argparse.Namespace) -> int:
     print(f"testbed {layout.name}, link {args.host}: {state['setting']}")
     print("\n".join(links.state_lines({args.host: state})))
     return EXIT_FAILED if state["problems"] else EXIT_OK
+
+
+def machine_link(layout, args: argparse.Namespace) -> int:
+    """The machine's own link: a rate cap each way, or none (a delay there would delay every host's
+    traffic with the orchestrator alike: set it on the hosts' links)."""
+    from servebench.devtools.testbed import links
+
+    if args.delay_ms:
+        print("servebench: the machine's link takes --rate-mbit or --clear; delay the hosts' links instead",
+              file=sys.stderr)
+        return EXIT_FAILED
+    kinds = links.set_machine_rate(layout, None if args.clear else args.rate_mbit)
+    capped = all(kind == "tbf" for kind in kinds.values())
+    print(f"testbed {layout.name}, the machine's link: "
+          + (f"at most {args.rate_mbit:g} Mbit/s each way" if capped else "no rate cap"))
+    return EXIT_OK if capped == (not args.clear) else EXIT_FAILED
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

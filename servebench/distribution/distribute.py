@@ -11,6 +11,13 @@ venv, or the node's own), and a node where the engine's python still does not ru
 library) is refused, each with the node named. A client node (`load.client.node`) gets no engine
 build: the load generator's own tree (`servebench.distribution.load_tree`) and the sampler's run
 with the node's python3 (`Provider.node_python`), and the generator must import there.
+
+Two ways to copy (`way`): `copies`, the orchestrator sends each tree to every node itself, four
+at a time, so placement grows with the nodes; `relay`, every node that holds the verified tree
+sends it on (`servebench.distribution.relay`), so it grows with log2 of the nodes; `sbcast`,
+under Slurm, Slurm's own broadcast through its daemons (`SlurmProvider.broadcast_tree`). A node
+a relay hop or a broadcast failed is named and the others still get their trees; the node is
+refused at the end.
 """
 
 from __future__ import annotations
@@ -21,19 +28,37 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from servebench.distribution.interpreter import InterpreterMissing, NodeInterpreter, node_interpreter
 from servebench.distribution.load_tree import IMPORT_CHECK
+from servebench.distribution.relay import NODE_ERRORS, relay_tree
 from servebench.paths import cache_dir
 from servebench.platform.emulation import node_argv
 from servebench.providers import Node, NodeFiles, Provider, node_tools
 
 PLATFORM_SCRIPT = "import platform, sys; print(sys.platform + '-' + platform.machine())"
+COPIES, RELAY, SBCAST = "copies", "relay", "sbcast"
+PLACEMENT_WAYS = (COPIES, RELAY, SBCAST)
+PRESENT_CHECKS = 8  # nodes asked at once whether they already hold a tree (a digest each, on the node)
 SAMPLER_FILES = ("servebench/__init__.py", "servebench/telemetry/__init__.py",
                  "servebench/telemetry/node_sampler.py", "servebench/telemetry/periodic.py")
+
+
+@runtime_checkable
+class Broadcasts(Protocol):
+    """A provider with a broadcast of its own (Slurm: sbcast): its outcome names the nodes reached
+    (`arrived`: node -> seconds) and those not (`failed`: node -> why)."""
+
+    def broadcast_tree(self, nodes: list[Node], local: Path, remote: str, digest: str,
+                       fanout: int | None = None) -> "BroadcastOutcome": ...
+
+
+class BroadcastOutcome(Protocol):
+    arrived: dict[str, float]
+    failed: dict[str, str]
 
 
 class NodeRefused(RuntimeError):
@@ -47,7 +72,8 @@ class TreePlacement(BaseModel):
     how: str                # shared (same file system) | present (digest matched) | copied | runs (the python)
     digest: str | None
     seconds: float
-    note: str | None = None  # for `python`: which interpreter the node runs the build with, and why
+    note: str | None = None  # for `python`: which interpreter the node runs the build with, and why; a copy
+    # by relay: `relayed from <node>` (or the orchestrator); by Slurm's broadcast: `sbcast`
     bytes: int | None = None  # what a copy sent (the tree's files; links as links); None when nothing was copied
 
 
@@ -139,10 +165,16 @@ def interpreter_for(provider: Provider, node: Node, python: str, build_platform:
 
 def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict],
                    trees: dict[str, dict[str, Path]], python: str | None, build_platform: str,
-                   log: Callable[[str], None] = print) -> list[TreePlacement]:
+                   log: Callable[[str], None] = print, way: str = COPIES) -> list[TreePlacement]:
     """Each node's trees (`trees[node name]`, what -> path) on it, arch refused first, the python
     checked last (a build without one, binaries only, is not); what was done where. Only nodes
-    that get the engine tree are held to its architecture."""
+    that get the engine tree are held to its architecture. `way`: COPIES, RELAY or SBCAST (the
+    module's docstring); a node a relay or a broadcast could not reach is refused, named, after every
+    other node is done."""
+    if way not in PLACEMENT_WAYS:
+        raise ValueError(f"placement way {way!r}: one of {', '.join(PLACEMENT_WAYS)}")
+    if way == SBCAST and not isinstance(provider, Broadcasts):
+        raise ValueError(f"placement way {SBCAST}: the {provider.kind} provider has no broadcast of its own")
     problems = [p for p in (arch_problem(n, inventories.get(n.name, {}), build_platform) for n in nodes
                             if "engine" in trees[n.name]) if p]
     if problems:
@@ -154,11 +186,14 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
     copies |= {local for i in interpreters.values() for local, at in i.trees.values() if not provider.shares(at)}
     for path in copies:
         local_digest(path)  # once, before the nodes' threads need it
+    relayed, unreached = relay_trees(provider, nodes, trees, log, way) if way != COPIES else ({}, {})
 
     def place(node: Node) -> list[TreePlacement]:
-        done = []
+        done: list[TreePlacement] = []
+        if node.name in unreached:
+            return done
         for what, path in trees[node.name].items():
-            placement = place_tree(provider, node, what, path)
+            placement = relayed.get((node.name, str(path))) or place_tree(provider, node, what, path)
             if placement.how == "copied":
                 log(f"{what} copied to {node.name} in {placement.seconds:.1f} s ({path})")
             done.append(placement)
@@ -176,7 +211,60 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
         return done
 
     with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node
-        return [placement for done in pool.map(place, nodes) for placement in done]
+        placements = [placement for done in pool.map(place, nodes) for placement in done]
+    if unreached:
+        raise NodeRefused("; ".join(f"node {name}: {why}" for name, why in sorted(unreached.items()))
+                          + f" (the {way} placed every tree on the other {len(nodes) - len(unreached)} node(s))")
+    return placements
+
+
+def relay_trees(provider: Provider, nodes: list[Node], trees: dict[str, dict[str, Path]],
+                log: Callable[[str], None], way: str) -> tuple[dict[tuple[str, str], TreePlacement], dict[str, str]]:
+    """Each tree more than one node needs, by relay or broadcast (`way`): (node, path) -> its placement;
+    node -> why it did not get one (a node that failed one tree gets no other)."""
+    placed: dict[tuple[str, str], TreePlacement] = {}
+    unreached: dict[str, str] = {}
+    by_path: dict[Path, list[Node]] = {}
+    for node in nodes:
+        for path in trees[node.name].values():
+            if not provider.shares(str(path)):
+                by_path.setdefault(path, []).append(node)
+    for path, wanting in by_path.items():
+        wanting = [node for node in wanting if node.name not in unreached]
+        if len(wanting) < 2:
+            continue  # one node: a plain copy (the per-node loop)
+        what = {node.name: next(w for w, p in trees[node.name].items() if p == path) for node in wanting}
+        digest = local_digest(path)
+
+        def held_digest(node: Node) -> str | None:
+            try:
+                return provider.tree_digest(node, str(path))
+            except NODE_ERRORS:
+                return None  # not a holder: its hop then names what is wrong with it
+
+        with ThreadPoolExecutor(max_workers=min(PRESENT_CHECKS, len(wanting))) as pool:
+            found = dict(zip([n.name for n in wanting], pool.map(held_digest, wanting)))
+        holders = [node for node in wanting if found[node.name] == digest]
+        for node in holders:
+            placed[(node.name, str(path))] = TreePlacement(node=node.name, what=what[node.name], path=str(path),
+                                                           how="present", digest=digest, seconds=0.0)
+        targets = [n for n in wanting if n not in holders]
+        if not targets:
+            continue
+        if way == SBCAST:
+            assert isinstance(provider, Broadcasts)  # place_on_nodes refused any other provider
+            sent = provider.broadcast_tree(targets, path, str(path), digest)
+            arrived, failed = {name: (seconds, "sbcast") for name, seconds in sent.arrived.items()}, sent.failed
+        else:
+            result = relay_tree(provider, targets, path, str(path), digest, holders=holders, log=log)
+            arrived = {name: (hop.seconds, f"relayed from {hop.source}") for name, hop in result.arrived.items()}
+            failed = result.failed
+        size = tree_bytes(path) if arrived else None
+        for name, (seconds, note) in arrived.items():
+            placed[(name, str(path))] = TreePlacement(node=name, what=what[name], path=str(path), how="copied",
+                                                      digest=digest, seconds=round(seconds, 2), note=note, bytes=size)
+        unreached |= {name: f"{what[name]} {path}: {why}" for name, why in failed.items()}
+    return placed, unreached
 
 
 def check_load_generator_runs(provider: Provider, node: Node, python: str, tree: Path) -> None:

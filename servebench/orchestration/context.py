@@ -18,6 +18,7 @@ from servebench.providers.claims import HeldClaims
 from servebench.serving.correctness import GateAnswer
 from servebench.serving.deployment import Deployment
 from servebench.warehouse.sink import RunResults
+from servebench.warehouse.stage_timings import StageClock
 
 REFERENCE_MODE = "reference-tp1"
 
@@ -80,6 +81,7 @@ class RunContext:
     searches: set[str] | None = None               # configurations whose capacity search is to run (None: all)
     rerun_failed: bool = False                     # `rerun-failed`: only failed cells again, nothing new proposed
     results: RunResults = field(init=False)        # where every result of the run lands
+    stages: StageClock = field(default_factory=StageClock)  # each stage's time and the orchestrator's cost
 
     def __post_init__(self) -> None:
         self.results = RunResults(self.warehouse, self.run_id)

@@ -19,6 +19,7 @@ from servebench.orchestration.servers import (
 )
 from servebench.progress import reporter
 from servebench.serving.correctness import blocks_cells
+from servebench.serving.deployment import Deployment, mode_nodes
 from servebench.tasks.network import set_links
 from servebench.tasks.serve import correctness_gate, start_mode_server
 
@@ -38,8 +39,9 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
     who = ("" if run is ctx.primary else f" of {run.engine.kind}") + (f" ({variant_label(variant)})" if variant else "")
     reporter().stage(f"correctness reference: starting a TP=1 server{who}")
     try:
-        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            run.deployment_for(mode), mode)
+        with ctx.stages.stage("server-start", hosts=mode_hosts(run.deployment_for(mode), mode), subject=mode.name):
+            server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+                run.deployment_for(mode), mode)
     except Exception as exc:
         run.reference_problems[key] = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
         land_failed_server(ctx, run, mode, str(exc))
@@ -65,8 +67,9 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     assert deployment is not None  # modes run only after deploy()
     reporter().stage(f"mode {mode.name}: starting the server")
     try:
-        server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
-            deployment, mode)
+        with ctx.stages.stage("server-start", hosts=mode_hosts(deployment, mode), subject=mode.name):
+            server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
+                deployment, mode)
     except Exception as exc:
         land_failed_server(ctx, run, mode, str(exc))
         if key not in run.references and key not in run.reference_problems and ctx.gives_reference(mode):
@@ -134,3 +137,8 @@ def searches(ctx: RunContext, mode: ModeSpec) -> bool:
     """Whether the mode's capacity is searched after its cells: a campaign with `search:`, and the
     mode among those still to search (a resume finishes only the searches that did not)."""
     return ctx.campaign.search is not None and (ctx.searches is None or mode.name in ctx.searches)
+
+
+def mode_hosts(deployment: Deployment | None, mode: ModeSpec) -> int:
+    """How many nodes a mode's server starts on (a stage timing's `hosts`)."""
+    return len(mode_nodes(deployment.nodes, mode)) if deployment is not None else 0

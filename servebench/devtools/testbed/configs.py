@@ -178,13 +178,15 @@ def host_setup_script(layout: Layout, host: Host) -> str:
     ns_dirs = "^" + re.escape(str(layout.state_dir.parent)) + "/" + STATE_PREFIX + "[a-z0-9]+/ns$"
     return "\n".join([
         "set -e",
-        # every nsfs mount point (the field after ' - ' is the type; the 5th is the mount point),
-        # then the namespace directories of every testbed (this one's included)
-        "awk '{for (i = 7; i <= NF; i++) if ($i == \"-\") { if ($(i + 1) == \"nsfs\") print $5; break }}' "
-        "/proc/self/mountinfo | while read -r m; do umount -l \"$m\" 2>/dev/null || true; done",
+        # the namespace directories of every testbed (this one's included) and /run/netns first: a
+        # lazy unmount takes the nsfs mounts below each with it, in one call (one call per earlier
+        # host's namespace file would make a testbed's set-up grow with the square of its hosts);
+        # then any nsfs mount point left (the field after ' - ' is the type; the 5th is the mount point)
         f"awk -v p={q(ns_dirs)} '$5 ~ p {{print $5}}' /proc/self/mountinfo "
         "| while read -r m; do umount -l \"$m\" 2>/dev/null || true; done",
         "umount -l /run/netns 2>/dev/null || true",
+        "awk '{for (i = 7; i <= NF; i++) if ($i == \"-\") { if ($(i + 1) == \"nsfs\") print $5; break }}' "
+        "/proc/self/mountinfo | while read -r m; do umount -l \"$m\" 2>/dev/null || true; done",
         *software_binds(layout.home_dir(host), layout.shared),
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",

@@ -308,7 +308,7 @@ def set_link(layout: Layout, host: Host | str, delay_ms: float = 0, rate_mbit: f
         else:
             links[target.name] = setting_record(wanted)
         save()
-    return link_state(layout)[target.name]
+    return link_state(layout, only=[target.name])[target.name]
 
 
 def connect_host(layout: Layout, host: Host | str, connected: bool) -> str:
@@ -321,6 +321,26 @@ def connect_host(layout: Layout, host: Host | str, connected: bool) -> str:
     run(["ip", "-n", layout.switch_netns, "link", "set", port, "up" if connected else "down"])
     shown = json.loads(run(["ip", "-n", layout.switch_netns, "-j", "link", "show", port]).stdout)
     return str(shown[0].get("operstate")) if shown else "gone"
+
+
+def set_machine_rate(layout: Layout, rate_mbit: float | None) -> dict[str, str | None]:
+    """Cap the machine's own link into the switch (the orchestrator's, `<name>-tb`) at rate_mbit each
+    way, or uncap it (None). A cluster's orchestrator has one link like every node; uncapped, the
+    machine's link would let copies from the orchestrator run beside each other at the hosts' full
+    rate, which no real login node offers. The shapers go with the link at `down`. Returns each
+    end's root qdisc kind as the kernel reads it back (None: no shaper)."""
+    require_root()
+    ends = {MACHINE: ["tc", "-n", layout.switch_netns], layout.machine_link: ["tc"]}  # to the machine, from it
+    kinds: dict[str, str | None] = {}
+    for dev, tc in ends.items():
+        if rate_mbit is not None:
+            run(tc + ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{round(rate_mbit * 1e6)}bit",
+                      "burst", str(tbf_burst_bytes(rate_mbit)), "latency", f"{TBF_QUEUE_MS}ms"])
+        else:
+            run(tc + ["qdisc", "del", "dev", dev, "root"], check=False)  # none there: tc says so, nothing to undo
+        shown = json.loads(run(tc + ["-j", "qdisc", "show", "dev", dev]).stdout or "[]")
+        kinds[dev] = next((q.get("kind") for q in shown if q.get("root") and q.get("kind") == "tbf"), None)
+    return kinds
 
 
 def clear_link(layout: Layout, host: Host | str) -> dict:
@@ -485,16 +505,18 @@ def make_plain(layout: Layout, host: Host, daemons: list[Daemon]) -> list[str]:
     return left
 
 
-def link_state(layout: Layout) -> dict[str, dict]:
+def link_state(layout: Layout, only: list[str] | None = None) -> dict[str, dict]:
     """host name -> its link: what was set (delay_ms, rate_mbit), and what the kernel has, read
     back (the delay line's process and counters, which ports are on the bridge, the shapers);
-    `problems` lists every difference between the two (empty: the link is what was set)."""
+    `problems` lists every difference between the two (empty: the link is what was set). `only`:
+    those hosts' links alone (a `tc` call per host read: setting 32 links one by one must not read
+    back 32 x 32)."""
     _, daemons, data = read_state(layout.state_dir)
     recorded = data.get("links") or {}
     present = switch_links(layout)
     switch_qdiscs = root_qdiscs(layout.switch_netns)
     state = {}
-    for host in layout.hosts:
+    for host in [h for h in layout.hosts if only is None or h.name in only]:
         port, bridge_end, _ = port_names(host)
         wanted = recorded_setting(recorded.get(host.name))
         line = find_line(daemons, host)

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from servebench.waiting import poll, wait_for
 READY_TIMEOUT_S = 40.0
 STOP_GRACE_S = 5.0
 COMMAND_TIMEOUT_S = 20.0
+SETUP_WORKERS = 4  # hosts set up at once: enough to overlap their short processes, few enough for two cores
 
 
 class TestbedError(RuntimeError):
@@ -262,8 +264,7 @@ def write_files(layout: Layout) -> None:
         f.write(os.urandom(1024))
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"servebench-testbed-{layout.name}",
          "-f", str(layout.ssh_key)])
-    public_keys = {}
-    for host in layout.hosts:
+    def host_files(host: Host) -> str:
         home = layout.home_dir(host)
         (home / ".ssh").mkdir(parents=True, mode=0o700)
         home.chmod(0o700)
@@ -271,11 +272,14 @@ def write_files(layout: Layout) -> None:
         layout.spool_dir(host).mkdir(parents=True)
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{host.name}.{layout.name}",
              "-f", str(layout.host_key(host))])
-        public_keys[host.name] = layout.host_key(host).with_suffix(".pub").read_text()
         layout.sshd_config(host).write_text(configs.sshd_config(layout, host))
         authorized = home / ".ssh" / "authorized_keys"
         authorized.write_text(layout.ssh_key.with_suffix(".pub").read_text())
         authorized.chmod(0o600)
+        return layout.host_key(host).with_suffix(".pub").read_text()
+
+    with ThreadPoolExecutor(max_workers=SETUP_WORKERS) as pool:
+        public_keys = dict(zip([h.name for h in layout.hosts], pool.map(host_files, layout.hosts)))
     layout.known_hosts.write_text(configs.known_hosts(layout, public_keys))
     for host in layout.hosts:  # the hosts reach each other too (`ssh h3` on h1), as in a cluster
         ssh_dir = layout.home_dir(host) / ".ssh"
@@ -319,10 +323,14 @@ def build_hosts(layout: Layout) -> None:
     namespaces are made by `unshare` inside its network namespace and bound to those files."""
     run(["mount", "--bind", str(layout.ns_dir), str(layout.ns_dir)])
     run(["mount", "--make-private", str(layout.ns_dir)])
-    for host in layout.hosts:
+
+    def create(host: Host) -> None:
         for kind in configs.MOUNT_KINDS:
             layout.ns_file(host, kind).touch()
         run(configs.create_host_argv(layout, host))
+
+    with ThreadPoolExecutor(max_workers=SETUP_WORKERS) as pool:  # a host's set-up is a dozen short processes
+        list(pool.map(create, layout.hosts))
 
 
 def start(layout: Layout, daemons: list[Daemon], host: Host | None, name: str, argv: list[str]) -> Daemon:
