@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from servebench.config.campaign import Campaign
@@ -47,18 +48,20 @@ def cells_to_run(cells: list[Cell], statuses: dict[str, str], failed_only: bool)
     return [cell for cell in cells if cell.key not in statuses]
 
 
-def write_orchestrator_file(run_dir: Path) -> None:
-    """Who orchestrates the run now (PID, its start time, the host)."""
+def write_orchestrator_file(run_dir: Path, batch_job: str | None = None) -> None:
+    """Who orchestrates the run now (PID, its start time, the host, the scheduler's job it runs in)."""
     import psutil
 
     me = psutil.Process()
     (run_dir / ORCHESTRATOR_FILE).write_text(json.dumps(
-        {"pid": me.pid, "create_time": me.create_time(), "host": socket.gethostname()}))
+        {"pid": me.pid, "create_time": me.create_time(), "host": socket.gethostname(),
+         "batch_job": batch_job}))
 
 
-def orchestrator_alive(run_dir: Path) -> bool:
-    """Whether the process that last orchestrated the run still runs (on this host; a run
-    orchestrated from another host is taken as alive: only that host can tell)."""
+def orchestrator_alive(run_dir: Path, job_listed: Callable[[str], bool] | None = None) -> bool:
+    """Whether the process that last orchestrated the run still runs: on this host, by its PID; on another
+    host, inside a batch job (`servebench submit`), while its scheduler still lists that job (`job_listed`);
+    else taken as alive: only that host can tell."""
     import psutil
 
     try:
@@ -66,7 +69,8 @@ def orchestrator_alive(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     if record.get("host") != socket.gethostname():
-        return True
+        job = record.get("batch_job")
+        return job_listed(str(job)) if job and job_listed is not None else True
     if record.get("pid") == os.getpid():
         return False
     try:
@@ -89,12 +93,22 @@ def load_resumable(wh: str, run_id: str, failed_only: bool) -> tuple[dict, Campa
     if run is None:
         raise ResumeError(f"no run {run_id} in {wh}")
     run_dir = Path(run["run_dir"])
-    problem = resume_problem(run_id, run["status"], failed_only, orchestrator_alive(run_dir))
-    if problem is not None:
-        raise ResumeError(problem)
     copy = run_dir / "campaign.yaml"  # relative paths in it are from where the original was
     campaign = parse_campaign(copy.read_text(), source=str(copy), base_dir=Path(run["campaign_file"]).parent)
+    problem = resume_problem(run_id, run["status"], failed_only, orchestrator_alive(run_dir, job_lister(campaign)))
+    if problem is not None:
+        raise ResumeError(problem)
     if campaign.spec_hash() != run["spec_hash"]:
         raise ResumeError(f"{run_dir / 'campaign.yaml'} is not the campaign run {run_id} ran (spec hash "
                           f"{campaign.spec_hash()}, the run's {run['spec_hash']})")
     return run, campaign
+
+
+def job_lister(campaign: Campaign) -> Callable[[str], bool] | None:
+    """Whether the campaign's scheduler still lists a job (a provider with batch jobs), else None."""
+    from servebench.providers import get_provider, get_provider_class
+    from servebench.providers.base import BATCH_JOBS
+
+    if BATCH_JOBS not in get_provider_class(campaign.provider.kind).capabilities:
+        return None
+    return get_provider(campaign).job_listed

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, Sequence
 
@@ -31,11 +32,13 @@ from servebench.platform.numa import PUBLISHED, Layout, this_host_layout
 CANCEL_ALLOCATION = "cancel-allocation"  # cancel_allocation() -> [[job, what was done]]: a scheduler's job
 ATTACH = "attach"                        # attach(record): act inside a running run's allocation (`chaos`)
 LINK_SHAPING = "link-shaping"            # shape_link / connect_node: delay, rate and cut of a node's link
+BATCH_JOBS = "batch-jobs"                # batch_script / submit_batch / batch_state / enclosing_job / job_listed
 CAPABILITIES = {
     CANCEL_ALLOCATION: "cancel the run's allocation (a scheduler's job)",
     ATTACH: "join a running run's allocation from another process",
     LINK_SHAPING: "set a node's link delay and rate, cut it off the network (nodes that are testbed hosts: "
                   "docs/testbed.md)",
+    BATCH_JOBS: "run the campaign as a batch job of its scheduler (`servebench submit`), the orchestrator inside it",
 }
 # The methods a provider class must have of its own when it declares the capability (link
 # shaping's are the handed `LinkShaper`'s: nothing of the provider's own).
@@ -43,7 +46,31 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     CANCEL_ALLOCATION: ("cancel_allocation",),
     ATTACH: ("attach",),
     LINK_SHAPING: (),
+    BATCH_JOBS: ("batch_script", "submit_batch", "batch_state", "enclosing_job", "job_listed"),
 }
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One batch job of a campaign's run (BATCH_JOBS): the orchestrator's command inside the job (absolute
+    paths: the job starts it on one of its nodes), where it runs, where the job's output goes (`%j`: the job
+    id) and a time limit in the scheduler's syntax (None: the campaign's own)."""
+
+    campaign: str
+    command: list[str]
+    workdir: Path
+    log: Path
+    time_limit: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """A submitted job as its scheduler tells it: its state, its exit code, whether it has ended and how well."""
+
+    state: str
+    exit_code: str
+    ended: bool
+    completed: bool
 
 
 
@@ -286,6 +313,26 @@ class Provider(NodeAllocation, NodeCommands, NodeFiles, NodeProcesses):
         """ATTACH: act inside a running run's allocation (`record`: its `allocation_record`),
         which stays that run's: an attached provider never releases it."""
         raise self._lacks(ATTACH)
+
+    def batch_script(self, request: BatchRequest) -> str:
+        """BATCH_JOBS: the job script of the campaign's run, submitted nowhere."""
+        raise self._lacks(BATCH_JOBS)
+
+    def submit_batch(self, script: Path) -> str:
+        """BATCH_JOBS: submit the script; the scheduler's job id."""
+        raise self._lacks(BATCH_JOBS)
+
+    def batch_state(self, job_id: str) -> BatchState | None:
+        """BATCH_JOBS: the job as the scheduler tells it now; None: it knows no such job (any more)."""
+        raise self._lacks(BATCH_JOBS)
+
+    def enclosing_job(self) -> str | None:
+        """BATCH_JOBS: the job this process runs in (a run in it uses its allocation), or None."""
+        raise self._lacks(BATCH_JOBS)
+
+    def job_listed(self, job_id: str) -> bool:
+        """BATCH_JOBS: whether the scheduler still lists the job (pending, running, ending)."""
+        raise self._lacks(BATCH_JOBS)
 
     def shape_link(self, testbed: str, node: Node, delay_ms: float, rate_mbit: float | None) -> dict:
         """LINK_SHAPING: the node's link with that one-way delay and rate cap, by the handed shaper."""

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
-from servebench.providers.base import ATTACH, CANCEL_ALLOCATION, LINK_SHAPING, Node, node_numa
+from servebench.providers.base import (
+    ATTACH,
+    BATCH_JOBS,
+    CANCEL_ALLOCATION,
+    LINK_SHAPING,
+    BatchRequest,
+    BatchState,
+    Node,
+    node_numa,
+)
 from servebench.providers.remote import RemoteNodes, inline_setup_argv
 from servebench.providers.slurm.allocation import Allocation
 from servebench.providers.slurm.argv import (
@@ -41,7 +50,17 @@ from servebench.providers.slurm.argv import (
     salloc_argv,
     step_argv,
 )
+from servebench.providers.slurm.batch import (
+    batch_job,
+    job_state_argv,
+    parse_job_id,
+    parse_job_state,
+    sbatch_argv,
+    sbatch_script,
+)
+from servebench.providers.slurm.broadcast import Broadcast, BroadcastSite, broadcast_tree
 from servebench.providers.slurm.client import AllocationEnded, SlurmClient, SlurmError, end_group
+from servebench.providers.slurm.enclosing import enclosing_job, enclosing_problem
 from servebench.providers.slurm.lease import AllocationLease
 from servebench.providers.slurm.process import SlurmProcess, read_started_line, start_failure
 from servebench.providers.slurm.spec import SlurmProviderSpec
@@ -56,7 +75,7 @@ PROBE_TIMEOUT_S = 60.0
 class SlurmProvider(RemoteNodes):
     kind: ClassVar[str] = "slurm"
     spec_model: ClassVar[type[SlurmProviderSpec]] = SlurmProviderSpec
-    capabilities: ClassVar[frozenset[str]] = frozenset({CANCEL_ALLOCATION, ATTACH, LINK_SHAPING})
+    capabilities: ClassVar[frozenset[str]] = frozenset({CANCEL_ALLOCATION, ATTACH, LINK_SHAPING, BATCH_JOBS})
     node_error = (SlurmError, subprocess.TimeoutExpired)
     node_gone = (AllocationEnded,)
 
@@ -72,6 +91,7 @@ class SlurmProvider(RemoteNodes):
         self._nodes: list[Node] | None = None
         self._local_dir: Path | None = None   # the srun clients' stderr files, here
         self.lease: AllocationLease | None = None  # the warden that cancels the job if this run dies
+        self.enclosing = False   # the nodes are those of the job servebench runs in, never cancelled by it
 
     # ------------------------------------------------------------------ the campaign's block
 
@@ -135,6 +155,9 @@ class SlurmProvider(RemoteNodes):
             self.allocation.check()
             return self.nodes()
         started = time.perf_counter()
+        enclosing = enclosing_job(os.environ)
+        if enclosing is not None:
+            return self._use_enclosing_job(enclosing, started)
         try:
             result = self.client.run(salloc_argv(self.spec, self.job_name), timeout=self.spec.allocate_timeout_s + 60)
         except subprocess.TimeoutExpired:
@@ -155,6 +178,19 @@ class SlurmProvider(RemoteNodes):
             self._cancel(job_id)
             self.allocation.mark_released("RUNNING")
             raise
+        self.timings["allocate_s"] = time.perf_counter() - started
+        return self.nodes()
+
+    def _use_enclosing_job(self, job_id: int, started: float) -> list[Node]:
+        """The job servebench runs in holds the campaign's nodes (`servebench submit`): its steps run there,
+        no lease (the job ends with its batch script, the orchestrator) and release leaves the job to it."""
+        self.allocation = Allocation(self.client, job_id, self.spec.remote_dir, export_option(self.spec.export))
+        self.enclosing = True
+        self._nodes = self._describe_nodes(self._wait_running())
+        problem = enclosing_problem(job_id, [node.name for node in self._nodes], self.spec.nodes)
+        if problem is not None:
+            self.allocation.mark_released("RUNNING")
+            raise SlurmError(problem)
         self.timings["allocate_s"] = time.perf_counter() - started
         return self.nodes()
 
@@ -273,6 +309,20 @@ class SlurmProvider(RemoteNodes):
             allocation.check()
             raise
 
+    def broadcast_tree(self, nodes: list[Node], local: Path, remote: str, digest: str,
+                       fanout: int | None = None) -> Broadcast:
+        """The tree on `nodes` by Slurm's own broadcast (`sbcast`, servebench/providers/slurm/broadcast.py),
+        each node's copy verified by `digest`; a node that failed is named, the others keep theirs."""
+        allocation = self._allocation()
+        allocation.check()
+        for node in nodes:
+            self._touched.add(self._name(node))
+        site = BroadcastSite(allocation.job_id, self._local(), self.spec.remote_dir, self.client.run)
+        outcome = broadcast_tree(self, site, nodes, local, remote, digest, fanout)
+        if outcome.failed:
+            allocation.check()  # an allocation that ended is the cause, not the nodes
+        return outcome
+
     def start(self, node: Node, argv: list[str], env: dict[str, str], log_path: Path,
               unset: Sequence[str] = ()) -> SlurmProcess:
         """Start argv on the node as a step of its own, env added and unset removed from the step's
@@ -346,6 +396,29 @@ class SlurmProvider(RemoteNodes):
         self.client.scancel(job)
         return [[job, f"scancel {job}"]]
 
+    # ------------------------------------------------------------------ the campaign as a batch job
+
+    def batch_script(self, request: BatchRequest) -> str:
+        """The sbatch script (servebench/providers/slurm/batch.py): the campaign's nodes, the run inside."""
+        return sbatch_script(batch_job(self.spec, request))
+
+    def submit_batch(self, script: Path) -> str:
+        result = self.client.run(sbatch_argv(script), timeout=120)
+        if result.returncode != 0:
+            raise SlurmError(f"sbatch {script} failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
+        return str(parse_job_id(result.stdout))
+
+    def batch_state(self, job_id: str) -> BatchState | None:
+        result = self.client.run(job_state_argv(int(job_id)), timeout=60)
+        return parse_job_state(result.stdout) if result.returncode == 0 else None
+
+    def enclosing_job(self) -> str | None:
+        job = enclosing_job(os.environ)
+        return None if job is None else str(job)
+
+    def job_listed(self, job_id: str) -> bool:
+        return self.client.queued(int(job_id))
+
     def reclaim(self, record: dict) -> list[str]:
         """Cancel the killed orchestrator's allocation (found by the run's job name) and wait until
         Slurm no longer lists it: its steps, and every process of the run, end with it."""
@@ -379,9 +452,10 @@ class SlurmProvider(RemoteNodes):
         started = time.perf_counter()
         self._end_lease()  # the job is cancelled next, by this run
         try:
-            if self.client.queued(allocation.job_id):
-                self.client.scancel(allocation.job_id)
-            self._wait_gone(allocation.job_id)
+            if not self.enclosing:   # the job servebench runs in is its batch script's to end
+                if self.client.queued(allocation.job_id):
+                    self.client.scancel(allocation.job_id)
+                self._wait_gone(allocation.job_id)
         except SlurmError as exc:
             errors.append(str(exc))
         self.timings["release_s"] = time.perf_counter() - started
