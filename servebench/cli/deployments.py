@@ -87,8 +87,6 @@ def cmd_deployments_init(args: argparse.Namespace) -> int:
 
 
 def cmd_deployments_serve(args: argparse.Namespace) -> int:
-    import yaml
-
     if not os.environ.get("PREFECT_API_URL"):
         from prefect.settings import PREFECT_API_URL
 
@@ -96,31 +94,19 @@ def cmd_deployments_serve(args: argparse.Namespace) -> int:
             print("servebench: schedules need a persistent Prefect server. Start one (`prefect server start`) and "
                   "export PREFECT_API_URL=http://127.0.0.1:4200/api, then serve again.", file=sys.stderr)
             return EXIT_FAILED
-    path = Path(args.file)
-    declared = (yaml.safe_load(path.read_text()) or {}).get("deployments") or []
-    unknown = sorted(set(args.names) - {d.get("name") for d in declared})
-    if unknown:
-        print(f"servebench: {path}: no deployment named {', '.join(unknown)}", file=sys.stderr)
-        return EXIT_FAILED
-    from prefect import Flow, serve
-    from prefect.deployments.runner import RunnerDeployment
-    from prefect.flows import load_flow_from_entrypoint
-    from prefect.schedules import Cron
+    from servebench.flows.serve import serve_deployments
 
-    deployments: list[RunnerDeployment] = []
-    for entry in declared:
-        if args.names and entry.get("name") not in args.names:
-            continue
-        flow: Flow = load_flow_from_entrypoint(entry["entrypoint"])
-        schedules = [Cron(s["cron"], timezone=s.get("timezone"), active=s.get("active", True))
-                     for s in entry.get("schedules") or [] if "cron" in s]
-        deployment = flow.to_deployment(
-            name=entry["name"], description=entry.get("description"), parameters=entry.get("parameters") or {},
-            schedules=schedules, concurrency_limit=entry.get("concurrency_limit"), tags=entry.get("tags"))
-        assert isinstance(deployment, RunnerDeployment)  # a synchronous caller gets the deployment itself
-        deployments.append(deployment)
+    path = Path(args.file).absolute()
+    if not path.is_file():
+        print(f"servebench: {path}: no such prefect.yaml (write one with `servebench deployments init`)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    os.chdir(path.parent)  # a prefect.yaml's parameters and entrypoints are relative to its folder
     try:
-        serve(*deployments, limit=1)
+        serve_deployments(path, args.names or None)
+    except ValueError as exc:
+        print(f"servebench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return EXIT_OK
