@@ -7,7 +7,7 @@ DuckDB's catalog (duckdb_tables(), duckdb_columns(), duckdb_constraints()) of a 
 migration and writes each table in the order a reader meets them (TABLE_ORDER), each column with its type,
 constraints and comment (inline, and as the COMMENT ON statements `servebench tables` reads).
 `python -m servebench.warehouse.baseline` writes the file again after a new migration;
-tests/test_schema_baseline.py checks that the file is what this writes and that a warehouse made from it has
+tests/unit/test_schema_baseline.py checks that the file is what this writes and that a warehouse made from it has
 the catalog (`catalog_state`) of one made by the migrations.
 """
 
@@ -26,7 +26,8 @@ from . import SCHEMA_FILE, Connection, WarehouseError, latest_version, migrate, 
 TABLE_ORDER = (
     "runs", "nodes", "builds", "servers", "cells", "requests",
     "cell_attempts", "node_samples", "server_samples", "server_ranks", "faults",
-    "capacity", "tuning", "cell_intervals", "regressions", "annotations", "bisect_steps",
+    "capacity", "tuning", "cell_intervals", "cell_predictions", "stage_timings", "regressions", "annotations",
+    "bisect_steps",
     "schema_migrations",
 )
 # DuckDB's names, written as a reader writes them
@@ -37,7 +38,7 @@ HEADER = """\
 -- A new warehouse is made from this file (servebench.warehouse.connect records every migration up to {version:03d}
 -- as applied); an older one is brought here by the migrations themselves (warehouse/migrations/). The views are
 -- not here: warehouse/views/, made again on every writable open. Written by `python -m servebench.warehouse.baseline`
--- from a warehouse the migrations made (tests/test_schema_baseline.py checks that the two agree): a change is a
+-- from a warehouse the migrations made (tests/unit/test_schema_baseline.py checks that the two agree): a change is a
 -- new migration, then this file written again.
 """
 

@@ -280,7 +280,7 @@ def land_node(con: Connection, run_id: str, node: str, address: str, facts: Row,
               clock_offset_s: float | None = None, role: str = "server") -> None:
     """`role`: server, or client (the node the load generator ran on, serving nothing)."""
     insert_row(con, "nodes", dict(run_id=run_id, node=node, address=address, clock_offset_s=clock_offset_s,
-                                  role=role, **{c: facts[c] for c in NODE_FACTS}),
+                                  role=role, host_key=facts.get("host_key"), **{c: facts[c] for c in NODE_FACTS}),
                conflict="or replace")
 
 
@@ -291,6 +291,14 @@ def land_nodes(con: Connection, run_id: str, nodes: list[Node], inventories: dic
         role = "client" if node.name == client_node else "server"
         land_node(con, run_id, node.name, node.address, inventories[node.name], (clock_offsets or {}).get(node.name),
                   role=role)
+
+
+def land_predictions(con: Connection, run_id: str, records: Sequence[Row]) -> None:
+    """The performance model's prediction of each cell beside its measurement (`cell_predictions`), the run's
+    earlier rows replaced: a resume predicts again from every cell landed by then."""
+    con.execute("delete from cell_predictions where run_id = ?", [run_id])
+    for record in records:
+        insert_row(con, "cell_predictions", {"run_id": run_id, **record})
 
 
 def land_run_build(con: Connection, run_id: str, build: EngineBuild) -> None:

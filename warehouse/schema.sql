@@ -1,8 +1,8 @@
--- servebench warehouse, schema version 33: the tables as migrations 001 to 033 leave them.
--- A new warehouse is made from this file (servebench.warehouse.connect records every migration up to 033
+-- servebench warehouse, schema version 36: the tables as migrations 001 to 036 leave them.
+-- A new warehouse is made from this file (servebench.warehouse.connect records every migration up to 036
 -- as applied); an older one is brought here by the migrations themselves (warehouse/migrations/). The views are
 -- not here: warehouse/views/, made again on every writable open. Written by `python -m servebench.warehouse.baseline`
--- from a warehouse the migrations made (tests/test_schema_baseline.py checks that the two agree): a change is a
+-- from a warehouse the migrations made (tests/unit/test_schema_baseline.py checks that the two agree): a change is a
 -- new migration, then this file written again.
 
 -- One row per campaign run: the spec as given and normalized, status, commit, host
@@ -77,6 +77,7 @@ CREATE TABLE nodes (
     roofline_cached         BOOLEAN,                   -- whether the roofline figures came from the cache of an earlier run rather than measured in this one
     roofline_busy           DOUBLE,                    -- how busy other processes kept the roofline's cores just before it was measured (above roofline.max_busy it is measured again on the next run) [0-1]
     roofline_load_avg       DOUBLE,                    -- the node's 1-minute load average when its roofline was measured
+    host_key                VARCHAR,                   -- SSH nodes: the host key fingerprints (type and SHA256) known_hosts holds for the host, which its connection was checked against; NULL for nodes reached otherwise
     PRIMARY KEY (run_id, node)
 );
 COMMENT ON TABLE nodes IS 'One row per node of a run: its hardware, kernel and what was placed there';
@@ -107,6 +108,7 @@ COMMENT ON COLUMN nodes.roofline_measured_at IS 'when the node''s roofline figur
 COMMENT ON COLUMN nodes.roofline_cached IS 'whether the roofline figures came from the cache of an earlier run rather than measured in this one';
 COMMENT ON COLUMN nodes.roofline_busy IS 'how busy other processes kept the roofline''s cores just before it was measured (above roofline.max_busy it is measured again on the next run) [0-1]';
 COMMENT ON COLUMN nodes.roofline_load_avg IS 'the node''s 1-minute load average when its roofline was measured';
+COMMENT ON COLUMN nodes.host_key IS 'SSH nodes: the host key fingerprints (type and SHA256) known_hosts holds for the host, which its connection was checked against; NULL for nodes reached otherwise';
 
 -- One engine build (a venv or a CMake tree), content-addressed: what went in and what it says it is
 CREATE TABLE builds (
@@ -664,6 +666,79 @@ COMMENT ON COLUMN cell_intervals.level IS 'the interval''s confidence level (0.9
 COMMENT ON COLUMN cell_intervals.resamples IS 'bootstrap resamples';
 COMMENT ON COLUMN cell_intervals.seed IS 'the bootstrap''s seed';
 COMMENT ON COLUMN cell_intervals.computed_at IS 'when it was computed';
+
+-- Each cell's prediction by the performance model, beside its measurement (cells.run_id, cells.cell_key)
+CREATE TABLE cell_predictions (
+    run_id               VARCHAR NOT NULL,  -- the run
+    cell_key             VARCHAR NOT NULL,  -- the cell (cells.cell_key)
+    mode                 VARCHAR NOT NULL,  -- the cell's mode (cells.mode)
+    ttft_p50_ms          DOUBLE,            -- predicted median time to first token [ms]
+    ttft_p99_ms          DOUBLE,            -- predicted 99th percentile time to first token [ms]
+    tpot_p50_ms          DOUBLE,            -- predicted median time per output token after the first [ms]
+    tpot_p99_ms          DOUBLE,            -- predicted 99th percentile time per output token after the first [ms]
+    output_throughput    DOUBLE,            -- predicted output tokens a second of the whole mode [tokens/s]
+    bound                VARCHAR,           -- what most of the cell's engine steps wait on: bandwidth, compute, network or engine (its fixed cost a step)
+    figures_source       VARCHAR,           -- where the node figures came from: the roofline the run landed, a cached one, or a declared chip's published figures
+    efficiency_source    VARCHAR,           -- the efficiency factors' origin: defaults, or fitted on the run's TP=1 cells
+    bandwidth_efficiency DOUBLE,            -- the share of the node's measured bandwidth the model lets a rank reach [0-1]
+    compute_efficiency   DOUBLE,            -- the share of the node's matmul peak for the dtype the model lets a rank reach [0-1]
+    step_overhead_ms     DOUBLE,            -- the engine's fixed cost a step the model adds [ms]
+    request_overhead_ms  DOUBLE,            -- the API process's cost a request before it is scheduled [ms]
+    throughput_ratio     DOUBLE,            -- measured output throughput / predicted (NULL: no measurement)
+    tpot_ratio           DOUBLE,            -- predicted TPOT p50 / measured: below 1 the cell decoded slower than predicted (NULL: no measurement)
+    flags                VARCHAR[],         -- for a cell far below its prediction, the causes the model names (a rank across NUMA nodes, fewer cores than threads, oversubscription, other processes, the network); empty: none needed
+    PRIMARY KEY (run_id, cell_key)
+);
+COMMENT ON TABLE cell_predictions IS 'Each cell''s prediction by the performance model, beside its measurement (cells.run_id, cells.cell_key)';
+COMMENT ON COLUMN cell_predictions.run_id IS 'the run';
+COMMENT ON COLUMN cell_predictions.cell_key IS 'the cell (cells.cell_key)';
+COMMENT ON COLUMN cell_predictions.mode IS 'the cell''s mode (cells.mode)';
+COMMENT ON COLUMN cell_predictions.ttft_p50_ms IS 'predicted median time to first token [ms]';
+COMMENT ON COLUMN cell_predictions.ttft_p99_ms IS 'predicted 99th percentile time to first token [ms]';
+COMMENT ON COLUMN cell_predictions.tpot_p50_ms IS 'predicted median time per output token after the first [ms]';
+COMMENT ON COLUMN cell_predictions.tpot_p99_ms IS 'predicted 99th percentile time per output token after the first [ms]';
+COMMENT ON COLUMN cell_predictions.output_throughput IS 'predicted output tokens a second of the whole mode [tokens/s]';
+COMMENT ON COLUMN cell_predictions.bound IS 'what most of the cell''s engine steps wait on: bandwidth, compute, network or engine (its fixed cost a step)';
+COMMENT ON COLUMN cell_predictions.figures_source IS 'where the node figures came from: the roofline the run landed, a cached one, or a declared chip''s published figures';
+COMMENT ON COLUMN cell_predictions.efficiency_source IS 'the efficiency factors'' origin: defaults, or fitted on the run''s TP=1 cells';
+COMMENT ON COLUMN cell_predictions.bandwidth_efficiency IS 'the share of the node''s measured bandwidth the model lets a rank reach [0-1]';
+COMMENT ON COLUMN cell_predictions.compute_efficiency IS 'the share of the node''s matmul peak for the dtype the model lets a rank reach [0-1]';
+COMMENT ON COLUMN cell_predictions.step_overhead_ms IS 'the engine''s fixed cost a step the model adds [ms]';
+COMMENT ON COLUMN cell_predictions.request_overhead_ms IS 'the API process''s cost a request before it is scheduled [ms]';
+COMMENT ON COLUMN cell_predictions.throughput_ratio IS 'measured output throughput / predicted (NULL: no measurement)';
+COMMENT ON COLUMN cell_predictions.tpot_ratio IS 'predicted TPOT p50 / measured: below 1 the cell decoded slower than predicted (NULL: no measurement)';
+COMMENT ON COLUMN cell_predictions.flags IS 'for a cell far below its prediction, the causes the model names (a rank across NUMA nodes, fewer cores than threads, oversubscription, other processes, the network); empty: none needed';
+
+-- Each stage of a run as it ran: its wall time, the hosts it covered and the orchestrator's own CPU time,
+-- threads and connections over it
+CREATE TABLE stage_timings (
+    run_id               VARCHAR NOT NULL,      -- the run
+    seq                  INTEGER NOT NULL,      -- the stage's place in the run's order (0, 1, ...): a stage that ran more than once (a mode's server start) has a row each time
+    stage                VARCHAR NOT NULL,      -- what ran: provision, placement, server-start, sampler-start, fetch-results, release, ...
+    subject              VARCHAR,               -- what the stage was for: an engine, a mode, a cell (NULL: the run as a whole)
+    hosts                INTEGER NOT NULL,      -- how many hosts the stage covered
+    started_at           TIMESTAMPTZ NOT NULL,  -- when the stage began, on the orchestrator's clock
+    seconds              DOUBLE NOT NULL,       -- the stage's wall time [s]
+    orchestrator_cpu_s   DOUBLE,                -- CPU time the orchestrator process and the children it waited for (ssh, srun, tar) spent during the stage [s]
+    orchestrator_threads INTEGER,               -- the orchestrator process's threads at the stage's end (the most of start and end)
+    open_connections     INTEGER,               -- TCP connections the orchestrator process and its children held at the stage's end (ssh masters and sessions, srun, HTTP clients)
+    ok                   BOOLEAN NOT NULL,      -- whether the stage ended without an error
+    error                VARCHAR,               -- the error the stage ended with (NULL: it ended well)
+    PRIMARY KEY (run_id, seq)
+);
+COMMENT ON TABLE stage_timings IS 'Each stage of a run as it ran: its wall time, the hosts it covered and the orchestrator''s own CPU time, threads and connections over it';
+COMMENT ON COLUMN stage_timings.run_id IS 'the run';
+COMMENT ON COLUMN stage_timings.seq IS 'the stage''s place in the run''s order (0, 1, ...): a stage that ran more than once (a mode''s server start) has a row each time';
+COMMENT ON COLUMN stage_timings.stage IS 'what ran: provision, placement, server-start, sampler-start, fetch-results, release, ...';
+COMMENT ON COLUMN stage_timings.subject IS 'what the stage was for: an engine, a mode, a cell (NULL: the run as a whole)';
+COMMENT ON COLUMN stage_timings.hosts IS 'how many hosts the stage covered';
+COMMENT ON COLUMN stage_timings.started_at IS 'when the stage began, on the orchestrator''s clock';
+COMMENT ON COLUMN stage_timings.seconds IS 'the stage''s wall time [s]';
+COMMENT ON COLUMN stage_timings.orchestrator_cpu_s IS 'CPU time the orchestrator process and the children it waited for (ssh, srun, tar) spent during the stage [s]';
+COMMENT ON COLUMN stage_timings.orchestrator_threads IS 'the orchestrator process''s threads at the stage''s end (the most of start and end)';
+COMMENT ON COLUMN stage_timings.open_connections IS 'TCP connections the orchestrator process and its children held at the stage''s end (ssh masters and sessions, srun, HTTP clients)';
+COMMENT ON COLUMN stage_timings.ok IS 'whether the stage ended without an error';
+COMMENT ON COLUMN stage_timings.error IS 'the error the stage ended with (NULL: it ended well)';
 
 -- What each night's regression analysis found, per series and metric
 CREATE TABLE regressions (

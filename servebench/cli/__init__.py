@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.deployments import add_deployments_parser
     from servebench.cli.load import add_load_parser
     from servebench.cli.plan import add_plan_parser
+    from servebench.cli.predict import add_predict_parser
     from servebench.cli.query import add_query_parser
     from servebench.cli.regressions import add_regressions_parser
     from servebench.cli.report import add_report_parser
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     from servebench.cli.runs import add_runs_parser
     from servebench.cli.saturation import add_saturation_parser
     from servebench.cli.schema import add_schema_parser
-    from servebench.cli.serve import add_serve_parser
+    from servebench.cli.submit import add_submit_parser
     from servebench.cli.tables import add_tables_parser
     from servebench.cli.testbed import add_testbed_parser
 
@@ -90,11 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"servebench {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_parser in (add_plan_parser, add_build_parser, add_run_parser, add_resume_parser, add_runs_parser,
-                       add_campaigns_parser, add_serve_parser, add_query_parser, add_tables_parser, add_report_parser,
+                       add_submit_parser, add_campaigns_parser, add_query_parser, add_tables_parser, add_report_parser,
                        add_load_parser,
                        add_capacity_parser, add_best_parser, add_saturation_parser, add_schema_parser,
                        add_builds_parser, add_bisect_parser, add_chaos_parser, add_testbed_parser,
-                       add_regressions_parser, add_compare_parser, add_annotate_parser, add_deployments_parser):
+                       add_regressions_parser, add_compare_parser, add_annotate_parser, add_deployments_parser,
+                       add_predict_parser):
         add_parser(sub)
     return parser
 

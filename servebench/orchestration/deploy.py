@@ -33,7 +33,8 @@ def deploy(ctx: RunContext) -> None:
     its format, place both on the nodes, start its shared services."""
     campaign, results = ctx.campaign, ctx.results
     reporter().stage("provisioning nodes; " + ctx.plan.client.describe())
-    nodes, inventories, offsets = provision(ctx.provider)
+    with ctx.stages.stage("provision", hosts=len(campaign.provider.node_specs())):
+        nodes, inventories, offsets = provision(ctx.provider)
     servers, client = split_client_node(nodes, [n.name for n in campaign.provider.node_specs()], ctx.plan.client.node)
     land_nodes(results, nodes, inventories, offsets, client_node=client.name if client else None)
     land_run_update(results, RunUpdate(provider_kind=ctx.provider.kind, allocation=allocation_text(ctx.provider)))
@@ -69,14 +70,17 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
     run.vocab = vocab_size(Path(model_dir))
     reporter().stage(f"placing the engine build{named} and the model on every node"
                      + (f", the load generator on {client.name}" if client else ""))
-    placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
-    land_roofline(results, measure_roofline(ctx.provider, servers, inventories, build))  # docs/roofline.md
+    with ctx.stages.stage("placement", hosts=len(servers) + (client is not None), subject=kind):
+        placed = place_artifacts(ctx.provider, servers, client, inventories, build, model_dir)
+    # docs/roofline.md; measured again past the campaign's `roofline:` age and busy share
+    rooflines = measure_roofline(ctx.provider, servers, inventories, build, campaign.roofline)
+    land_roofline(results, rooflines)
     load_client = None if client is None else ClientNode(
         provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
     run.deployment = Deployment(campaign=served_campaign(campaign, variant), engine=run.engine, spec=run.spec,
                                 provider=ctx.provider, nodes=servers, build=build, model_dir=model_dir,
                                 served_name=ctx.served_name, run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir,
-                                clock_offsets=offsets, client=load_client, variant=variant)
+                                clock_offsets=offsets, client=load_client, variant=variant, rooflines=rooflines)
     reporter().stage(f"starting the services the{named} modes share, if any")
     modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
     shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))

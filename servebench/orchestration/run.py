@@ -20,6 +20,7 @@ from prefect.artifacts import create_link_artifact
 from prefect.exceptions import TerminationSignal
 
 from servebench.analysis.cell_dispersion import land_intervals
+from servebench.analysis.predictions import land_run_predictions
 from servebench.analysis.report import run_report
 from servebench.analysis.runs_index import write_index
 from servebench.campaign.loading import load_campaign
@@ -43,6 +44,7 @@ from servebench.paths import default_warehouse, runs_dir
 from servebench.planning.plan import Plan, group_by_mode, make_plan
 from servebench.progress import reporter
 from servebench.providers import Provider, claims, get_provider, get_provider_class
+from servebench.providers.base import BATCH_JOBS
 from servebench.providers.claims import HeldClaims, this_host_cpu_claims
 from servebench.serving import links
 from servebench.tasks.land import land_run_start
@@ -125,7 +127,7 @@ def run_cells(ctx: RunContext, cells: list[Cell]) -> dict:
     """Deploy, measure `cells` mode by mode, release; whatever happens, land what was measured,
     then the run's status (over all of its cells), regressions and the report."""
     campaign = ctx.campaign
-    write_orchestrator_file(ctx.run_dir)
+    write_orchestrator_file(ctx.run_dir, batch_job(ctx.provider))
     outcome = {"run_id": ctx.run_id, "warehouse": ctx.warehouse, "run_dir": str(ctx.run_dir), "status": "failed",
                "cells": ctx.statuses, "invalid": ctx.invalid}
     try:
@@ -192,14 +194,17 @@ def finish_run(ctx: RunContext, outcome: dict) -> None:
     measured and the run's row, then the repeats' intervals, regressions (not after an interrupt) and
     the report, then the index of every run beside the run directories."""
     try:
-        release(ctx)
+        with ctx.stages.stage("release", hosts=len(ctx.provider.nodes())):
+            release(ctx)
     except Exception as exc:  # what was measured still lands; the run says what could not be released
         outcome["release_error"] = f"{type(exc).__name__}: {exc}"
         reporter().stage(f"releasing the nodes failed: {first_line(exc)}")
+    land_stage_timings(ctx)
     land_measured_cells(ctx)
     ctx.results.ended(outcome["status"], outcome.get("error") or outcome.get("release_error"),
                       allocation_text(ctx.provider))
     land_repeat_intervals(ctx.results)
+    land_predictions(ctx)
     if outcome["status"] != "interrupted":
         outcome["regressions"] = find_regressions(ctx.warehouse, ctx.run_id, ctx.campaign)
     outcome["report"] = write_report(ctx.results, ctx.run_dir)
@@ -269,6 +274,24 @@ def land_repeat_intervals(results: RunResults) -> None:
         reporter().stage(f"landing the repeats' intervals failed: {exc}")
 
 
+def land_stage_timings(ctx: RunContext) -> None:
+    """How long each stage took and what it cost the orchestrator (`stage_timings`, docs/scale.md); a failure
+    is said, never hides the run's outcome."""
+    try:
+        ctx.results.stage_timings(ctx.stages.timings)
+    except Exception as exc:
+        reporter().stage(f"landing the stages' timings failed: {exc}")
+
+
+def land_predictions(ctx: RunContext) -> None:
+    """Each cell's prediction beside its measurement (`cell_predictions`, docs/performance-model.md); a
+    failure is said, never hides the run's outcome (`servebench predict CAMPAIGN --run RUN` prints them)."""
+    try:
+        ctx.results.derived(land_run_predictions(ctx.plan, ctx.campaign_dir))
+    except Exception as exc:
+        reporter().stage(f"landing the cells' predictions failed: {exc}")
+
+
 def land_measured_cells(ctx: RunContext) -> None:
     """Land cells that were measured but not landed (an interrupt between the two): the load
     generator writes its JSON last, so a JSON in the run directory is a complete result.
@@ -305,3 +328,8 @@ def write_runs_index(results: RunResults, runs: Path) -> None:
 def render_report(results: RunResults, run_dir: Path) -> str:
     """The run's report from the warehouse (read-only), in its run directory."""
     return str(results.read(lambda con, run_id: run_report(con, run_id, run_dir)))
+
+
+def batch_job(provider: Provider) -> str | None:
+    """The scheduler's job the orchestrator runs in (`servebench submit`), which a resume asks about."""
+    return provider.enclosing_job() if BATCH_JOBS in provider.capabilities else None
