@@ -44,6 +44,7 @@ from pathlib import Path
 import pytest
 
 from servebench.paths import CHECKOUT
+from tests.support.kinds import kind_of, kind_problem
 from tests.support.leaks import use_session_temp_dir
 from tests.support.nightly import nightly_skip
 
@@ -64,11 +65,23 @@ def compile_the_checkout() -> None:
 compile_the_checkout()
 
 THREAD_JOIN_S = 10.0
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The nightly lane's tests are skipped, each with its reason, unless SERVEBENCH_NIGHTLY=1
-    (tests/support/nightly.py)."""
+    """Each test's folder is its kind (tests/support/kinds.py): tests/e2e/ and tests/nightly/ get the `e2e`
+    marker, and markers that disagree with the folder stop the session. The nightly lane's tests are
+    skipped, each with its reason, unless SERVEBENCH_NIGHTLY=1 (tests/support/nightly.py)."""
+    problems = []
+    for item in items:
+        where = Path(str(item.path)).relative_to(TESTS).as_posix()
+        problem = kind_problem(where, {mark.name for mark in item.iter_markers()})
+        if problem is not None:
+            problems.append(problem)
+        if kind_of(where) in ("e2e", "nightly"):
+            item.add_marker(pytest.mark.e2e)
+    if problems:
+        raise pytest.UsageError("tests in the wrong folder:\n  " + "\n  ".join(sorted(set(problems))))
     for item in items:
         skip = nightly_skip(item.get_closest_marker("nightly"), os.environ)
         if skip is not None:

@@ -5,7 +5,7 @@ first line names, which is recorded in `schema_migrations` as every migration up
 are the SQL files in `warehouse/migrations/NNN_name.sql`, append-only, applied in order on every writable
 connect and recorded there too; they bring a warehouse made before (or from an older baseline) to the
 latest version, which is the highest applied number. They change tables, columns and data only; the
-baseline is what they make (warehouse/baseline.py writes it from them, tests/test_schema_baseline.py
+baseline is what they make (warehouse/baseline.py writes it from them, tests/unit/test_schema_baseline.py
 holds the two equal). Views are `warehouse/views/<name>.sql`, one each, made again after the migrations
 on every writable connect, so a view is stated once, in its current form, and a database of any age ends
 with the same views. Read-only connections refuse a database whose schema is older than this code, so a

@@ -5,7 +5,7 @@ presets let a campaign generate a random-weight model of the real shape (nothing
 let `servebench plan` say, before anything starts, how many parameters it has, how many bytes each
 rank holds under TP/PP and how many bytes of KV cache a token takes. The numbers are the published
 configs' (`config.json` of each model on its hub page); `parameters()` reproduces the published
-parameter counts (tests/test_model_shapes.py, tests/test_moe_models.py).
+parameter counts (tests/unit/test_model_shapes.py, tests/unit/test_moe_models.py).
 
 Mixture-of-experts shapes: `experts` routed experts of `moe_intermediate` each, `experts_per_token` of them
 active a token, `shared_experts` always on, the first `dense_layers` layers a plain MLP (DeepSeek's
@@ -263,7 +263,7 @@ PRESETS.update({
                                 norm_topk_prob=True),
 })
 
-# the published parameter counts the presets are checked against (tests/test_model_shapes.py). DeepSeek-R1:
+# the published parameter counts the presets are checked against (tests/unit/test_model_shapes.py). DeepSeek-R1:
 # "671B total, 37B activated" (its model card and the V3 report), the main model without the MTP layer (the
 # card's 685B includes it); Qwen3-30B-A3B: "30.5B in total and 3.3B activated" (its model card)
 PUBLISHED_PARAMETERS = {

@@ -67,7 +67,7 @@ def run_echo_campaign(tmp_path: Path, warehouse_path: Path, monkeypatch, campaig
 
 
 # One echo engine of 100 ms a request, one at a time (10 req/s), searched for its capacity under a
-# 400 ms p99 TTFT: tests/test_resume.py kills it midway, resumes it and checks what the search landed.
+# 400 ms p99 TTFT: tests/e2e/test_resume.py kills it midway, resumes it and checks what the search landed.
 CAPACITY_CAMPAIGN = """
 name: capacity
 provider: {kind: plain, nodes: [{name: a, cpus: "0"}]}

@@ -1,4 +1,4 @@
-"""A third remote provider, for the provider contract suite (tests/test_provider_contract.py): the
+"""A third remote provider, for the provider contract suite (tests/unit/test_provider_contract.py): the
 nodes are a testbed's hosts, reached by entering their namespaces (`nsenter`, as `servebench
 testbed exec` does) instead of over ssh or through Slurm.
 

@@ -4,7 +4,7 @@ A flow run with no Prefect API to report to starts a temporary server of its own
 `prefect_test_harness`): 15 s on two shared cores, and the tests run some forty campaigns. They
 all report to this one instead, a server of Prefect's own test harness on a database of its own
 (never ~/.prefect): the in-process flows through the harness's settings, the `servebench run`
-processes a test starts through PREFECT_API_URL. tests/test_e2e_nightly.py runs a `prefect server`
+processes a test starts through PREFECT_API_URL. tests/e2e/test_e2e_nightly.py runs a `prefect server`
 of its own (it deploys), README's smoke command the temporary server a user gets.
 """
 

@@ -38,7 +38,7 @@ def run_testbed_cli(*args: str, timeout: float = TESTBED_TIMEOUT_S) -> subproces
 def on_the_testbed(test):
     """Marks a test that uses its module's testbed: `testbed`, `root` (which the testbed needs) and
     `e2e` (namespaces, sshd and Slurm are a real component stack: the fast run leaves it out)."""
-    return pytest.mark.e2e(pytest.mark.root(pytest.mark.testbed(test)))
+    return pytest.mark.root(pytest.mark.testbed(test))
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 -- comment in brackets: [ms], [s], [req/s], [tok/s], [tokens], [bytes], [0-1] (a fraction), [%] (0-100),
 -- [monotonic s] / [unix s] (clock readings, not durations). `servebench query` reads [bytes] and [s] to
 -- print such values readably. A later migration that adds a table or column comments it too
--- (tests/test_warehouse.py checks). Views comment themselves, in their own files.
+-- (tests/unit/test_warehouse.py checks). Views comment themselves, in their own files.
 
 COMMENT ON TABLE annotations IS 'A user''s word on a night of the history: accept (a new baseline) or exclude, for every series of a run or one series/metric';
 COMMENT ON TABLE bisect_steps IS 'servebench bisect: one row per measured commit, with its repeats and its verdict against the baseline';
