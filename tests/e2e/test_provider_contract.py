@@ -30,6 +30,7 @@ from servebench.providers import (
 )
 from servebench.providers.base import Node
 from tests.support.netns_provider import NamespaceProvider
+from tests.support.shared_testbed import shared_testbed
 from tests.support.testbed import on_host, own_leftovers
 from tests.support.waiting import wait_until
 
@@ -90,6 +91,12 @@ ON_THE_TESTBED = ["ssh", "slurm", "netns"]
 
 
 TESTBED_MARKS = [pytest.mark.testbed, pytest.mark.root]  # real hosts: sshd, Slurm, namespaces
+
+
+@pytest.fixture(scope="module")
+def testbed(request):
+    """The session's testbed of 2 hosts, shared with the other provider tests (tests/support/shared_testbed.py)."""
+    return shared_testbed(request)
 
 
 KINDS = [pytest.param(kind, id=kind) for kind in ON_THIS_HOST] + \

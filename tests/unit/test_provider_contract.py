@@ -44,7 +44,6 @@ from servebench.providers.base import (
 )
 from servebench.providers.remote import RemoteNodes
 from tests.support.netns_provider import NamespaceProvider
-from tests.support.shared_testbed import shared_testbed
 
 # ---------------------------------------------------------------------------- declared capabilities
 
@@ -315,12 +314,6 @@ def test_the_campaign_check_asks_the_providers_capabilities():
 
 
 # ---------------------------------------------------------------------------- the providers under test
-
-
-@pytest.fixture(scope="module")
-def testbed(request):
-    """The session's testbed of 2 hosts, shared with the other provider tests (tests/support/shared_testbed.py)."""
-    return shared_testbed(request)
 
 
 # ---------------------------------------------------------------------------- the contract
