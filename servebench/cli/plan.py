@@ -8,12 +8,12 @@ from typing import cast
 
 from servebench.builds.builders import inputs_and_key
 from servebench.campaign.priority import nice_text, this_process
-from servebench.config.campaign import GeneratedModelSpec, variant_label
+from servebench.config.campaign import Campaign, GeneratedModelSpec, variant_label
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
 from servebench.models.artifact import ModelGenerator
 from servebench.paths import cache_dir
-from servebench.planning.balancing import BalancingChoice, balancing_choice
+from servebench.planning.balancing import balancing_choice
 from servebench.planning.feasibility import variant_memory
 from servebench.planning.memory import (
     GIB,
@@ -116,8 +116,7 @@ def describe_plan(plan: Plan, file: Path) -> str:
             lines += command_lines(launch, provider, by_name, indent)
             lines += [f"{indent}note     {note}" for note in launch.notes]
         if mode.replicas > 1:
-            lines += balancer_plan_lines(mode, launches, by_name, plan.client.node,
-                                         balancing_choice(plan.campaign, mode))
+            lines += balancer_plan_lines(mode, launches, by_name, plan.client.node, campaign)
         shown = memory_lines(memory.get(mode.name))
         if shown and mode.replicas > 1:
             each = f"each of the {mode.replicas} holds the same on its own nodes"
@@ -199,13 +198,14 @@ def command_lines(launch, provider, by_name: dict, indent: str) -> list[str]:
 
 
 def balancer_plan_lines(mode, launches: list, by_name: dict, client_node: str | None,
-                        choice: BalancingChoice | None = None) -> list[str]:
+                        campaign: Campaign | None = None) -> list[str]:
     """A replicas mode's balancing (`choice`: the mode's, else the campaign's, else nginx where one is found):
     nginx where the load generator runs, its policy, each replica's URL; or the load generator itself."""
     urls = {f"r{index}": f"http://{by_name[launch.api.node].address}:PORT" for index, launch in enumerate(launches)}
     where = f"node {client_node} (the load generator's)" if client_node else "this host (127.0.0.1, beside the " \
         "load generator)"
-    return plan_lines(mode.name, mode.balancer_policy, urls, where, choice)
+    return plan_lines(mode.name, mode.balancer_policy, urls, where,
+                      balancing_choice(campaign, mode) if campaign is not None else None)
 
 
 def placement_text(launch) -> str:

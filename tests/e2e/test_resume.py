@@ -57,12 +57,19 @@ def test_a_sigkilled_orchestrator_is_resumed_to_a_clean_runs_cells_each_measured
 
 
 def planned_cells(campaign: Path) -> list[str]:
-    """The keys of the cells a clean run of the campaign measures (`servebench plan`'s), sorted."""
-    import tests.support.plugins  # noqa: F401  (the echo engine and plain provider, registered)
+    """The keys of the cells a clean run of the campaign measures (`servebench plan`'s), sorted; the echo engine
+    and the plain provider registered for the call only (a registry left so would show them to later tests)."""
+    import servebench.engines
+    import servebench.providers
     from servebench.campaign.loading import load_campaign
     from servebench.config.sweep import expand
+    from tests.support.echo_engine import EchoEngine
+    from tests.support.plain_provider import PlainProvider
 
-    return sorted(cell.key for cell in expand(load_campaign(campaign)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(servebench.engines._ENGINES, EchoEngine.kind, EchoEngine)
+        patch.setitem(servebench.providers._PROVIDERS, PlainProvider.kind, PlainProvider)
+        return sorted(cell.key for cell in expand(load_campaign(campaign)))
 
 
 def sigkilled_and_resumed(campaign: Path, tmp_path: Path, started: list[subprocess.Popen]) -> None:

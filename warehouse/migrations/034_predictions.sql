@@ -34,7 +34,7 @@ COMMENT ON COLUMN cell_predictions.ttft_p50_ms IS 'predicted median time to firs
 COMMENT ON COLUMN cell_predictions.ttft_p99_ms IS 'predicted 99th percentile time to first token [ms]';
 COMMENT ON COLUMN cell_predictions.tpot_p50_ms IS 'predicted median time per output token after the first [ms]';
 COMMENT ON COLUMN cell_predictions.tpot_p99_ms IS 'predicted 99th percentile time per output token after the first [ms]';
-COMMENT ON COLUMN cell_predictions.output_throughput IS 'predicted output tokens a second of the whole mode [tokens/s]';
+COMMENT ON COLUMN cell_predictions.output_throughput IS 'predicted output tokens a second of the whole mode [tok/s]';
 COMMENT ON COLUMN cell_predictions.bound IS 'what most of the cell''s engine steps wait on: bandwidth, compute, network or engine (its fixed cost a step)';
 COMMENT ON COLUMN cell_predictions.figures_source IS 'where the node figures came from: the roofline the run landed, a cached one, or a declared chip''s published figures';
 COMMENT ON COLUMN cell_predictions.efficiency_source IS 'the efficiency factors'' origin: defaults, or fitted on the run''s TP=1 cells';
