@@ -1,6 +1,9 @@
 """bf16 on aarch64 for vLLM's prebuilt aarch64 wheel (docs/builds.md, "bf16 on aarch64"): the refusal at plan
 time of a build that cannot serve a model in bfloat16, and the BLAS shim variant of the aarch64 venv (its key,
-its hook, the shim's source and compile command)."""
+its hook, the shim's source and compile command).
+
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_arm_bf16.py."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""An ARM partition driven from an x86 login node: the build's interpreter goes where
-its venv goes, and a remote aarch64 host runs the build under emulation on that host.
+"""An ARM partition driven from an x86 login node: the build's interpreter goes where its venv goes, and a remote
+aarch64 host runs the build under emulation on that host.
 
-CI's short remote check: a one-host testbed whose host is declared a Graviton3 (`emulate:`),
-reached over SSH; vLLM's aarch64 venv is on a file system the host shares (`testbed up --share`,
-as a cluster's NFS home: 5.9 GB are not copied in CI), its CPython is not: servebench places the
-build's own interpreter (the Debian arm64 userland) and the node's root by digest, the python check
-runs there under qemu, and `vllm._C` loads there with the venv's lazy binding. The same host with
-`interpreter: node` has no aarch64 python3.11 of its own: refused before serving, naming node,
-architecture and what is missing. The campaigns serving vLLM and llama.cpp on such hosts
-(campaigns/arm-partition-*.yaml) run in the nightly deployment."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_arm_partition.py."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """vLLM for ARM: a vLLM mode on an emulated aarch64 node.
 
-Quick (no server): an x86 build on an aarch64 node is refused before serving, at the campaign's
-check and again at the preflight, naming both architectures; the aarch64 venv's requirements,
-constraints and key; the emulated node's root (its /proc/cpuinfo and MIDR_EL1 files from the qemu
-model's own values) and command line.
-
-The campaign itself (campaigns/arm-emulated-vllm.yaml: every emulated server start is minutes,
-the whole run half an hour on 2 cores) runs in the nightly deployment (prefect.yaml) and here only
-with SERVEBENCH_NIGHTLY=1; CI keeps the short check of the aarch64 venv and its `_C` under qemu, on
-a remote (testbed) host: tests/unit/test_arm_partition.py."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_arm_vllm.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""Target CPU profiles, the cmake recipe's key and commands, and the preflight that refuses a build
-on a CPU lacking its features: the features of an emulated node are measured with real qemu-user
-and the real cross compiler (Debian's qemu-user-static and gcc-aarch64-linux-gnu, README command 2)."""
+"""Target CPU profiles, the cmake recipe's key and commands, and the preflight that refuses a build on a CPU
+lacking its features: the features of an emulated node are measured with real qemu-user and the real cross
+compiler (Debian's qemu-user-static and gcc-aarch64-linux-gnu, README command 2).
+
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_build_targets.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Packaging: the wheel is the product.
 
-A wheel built from the checkout carries everything a run reads (the Prefect layers and the
-warehouse's migrations inside the `servebench` namespace, the engine-side package that goes into
-engine venvs, the shipped campaigns, the source build's patches) and installs no generic top-level
-name (`flows`, `tasks`, `warehouse`). The end-to-end test installs it into a fresh venv, in a
-directory that is not the checkout, and plans a shipped campaign by its name and runs a campaign
-with the test-only echo engine there."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_packaging.py."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
 """The provider contract: what every provider does, proven once for all.
 
-First the declared capabilities (pure: the registry and the campaign check ask them, never
-`hasattr`), then one suite parametrised over the providers: local and the test-only `plain`
-(nodes on this host), ssh and slurm on a testbed of 2 real hosts, and a third remote provider
-that is only a channel plus an allocation (tests/support/netns_provider.py: the hosts entered by
-`nsenter`), on the same testbed. Each provider runs a command with its arguments intact, picks
-ports and takes the inventory on the node, starts a process tree and stops it by PID with its
-children, copies trees to and from the node and digests them there, cleans /dev/shm but for what a
-process holds, reads the node's clock, and at release leaves nothing: no process, no scratch dir.
-
-What only one provider does stays with it: tests/unit/test_ssh_provider.py (multiplexing, a jump host,
-the masters closed) and tests/unit/test_slurm_provider.py (the job, an allocation ended from outside,
-the lease). The testbed cases need root and the testbed's Debian packages (docs/testbed.md);
-without them they are skipped with the reason."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_provider_contract.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""`replicas: N`: N independent servers of a mode behind one nginx endpoint
-(servebench/serving/balancer.py, docs/parallel-modes.md). Refused at plan time when the nodes do not
-split or the executor cannot keep a replica on its own nodes; the plan prints every replica and the
-balancer; real nginx in front of real echo servers, one failing replica stopping the others; and a
-campaign through the real flow with two replicas of the test-only echo engine, behind each policy."""
+"""`replicas: N`: N independent servers of a mode behind one nginx endpoint (servebench/serving/balancer.py,
+docs/parallel-modes.md). Refused at plan time when the nodes do not split or the executor cannot keep a
+replica on its own nodes; the plan prints every replica and the balancer; real nginx in front of real echo
+servers, one failing replica stopping the others; and a campaign through the real flow with two replicas of
+the test-only echo engine, behind each policy.
+
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_replicas.py."""
 
 from __future__ import annotations
 

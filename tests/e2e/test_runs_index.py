@@ -1,5 +1,8 @@
-"""Every run at a glance (`servebench runs --html`, runs/index.html after each run) and `servebench best`
-from a run's cells under its campaign's SLO, on two synthetic nights (tp2-ray a third slower on the second)."""
+"""Every run at a glance (`servebench runs --html`, runs/index.html after each run) and `servebench best` from a
+run's cells under its campaign's SLO, on two synthetic nights (tp2-ray a third slower on the second).
+
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_runs_index.py."""
 
 from __future__ import annotations
 

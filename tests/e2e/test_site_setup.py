@@ -1,11 +1,9 @@
-"""A site's setup on every node: `provider.setup` (shell lines every node command runs first),
-`provider.env` (environment for every node command, on no command line) and, for Slurm,
-`provider.export` (what a step takes from the login node's environment).
+"""A site's setup on every node: `provider.setup` (shell lines every node command runs first), `provider.env`
+(environment for every node command, on no command line) and, for Slurm, `provider.export` (what a step takes
+from the login node's environment).
 
-Without a host: the prelude a remote node sources, the command lines the ssh, Slurm and local
-providers build (they carry the setup; no env value is on them), srun's --export for each policy,
-and the spec hash of a campaign without the fields. On the testbed (root; 2 hosts with sshd): a
-process started over ssh sees what a setup line did and the campaign's env."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_site_setup.py."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""The slurm provider: its command lines, parsers and node-side scripts without
-a cluster, then what only Slurm does against a testbed of 2 real hosts with a real Slurm controller
-(the job allocated and recorded, steps, an allocation cancelled from outside or refused, release
-cancelling the job, the lease of a killed orchestrator). What every provider does (run, ports,
-inventory, processes started, watched and stopped on the node, files, /dev/shm, the clock,
-release) is the provider contract: tests/unit/test_provider_contract.py.
+"""The slurm provider: its command lines, parsers and node-side scripts without a cluster, then what only Slurm
+does against a testbed of 2 real hosts with a real Slurm controller (the job allocated and recorded, steps, an
+allocation cancelled from outside or refused, release cancelling the job, the lease of a killed orchestrator).
+What every provider does (run, ports, inventory, processes started, watched and stopped on the node, files,
+/dev/shm, the clock, release) is the provider contract: tests/unit/test_provider_contract.py.
 
-The testbed half needs root and the testbed's Debian packages (docs/testbed.md); without them
-it is skipped with the reason."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_slurm_provider.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The ssh provider: its command lines, quoting and shell scripts without a
-host, its node tools on the host's own processes, then what only ssh does against a testbed
-of 2 real hosts with real sshd (multiplexing, a jump host, the masters closed at release). What
-every provider does (run, ports, inventory, processes started, watched and stopped on the node,
-files, /dev/shm, the clock, release) is the provider contract: tests/unit/test_provider_contract.py.
+"""The ssh provider: its command lines, quoting and shell scripts without a host, its node tools on the host's
+own processes, then what only ssh does against a testbed of 2 real hosts with real sshd (multiplexing, a jump
+host, the masters closed at release). What every provider does (run, ports, inventory, processes started,
+watched and stopped on the node, files, /dev/shm, the clock, release) is the provider contract:
+tests/unit/test_provider_contract.py.
 
-The testbed half needs root and the testbed's Debian packages (docs/testbed.md); without them
-it is skipped with the reason."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_ssh_provider.py."""
 
 from __future__ import annotations
 

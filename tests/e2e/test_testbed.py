@@ -1,10 +1,10 @@
-"""The testbed: names and files computed from the name alone, then 3 real hosts
-brought up with `servebench testbed up`: reachability inside the testbed and no route out,
-private /dev/shm and /tmp, sshd on each host, a Slurm cluster across them (sinfo, srun,
-salloc + srun --overlap + scancel, sbatch), and `down` leaving nothing behind.
+"""The testbed: names and files computed from the name alone, then 3 real hosts brought up with `servebench
+testbed up`: reachability inside the testbed and no route out, private /dev/shm and /tmp, sshd on each host, a
+Slurm cluster across them (sinfo, srun, salloc + srun --overlap + scancel, sbatch), and `down` leaving nothing
+behind.
 
-The real-hosts tests need root and the Debian packages slurm-wlm, munge, openssh-server,
-openssh-client and iputils-ping; without them they are skipped with the reason."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_testbed.py."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The testbed's network knob: per-link one-way delay and rate cap.
 
-First the pure parts (settings, the semantics of a delay, names and argv), then a real 2-host
-testbed of its own: 5 ms on h1's link adds ~10 ms to a ping between h1 and h2 (4x the delay
-with both links delayed), clearing gives the plain link back, a 10 Mbit/s cap holds a TCP
-transfer below it in both directions, and `down` leaves no delay line behind.
-
-Bounds are wide on purpose: they must hold on a busy 2-core machine and on a fast one.
-The real test needs root and the testbed's Debian packages (it is skipped, saying why, without)."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_testbed_links.py."""
 
 from __future__ import annotations
 

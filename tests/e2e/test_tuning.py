@@ -1,6 +1,9 @@
-"""Engine knobs as sweep axes, and the tuner (a capacity search per configuration, the
-best against the default). Pure parts on plain data; the flow with the test-only echo engine,
-whose `prefill_ms` knob sets a server's capacity (1000 / prefill_ms requests per second)."""
+"""Engine knobs as sweep axes, and the tuner (a capacity search per configuration, the best against the default).
+Pure parts on plain data; the flow with the test-only echo engine, whose `prefill_ms` knob sets a server's
+capacity (1000 / prefill_ms requests per second).
+
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_tuning.py."""
 
 from __future__ import annotations
 

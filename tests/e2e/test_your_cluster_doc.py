@@ -1,16 +1,8 @@
-"""docs/your-cluster.md, followed as written: its campaign files (the YAML blocks whose first line is
-`# your-cluster: FILE`) and its `servebench` commands.
+"""docs/your-cluster.md, followed as written: its campaign files (the YAML blocks whose first line is `# your-
+cluster: FILE`) and its `servebench` commands.
 
-Without a cluster: every campaign of the page loads, the Slurm fields it uses (qos, constraint) reach
-salloc, the page says nothing of the project's history, and its nightly block, run in a copy of
-prefect.yaml with a `timedatectl` that answers America/Chicago, declares a deployment that
-`servebench deployments serve` schedules in that zone.
-
-On the testbed (root; 2 hosts with sshd and a Slurm controller): each campaign, pointed at the
-testbed (partition `testbed`, its slurm.conf, its hosts, key and known hosts; account, QOS and
-constraint left out: the testbed's Slurm has no accounting and no node features), goes through
-`servebench plan`; then the page's `run`, `query` and `report` commands run in order on the smallest
-campaign, a tiny llama.cpp model on one Slurm node, two cells."""
+Here the tests that start real components (servers, the testbed, qemu, a browser); the logic's own are in
+tests/unit/test_your_cluster_doc.py."""
 
 from __future__ import annotations
 

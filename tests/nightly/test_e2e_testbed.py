@@ -1,31 +1,8 @@
-"""End to end across real hosts: the shipped campaigns/ssh-testbed.yaml on a testbed of 3 hosts
-(own network, /dev/shm, /tmp and /root each; real sshd), through the Prefect flow.
+"""End to end across real hosts: the shipped campaigns/ssh-testbed.yaml on a testbed of 3 hosts (own network,
+/dev/shm, /tmp and /root each; real sshd), through the Prefect flow.
 
-The engine build is on a file system every host shares (`testbed up --share`, the campaign's
-`shared_paths`: a cluster's NFS home), so its 3.7 GB are not copied twice a run; the model and the tools
-are copied to each host by digest (the hosts cannot see the orchestrator's /root) and verified there (a
-build copied by digest: tests/e2e/test_llamacpp_testbed.py and tests/e2e/test_testbed_faults.py); a Ray head on
-h1 and a worker on h2 serve TP=2; the servers listen on the hosts' addresses and the load generator, on
-the third host (h3, serving nothing, from its own tree), reaches them over the testbed's bridge. Asserted
-by both tests: the gate against TP=1, every cell landed with exact token counts, the TP group's
-all-reduce left /dev/shm for gloo across hosts (the CPU-Ray plugin's cross-node guard, or vLLM's own
-check where the CPU lacks the shm kernels), samples of every host landed in the orchestrator's time base
-(inside the cells), clock offsets and placements recorded, and afterwards nothing of the run on any
-host: no process carrying the run's mark, no listening port but sshd's and Slurm's, nothing in /dev/shm
-or /tmp.
-
-The test command's test serves TP=2 over Ray. The nightly lane's adds vLLM's own launcher across the
-same hosts and a lost Ray node: during the last cell of the launcher's mode (which runs first
-and does not use Ray) every Ray process of h2 (its `ray start`, log monitor, agents; its raylet dies with
-them) is SIGKILLed; that cell fails as one a fault was injected into, with all its requests' rows landed,
-and the launcher's server is untouched. h1's Ray is never restarted; before TP=2 over Ray starts, h2's
-Ray node is started again (fresh ports, temp dir `1.2`, or later if a start attempt was retried: the run
-says each) once the GCS has declared it dead, and TP=2 over Ray then serves on the repaired cluster. The
-fault rides on cells and a server start the test has anyway: no server is started again for it.
-
-Each claim is proved once: these are the suite's tests of TP=2 over Ray across hosts and of a lost Ray node;
-the campaign's third mode, PP=2 over Ray, is tests/nightly/test_e2e_ray.py's, on one host (two Ray nodes with
-loopback addresses of their own)."""
+Here the nightly lane's (skipped by the test command, each with its reason); the test command's are in
+tests/e2e/test_e2e_testbed.py."""
 
 import json
 import re

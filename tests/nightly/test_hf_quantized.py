@@ -1,6 +1,9 @@
-"""Quantized Hugging Face models for vLLM's CPU kernels (servebench/models/hf_quantized.py): the packing,
-the quantizers, every tensor's name, dtype and shape in each format, the values read back from the files
-within half a quantization step of the unquantized model, and the generated model's cache key."""
+"""Quantized Hugging Face models for vLLM's CPU kernels (servebench/models/hf_quantized.py): the packing, the
+quantizers, every tensor's name, dtype and shape in each format, the values read back from the files within
+half a quantization step of the unquantized model, and the generated model's cache key.
+
+Here the nightly lane's (skipped by the test command, each with its reason); the test command's are in
+tests/unit/test_hf_quantized.py."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
 """The orchestrator SIGKILLed mid-campaign, then `servebench resume`.
 
-`servebench run` is started as a process of its own (the test-only echo engine and plain
-provider come in through SERVEBENCH_PLUGINS), killed with SIGKILL (its whole process group)
-once two cells have results, and resumed. Asserted: the killed run left servers running (what
-a resume must reclaim), the resumed run's cells are exactly the ones a clean run measures (the
-campaign's plan: a clean run of it is every other campaign test's), each once, each with all its
-requests and its attempts (`cell_attempts`); nothing of the run is left running; a finished run is
-not resumed again, and `resume --failed` measures only failed cells. A capacity search killed midway
-is finished by the resume, and the search it lands is the whole search's (the probes as cells, their
-verdicts, the capacity). A test that fails before its resume stops what the killed run left
-(`nothing_left`)."""
+Here the nightly lane's (skipped by the test command, each with its reason); the test command's are in
+tests/e2e/test_resume.py."""
 
 from __future__ import annotations
 

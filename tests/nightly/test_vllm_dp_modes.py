@@ -1,7 +1,10 @@
-"""Data parallel (`dp`) and expert parallel (`ep`) modes (docs/parallel-modes.md): the spec, the
-plan-time refusals (each naming the mode, the field and the reason), vLLM's server commands and core lists,
-the landed rows, the per-rank metrics; and one real run, DP=2 on one node served by vLLM and gated against
-TP=1 (marked e2e/vllm like the other vLLM runs)."""
+"""Data parallel (`dp`) and expert parallel (`ep`) modes (docs/parallel-modes.md): the spec, the plan-time
+refusals (each naming the mode, the field and the reason), vLLM's server commands and core lists, the landed
+rows, the per-rank metrics; and one real run, DP=2 on one node served by vLLM and gated against TP=1 (marked
+e2e/vllm like the other vLLM runs).
+
+Here the nightly lane's (skipped by the test command, each with its reason); the test command's are in
+tests/unit/test_vllm_dp_modes.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Workloads: length distributions, datasets, shared prefixes and trace replay.
 
-Pure parts are tested directly; what is sent is read back from a real loopback server (the
-test server of tests/support), never from the generator's own bookkeeping."""
+Here the nightly lane's (skipped by the test command, each with its reason); the test command's are in
+tests/unit/test_workloads.py."""
 
 from __future__ import annotations
 
