@@ -721,7 +721,7 @@ CREATE TABLE stage_timings (
     seconds              DOUBLE NOT NULL,       -- the stage's wall time [s]
     orchestrator_cpu_s   DOUBLE,                -- CPU time the orchestrator process and the children it waited for (ssh, srun, tar) spent during the stage [s]
     orchestrator_threads INTEGER,               -- the orchestrator process's threads at the stage's end (the most of start and end)
-    open_connections     INTEGER,               -- TCP connections the orchestrator process and its children held at the stage's end (ssh masters and sessions, srun, HTTP clients)
+    open_connections     INTEGER,               -- TCP connections the orchestrator process and its children held at the stage's end (ssh masters and their channels, srun, HTTP clients)
     ok                   BOOLEAN NOT NULL,      -- whether the stage ended without an error
     error                VARCHAR,               -- the error the stage ended with (NULL: it ended well)
     PRIMARY KEY (run_id, seq)
@@ -736,7 +736,7 @@ COMMENT ON COLUMN stage_timings.started_at IS 'when the stage began, on the orch
 COMMENT ON COLUMN stage_timings.seconds IS 'the stage''s wall time [s]';
 COMMENT ON COLUMN stage_timings.orchestrator_cpu_s IS 'CPU time the orchestrator process and the children it waited for (ssh, srun, tar) spent during the stage [s]';
 COMMENT ON COLUMN stage_timings.orchestrator_threads IS 'the orchestrator process''s threads at the stage''s end (the most of start and end)';
-COMMENT ON COLUMN stage_timings.open_connections IS 'TCP connections the orchestrator process and its children held at the stage''s end (ssh masters and sessions, srun, HTTP clients)';
+COMMENT ON COLUMN stage_timings.open_connections IS 'TCP connections the orchestrator process and its children held at the stage''s end (ssh masters and their channels, srun, HTTP clients)';
 COMMENT ON COLUMN stage_timings.ok IS 'whether the stage ended without an error';
 COMMENT ON COLUMN stage_timings.error IS 'the error the stage ended with (NULL: it ended well)';
 
