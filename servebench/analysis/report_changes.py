@@ -15,6 +15,7 @@ from servebench.analysis.regression.detect import SeriesVerdict
 from servebench.analysis.regression.history import point_values, run_settings, run_verdicts
 from servebench.analysis.regression.series import cell_point
 from servebench.analysis.regression.summary import verdict_counts
+from servebench.analysis.runs_index import previous_in
 from servebench.warehouse import Connection
 from servebench.warehouse.history import run_series_points, runs_for_index
 
@@ -25,11 +26,7 @@ def previous_run(con: Connection, run_id: str) -> str | None:
     """The campaign's finished run with cells started last before this one, or None."""
     found = runs_for_index(con)  # newest first
     mine = next((index for index, run in enumerate(found) if run["run_id"] == run_id), None)
-    if mine is None:
-        return None
-    campaign = found[mine]["campaign"]
-    return next((older["run_id"] for older in found[mine + 1:]
-                 if older["campaign"] == campaign and older["status"] != "running" and older["cells"]), None)
+    return None if mine is None else previous_in(found, mine)
 
 
 def verdicts_html(verdicts: Sequence[SeriesVerdict], point_of: dict[str, str]) -> str:

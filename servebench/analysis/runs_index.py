@@ -74,9 +74,7 @@ def index_entries(con: Connection) -> list[IndexEntry]:
     found = runs_for_index(con)
     entries = []
     for index, run in enumerate(found):
-        previous = next((older["run_id"] for older in found[index + 1:]
-                         if older["campaign"] == run["campaign"] and older["status"] != "running"
-                         and older["cells"]), None)
+        previous = previous_in(found, index)
         cells = point_cells(con, run["run_id"])
         entries.append(IndexEntry(
             run_id=run["run_id"], campaign=run["campaign"], started_at=run["started_at"], status=run["status"],
@@ -86,6 +84,13 @@ def index_entries(con: Connection) -> list[IndexEntry]:
             previous=previous if run["status"] != "running" and run["cells"] else None,
             changes=mode_changes(con, previous, run["run_id"], cells) if previous and run["cells"] else []))
     return entries
+
+
+def previous_in(found: list[dict], index: int) -> str | None:
+    """The campaign's finished run with cells started last before `found[index]` (`found`: newest first)."""
+    campaign = found[index]["campaign"]
+    return next((older["run_id"] for older in found[index + 1:]
+                 if older["campaign"] == campaign and older["status"] != "running" and older["cells"]), None)
 
 
 def run_slo(con: Connection, run_id: str) -> dict[str, float]:
