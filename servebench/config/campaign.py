@@ -120,7 +120,8 @@ class ProviderSpecBase(StrictModel):
     nodes_field: ClassVar[str] = "nodes"        # the block's list of nodes, for problems' field paths
     nodes_on_this_host: ClassVar[bool] = True   # nodes share the orchestrator's CPUs with the load generator
     # fields left out of the normalized spec while at their defaults: a campaign without them keeps its spec hash
-    omitted_at_default: ClassVar[tuple[str, ...]] = ("setup", "env")
+    omitted_at_default: ClassVar[tuple[str, ...]] = ("setup", "env", "placement", "hosts_at_once")
+    placement_ways: ClassVar[tuple[str, ...]] = ("copies", "relay")  # a provider with a broadcast adds its own
 
     setup: list[Annotated[str, Field(pattern=SETUP_LINE_PATTERN)]] = Field(default_factory=list, description=(
         "Shell lines every node command of the run runs first, in order, in `sh` (servers, a load generator on a "
@@ -134,11 +135,30 @@ class ProviderSpecBase(StrictModel):
         "from the run's prelude after the `setup` lines, so a value is on no command line and `plan` prints "
         "only the names; local nodes get it in each process's environment. An engine's or a mode's own `env` "
         "wins for its processes."))
+    placement: Literal["copies", "relay", "sbcast"] = Field("copies", description=(
+        "How the engine build, the model and the node tools reach the nodes (docs/scale.md): `copies`, the "
+        "orchestrator sends every node its copy (`hosts_at_once` at a time); `relay`, every node that holds the "
+        "verified tree sends it on, ceil(log2(N + 1)) rounds, only the first through the orchestrator's link; "
+        "`sbcast`, Slurm's own broadcast (the slurm provider only). Every way verifies each copy by its tree digest on "
+        "its node; a path under the provider's shared file systems is used in place whatever the way."))
+    hosts_at_once: int = Field(8, ge=1, le=256, description=(
+        "At most this many nodes are worked on at once by the per-node stages: inventory and clock check, "
+        "the presence checks and copies of placement, starting and stopping the node samplers, fetching "
+        "their samples and release. Higher shortens those stages on many nodes; each node in flight holds an "
+        "ssh session (or a Slurm step) and a thread of the orchestrator."))
 
     @field_validator("env", mode="before")
     @classmethod
     def _node_env_strings(cls, value: Any) -> Any:
         return stringify_env(value)
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_this_provider_has(cls, value: str) -> str:
+        if value not in cls.placement_ways:
+            raise ValueError(f"placement {value!r} needs a broadcast this provider does not have; "
+                             f"it places by {' or '.join(cls.placement_ways)}")
+        return value
 
     @model_serializer(mode="wrap")
     def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

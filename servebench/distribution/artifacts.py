@@ -1,6 +1,7 @@
 """The engine build, the model and the node tools present on every node (a
 shared file system, a digest that already matches, or a verified copy), or the node refused;
-a client node gets the engine build (for its python), the node tools and the load generator."""
+a client node gets the engine build (for its python), the node tools and the load generator. The way
+the trees travel is the provider block's `placement` (docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebench.builds.venv import EngineBuild
+from servebench.config.campaign import ProviderSpecBase
 from servebench.distribution.distribute import (
+    COPIES,
     TreePlacement,
     arch_problem,
     check_load_generator_runs,
@@ -21,6 +24,12 @@ from servebench.models.artifact import model_tree
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
+
+
+def placement_way(provider: Provider) -> str:
+    """The way the campaign's provider block chose (`placement:`): copies, relay or sbcast."""
+    spec = getattr(provider, "spec", None)
+    return spec.placement if isinstance(spec, ProviderSpecBase) else COPIES
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,7 @@ def place_artifacts(provider: Provider, servers: list[Node], client: Node | None
     nodes = servers + ([client] if client is not None else [])
     python = build.python if build.python_version else None  # a cmake build is binaries only
     placements = place_on_nodes(provider, nodes, inventories, trees, python, build.platform,
-                                log=reporter().note)
+                                log=reporter().note, way=placement_way(provider))
     if client is not None and load_tree is not None:  # (the tree is made exactly when there is a client)
         check_load_generator_runs(provider, client, provider.node_python(client), load_tree)
     return Placed(placements, str(tools), str(load_tree) if load_tree else None)

@@ -26,7 +26,6 @@ import hashlib
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
@@ -38,11 +37,11 @@ from servebench.distribution.relay import NODE_ERRORS, relay_tree
 from servebench.paths import cache_dir
 from servebench.platform.emulation import node_argv
 from servebench.providers import Node, NodeFiles, Provider, node_tools
+from servebench.providers.fanout import each_node, hosts_at_once
 
 PLATFORM_SCRIPT = "import platform, sys; print(sys.platform + '-' + platform.machine())"
 COPIES, RELAY, SBCAST = "copies", "relay", "sbcast"
 PLACEMENT_WAYS = (COPIES, RELAY, SBCAST)
-PRESENT_CHECKS = 8  # nodes asked at once whether they already hold a tree (a digest each, on the node)
 SAMPLER_FILES = ("servebench/__init__.py", "servebench/telemetry/__init__.py",
                  "servebench/telemetry/node_sampler.py", "servebench/telemetry/periodic.py")
 
@@ -210,8 +209,9 @@ def place_on_nodes(provider: Provider, nodes: list[Node], inventories: dict[str,
                                       seconds=0.0, note=interpreter.description))
         return done
 
-    with ThreadPoolExecutor(max_workers=min(4, len(nodes) or 1)) as pool:  # copies overlap; a failure names its node
-        placements = [placement for done in pool.map(place, nodes) for placement in done]
+    # copies overlap, `hosts_at_once` of them; a failure names its node once every other node is done
+    placements = [placement for done in each_node(nodes, place, hosts_at_once(provider), name=lambda node: node.name)
+                  for placement in done]
     if unreached:
         raise NodeRefused("; ".join(f"node {name}: {why}" for name, why in sorted(unreached.items()))
                           + f" (the {way} placed every tree on the other {len(nodes) - len(unreached)} node(s))")
@@ -242,8 +242,7 @@ def relay_trees(provider: Provider, nodes: list[Node], trees: dict[str, dict[str
             except NODE_ERRORS:
                 return None  # not a holder: its hop then names what is wrong with it
 
-        with ThreadPoolExecutor(max_workers=min(PRESENT_CHECKS, len(wanting))) as pool:
-            found = dict(zip([n.name for n in wanting], pool.map(held_digest, wanting)))
+        found = dict(zip([n.name for n in wanting], each_node(wanting, held_digest, hosts_at_once(provider))))
         holders = [node for node in wanting if found[node.name] == digest]
         for node in holders:
             placed[(node.name, str(path))] = TreePlacement(node=node.name, what=what[node.name], path=str(path),

@@ -21,6 +21,7 @@ from servebench.cpus import format_cpu_list
 from servebench.providers import inventory as inventory_module
 from servebench.providers import node_tools
 from servebench.providers.base import LINK_SHAPING, Node, Provider
+from servebench.providers.fanout import hosts_at_once, outcomes
 
 NODE_TOOLS = Path(node_tools.__file__)
 INVENTORY = Path(inventory_module.__file__)
@@ -597,14 +598,19 @@ class RemoteNodes(Provider):
         allocation has ended (`node_gone`) there is nothing to reach on its nodes."""
         left = [p for p in self._started if not p.stopped]
         errors = []
-        for process in left:
+
+        def stop(process) -> None:
             try:
                 process.stop(grace_s=LEFTOVER_GRACE_S)
             except self.node_gone:
-                continue
-            except self.node_error as exc:
-                errors.append(f"{process.node} pid {process.pid}: {exc}")
-                self._stop_failed(process)
+                pass
+
+        for outcome in outcomes(left, stop, hosts_at_once(self)):  # each process on its own node's channel
+            if isinstance(outcome.error, self.node_error):
+                errors.append(f"{outcome.item.node} pid {outcome.item.pid}: {outcome.error}")
+                self._stop_failed(outcome.item)
+            elif outcome.error is not None:
+                raise outcome.error
         if errors:
             raise self.channel_error_class()("could not stop every process of the run:\n  " + "\n  ".join(errors))
         return len(left)
@@ -618,17 +624,20 @@ class RemoteNodes(Provider):
     def _clean_nodes(self) -> list[str]:
         """On every node the run touched: stop whatever still carries the run's mark, remove the
         run's directory; the errors, one line each."""
+        def clean(host: str) -> None:
+            self.channel().call(host, NODE_TOOLS, "stop_marked", self.spec.python,
+                                argv_prefix=self.prelude_prefix(host), prefix=f"{self.run_id}.",
+                                grace_s=LEFTOVER_GRACE_S)
+            self.channel().checked(host, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
+
         errors = []
-        for host in sorted(self._touched):
-            try:
-                self.channel().call(host, NODE_TOOLS, "stop_marked", self.spec.python,
-                                    argv_prefix=self.prelude_prefix(host), prefix=f"{self.run_id}.",
-                                    grace_s=LEFTOVER_GRACE_S)
-                self.channel().checked(host, ["rm", "-rf", "--", self.run_dir], "removing the run dir")
-            except self.node_gone:
-                break
-            except self.node_error as exc:
-                errors.append(str(exc))
+        for outcome in outcomes(sorted(self._touched), clean, hosts_at_once(self)):
+            if isinstance(outcome.error, self.node_gone):
+                continue  # the allocation has ended: nothing is left to reach on its nodes
+            if isinstance(outcome.error, self.node_error):
+                errors.append(str(outcome.error))
+            elif outcome.error is not None:
+                raise outcome.error
         self._touched.clear()
         self._preluded.clear()
         return errors

@@ -50,6 +50,7 @@ class SlurmProviderSpec(ProviderSpecBase):
     kind: Literal["slurm"] = "slurm"
     nodes_field: ClassVar[str] = "nodes"        # a count here: problems about node i point at it
     nodes_on_this_host: ClassVar[bool] = False  # the load generator's CPUs are the orchestrator's, not a node's
+    placement_ways: ClassVar[tuple[str, ...]] = ("copies", "relay", "sbcast")
     # qos, constraint and numa unset, and export at its default, dump as before they existed (the spec hash stays)
     omitted_at_default: ClassVar[tuple[str, ...]] = ProviderSpecBase.omitted_at_default + (
         "qos", "constraint", "numa", "export")

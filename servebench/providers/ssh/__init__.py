@@ -20,12 +20,12 @@ import os
 import shlex
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar, Sequence, cast
 
 from servebench.config.campaign import ProviderSpecBase
 from servebench.providers import node_tools
 from servebench.providers.base import Node, node_numa
+from servebench.providers.fanout import each_node
 from servebench.providers.remote import LEFTOVER_GRACE_S, NODE_TOOLS, RemoteNodes, RemoteProcess
 from servebench.providers.ssh.argv import host_key_argv, host_key_fingerprints, host_key_problem
 from servebench.providers.ssh.spec import SshHostSpec, SshProviderSpec
@@ -85,11 +85,11 @@ class SshProvider(RemoteNodes):
                      interpreter=self.spec.interpreter) for host in self.spec.hosts]
 
     def allocate(self) -> list[Node]:
-        """Open each host's master connection (in parallel); an unreachable host is named with ssh's words."""
+        """Open each host's master connection (`hosts_at_once` at a time); an unreachable host is named with
+        ssh's words."""
         self.transport.prepare()
-        with ThreadPoolExecutor(max_workers=min(8, len(self.spec.hosts))) as pool:
-            results = list(pool.map(lambda host: (host, self.transport.ssh(host.name, "true", timeout=60)),
-                                    self.spec.hosts))
+        results = each_node(self.spec.hosts, lambda host: (host, self.transport.ssh(host.name, "true", timeout=60)),
+                            self.spec.hosts_at_once, name=lambda host: host.name)
         failed = [f"{self.transport.describe(host.name)}: "
                   + (host_key_problem(result.stderr, self.transport.known_hosts)
                      or result.stderr.strip() or f"exit {result.returncode}")
