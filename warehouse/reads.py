@@ -129,6 +129,17 @@ def roofline_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
                      "order by mode, load_kind, clients, offered_rate, cell_key", [run_id])
 
 
+def predicted_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
+    """Each cell's prediction by the performance model (`cell_predictions`) with the load point it was made
+    for (the cell's load kind, clients, rate, link and workload), in sweep order."""
+    return rows(con, """
+        select p.cell_key, p.mode, c.load_kind, c.clients, c.offered_rate, c.link, c.workload_name,
+               p.output_throughput, p.ttft_p50_ms, p.tpot_p50_ms, p.throughput_ratio, p.tpot_ratio, p.bound,
+               p.efficiency_source, p.figures_source
+        from cell_predictions p join cells c on c.run_id = p.run_id and c.cell_key = p.cell_key
+        where p.run_id = ? order by p.mode, c.load_kind, c.clients, c.offered_rate, p.cell_key""", [run_id])
+
+
 def saturation_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The completed cells (search probes aside) with what the saturation point is computed from."""
     return rows(con, """

@@ -778,7 +778,7 @@ def first_screen(con: Connection, run_id: str, spec: str | dict | None) -> str:
     context = context_line(reads.server_hardware(con, run_id), servers, spec, times.get("seconds"))
     points = point_summaries(label_modes(reads.report_cells(con, run_id), modes),
                              label_modes(reads.roofline_cells(con, run_id), modes), slo_limits(spec),
-                             run_spreads(con, run_id))
+                             run_spreads(con, run_id), label_modes(reads.predicted_cells(con, run_id), modes))
     return f'<p class="context" id="context">{html.escape(context)}</p>' + summary_html(points, slo_limits(spec))
 
 

@@ -3,7 +3,8 @@ and on what". One line of context (the server nodes' CPU, cores, measured memory
 matmul peak, the engine and its version, the model's shape and dtype, the run's duration), then one
 row per load point and mode: output throughput, TTFT and TPOT p50/p99 (the median of the valid
 repeats with its bootstrap 95% interval where the point was repeated), the share of the node's
-roofline, and per load point the winner and its margin, or "no significant difference".
+roofline, the performance model's prediction for it (docs/performance-model.md) and how the measurement
+compares, and per load point the winner and its margin, or "no significant difference".
 
 The rule (WINNER_RULE): among the modes that meet the campaign's SLO at the point (every measured
 mode when the campaign sets none), the one with the highest median output throughput wins; when
@@ -47,6 +48,19 @@ class ModeAtPoint:
     within_slo: bool | None
     decode_fraction: float | None = None
     prefill_fraction: float | None = None
+    prediction: Prediction | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The performance model's figures for one mode at one load point (the median over its cells) and
+    what the measurement made of them: measured / predicted throughput, what bounds its steps."""
+
+    output_throughput: float | None
+    tpot_p50_ms: float | None
+    throughput_ratio: float | None
+    bound: str | None
+    calibrated: bool
 
 
 @dataclass(frozen=True)
@@ -115,10 +129,31 @@ def verdict(modes: Sequence[ModeAtPoint]) -> tuple[str | None, str]:
     return best.mode, f"{best.mode} by {margin} over {ranked[1].mode}{note}"
 
 
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def mode_predictions(rows: Sequence[dict]) -> dict[tuple[str, str], Prediction]:
+    """(load point, mode) -> the median of its cells' predictions (`reads.predicted_cells`)."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        grouped.setdefault((point_key(row), row["mode"]), []).append(row)
+    return {key: Prediction(_median([r.get("output_throughput") for r in found]),
+                            _median([r.get("tpot_p50_ms") for r in found]),
+                            _median([r.get("throughput_ratio") for r in found]),
+                            statistics.mode([r.get("bound") for r in found]),
+                            any(str(r.get("efficiency_source") or "").startswith("fitted") for r in found))
+            for key, found in grouped.items()}
+
+
 def point_summaries(cells: Sequence[dict], roofline: Sequence[dict] = (), slo: dict[str, float] | None = None,
-                    spreads: dict[PointMetric, Spread] | None = None) -> list[PointSummary]:
-    """One summary per load point (load order), each with every mode measured at it (mode order)."""
+                    spreads: dict[PointMetric, Spread] | None = None,
+                    predictions: Sequence[dict] = ()) -> list[PointSummary]:
+    """One summary per load point (load order), each with every mode measured at it (mode order) and the
+    performance model's prediction for it (`predictions`: `reads.predicted_cells`)."""
     slo, spreads = slo or {}, spreads or {}
+    predicted = mode_predictions(predictions)
     modes = list(dict.fromkeys(c["mode"] for c in sorted(cells, key=lambda c: c["mode"])))
     by_point: dict[str, dict[str, list[dict]]] = {}
     order = {label: k for k, label in enumerate(load_point_order(cells))}
@@ -148,7 +183,7 @@ def point_summaries(cells: Sequence[dict], roofline: Sequence[dict] = (), slo: d
             at_point.append(ModeAtPoint(
                 mode, figures, len(used), within_slo(used, figures, slo),
                 statistics.median(roof["decode"]) if roof.get("decode") else None,
-                statistics.median(roof["prefill"]) if roof.get("prefill") else None))
+                statistics.median(roof["prefill"]) if roof.get("prefill") else None, predicted.get((point, mode))))
         winner, said = verdict(at_point)
         missing = [m for m in modes if m in of_modes and m not in {a.mode for a in at_point}]
         summaries.append(PointSummary(point, at_point, winner, said, missing))
@@ -172,12 +207,38 @@ def _roofline(mode: ModeAtPoint) -> str:
                       if value is not None)
 
 
+def _predicted(mode: ModeAtPoint) -> str:
+    """'312 tok/s · TPOT 11.2 ms · measured 0.94x · bandwidth-bound', or '-' with no prediction."""
+    p = mode.prediction
+    if p is None or p.output_throughput is None:
+        return "-"
+    parts = [f"{p.output_throughput:,.1f} tok/s"]
+    if p.tpot_p50_ms is not None:
+        parts.append(f"TPOT {p.tpot_p50_ms:.2f} ms")
+    if p.throughput_ratio is not None:
+        parts.append(f"measured {p.throughput_ratio:.2f}x")
+    if p.bound:
+        parts.append(f"{p.bound}-bound")
+    return html.escape(" · ".join(parts))
+
+
+def prediction_note(points: Sequence[PointSummary]) -> str | None:
+    """What the 'predicted' column is, said once under the table (None: no mode has a prediction)."""
+    predictions = [m.prediction for p in points for m in p.modes if m.prediction is not None]
+    if not predictions:
+        return None
+    how = ("calibrated on the run's TP=1 cells (their own ratio is near 1 by construction)"
+           if any(p.calibrated for p in predictions) else "with its default efficiencies (no TP=1 cell to fit)")
+    return (f"predicted: the performance model's output throughput and TPOT p50 for the point (docs/"
+            f"performance-model.md), {how}; measured Nx: measured throughput / predicted")
+
+
 def summary_html(points: Sequence[PointSummary], slo: dict[str, float] | None = None) -> str:
     """The summary table: a row per load point and mode, the point's verdict beside its rows."""
     if not points:
         return '<section id="summary"><h2>Summary</h2><p>No cell of this run was measured.</p></section>'
     head = ("<tr><th>load point</th><th>mode</th>" + "".join(f"<th>{title}</th>" for _, title, _ in FIGURES)
-            + "<th>roofline share</th><th>winner at this load point</th></tr>")
+            + "<th>roofline share</th><th>predicted</th><th>winner at this load point</th></tr>")
     body = []
     for point in points:
         rows = point.modes or []
@@ -191,12 +252,12 @@ def summary_html(points: Sequence[PointSummary], slo: dict[str, float] | None = 
             cells = "".join(f"<td>{_cell(mode.figures.get(metric), fmt)}</td>" for metric, _, fmt in FIGURES)
             lead = f'<td rowspan="{span}">{html.escape(point.load_point)}</td>' if first else ""
             body.append(f"<tr{won}>{lead}<td>{html.escape(mode.mode)}{slo_note}</td>{cells}"
-                        f"<td>{_roofline(mode)}</td>{verdict_cell if first else ''}</tr>")
+                        f"<td>{_roofline(mode)}</td><td>{_predicted(mode)}</td>{verdict_cell if first else ''}</tr>")
             first = False
         for name in point.missing:
             lead = f'<td rowspan="{span}">{html.escape(point.load_point)}</td>' if first else ""
             body.append(f'<tr class="bad">{lead}<td>{html.escape(name)}</td>'
-                        f'<td colspan="{len(FIGURES) + 1}">no valid measurement</td>'
+                        f'<td colspan="{len(FIGURES) + 2}">no valid measurement</td>'
                         f"{verdict_cell if first else ''}</tr>")
             first = False
     repeated = any(f.low is not None for p in points for m in p.modes for f in m.figures.values())
@@ -206,6 +267,8 @@ def summary_html(points: Sequence[PointSummary], slo: dict[str, float] | None = 
              "median of the valid repeats" + (", [bootstrap 95% interval of the median] (with 2 to 5 repeats: "
                                                "their range)" if repeated else "; one repeat each, no interval"),
              WINNER_RULE]
+    if (predicted := prediction_note(points)) is not None:
+        notes.append(predicted)
     return (f'<section id="summary"><h2>Which mode serves the most</h2><table class="cells summary">{head}'
             f'{"".join(body)}</table><p class="sub">{html.escape("; ".join(notes))}</p></section>')
 

@@ -51,6 +51,27 @@ def test_the_roofline_share_is_shown_where_judged_and_not_measured_otherwise():
     assert "decode 42% · prefill 20%" in page and page.count("not measured") == 1
 
 
+def test_each_mode_shows_its_prediction_and_how_the_measurement_compares():
+    cells = [cell("tp1", 4, r, t) for r, t in enumerate((99, 100, 101))] + [cell("tp2", 4, 0, 45.0)]
+
+    def predicted(mode: str, repeat: int, tput: float, ratio: float) -> dict:
+        return {"cell_key": f"{mode}.c4.r{repeat}", "mode": mode, "load_kind": "closed", "clients": 4,
+                "offered_rate": None, "output_throughput": tput, "tpot_p50_ms": 9.5, "throughput_ratio": ratio,
+                "bound": "bandwidth", "efficiency_source": "fitted on 3 TP=1 cells"}
+
+    rows = [predicted("tp1", r, 100.0, 1.0) for r in range(3)] + [predicted("tp2", 0, 90.0, 0.5)]
+    (point,) = point_summaries(cells, predictions=rows)
+    tp1, tp2 = point.modes
+    assert tp1.prediction is not None and tp1.prediction.calibrated
+    assert tp2.prediction is not None and (tp2.prediction.output_throughput, tp2.prediction.throughput_ratio) == \
+        (90.0, 0.5)
+    page = summary_html([point])
+    assert "90.0 tok/s · TPOT 9.50 ms · measured 0.50x · bandwidth-bound" in page
+    assert "calibrated on the run&#x27;s TP=1 cells" in page
+    (bare,) = point_summaries(cells)
+    assert "<th>predicted</th>" in summary_html([bare]) and "performance model" not in summary_html([bare])
+
+
 def test_the_context_line_says_the_measured_roofline_or_not_measured():
     node = {"node": "n0", "role": "server", "cpu_model": "AMD EPYC 9654", "physical_cores": 96, "logical_cores": 192,
             "cpus": list(range(32)), "mem_total_bytes": 768 * 2**30, "mem_bandwidth_gbps": 301.4,
