@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from servebench.builds.venv import BuildError
+from servebench.offline import offline, refuse_download
 
 
 class GitError(BuildError):
@@ -49,6 +50,7 @@ def repository(repo: str, cache: Path) -> Path:
         return path
     mirror = cache / "sources" / "git" / hashlib.sha256(repo.encode()).hexdigest()[:16]
     if not mirror.exists():
+        refuse_download(f"the git repository {repo}")
         mirror.parent.mkdir(parents=True, exist_ok=True)
         _git(["clone", "--mirror", "--quiet", repo, str(mirror)])
     return mirror
@@ -64,7 +66,9 @@ def resolve(repo: str, revision: str, cache: Path) -> str:
     where = repository(repo, cache)
     full_hash = len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
     found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)
-    if not is_local(repo) and repo not in _FETCHED and not (full_hash and found.returncode == 0):
+    if not is_local(repo) and repo not in _FETCHED and not (full_hash and found.returncode == 0) \
+            and not (offline() and found.returncode == 0):  # offline: the mirror's branch as last fetched
+        refuse_download(f"commit {revision!r} of {repo}")
         _git(["fetch", "--quiet", "--prune", "origin"], cwd=where)
         _FETCHED.add(repo)
         found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=where, check=False)

@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name
 
 from servebench.builds.cache import file_sha256
 from servebench.builds.venv import BuildError
+from servebench.offline import refuse_download
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 
@@ -60,6 +61,7 @@ def fetch_sdist(requirement: str, cache: Path, log: Callable[[str], None] = prin
     found = sorted(folder.glob("*.tar.gz")) if folder.exists() else []
     if found:
         return found[0]
+    refuse_download(f"the sdist {requirement}")
     index = index_url().rstrip("/")
     page_url = f"{index}/{canonicalize_name(name)}/"
     try:  # a file:// index (a local mirror) is a directory per project with its index.html, as pip reads it

@@ -94,10 +94,14 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
     from servebench.builds.venv import BuildError
     from servebench.config.sweep import build_specs
     from servebench.engines import get_engine
+    from servebench.offline import NeedsNetwork, no_network
 
     lines, all_met = [], True
     for kind, spec in build_specs(campaign):
         engine = get_engine(kind)
+        if not engine.starts_servers:
+            lines.append(f"engine {kind}: {spec.describe()}  nothing to build: its server is not servebench's")
+            continue
         prerequisites = engine.build_prerequisites(spec)
         missing = unmet(prerequisites)
         all_met = all_met and not missing
@@ -108,7 +112,12 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
             continue
         recipe = engine.build_recipe(spec)
         try:
-            inputs, key = inputs_and_key(recipe, cache)
+            with no_network():  # a dry run fetches nothing: what is missing is a line, `build` fetches it
+                inputs, key = inputs_and_key(recipe, cache)
+                build_env, commands = steps(recipe, cache, key, inputs)
+        except NeedsNetwork as exc:
+            lines.append(f"engine {kind}: {spec.describe()}  build key not known yet: {exc}")
+            continue
         except BuildError as exc:   # a way this host cannot take (target_venv.py): one line, the others go on
             all_met = False
             lines.append(f"engine {kind}: {spec.describe()}  cannot be built here: {exc}")
@@ -120,7 +129,6 @@ def dry_run_text(campaign, cache: Path) -> tuple[str, bool]:
         if prerequisites:
             lines.append(describe(prerequisites))
         lines.append(f"  key inputs: {json.dumps(inputs, sort_keys=True)}")
-        build_env, commands = steps(recipe, cache, key, inputs)
         if build_env:  # once, not on every command: a wheel build's PATH alone is a line
             lines.append("  environment on top of this one: "
                          + " ".join(f"{name}={shlex.quote(value)}" for name, value in build_env.items()))

@@ -12,6 +12,7 @@ from servebench.config.campaign import Campaign, GeneratedModelSpec, variant_lab
 from servebench.engines import LaunchRequest, get_engine
 from servebench.engines.base import PortSource
 from servebench.models.artifact import ModelGenerator
+from servebench.offline import NeedsNetwork, no_network
 from servebench.paths import cache_dir
 from servebench.planning.balancing import balancing_choice
 from servebench.planning.feasibility import variant_memory
@@ -270,9 +271,13 @@ def memory_lines(memory: ModeMemory | None) -> list[str]:
 
 
 def build_key_or_why(engine, spec) -> str:
-    """The build's key, or why it has none yet (a build this host cannot make: see `build --dry-run`)."""
+    """The build's key, or why it has none yet: its source not fetched (a plan downloads nothing), or a
+    build this host cannot make (see `build --dry-run`)."""
     try:
-        return inputs_and_key(engine.build_recipe(spec), cache_dir())[1]
+        with no_network():
+            return inputs_and_key(engine.build_recipe(spec), cache_dir())[1]
+    except NeedsNetwork:
+        return "<no key until servebench build fetches its source>"
     except Exception:  # BuildError, a missing compiler: the plan is still shown
         return "<no key: see servebench build --dry-run>"
 

@@ -73,11 +73,13 @@ def build_key(campaign: Campaign) -> str:
     """The campaign's engine build key (the roofline cache's key has it), or '' when it has none yet."""
     from servebench.builds.builders import inputs_and_key
     from servebench.engines import get_engine
+    from servebench.offline import no_network
 
     kind, spec = next(iter(campaign.engine_specs().items()))
     try:
-        return inputs_and_key(get_engine(kind).build_recipe(spec), cache_dir())[1]
-    except Exception:  # a build this host cannot make: no key, so only the fallback finds figures
+        with no_network():  # a prediction downloads nothing: a source not fetched yet has no key
+            return inputs_and_key(get_engine(kind).build_recipe(spec), cache_dir())[1]
+    except Exception:  # a build this host cannot make, or not fetched: no key, so only the fallback finds figures
         return ""
 
 

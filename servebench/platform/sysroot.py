@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from pydantic import BaseModel
 
 from servebench.config.campaign import sha256_json
+from servebench.offline import refuse_download
 
 DEBIAN_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
 # What a CPU-only engine's Python process loads besides CPython itself: torch's libstdc++ and
@@ -176,6 +177,7 @@ def ensure_sysroot(arch: str, python_minor: str, cache: Path, log: Callable[[str
     sysroot = Sysroot(path=str(root), arch=arch, python_minor=python_minor, packages=packages, key=key)
     if (root / MARKER).exists():
         return sysroot
+    refuse_download(f"the {debian_arch(arch)} sysroot {key} ({len(packages)} Debian packages)")
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(use_file(cache, key), "a") as use:
         fcntl.flock(use, fcntl.LOCK_SH)

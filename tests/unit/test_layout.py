@@ -124,7 +124,7 @@ def test_no_import_cycles():
 # `models.shapes` the model shapes its fields name. Lazy and TYPE_CHECKING imports count.
 LAYERS: list[tuple[str, ...]] = [
     ("servebench.paths", "servebench.cpus", "servebench.logs", "servebench.waiting", "servebench.processes",
-     "servebench.plugins", "servebench.progress"),
+     "servebench.plugins", "servebench.progress", "servebench.offline"),
     ("servebench.load", "servebench.telemetry"),
     ("servebench.models.shapes",),
     ("servebench.config",),
