@@ -1,0 +1,194 @@
+"""campaigns/scale.yaml through the real flow at N testbed hosts: what each stage of a run costs as N grows.
+
+For each provider (ssh, slurm) and each N: brings up a testbed of N hosts (default name `scc`), cuts the
+campaign to N hosts (its host list, `replicas: N`, the RPC modes of at most N workers), points it at the
+testbed, runs `servebench run` on it with a warehouse of its own, reads the run's `stage_timings` and cells,
+and takes the testbed down. Over Slurm the provider block is the testbed's partition, N nodes of one CPU.
+
+Prints one row per provider and N: the run's wall time; provision, placement, the servers' starts (all
+modes, summed) and release [s]; provision + placement + release; the orchestrator's CPU seconds over those
+three per host; its most threads and connections; cells valid of all. Then, per RPC mode, tok/s, TTFT p50
+and the bytes each worker node sent and received in the cell (`cell_rank_network`). Needs root and the
+testbed's Debian packages (docs/testbed.md); the llama.cpp build is made once and cached.
+
+    python benchmarks/scale_campaign.py --hosts 2 4 8 16 32 [--providers ssh slurm] [--placement relay]
+    python benchmarks/scale_campaign.py --hosts 32 --providers ssh --cut-host h7   # a host cut mid-campaign
+
+After each run, before the testbed goes down, every host is checked for what the run left: a process
+carrying a run's mark, anything in its own /tmp or /dev/shm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import yaml
+
+from servebench.devtools.testbed import enter_argv, load, point_campaign
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMPAIGN = ROOT / "campaigns" / "scale.yaml"
+MAX_RPC_WORKERS = 16
+
+
+def cut_to(data: dict, hosts: int) -> dict:
+    """The campaign at `hosts` hosts: the first N of its list, a replica on each, RPC modes of at most N workers."""
+    data = {**data, "provider": {**data["provider"], "hosts": data["provider"]["hosts"][:hosts]}}
+    modes = []
+    for mode in data["modes"]:
+        if mode.get("replicas"):
+            modes.append({**mode, "replicas": hosts})
+        elif mode.get("pp", 1) <= min(hosts, MAX_RPC_WORKERS):
+            modes.append(mode)
+    return {**data, "modes": modes}
+
+
+def over_slurm(data: dict, hosts: int, placement: str) -> dict:
+    """The same campaign in an allocation of N testbed Slurm nodes of one CPU each (point_campaign fills in the
+    controller's config and partition)."""
+    provider = {"kind": "slurm", "nodes": hosts, "cpus_per_node": 1, "time_limit": "60", "python": "/usr/bin/python3",
+                "placement": placement, "hosts_at_once": data["provider"].get("hosts_at_once", 8)}
+    return {**data, "provider": provider}
+
+
+MARKED_ON_HOST = r"""me=$(readlink /proc/self/ns/net)
+for f in $(grep -l SERVEBENCH_PROCESS= /proc/[0-9]*/environ 2>/dev/null); do
+  d=${f%/environ}
+  [ "$(readlink $d/ns/net 2>/dev/null)" = "$me" ] && echo "process ${d#/proc/}"
+done
+ls -A /tmp /dev/shm | grep -v ':$' | grep . || true"""
+
+
+def left_on_hosts(name: str) -> list[str]:
+    """What a run left on the testbed's hosts: a process carrying a run's mark in the host's network
+    namespace, anything in its /tmp or /dev/shm (each host's own)."""
+    layout = load(name)
+    found = []
+    for host in layout.hosts:
+        done = subprocess.run([*enter_argv(layout, host), "sh", "-c", MARKED_ON_HOST], capture_output=True,
+                              text=True, timeout=60)
+        found += [f"{host.name}: {line}" for line in done.stdout.split("\n") if line.strip()]
+    return found
+
+
+def testbed(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "servebench.cli.testbed", *args], capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"servebench testbed {' '.join(args)}: {done.stdout}{done.stderr}")
+
+
+def run_campaign(campaign: Path, work: Path) -> tuple[int, float, str]:
+    env = {**os.environ, "SERVEBENCH_WAREHOUSE": str(work / "servebench.duckdb"), "SERVEBENCH_RUNS": str(work / "runs")}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "servebench", "run", str(campaign)], capture_output=True, text=True,
+                          env=env, timeout=3600)
+    (work / "run.log").write_text(done.stdout + done.stderr)
+    return done.returncode, time.monotonic() - started, done.stdout[-1500:] + done.stderr[-1500:]
+
+
+STAGES = """select stage, sum(seconds) as seconds, sum(orchestrator_cpu_s) as cpu, max(orchestrator_threads) as threads,
+                  max(open_connections) as connections
+           from stage_timings group by stage"""
+CELLS = "select count(*) filter (where valid), count(*) from cells"
+RPC = """select c.mode, c.output_throughput, c.ttft_p50_ms,
+                (select avg(n.sent) from cell_rank_network n where n.cell_id = c.cell_id) as sent,
+                (select avg(n.received) from cell_rank_network n where n.cell_id = c.cell_id) as received
+         from cells c where c.mode like 'rpc%' order by c.mode"""
+
+
+def with_cut(data: dict, node: str, testbed_name: str) -> dict:
+    """One host cut off the network one second into the replicas' cell, for 20 s: its requests fail, the
+    cell with them, and the campaign goes on to the RPC modes."""
+    clients = data["load"]["clients"][0]
+    fault = {"cell": f"replicas.c{clients}.r0", "at_s": 1.0, "action": "cut-host", "node": node,
+             "testbed": testbed_name, "duration_s": 20}
+    return {**data, "faults": [fault]}
+
+
+def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str | None = None) -> dict:
+    data = yaml.safe_load(CAMPAIGN.read_text())
+    data["provider"]["placement"] = placement
+    data = cut_to(data, hosts)
+    if provider == "slurm":
+        data = over_slurm(data, hosts, placement)
+    if cut_host:
+        data = with_cut(data, cut_host, name)
+    testbed("up", "--hosts", str(hosts), "--name", name)
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f"sb-scale-{provider}-{hosts}-", dir="/var/tmp"))
+        campaign = work / "scale.yaml"
+        campaign.write_text(yaml.safe_dump(point_campaign(data, load(name)), sort_keys=False))
+        code, seconds, tail = run_campaign(campaign, work)
+        left = left_on_hosts(name)
+    finally:
+        testbed("down", "--name", name)
+    con = duckdb.connect(str(work / "servebench.duckdb"), read_only=True)
+    stages = {row[0]: row[1:] for row in con.execute(STAGES).fetchall()}
+    valid, cells = con.execute(CELLS).fetchone() or (0, 0)
+    rpc = con.execute(RPC).fetchall()
+    failed = con.execute("select cell_key, error from cells where status <> 'completed'").fetchall()
+    con.close()
+    return {"provider": provider, "hosts": hosts, "exit": code, "wall": seconds, "stages": stages, "valid": valid,
+            "cells": cells, "rpc": rpc, "work": work, "tail": tail if code and not cut_host else "", "left": left,
+            "failed": failed}
+
+
+def stage(row: dict, name: str, index: int = 0) -> float:
+    return (row["stages"].get(name) or (0.0, 0.0, 0, 0))[index] or 0.0
+
+
+def print_tables(rows: list[dict]) -> None:
+    print("| provider | hosts | run | provision | placement | server starts | release | provision + placement + "
+          "release | orchestrator CPU / host (those three) | threads | connections | cells valid | exit |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    three = ("provision", "placement", "release")
+    for row in rows:
+        cpu = sum(stage(row, s, 1) for s in three)
+        threads = max((v[2] or 0) for v in row["stages"].values()) if row["stages"] else 0
+        connections = max((v[3] or 0) for v in row["stages"].values()) if row["stages"] else 0
+        print(f"| {row['provider']} | {row['hosts']} | {row['wall']:.0f} s | {stage(row, 'provision'):.1f} s | "
+              f"{stage(row, 'placement'):.1f} s | {stage(row, 'server-start'):.1f} s | {stage(row, 'release'):.1f} s | "
+              f"{sum(stage(row, s) for s in three):.1f} s | {cpu / row['hosts']:.2f} s | {threads} | {connections} | "
+              f"{row['valid']} of {row['cells']} | {row['exit']} |")
+    print("\n| provider | hosts | mode | tok/s | TTFT p50 | sent per worker node | received per worker node |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        for mode, tput, ttft, sent, received in row["rpc"]:
+            print(f"| {row['provider']} | {row['hosts']} | {mode} | {tput or 0:.1f} | {ttft or 0:.1f} ms | "
+                  f"{(sent or 0) / 1e6:.2f} MB | {(received or 0) / 1e6:.2f} MB |")
+    for row in rows:
+        print(f"\n{row['provider']} at {row['hosts']} hosts: left on the hosts after release: "
+              f"{'; '.join(row['left']) or 'nothing'}")
+        for key, error in row["failed"]:
+            print(f"  failed cell {key}: {(error or '')[:300]}")
+        if row["tail"]:
+            print(f"\n{row['provider']} at {row['hosts']} hosts exited {row['exit']} ({row['work']}/run.log):\n"
+                  f"{row['tail']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4, 8, 16, 32])
+    parser.add_argument("--providers", nargs="+", default=["ssh", "slurm"], choices=["ssh", "slurm"])
+    parser.add_argument("--placement", default="relay", choices=["copies", "relay", "sbcast"])
+    parser.add_argument("--name", default="scc", help="the testbed's name")
+    parser.add_argument("--cut-host", help="cut this host off the network one second into the replicas' cell")
+    args = parser.parse_args()
+    rows = []
+    for provider in args.providers:
+        for hosts in args.hosts:
+            rows.append(measure(provider, hosts, args.placement, args.name, args.cut_host))
+            print(f"{provider} {hosts} hosts: exit {rows[-1]['exit']} in {rows[-1]['wall']:.0f} s", flush=True)
+    print_tables(rows)
+
+
+if __name__ == "__main__":
+    main()
