@@ -40,8 +40,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         for note in way_notes(campaign):
             print(note)
         return EXIT_OK if all_met else EXIT_FAILED
+    built = [(kind, spec) for kind, spec in build_specs(campaign) if get_engine(kind).starts_servers]
+    for kind, spec in build_specs(campaign):
+        if (kind, spec) not in built:
+            print(f"engine {kind}: {spec.describe()}: nothing to build, its server is not servebench's")
     try:   # every build's needs before the first starts: a refusal after an hour's x86 build helps nobody
-        for kind, spec in build_specs(campaign):
+        for kind, spec in built:
             require(get_engine(kind).build_prerequisites(spec), f"engine {kind}: {spec.describe()}")
             recipe = get_engine(kind).build_recipe(spec)
             if isinstance(recipe, VenvRecipe) and recipe.platform is not None:   # for another architecture
@@ -49,7 +53,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     except (PrerequisiteError, BuildError) as exc:
         print(f"servebench build: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    for kind, spec in build_specs(campaign):
+    for kind, spec in built:
         try:
             build = ensure(get_engine(kind).build_recipe(spec), cache_dir(),
                            log=lambda text: print(text, file=sys.stderr))
@@ -88,6 +92,8 @@ def way_notes(campaign) -> list[str]:
 
     notes: list[str] = []
     for kind, spec in build_specs(campaign):
+        if not get_engine(kind).starts_servers:
+            continue
         recipe = get_engine(kind).build_recipe(spec)
         if not isinstance(recipe, VenvRecipe) or recipe.platform is None:
             continue

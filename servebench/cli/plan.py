@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import cast
@@ -52,39 +53,26 @@ def describe_plan(plan: Plan, file: Path) -> str:
     campaign = plan.campaign
     specs = campaign.engine_specs()
     engines = {kind: get_engine(kind) for kind in specs}
-    keys = {kind: build_key_or_why(engines[kind], spec) for kind, spec in specs.items()}
+    keys = {kind: build_key_or_why(engines[kind], spec) for kind, spec in specs.items()
+            if engines[kind].starts_servers}
     models = {kind: model_path(campaign, file, engines[kind].default_model) for kind in specs}
     served = (campaign.model.generate if isinstance(campaign.model, GeneratedModelSpec)
               else Path(campaign.model.path).name)
     provider = get_provider(campaign, plan.client.reserved_on_nodes)
     nodes, _ = split_client_node(provider.nodes(), [n.name for n in campaign.provider.node_specs()],
                                  plan.client.node)
-    lines = [
-        f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
-        *(f"engine   {spec.describe()}  build key {keys[kind]}" for kind, spec in specs.items()),
-        *(f"model    {path}" for path in dict.fromkeys(models.values())),
-        *model_lines(campaign, engines, file),
-        "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
-        f"arch     {architecture_line(nodes, campaign.provider.nodes_on_this_host)}",
-        f"client   {plan.client.describe()}, {nice_text(campaign.load.client.nice, this_process(), plan.client.node)}",
-        *setup_lines(campaign.provider, provider),
-        f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
-        f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
-        + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else "")
-        + (f" (model variants: {', '.join(variant_label(v) for v in campaign.model_axes.variants())})"
-           if campaign.model_axes else ""),
-        *(f"knobs    {kind}: " + (", ".join(sorted(engine.knobs)) or "none")
-          + " (the engine's; docs/tuning.md)" for kind, engine in engines.items()),
-        *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
-        *(predicted := plan_prediction_lines(plan, file, nodes))[0],   # and each mode's start-up: predicted[1]
-        "",
-    ]
+    predicted = plan_prediction_lines(plan, file, nodes) if keys else ([], {})  # each mode's start-up: [1]
+    lines = header_lines(plan, file, engines, keys, [models[kind] for kind in keys], nodes, provider)
+    lines += [*predicted[0], ""]
     by_name = {n.name: n for n in nodes}
     host = this_host_available_bytes() if campaign.provider.nodes_on_this_host else None
     memory = {m.mode.name: m for m in variant_memory(campaign, get_engine, [(n.name, n.cpus) for n in nodes],
                                                      file.parent, host)}
     for mode, cells in plan.modes():
         kind = campaign.engine_kind(mode)
+        if not engines[kind].starts_servers:
+            lines += external_mode_lines(mode, cells, engines[kind], specs[kind])
+            continue
         spec, key = specs[kind], keys[kind]
         if mode.build:
             spec = campaign.engine_spec_for(mode)
@@ -126,8 +114,79 @@ def describe_plan(plan: Plan, file: Path) -> str:
         for cell in cells:
             lines.append(f"  cell {cell.key:<24} seed {cell.seed}")
         lines.append("")
-    lines.append("PORT is a free port chosen when the server starts.")
+    if keys:
+        lines.append("PORT is a free port chosen when the server starts.")
     return "\n".join(lines)
+
+
+def header_lines(plan: Plan, file: Path, engines: dict, keys: dict[str, str], model_paths: list[str],
+                 nodes: list, provider) -> list[str]:
+    """The plan's head: the campaign, each engine with its build key (or what it will not do), the model,
+    the nodes and the load generator, the site setup, the cells, the knobs and the search."""
+    campaign = plan.campaign
+    specs = campaign.engine_specs()
+    return [
+        f"campaign {campaign.name}  spec hash {campaign.spec_hash()}  file {file}",
+        *(f"engine   {spec.describe()}  build key {keys[kind]}" if kind in keys
+          else external_engine_line(campaign, engines[kind], spec) for kind, spec in specs.items()),
+        *(f"model    {path}" for path in dict.fromkeys(model_paths)),
+        *model_lines(campaign, {kind: engine for kind, engine in engines.items() if kind in keys}, file),
+        *([] if len(keys) == len(specs) else [shape_only_line(campaign)]),
+        "nodes    " + "; ".join(f"{n.name} @ {n.address} cpus {n.cpus}" for n in nodes),
+        f"arch     {architecture_line(nodes, campaign.provider.nodes_on_this_host)}",
+        f"client   {plan.client.describe()}, {nice_text(campaign.load.client.nice, this_process(), plan.client.node)}",
+        *setup_lines(campaign.provider, provider),
+        f"cells    {len(plan.cells)} = {len(plan.modes())} modes x "
+        f"{len(plan.cells) // len(plan.modes()) // campaign.load.repeats} load points x {campaign.load.repeats} repeats"
+        + (f" (modes: {len(campaign.modes)} x the knob axes {', '.join(campaign.knobs)})" if campaign.knobs else "")
+        + (f" (model variants: {', '.join(variant_label(v) for v in campaign.model_axes.variants())})"
+           if campaign.model_axes else ""),
+        *(f"knobs    {kind}: " + (", ".join(sorted(engine.knobs)) or "none")
+          + " (the engine's; docs/tuning.md)" for kind, engine in engines.items() if kind in keys),
+        *([] if campaign.search is None else [f"search   {search_line(campaign, len(plan.modes()))}"]),
+    ]
+
+
+def external_engine_line(campaign: Campaign, engine, spec) -> str:
+    """What a run will not do for an engine whose servers run already: the servers its modes measure."""
+    urls = dict.fromkeys(server.url for mode in campaign.modes if campaign.engine_kind(mode) == spec.kind
+                         if (server := engine.external_server(spec, mode)) is not None)
+    return (f"engine   {spec.describe()}: no build, no placement, no roofline: the server at "
+            f"{', '.join(urls)} is not servebench's (not started, not stopped, no memory plan, no prediction)")
+
+
+def shape_only_line(campaign: Campaign) -> str:
+    """What `model:` is for a server servebench did not start: the shape the prompts' vocabulary comes from."""
+    what = (f"the {campaign.model.generate} shape" if isinstance(campaign.model, GeneratedModelSpec)
+            else f"{campaign.model.path}'s config")
+    return f"model    {what}, for the prompts' vocabulary only: nothing generated, placed or served by servebench"
+
+
+def external_mode_lines(mode, cells: list, engine, spec) -> list[str]:
+    """A mode measuring a server servebench did not start: where it answers, the key's variable (its name,
+    never its value, and whether it is set), what the gate compares it with, its cells."""
+    server = engine.external_server(spec, mode)
+    reference = engine.external_server(spec, engine.reference_mode("reference"))
+    key = "no key"
+    if server.api_key_env:
+        found = "set" if os.environ.get(server.api_key_env) else "NOT SET: the run will refuse to measure the mode"
+        key = f"key from ${server.api_key_env} ({found})"
+    problem = engine.reference_problem(spec)
+    gate = f"not checked: {problem}" if problem is not None else f"against the reference at {reference.describe()}"
+    return [f"mode {mode.name} (executor={mode.executor}) measures the server at {server.url}:",
+            f"  model    {server.served_name!r}, {key}, health {server.health_path}",
+            f"  metrics  {telemetry_text(engine.for_spec(spec, get_engine))}",
+            f"  gate     {gate}",
+            *(f"  cell {cell.key:<24} seed {cell.seed}" for cell in cells), ""]
+
+
+def telemetry_text(engine) -> str:
+    """What telemetry reads of a server: its /metrics (as which engine's) and its nodes' samplers."""
+    api = engine.api
+    if not api.metrics:
+        return "its /metrics not read (metrics: false): node samples only"
+    return (f"/metrics read for {', '.join(dict.fromkeys(api.metrics.values()))}, plus the samplers of the "
+            "provider's nodes")
 
 
 def plan_prediction_lines(plan: Plan, file: Path, nodes: list, inputs=None) -> tuple[list[str], dict[str, list[str]]]:

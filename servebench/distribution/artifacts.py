@@ -60,3 +60,21 @@ def place_artifacts(provider: Provider, servers: list[Node], client: Node | None
     if client is not None and load_tree is not None:  # (the tree is made exactly when there is a client)
         check_load_generator_runs(provider, client, provider.node_python(client), load_tree)
     return Placed(placements, str(tools), str(load_tree) if load_tree else None)
+
+
+def place_node_tools(provider: Provider, servers: list[Node], client: Node | None,
+                     inventories: dict[str, dict]) -> Placed:
+    """The node tools alone on every node (the samplers of a server servebench did not start: no engine build,
+    no model), and the load generator on a client node."""
+    tools = node_tools_tree(cache_dir(), project_dir())
+    trees: dict[str, dict[str, Path]] = {node.name: {"tools": tools} for node in servers}
+    load_tree = None
+    if client is not None:
+        load_tree = load_generator_tree(cache_dir(), project_dir())
+        trees[client.name] = {"tools": tools, "load-generator": load_tree}
+    nodes = servers + ([client] if client is not None else [])
+    placements = place_on_nodes(provider, nodes, inventories, trees, None, "", log=reporter().note,
+                                way=placement_way(provider))
+    if client is not None and load_tree is not None:
+        check_load_generator_runs(provider, client, provider.node_python(client), load_tree)
+    return Placed(placements, str(tools), str(load_tree) if load_tree else None)

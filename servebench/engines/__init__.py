@@ -3,7 +3,9 @@ here and one `register_engine` line below; the first registered is the default k
 
 from __future__ import annotations
 
+from servebench.config.campaign import EngineSpecBase
 from servebench.engines.base import Engine, EngineAPI, LaunchRequest, ProcessLaunch, ServerLaunch, contract_problems
+from servebench.engines.endpoint import EndpointEngine
 from servebench.engines.llamacpp import LlamaCppEngine
 from servebench.engines.vllm import VllmEngine
 
@@ -30,6 +32,7 @@ def register_engine(engine_class: type[Engine]) -> type[Engine]:
 
 register_engine(VllmEngine)
 register_engine(LlamaCppEngine)
+register_engine(EndpointEngine)
 
 
 def engine_kinds() -> list[str]:
@@ -47,5 +50,11 @@ def get_engine(kind: str) -> Engine:
         raise ValueError(f"unknown engine {kind!r}; known: {engine_kinds()}") from None
 
 
+def engine_for(spec: EngineSpecBase) -> Engine:
+    """The engine of an `engine:` block as the block has it: its kind's, or (an engine measuring another
+    engine's server) one speaking that engine's API (`Engine.for_spec`)."""
+    return get_engine(spec.kind).for_spec(spec, get_engine)
+
+
 __all__ = ["Engine", "EngineAPI", "EngineRegistrationError", "LaunchRequest", "ProcessLaunch", "ServerLaunch",
-           "engine_kinds", "get_engine", "register_engine"]
+           "engine_for", "engine_kinds", "get_engine", "register_engine"]

@@ -22,6 +22,11 @@ two halves:
 
 Engines return commands and data; running them is the serving stage's business through
 the provider, so an engine is tested without starting anything.
+
+An engine may also measure a server it did not start (`starts_servers` False: a server a site runs, or a
+user's own job script): then nothing is built, placed, measured for a roofline, started or stopped, and
+`external_server` says where each mode's server answers; its `api` may be another engine's, the one whose
+server answers there (`for_spec`).
 """
 
 from __future__ import annotations
@@ -231,6 +236,30 @@ class LaunchRequest:
     secret_file: str | None = None
 
 
+@dataclass(frozen=True)
+class ExternalServer:
+    """A server servebench measures but did not start and never stops: where it answers, the name it serves
+    the model under, and the environment variable holding the key it asks for (its name, never the key)."""
+
+    url: str                                    # its base URL, e.g. http://127.0.0.1:8000
+    served_name: str                            # the `model` every request names
+    health_path: str = "/health"                # answers 200 while it can serve
+    api_key_env: str | None = None              # None: it asks for no key
+
+    def describe(self) -> str:
+        """One line for the plan and the run's progress: where, under which name, and the key's variable."""
+        key = f"key from ${self.api_key_env}" if self.api_key_env else "no key"
+        return f"{self.url} (model {self.served_name!r}, {key})"
+
+
+class EngineSpecError(ValueError):
+    """A field of an `engine:` block that cannot work with the engines servebench has (the field, and why)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class PortSource(Protocol):
     """Where a node's ports come from: the provider, which asks the node itself (so a port is free
     where it is bound, not on this host)."""
@@ -280,6 +309,9 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     # the parallel fields its modes may set: TP and PP, plus data (`dp`) and expert (`ep`) parallelism
     # where the engine has them (docs/parallel-modes.md); the campaign check refuses the others by name
     parallel_fields: ClassVar[frozenset[str]] = frozenset({"tp", "pp"})
+    # False: its modes measure servers it did not start (`external_server`): the run builds, places and starts
+    # nothing for it, measures no roofline and predicts nothing; `build_recipe` and `launch` refuse
+    starts_servers: ClassVar[bool] = True
 
     @abc.abstractmethod
     def build_recipe(self, spec: SpecT) -> BuildRecipe:
@@ -326,6 +358,22 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     def model_problem(self, model: ModelSpec) -> str | None:
         """Why it cannot serve this model (a generated one's shape its kernels do not take), or None.
         By default none: a local model is the user's, and the engine says at start-up what it refuses."""
+        return None
+
+    def for_spec(self, spec: SpecT, engine_of: Callable[[str], Engine]) -> Engine:
+        """The engine as this `engine:` block has it (`engine_of`: an engine kind -> its Engine). By default
+        itself; an engine measuring another engine's server answers with that server's `api` and gate
+        reading. Raises EngineSpecError, naming the field, when the block names an engine there is none of."""
+        return self
+
+    def external_server(self, spec: SpecT, mode: ModeSpec) -> ExternalServer | None:
+        """Where the server of `mode` (a campaign's mode, or the reference mode of `reference_mode`) answers,
+        for an engine that starts no servers; None: there is none (by default: servebench starts them)."""
+        return None
+
+    def reference_problem(self, spec: SpecT) -> str | None:
+        """Why this block's modes have no reference to be judged against, said as the gate's verdict
+        (`unchecked`); None: `reference_mode` gives one (by default it always does)."""
         return None
 
 

@@ -65,7 +65,7 @@ def measure_cell(ctx: RunContext, cell: Cell, server: Server, correctness: str |
     run = ctx.engine_run(cell.mode)
     assert run.deployment is not None  # cells are measured only after deploy()
     load_client = run.deployment.client
-    target = LoadTarget(server.url, ctx.served_name, server.launch.health_path, tuple(server.instance_urls.values()))
+    target = LoadTarget(server.url, server.served_name, server.launch.health_path, tuple(server.instance_urls.values()))
     config = cell_load_config(ctx.campaign, cell, target, run.vocab, ctx.plan.client, run.engine)
     output = result_file(ctx, cell)
     started = now()

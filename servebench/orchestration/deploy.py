@@ -1,6 +1,8 @@
 """A run's deployment: the nodes provisioned, and for each engine the campaign's modes use its
 build, the model in its format, both placed on the nodes, and its shared services started; each
-mode whose `build:` differs (another target, a commit) gets its own build, placed the same way."""
+mode whose `build:` differs (another target, a commit) gets its own build, placed the same way. An
+engine that starts no servers (`Engine.starts_servers`) gets none of that: only the node tools where
+telemetry and the load generator run."""
 
 from __future__ import annotations
 
@@ -10,16 +12,18 @@ from pathlib import Path
 
 from servebench.builds.cache import hold_in_use
 from servebench.builds.prerequisites import require
-from servebench.config.campaign import Campaign, ModeSpec, variant_label
+from servebench.config.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, variant_label
 from servebench.config.sweep import configurations
+from servebench.engines.base import ExternalServer
 from servebench.models.artifact import vocab_size
 from servebench.orchestration.context import EngineRun, RunContext, first_line
+from servebench.planning.memory import resolved_model_path
 from servebench.planning.placement import split_client_node
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 from servebench.serving.deployment import ClientNode, Deployment
 from servebench.tasks.build import build_engine
-from servebench.tasks.distribute import place_artifacts
+from servebench.tasks.distribute import place_artifacts, place_node_tools
 from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_update
 from servebench.tasks.model import prepare_model
 from servebench.tasks.provision import provision
@@ -41,7 +45,9 @@ def deploy(ctx: RunContext) -> None:
     used = {campaign.engine_kind(mode) for mode in campaign.modes}
     placements = []
     for kind, run in ctx.engines.items():
-        if kind in used:
+        if kind in used and not run.engine.starts_servers:
+            placements += deploy_external(ctx, run, servers, client, inventories, offsets)
+        elif kind in used:
             placements += deploy_engine(ctx, run, servers, client, inventories, offsets)
     land_placements(results, placements)
     reporter().cells_planned(len(ctx.plan.cells))
@@ -89,6 +95,45 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
     run.deployment = replace(run.deployment, shared=shared)
     return ([p.model_dump() for p in placed.placements]
             + deploy_build_variants(ctx, run, served, servers, inventories))  # a commit axis's too
+
+
+def deploy_external(ctx: RunContext, run: EngineRun, servers: list[Node], client: Node | None,
+                    inventories: dict[str, dict], offsets: dict[str, float | None]) -> list[dict]:
+    """An engine whose servers run already: no build, model, placement, roofline or shared services; its
+    `Deployment` is the nodes telemetry watches and the load generator's node (the node tools and the load
+    generator's tree placed there), and the prompts' vocabulary comes from the model's shape; what was
+    placed on each node."""
+    campaign, kind = ctx.campaign, run.engine.kind
+    reporter().stage(f"engine {kind}: no build, no placement, no roofline: "
+                     + "; ".join(server.describe() for server in external_servers(ctx, run))
+                     + " not servebench's to start")
+    with ctx.stages.stage("placement", hosts=len(servers) + (client is not None), subject=kind):
+        placed = place_node_tools(ctx.provider, servers, client, inventories)
+    run.vocab = served_vocab(campaign.model, ctx.campaign_dir)
+    load_client = None if client is None else ClientNode(
+        provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
+    run.deployment = Deployment(campaign=campaign, engine=run.engine, spec=run.spec, provider=ctx.provider,
+                                nodes=servers, build=None, model_dir="", served_name=ctx.served_name,
+                                run_dir=str(ctx.run_dir), tools_dir=placed.tools_dir, clock_offsets=offsets,
+                                client=load_client)
+    return [p.model_dump() for p in placed.placements]
+
+
+def external_servers(ctx: RunContext, run: EngineRun) -> list[ExternalServer]:
+    """The servers an engine that starts none measures: its modes' (one each), without repeats."""
+    found = (run.engine.external_server(run.spec, mode) for mode in configurations(ctx.campaign)
+             if ctx.engine_run(mode) is run)
+    return list(dict.fromkeys(server for server in found if server is not None))
+
+
+def served_vocab(model: ModelSpec, campaign_dir: Path) -> int:
+    """The vocabulary the prompts' token ids are drawn from, for a server whose model servebench did not
+    make: a generated model's shape's, else the model directory's or GGUF file's own."""
+    if isinstance(model, GeneratedModelSpec):
+        return model.shape().vocab_size
+    path = resolved_model_path(model, campaign_dir)
+    assert path is not None  # a model that is not generated has a path
+    return vocab_size(path)
 
 
 def deploy_build_variants(ctx: RunContext, run: EngineRun, modes: list[ModeSpec], servers: list,

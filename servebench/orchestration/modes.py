@@ -30,29 +30,36 @@ def reference_answers(ctx: RunContext, run: EngineRun, modes: list[ModeSpec]) ->
     `modes` (those it judges, all of one model variant) share.
 
     If it cannot, none of those modes is compared with anything: each is marked `unchecked`,
-    never silently judged against another distributed mode (nor another engine or model variant)."""
+    never silently judged against another distributed mode (nor another engine or model variant). An
+    engine that starts no servers is judged only against the reference server its block names (none named:
+    unchecked, `Engine.reference_problem`)."""
     numerics = {name for name, knob in run.engine.knobs.items() if knob.numerics}
     variant = modes[0].model if modes else {}
     mode = with_model_variant(run.engine.reference_mode(run.reference_name), variant)
     mode = mode.model_copy(update={"knobs": {**mode.knobs, **reference_knobs(numerics, modes)}})
     key = variant_key(mode)
     who = ("" if run is ctx.primary else f" of {run.engine.kind}") + (f" ({variant_label(variant)})" if variant else "")
-    reporter().stage(f"correctness reference: starting a TP=1 server{who}")
+    if (problem := run.engine.reference_problem(run.spec)) is not None:  # the campaign names no reference
+        run.reference_problems[key] = problem
+        reporter().stage(f"correctness reference{who}: {problem}; every mode{who} runs unchecked")
+        return
+    named = "the TP=1 reference server" if run.engine.starts_servers else "the reference server the campaign names"
+    reporter().stage(f"correctness reference: starting a TP=1 server{who}" if run.engine.starts_servers
+                     else f"correctness reference{who}: asking {named}")
     try:
         with ctx.stages.stage("server-start", hosts=mode_hosts(run.deployment_for(mode), mode), subject=mode.name):
             server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
                 run.deployment_for(mode), mode)
     except Exception as exc:
-        run.reference_problems[key] = f"the TP=1 reference server{who} did not start: {first_line(exc)}"
+        run.reference_problems[key] = f"{named}{who} did not start: {first_line(exc)}"
         land_failed_server(ctx, run, mode, str(exc))
         reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
         return
     gate = None
     try:
-        gate, run.references[key] = correctness_gate(run.engine, server, ctx.served_name, run.vocab, None, None)
+        gate, run.references[key] = correctness_gate(run.engine, server, server.served_name, run.vocab, None, None)
     except Exception as exc:
-        run.reference_problems[key] = (f"the TP=1 reference server{who} did not answer the gate prompts: "
-                                       f"{first_line(exc)}")
+        run.reference_problems[key] = f"{named}{who} did not answer the gate prompts: {first_line(exc)}"
         reporter().stage(run.reference_problems[key] + f"; every mode{who} runs unchecked")
     finally:
         stop_server_and_telemetry(ctx, run, mode, server, telemetry, gate)
@@ -65,7 +72,8 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
     run, key = ctx.engine_run(mode), variant_key(mode)
     deployment = run.deployment_for(mode)
     assert deployment is not None  # modes run only after deploy()
-    reporter().stage(f"mode {mode.name}: starting the server")
+    reporter().stage(f"mode {mode.name}: " + ("starting the server" if run.engine.starts_servers
+                                               else "attaching to its server (not servebench's)"))
     try:
         with ctx.stages.stage("server-start", hosts=mode_hosts(deployment, mode), subject=mode.name):
             server, telemetry = start_mode_server.with_options(task_run_name=f"start-server {mode.name}")(
@@ -74,13 +82,14 @@ def run_mode(ctx: RunContext, mode: ModeSpec, cells: list[Cell]) -> None:
         land_failed_server(ctx, run, mode, str(exc))
         if key not in run.references and key not in run.reference_problems and ctx.gives_reference(mode):
             run.reference_problems[key] = f"the reference mode {mode.name} did not start: {first_line(exc)}"
+        what = "server did not start" if run.engine.starts_servers else "server not ready"
         for cell in cells:
-            land_failed_cell(ctx, cell, f"server did not start: {exc}")
+            land_failed_cell(ctx, cell, f"{what}: {exc}")
         return
     gate = None
     try:
         reporter().stage(f"mode {mode.name}: correctness gate")
-        gate, answer = correctness_gate(run.engine, server, ctx.served_name, run.vocab, run.references.get(key),
+        gate, answer = correctness_gate(run.engine, server, server.served_name, run.vocab, run.references.get(key),
                                          run.reference_problems.get(key))
         if gate.status == "reference":
             run.references[key] = answer

@@ -28,7 +28,7 @@ from servebench.campaign.outcome import run_status
 from servebench.campaign.resume import cells_to_run, load_resumable, write_orchestrator_file
 from servebench.config.campaign import Campaign, ModeSpec
 from servebench.config.sweep import Cell, configurations, model_variants
-from servebench.engines import get_engine
+from servebench.engines import engine_for
 from servebench.orchestration.cells import land_result_file
 from servebench.orchestration.context import EngineRun, RunContext, first_line, reference_mode_name
 from servebench.orchestration.deploy import allocation_text, deploy
@@ -115,7 +115,7 @@ def note_resume(ctx: RunContext, status_before: str, landed: list[str], todo: li
 
 def new_context(plan: Plan, wh: str, run_id: str, run_dir: Path, campaign_dir: Path) -> RunContext:
     campaign = plan.campaign
-    engines = {kind: EngineRun(engine=get_engine(kind), spec=spec,
+    engines = {kind: EngineRun(engine=engine_for(spec), spec=spec,
                                reference_name=reference_mode_name(kind, primary=index == 0))
                for index, (kind, spec) in enumerate(campaign.engine_specs().items())}
     return RunContext(plan=plan, engines=engines,

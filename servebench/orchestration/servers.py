@@ -25,6 +25,8 @@ def server_problem(server: Server) -> str | None:
     try:
         if is_healthy(server):
             return None
+        if server.external:
+            return f"the server of mode {server.mode} at {server.url} no longer answers {server.launch.health_path}"
         return (f"server of mode {server.mode} is no longer healthy (exit codes: {exit_codes(server)}); "
                 f"see {server.log_path}")
     except Exception as exc:  # the provider could not even ask: that is the cause
@@ -69,24 +71,26 @@ def stop_server_and_telemetry(ctx: RunContext, run: EngineRun, mode: ModeSpec, s
 def land_mode_server(ctx: RunContext, run: EngineRun, mode: ModeSpec, server: Server,
                      gate: GateResult | None = None) -> None:
     """The ready server's row, a plain call: its API process (a replicas mode's: r0's, its port the balancer's),
-    the layout of the mode it serves, its gate, the KV capacity its log states (one replica's), its ranks."""
-    api = server.api
+    the layout of the mode it serves, its gate, the KV capacity its log states (one replica's), its ranks; a
+    server servebench did not start has no process, command or log of servebench's to land, only its URL's
+    port, its life as measured and its gate."""
+    api = server.api_process
+    process_fields = {} if api is None else {
+        "pid": api.process.pid, "command": node_argv(api.node, api.launch.argv), "env": api.launch.env,
+        "log_path": str(api.log_path), "kv_capacity_tokens": run.engine.kv_capacity_tokens(log_text(api.log_path))}
     ctx.results.server(ServerRecord(
         mode=server.mode, layout=ServerLayout.of(mode), status="ready", engine=run.engine.kind,
-        build_key=server_build_key(run, mode), pid=api.process.pid, port=server.port,
-        command=node_argv(api.node, api.launch.argv), env=api.launch.env, log_path=str(server.log_path),
+        build_key=server_build_key(run, mode), port=server.port,
         started_at=server.started_at, ready_seconds=server.ready_seconds, stopped_at=server.stopped_at,
         gate=None if gate is None else ServerGate(status=gate.status, detail=gate.detail, divergences=[
             d.model_dump() for d in gate.first_divergence]),
-        kv_capacity_tokens=run.engine.kv_capacity_tokens(log_text(server.log_path)),
-        rank_figures=rank_figures(run, mode), ranks=rank_placement(run, mode)))
+        rank_figures=rank_figures(run, mode), ranks=rank_placement(run, mode), **process_fields))
 
 
 def land_failed_server(ctx: RunContext, run: EngineRun, mode: ModeSpec, error: str) -> None:
     """A server of the mode that did not start, with why (a task run: Prefect shows it)."""
-    deployment = run.deployment_for(mode)
     land_server(ctx.results, ServerRecord.failed(mode.name, ServerLayout.of(mode), error, engine=run.engine.kind,
-                                                 build_key=deployment.build.key if deployment else None))
+                                                 build_key=server_build_key(run, mode)))
 
 
 def rank_placement(run: EngineRun, mode: ModeSpec) -> list[list[RankShare]] | None:
@@ -127,6 +131,6 @@ def rank_figures(run: EngineRun, mode: ModeSpec) -> RankFigures | None:
 
 
 def server_build_key(run: EngineRun, mode: ModeSpec) -> str | None:
-    """The build a server ran: its mode's own (`build:`), else its engine's."""
+    """The build a server ran: its mode's own (`build:`), else its engine's (None: no build of servebench's)."""
     deployment = run.deployment_for(mode)
-    return deployment.build.key if deployment is not None else None
+    return deployment.build.key if deployment is not None and deployment.build is not None else None

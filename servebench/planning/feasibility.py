@@ -21,6 +21,7 @@ from servebench.config.campaign import (
     split_for_replicas,
     variant_label,
 )
+from servebench.engines.base import EngineSpecError
 from servebench.planning.balancing import balancing_problems
 from servebench.planning.memory import ModeMemory, campaign_memory, memory_problems, this_host_available_bytes
 from servebench.planning.placement import ClientPlacement, client_placement, server_cpus, server_node_specs
@@ -37,6 +38,7 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
         return problems
     names = [mode.name for mode in campaign.modes]
     engines = {kind: engine_of(kind) for kind in campaign.engine_specs()}
+    problems += _external_server_problems(campaign, engines, engine_of)
     fmt = model_format(campaign.model, base_dir)
     problems += [(("model",), problem) for engine in engines.values()
                  if (problem := engine.model_problem(campaign.model))]
@@ -66,6 +68,8 @@ def check_feasibility(campaign: Campaign, engine_of: Callable[[str], Any], provi
         if mode.executor not in engine.executors:
             problems.append((where + ("executor",), f"engine {engine.kind!r} has no executor {mode.executor!r}; "
                              f"it has: {', '.join(engine.executors)}"))
+            continue
+        if not engine.starts_servers:  # its server's layout is its own: _external_server_problems refuses one
             continue
         unsupported = _parallel_support_problems(mode, engine, where)
         unsupported += replica_problems(mode, [n.name for n in node_specs], where)
@@ -357,6 +361,42 @@ def _target_problems(campaign: Campaign) -> list[Problem]:
                                  f"for {build_arch}: give the mode `build: {{target: PROFILE}}` of that architecture"
                                  + ("" if mode.nodes else " and `nodes:` to run on")))
                 break
+    return problems
+
+
+# what a mode sets about how servebench starts its server, at the value that starts none of its own
+STARTING_FIELDS: dict[str, Any] = {"tp": 1, "pp": 1, "dp": 1, "ep": False, "replicas": 1, "oversubscribe": False,
+                                   "args": [], "env": {}, "nodes": None, "build": {}}
+
+
+def _external_server_problems(campaign: Campaign, engines: dict[str, Any],
+                              engine_of: Callable[[str], Any]) -> list[Problem]:
+    """For an engine that measures servers it did not start (`starts_servers` False): its block's fields that
+    name an engine there is none of (`Engine.for_spec`), its modes' fields that only a server servebench
+    starts can have, and the campaign's faults and model axes, which act on such a server's processes and
+    model files."""
+    problems: list[Problem] = []
+    external = [kind for kind, engine in engines.items() if not engine.starts_servers]
+    for index, (kind, spec) in enumerate(campaign.engine_specs().items()):
+        if kind not in external:
+            continue
+        block = ("engine",) if index == 0 else ("engines", index - 1)
+        try:
+            engines[kind].for_spec(spec, engine_of)
+        except EngineSpecError as exc:
+            problems.append((block + (exc.field,), str(exc)))
+    why = "servebench did not start the server it measures"
+    for index, mode in enumerate(campaign.modes):
+        if campaign.engine_kind(mode) in external:
+            problems += [(("modes", index, name), f"mode {mode.name}: {name} sets how servebench starts a "
+                          f"server, and {why} (leave {name} out)")
+                         for name, plain in STARTING_FIELDS.items() if getattr(mode, name) != plain]
+    if external and campaign.faults:
+        problems.append((("faults",), f"faults act on the processes of the servers a run starts, and {why} "
+                         f"(engine {', '.join(external)}): leave `faults` out"))
+    if external and campaign.model_axes is not None:
+        problems.append((("model_axes",), f"model variants are model files a run serves, and {why} "
+                         f"(engine {', '.join(external)}): leave `model_axes` out"))
     return problems
 
 

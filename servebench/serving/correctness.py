@@ -23,7 +23,8 @@ not a close one), and missing top candidates prove no near-tie.
 Verdicts: `passed` when every token is equal; `close` when every divergence is such a
 near-tie (recorded with its prompt, position and logprob gap); `failed` otherwise;
 `reference` for the TP=1 server's own answers; `unchecked` when no reference could be
-produced. `blocks_cells` turns a verdict into "run the mode's cells or not".
+produced (or, for a server servebench did not start, when the campaign names no reference: never a
+pass it could not check). `blocks_cells` turns a verdict into "run the mode's cells or not".
 """
 
 from __future__ import annotations
@@ -116,9 +117,10 @@ def compare(reference: GateAnswer, answer: GateAnswer) -> GateResult:
 
 
 def unchecked(reason: str) -> GateResult:
-    """The verdict when the TP=1 reference server could not answer: nothing to compare with."""
-    return GateResult(status="unchecked", detail=f"the TP=1 reference answers could not be produced ({reason}); "
-                                                 "cells run unchecked")
+    """The verdict when there is no reference to compare with: the TP=1 reference server could not answer,
+    or the campaign names none (a server servebench did not start is judged only against one it names)."""
+    return GateResult(status="unchecked", detail=f"not checked: {reason}; the cells run with no reference "
+                                                 "answers to compare with")
 
 
 def blocks_cells(result: GateResult, accept: Accept = "close") -> bool:

@@ -1,6 +1,7 @@
 """What a campaign's modes are started from: one engine's build, model, nodes and shared services
-(`Deployment`, set once per run and engine), and the node the load generator runs on
-(`ClientNode`). Plain data the flows and the Prefect tasks share, so neither owns the other."""
+(`Deployment`, set once per run and engine; for an engine that starts no servers, its block and the nodes
+watched only), and the node the load generator runs on (`ClientNode`). Plain data the flows and the
+Prefect tasks share, so neither owns the other."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ class Deployment:
     spec: EngineSpecBase                           # the engine's block of the campaign
     provider: Provider
     nodes: list[Node]
-    build: EngineBuild
-    model_dir: str
+    build: EngineBuild | None                      # None: an engine that starts no servers builds nothing
+    model_dir: str                                 # "" when nothing is served from a model file of the run's
     served_name: str
     run_dir: str
     shared: SharedServices | None = None

@@ -11,7 +11,12 @@ servebench/campaign/load_config.py). The scraper this process starts finds the f
 A `replicas` mode is balanced by nginx in front of its replicas or by the load generator itself
 (servebench/planning/balancing.py decides, before anything starts): then the mode's `Server` has no
 balancer, its `url` is r0's (the health probe and the scraper's own URL), its `instance_urls` are every
-replica's, and `client_balanced` tells a cell's load config the replicas to spread the requests over."""
+replica's, and `client_balanced` tells a cell's load config the replicas to spread the requests over.
+
+An engine that starts no servers (`Engine.starts_servers` False) names the server each mode measures
+(`Engine.external_server`): it is attached to (servebench/serving/external.py), its key file is the one
+written from the variable the campaign names, and its telemetry starts and stops as any server's; the
+server itself is never started or stopped."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from servebench.providers.base import Node
 from servebench.serving.balancer import AUTH_INCLUDE, BalancerFailed, Upstreams, start_nginx, write_auth_include
 from servebench.serving.correctness import GateAnswer, GateResult, ask, compare, unchecked
 from servebench.serving.deployment import Deployment, mode_nodes, replica_nodes
+from servebench.serving.external import attach_server
 from servebench.serving.preflight import check_build_fits
 from servebench.serving.server import Server, start_server, stop_server, wait_ready
 from servebench.serving.telemetry import Telemetry, start_telemetry, stop_telemetry
@@ -40,8 +46,11 @@ from servebench.serving.telemetry import Telemetry, start_telemetry, stop_teleme
 
 def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, Telemetry]:
     """Start the mode's server with its telemetry, and wait for its health path; on failure both
-    are already stopped."""
+    are already stopped. An engine that starts no servers: the server it names is attached to instead."""
     d = deployment
+    if not d.engine.starts_servers:
+        return attach_mode_server(d, mode)
+    assert d.build is not None  # an engine that starts its servers has its build
     nodes = mode_nodes(d.nodes, mode)
     check_build_fits(d.build.inputs, nodes, d.provider, cache_dir())
     if d.shared is not None:  # a fault in an earlier cell may have taken a shared service (a Ray node) down
@@ -60,6 +69,7 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     else:
         server = start_replicas(d, mode, nodes, launches, timeout_s, str(Path(client_key).parent / AUTH_INCLUDE))
     server.api_key_file, server.client_key_file = local_key, client_key
+    server.served_name = d.served_name
     CLIENT_KEY_FILES[server.url] = client_key
     os.environ[KEY_FILE_VARIABLE] = local_key   # the scraper started next reads the run's token file
     telemetry = start_telemetry(d, server)
@@ -68,6 +78,28 @@ def start_mode_server(deployment: Deployment, mode: ModeSpec) -> tuple[Server, T
     except BaseException:
         stop_telemetry(d.provider, telemetry)
         stop_server(d.provider, server)
+        raise
+    return server, telemetry
+
+
+def attach_mode_server(d: Deployment, mode: ModeSpec) -> tuple[Server, Telemetry]:
+    """The server of a mode servebench did not start (servebench/serving/external.py), its telemetry, and
+    its health path waited on for the engine block's `ready_timeout_s`; on failure the telemetry is stopped
+    (the server itself is never servebench's to stop)."""
+    server = attach_server(d, mode)
+    if server.client_key_file is not None:
+        CLIENT_KEY_FILES[server.url] = server.client_key_file
+    else:
+        CLIENT_KEY_FILES.pop(server.url, None)
+    if server.api_key_file is not None:   # the scraper started next reads it
+        os.environ[KEY_FILE_VARIABLE] = server.api_key_file
+    else:                                  # and sends no key of another server's
+        os.environ.pop(KEY_FILE_VARIABLE, None)
+    telemetry = start_telemetry(d, server)
+    try:
+        wait_ready(server, d.spec.ready_timeout_s)
+    except BaseException:
+        stop_telemetry(d.provider, telemetry)
         raise
     return server, telemetry
 
@@ -92,6 +124,7 @@ def client_balanced(url: str) -> tuple[dict[str, str], str] | None:
 def mode_launch(d: Deployment, mode: ModeSpec, nodes: list[Node], secret_file: str | None = None) -> ServerLaunch:
     """The engine's server of the mode on these nodes (a `replicas` mode: one replica's share of them), asking
     for the run's token at `secret_file` on them."""
+    assert d.build is not None  # only an engine that starts its servers launches one
     return d.engine.launch(LaunchRequest(
         python=d.build.python, build_dir=d.build.venv_path, spec=d.spec, mode=mode, model_dir=d.model_dir,
         served_name=d.served_name, dtype=d.campaign.model.dtype, nodes=nodes, ports=d.provider,

@@ -61,14 +61,23 @@ class Server:
     balancer: Balancer | None = None                               # nginx in front of the replicas, at `url`
     api_key_file: str | None = None        # the run's token file on this host: what the gate sends (None: no key)
     client_key_file: str | None = None     # the same file where the load generator runs (its node's path)
+    served_name: str = ""                  # the name it serves the model under: what every request names
+    external: bool = False                 # not servebench's: no process of it here to follow or stop
 
     @property
     def api(self) -> RunningProcess:
         return next(p for p in self.processes if p.launch.api)
 
     @property
-    def log_path(self) -> Path:
-        return self.api.log_path
+    def api_process(self) -> RunningProcess | None:
+        """The API process, or None for a server servebench did not start."""
+        return next((p for p in self.processes if p.launch.api), None)
+
+    @property
+    def log_path(self) -> Path | None:
+        """The API process's log (None: a server servebench did not start keeps its log to itself)."""
+        api = self.api_process
+        return api.log_path if api is not None else None
 
     @property
     def node_name(self) -> str:
@@ -130,11 +139,14 @@ def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:
             running.process.remember_descendants()
         server.ready_seconds = round(time.monotonic() - server.started_monotonic, 2)
         return server.ready_seconds
-    server.api.process.fetch_log()
     silent = [url for url in server.health_urls() if _status(url) != 200] if server.instance_urls else []
-    raise ServerFailed(f"server for mode {server.mode} not ready after {timeout_s:.0f} s"
-                       + (f" (no 200 from {', '.join(silent)})" if silent else "")
-                       + f"; log {server.log_path}:\n{tail_text(server.log_path)}")
+    not_ready = (f"server for mode {server.mode} not ready after {timeout_s:.0f} s"
+                 + (f" (no 200 from {', '.join(silent)})" if silent else ""))
+    api = server.api_process
+    if api is None:  # a server servebench did not start: its log is its own
+        raise ServerFailed(f"{not_ready}: no 200 from {server.health_urls()[0]}")
+    api.process.fetch_log()
+    raise ServerFailed(f"{not_ready}; log {api.log_path}:\n{tail_text(api.log_path)}")
 
 
 def is_healthy(server: Server) -> bool:

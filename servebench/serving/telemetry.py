@@ -52,7 +52,8 @@ def files_stem(out: Path, mode: str) -> str:
 
 
 def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
-    """Every node's sampler (a node whose sampler does not start is said, the others go on) and the scraper."""
+    """Every node's sampler (a node whose sampler does not start is said, the others go on) and the scraper
+    (none when the engine reads nothing of the server's: no metrics, no state)."""
     d = deployment
     out = Path(d.run_dir) / "telemetry"
     out.mkdir(parents=True, exist_ok=True)
@@ -66,6 +67,8 @@ def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
         except Exception as exc:  # a node gone (its host unreachable) must not keep the others' modes from serving
             reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    if not (d.engine.api.metrics or d.engine.api.state_sampler):  # a server whose /metrics is not read
+        return telemetry
     path = out / f"{stem}.server.jsonl"
     mark = {node_tools.MARK_VARIABLE: f"{d.provider.run_id}.scraper",  # a resume finds it if we are killed
             node_tools.INSTRUMENT_VARIABLE: "1"}

@@ -22,8 +22,10 @@ from tests.support.processes import engine_processes
 
 @contextlib.contextmanager
 def first_mode_served(campaign_file: Path, log_dir: Path, served_name: str = "tiny",
-                      timeout_s: float = 600) -> Iterator[tuple[Server, Path, EngineBuild]]:
-    """(the server, its model path, the engine build) while the campaign's first mode serves."""
+                      timeout_s: float = 600, secret_file: Path | None = None
+                      ) -> Iterator[tuple[Server, Path, EngineBuild]]:
+    """(the server, its model path, the engine build) while the campaign's first mode serves; asking for
+    the key in `secret_file` (None: for none)."""
     campaign = load_campaign(campaign_file)
     engine = get_engine(campaign.engine.kind)
     build = ensure(engine.build_recipe(campaign.engine), cache_dir(), log=lambda _: None)
@@ -32,7 +34,8 @@ def first_mode_served(campaign_file: Path, log_dir: Path, served_name: str = "ti
     nodes = provider.allocate()[:1]
     launch = engine.launch(LaunchRequest(
         python=build.python, build_dir=build.venv_path, spec=campaign.engine, mode=campaign.modes[0],
-        model_dir=str(model), served_name=served_name, dtype="auto", nodes=nodes, ports=provider))
+        model_dir=str(model), served_name=served_name, dtype="auto", nodes=nodes, ports=provider,
+        secret_file=None if secret_file is None else str(secret_file)))
     shm_before = shm_entries()
     server = start_server(provider, nodes, launch, campaign.modes[0].name, log_dir, timeout_s)
     try:
