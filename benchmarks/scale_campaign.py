@@ -8,11 +8,13 @@ and takes the testbed down. Over Slurm the provider block is the testbed's parti
 Prints one row per provider and N: the run's wall time; provision, placement, the servers' starts (all
 modes, summed) and release [s]; provision + placement + release; the orchestrator's CPU seconds over those
 three per host; its most threads and connections; cells valid of all. Then, per RPC mode, tok/s, TTFT p50
-and the bytes each worker node sent and received in the cell (`cell_rank_network`). Needs root and the
+and the bytes the head node (llama-server and worker 0) and each other worker's node sent and received in the
+cell (`cell_rank_network`, every interface but lo). Needs root and the
 testbed's Debian packages (docs/testbed.md); the llama.cpp build is made once and cached.
 
     python benchmarks/scale_campaign.py --hosts 2 4 8 16 32 [--providers ssh slurm] [--placement relay]
     python benchmarks/scale_campaign.py --hosts 32 --providers ssh --cut-host h7   # a host cut mid-campaign
+    python benchmarks/scale_campaign.py --hosts 16 --providers ssh --most-workers  # 15 RPC workers
 
 After each run, before the testbed goes down, every host is checked for what the run left: a process
 carrying a run's mark, anything in its own /tmp or /dev/shm.
@@ -35,7 +37,7 @@ from servebench.devtools.testbed import enter_argv, load, point_campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / "campaigns" / "scale.yaml"
-MAX_RPC_WORKERS = 16
+MAX_RPC_WORKERS = 15   # llama.cpp's most (the engine refuses more)
 
 
 def cut_to(data: dict, hosts: int) -> dict:
@@ -98,10 +100,13 @@ STAGES = """select stage, sum(seconds) as seconds, sum(orchestrator_cpu_s) as cp
                   max(open_connections) as connections
            from stage_timings group by stage"""
 CELLS = "select count(*) filter (where valid), count(*) from cells"
-RPC = """select c.mode, c.output_throughput, c.ttft_p50_ms,
-                (select avg(n.sent) from cell_rank_network n where n.cell_id = c.cell_id) as sent,
-                (select avg(n.received) from cell_rank_network n where n.cell_id = c.cell_id) as received
-         from cells c where c.mode like 'rpc%' order by c.mode"""
+RPC = """select c.mode, any_value(c.output_throughput), any_value(c.ttft_p50_ms),
+                max(n.bytes_sent) filter (where list_contains(n.ranks, 'server')),
+                max(n.bytes_received) filter (where list_contains(n.ranks, 'server')),
+                avg(n.bytes_sent) filter (where not list_contains(n.ranks, 'server')),
+                avg(n.bytes_received) filter (where not list_contains(n.ranks, 'server'))
+         from cells c left join cell_rank_network n on n.cell_id = c.cell_id and n.ranks is not null
+         where c.mode like 'rpc%' group by c.mode order by length(c.mode), c.mode"""
 
 
 def with_cut(data: dict, node: str, testbed_name: str) -> dict:
@@ -113,10 +118,21 @@ def with_cut(data: dict, node: str, testbed_name: str) -> dict:
     return {**data, "faults": [fault]}
 
 
-def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str | None = None) -> dict:
+def most_workers(data: dict) -> dict:
+    """llama.cpp's longest pipeline: 15 RPC workers (its scheduler takes 16 backends, the head's CPU among them)
+    over a model of 15 layers, one each; the campaign's only mode."""
+    rpc = next(mode for mode in data["modes"] if mode.get("executor") == "rpc")
+    return {**data, "model": {**data["model"], "layers": MAX_RPC_WORKERS},
+            "modes": [{**rpc, "name": f"rpc{MAX_RPC_WORKERS}", "pp": MAX_RPC_WORKERS}]}
+
+
+def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str | None = None,
+            longest: bool = False) -> dict:
     data = yaml.safe_load(CAMPAIGN.read_text())
     data["provider"]["placement"] = placement
     data = cut_to(data, hosts)
+    if longest:
+        data = most_workers(data)
     if provider == "slurm":
         data = over_slurm(data, hosts, placement)
     if cut_host:
@@ -141,6 +157,10 @@ def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str 
             "failed": failed}
 
 
+def megabytes(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.2f} MB"
+
+
 def stage(row: dict, name: str, index: int = 0) -> float:
     return (row["stages"].get(name) or (0.0, 0.0, 0, 0))[index] or 0.0
 
@@ -158,12 +178,13 @@ def print_tables(rows: list[dict]) -> None:
               f"{stage(row, 'placement'):.1f} s | {stage(row, 'server-start'):.1f} s | {stage(row, 'release'):.1f} s | "
               f"{sum(stage(row, s) for s in three):.1f} s | {cpu / row['hosts']:.2f} s | {threads} | {connections} | "
               f"{row['valid']} of {row['cells']} | {row['exit']} |")
-    print("\n| provider | hosts | mode | tok/s | TTFT p50 | sent per worker node | received per worker node |")
+    print("\n| provider | hosts | mode | tok/s | TTFT p50 | head node (llama-server, worker 0) sent / received | "
+          "each other worker sent / received |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        for mode, tput, ttft, sent, received in row["rpc"]:
+        for mode, tput, ttft, head_sent, head_received, sent, received in row["rpc"]:
             print(f"| {row['provider']} | {row['hosts']} | {mode} | {tput or 0:.1f} | {ttft or 0:.1f} ms | "
-                  f"{(sent or 0) / 1e6:.2f} MB | {(received or 0) / 1e6:.2f} MB |")
+                  f"{megabytes(head_sent)} / {megabytes(head_received)} | {megabytes(sent)} / {megabytes(received)} |")
     for row in rows:
         print(f"\n{row['provider']} at {row['hosts']} hosts: left on the hosts after release: "
               f"{'; '.join(row['left']) or 'nothing'}")
@@ -181,11 +202,15 @@ def main() -> None:
     parser.add_argument("--placement", default="relay", choices=["copies", "relay", "sbcast"])
     parser.add_argument("--name", default="scc", help="the testbed's name")
     parser.add_argument("--cut-host", help="cut this host off the network one second into the replicas' cell")
+    parser.add_argument("--most-workers", action="store_true",
+                        help=f"instead: llama.cpp's longest RPC pipeline, {MAX_RPC_WORKERS} workers, at each N >= 15")
     args = parser.parse_args()
     rows = []
     for provider in args.providers:
         for hosts in args.hosts:
-            rows.append(measure(provider, hosts, args.placement, args.name, args.cut_host))
+            if args.most_workers and hosts < MAX_RPC_WORKERS:
+                continue
+            rows.append(measure(provider, hosts, args.placement, args.name, args.cut_host, args.most_workers))
             print(f"{provider} {hosts} hosts: exit {rows[-1]['exit']} in {rows[-1]['wall']:.0f} s", flush=True)
     print_tables(rows)
 

@@ -55,6 +55,14 @@ def test_rpc_mode_starts_a_worker_per_node_and_waits_for_each_before_the_server(
     assert first.label != second.label  # each worker has a log of its own
 
 
+def test_more_than_fifteen_rpc_workers_are_refused_with_llama_cpp_s_limit():
+    many = [[0]] * 16
+    names = [f"n{i}" for i in range(16)]
+    assert ENGINE.mode_problem(ModeSpec(name="rpc15", pp=15, executor="rpc"), many[:15], names[:15]) is None
+    problem = ENGINE.mode_problem(ModeSpec(name="rpc16", pp=16, executor="rpc"), many, names)
+    assert problem is not None and "GGML_SCHED_MAX_BACKENDS" in problem and "15 RPC workers" in problem
+
+
 def test_knobs_become_llama_server_flags_and_null_leaves_the_default():
     assert knob_args({"parallel": 8, "ctx_size": 1024, "kv_unified": True, "batch_size": None}) == \
         ["-np", "8", "-c", "1024", "-kvu"]

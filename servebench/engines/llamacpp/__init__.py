@@ -26,6 +26,8 @@ EXECUTORS = ("local", "rpc")
 KV_CELLS = re.compile(r"llama_context: n_ctx\s+=\s+(\d+)")
 SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 
+MAX_RPC_WORKERS = 15   # GGML_SCHED_MAX_BACKENDS (16) less the head's own CPU backend
+
 
 class LlamaCppEngine(Engine[LlamaCppEngineSpec, SharedServices]):  # it shares nothing (start_shared)
     kind: ClassVar[str] = "llamacpp"
@@ -72,6 +74,11 @@ class LlamaCppEngine(Engine[LlamaCppEngineSpec, SharedServices]):  # it shares n
             return "llama.cpp splits a model by layers over RPC workers (pp with executor 'rpc'); it has no tp"
         if mode.executor == "local" and mode.pp > 1:
             return "executor 'local' is one llama-server; split layers over workers with executor 'rpc'"
+        if mode.executor == "rpc" and mode.pp > MAX_RPC_WORKERS:
+            return (f"pp={mode.pp} RPC workers: llama.cpp schedules at most 16 backends, the head's CPU and "
+                    f"{MAX_RPC_WORKERS} RPC workers (ggml-backend.cpp: 'GGML_ASSERT(n_backends <= "
+                    f"GGML_SCHED_MAX_BACKENDS) failed' at 16), and its --tensor-split takes at most "
+                    f"{MAX_RPC_WORKERS} values")
         if mode.executor == "rpc" and mode.pp > len(node_names) and not mode.oversubscribe:
             return (f"pp={mode.pp} RPC workers on {len(node_names)} nodes would share cores: give as many nodes "
                     f"or set oversubscribe: true")
