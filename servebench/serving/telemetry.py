@@ -14,6 +14,7 @@ from servebench.cpus import format_cpu_list
 from servebench.processes import ManagedProcess
 from servebench.progress import reporter
 from servebench.providers import Node, NodeProcess, Provider, node_tools
+from servebench.providers.fanout import hosts_at_once, outcomes
 from servebench.serving.deployment import Deployment
 from servebench.serving.server import Server
 from servebench.telemetry.node_sampler import boot_id
@@ -61,12 +62,15 @@ def start_telemetry(deployment: Deployment, server: Server) -> Telemetry:
     stem = files_stem(out, server.mode)
     shared = d.shared.pids_by_node() if d.shared is not None else {}
     pids_by_node = engine_pids(server, d.sampled_nodes, shared)
-    for node in d.sampled_nodes:
-        try:
-            start_node_sampler(d, stem, node, pids_by_node[node.name], out, telemetry)
-        except Exception as exc:  # a node gone (its host unreachable) must not keep the others' modes from serving
-            reporter().stage(f"mode {server.mode}: no samples of node {node.name}: the sampler did not start: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    started = outcomes(d.sampled_nodes, lambda node: start_node_sampler(d, stem, node, pids_by_node[node.name], out),
+                       hosts_at_once(d.provider))
+    for outcome in started:  # in the nodes' order, whatever order they started in
+        if outcome.result is not None:
+            outcome.result.add_to(telemetry)
+        else:  # a node gone (its host unreachable) must not keep the others' modes from serving
+            exc = outcome.error
+            reporter().stage(f"mode {server.mode}: no samples of node {outcome.item.name}: the sampler did not "
+                             f"start: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     if not (d.engine.api.metrics or d.engine.api.state_sampler):  # a server whose /metrics is not read
         return telemetry
     path = out / f"{stem}.server.jsonl"
@@ -98,8 +102,23 @@ def node_sampler_argv(d: Deployment, node: Node, pids: list[int], out: str) -> l
             "--orchestrator", f"{boot_id()}:{os.getpid()}"]
 
 
-def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path,
-                       telemetry: Telemetry) -> None:
+@dataclass(frozen=True)
+class StartedSampler:
+    """One node's sampler as started: its process, where its samples land, and for another host the raw file
+    its stdout comes back to with the node's clock offset."""
+
+    process: NodeProcess
+    path: Path
+    remote: tuple[Path, float] | None = None
+
+    def add_to(self, telemetry: Telemetry) -> None:
+        telemetry.node_processes.append(self.process)
+        telemetry.node_files.append(self.path)
+        if self.remote is not None:
+            telemetry.remote_samples[self.path] = self.remote
+
+
+def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], out: Path) -> StartedSampler:
     """The node's sampler, following the mode's processes there; its samples land in
     `<stem>.node.<node>.jsonl`, in the orchestrator's time base."""
     path = out / f"{stem}.node.{node.name}.jsonl"
@@ -107,14 +126,13 @@ def start_node_sampler(d: Deployment, stem: str, node: Node, pids: list[int], ou
     if offset is None:  # this host: samples straight into the run directory
         process = d.provider.start(node, node_sampler_argv(d, node, pids, str(path)),
                                    {node_tools.INSTRUMENT_VARIABLE: "1"}, out / f"{stem}.node.{node.name}.log")
-    else:  # another host: with the node tools placed there; samples go to stdout, which the provider
-        # brings back as the process's log
-        raw = out / f"{stem}.node.{node.name}.raw.jsonl"
-        process = d.provider.start(node, node_sampler_argv(d, node, pids, "/dev/stdout"),
-                                   {"PYTHONPATH": d.tools_dir or "", node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
-        telemetry.remote_samples[path] = (raw, offset)
-    telemetry.node_processes.append(process)
-    telemetry.node_files.append(path)
+        return StartedSampler(process, path)
+    # another host: with the node tools placed there; samples go to stdout, which the provider brings back as
+    # the process's log
+    raw = out / f"{stem}.node.{node.name}.raw.jsonl"
+    process = d.provider.start(node, node_sampler_argv(d, node, pids, "/dev/stdout"),
+                               {"PYTHONPATH": d.tools_dir or "", node_tools.INSTRUMENT_VARIABLE: "1"}, raw)
+    return StartedSampler(process, path, (raw, offset))
 
 
 def _ended(process: NodeProcess) -> bool:
@@ -129,16 +147,20 @@ def stop_telemetry(provider: Provider, telemetry: Telemetry) -> None:
     cannot be (its node or allocation gone): the others' samples still land; the failures are
     raised together at the end."""
     failures = []
+
+    def stop(process: NodeProcess) -> None:
+        node, ended_by_itself = getattr(process, "node", "?"), _ended(process)
+        code = provider.stop(process, grace_s=5)
+        if ended_by_itself:  # a sampler runs until stopped: this one died (its log says why)
+            reporter().note(f"the node sampler on {node} had ended by itself (exit {code}): that node "
+                            f"has no telemetry for the cell; {process.log_path}")
+
     try:
-        for process in telemetry.node_processes:
-            node, ended_by_itself = getattr(process, "node", "?"), _ended(process)
-            try:
-                code = provider.stop(process, grace_s=5)
-                if ended_by_itself:  # a sampler runs until stopped: this one died (its log says why)
-                    reporter().note(f"the node sampler on {node} had ended by itself (exit {code}): that node "
-                                    f"has no telemetry for the cell; {process.log_path}")
-            except Exception as exc:
-                failures.append(f"{node}: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+        for outcome in outcomes(telemetry.node_processes, stop, hosts_at_once(provider)):  # each on its own node
+            if outcome.error is not None:
+                exc = outcome.error
+                failures.append(f"{getattr(outcome.item, 'node', '?')}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else exc!r}")
         for path, (raw, offset) in telemetry.remote_samples.items():
             rewrite_in_orchestrator_time(raw, path, offset)
     finally:
