@@ -46,15 +46,9 @@ class EndpointReferenceSpec(StrictModel):
         "The environment variable holding its API key (null: it asks for none)."))
     health_path: str = Field("/health", description="The path that answers 200 while it can serve.")
 
-    @field_validator("url")
-    @classmethod
-    def _base_url(cls, value: str) -> str:
-        return base_url(value)
-
-    @field_validator("health_path")
-    @classmethod
-    def _health_path(cls, value: str) -> str:
-        return request_path(value)
+    # the same checks on both blocks' address (pydantic's reuse of a plain function as a validator)
+    _base_url = field_validator("url")(base_url)
+    _health_path = field_validator("health_path")(request_path)
 
 
 class EndpointEngineSpec(EngineSpecBase):
@@ -84,15 +78,9 @@ class EndpointEngineSpec(EngineSpecBase):
         "Seconds the server (and the reference) may take to answer its health path when a mode begins; it is "
         "running already, so it should answer at once."))
 
-    @field_validator("url")
-    @classmethod
-    def _base_url(cls, value: str) -> str:
-        return base_url(value)
-
-    @field_validator("health_path")
-    @classmethod
-    def _health_path(cls, value: str) -> str:
-        return request_path(value)
+    # the same checks on both blocks' address (pydantic's reuse of a plain function as a validator)
+    _base_url = field_validator("url")(base_url)
+    _health_path = field_validator("health_path")(request_path)
 
     @field_validator("env")
     @classmethod
