@@ -2,7 +2,8 @@
 
 For each provider (ssh, slurm) and each N: brings up a testbed of N hosts (default name `scc`), cuts the
 campaign to N hosts (its host list, `replicas: N`, the RPC modes of at most N workers), points it at the
-testbed, runs `servebench run` on it with a warehouse of its own, reads the run's `stage_timings` and cells,
+testbed, runs `servebench run` on it (every size's run in one warehouse per provider, so the last run's report
+draws the orchestration cost against hosts), reads the run's `stage_timings` and cells,
 and takes the testbed down. Over Slurm the provider block is the testbed's partition, N nodes of one CPU.
 
 Prints one row per provider and N: the run's wall time; provision, placement, the servers' starts (all
@@ -87,8 +88,8 @@ def testbed(*args: str) -> None:
         raise SystemExit(f"servebench testbed {' '.join(args)}: {done.stdout}{done.stderr}")
 
 
-def run_campaign(campaign: Path, work: Path) -> tuple[int, float, str]:
-    env = {**os.environ, "SERVEBENCH_WAREHOUSE": str(work / "servebench.duckdb"), "SERVEBENCH_RUNS": str(work / "runs")}
+def run_campaign(campaign: Path, work: Path, warehouse: Path) -> tuple[int, float, str]:
+    env = {**os.environ, "SERVEBENCH_WAREHOUSE": str(warehouse), "SERVEBENCH_RUNS": str(work / "runs")}
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "servebench", "run", str(campaign)], capture_output=True, text=True,
                           env=env, timeout=3600)
@@ -98,15 +99,15 @@ def run_campaign(campaign: Path, work: Path) -> tuple[int, float, str]:
 
 STAGES = """select stage, sum(seconds) as seconds, sum(orchestrator_cpu_s) as cpu, max(orchestrator_threads) as threads,
                   max(open_connections) as connections
-           from stage_timings group by stage"""
-CELLS = "select count(*) filter (where valid), count(*) from cells"
+           from stage_timings where run_id = $run group by stage"""
+CELLS = "select count(*) filter (where valid), count(*) from cells where run_id = $run"
 RPC = """select c.mode, any_value(c.output_throughput), any_value(c.ttft_p50_ms),
                 max(n.bytes_sent) filter (where list_contains(n.ranks, 'server')),
                 max(n.bytes_received) filter (where list_contains(n.ranks, 'server')),
                 avg(n.bytes_sent) filter (where not list_contains(n.ranks, 'server')),
                 avg(n.bytes_received) filter (where not list_contains(n.ranks, 'server'))
          from cells c left join cell_rank_network n on n.cell_id = c.cell_id and n.ranks is not null
-         where c.mode like 'rpc%' group by c.mode order by length(c.mode), c.mode"""
+         where c.run_id = $run and c.mode like 'rpc%' group by c.mode order by length(c.mode), c.mode"""
 
 
 def with_cut(data: dict, node: str, testbed_name: str) -> dict:
@@ -126,7 +127,7 @@ def most_workers(data: dict) -> dict:
             "modes": [{**rpc, "name": f"rpc{MAX_RPC_WORKERS}", "pp": MAX_RPC_WORKERS}]}
 
 
-def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str | None = None,
+def measure(provider: str, hosts: int, placement: str, name: str, warehouse: Path, cut_host: str | None = None,
             longest: bool = False) -> dict:
     data = yaml.safe_load(CAMPAIGN.read_text())
     data["provider"]["placement"] = placement
@@ -142,15 +143,18 @@ def measure(provider: str, hosts: int, placement: str, name: str, cut_host: str 
         work = Path(tempfile.mkdtemp(prefix=f"sb-scale-{provider}-{hosts}-", dir="/var/tmp"))
         campaign = work / "scale.yaml"
         campaign.write_text(yaml.safe_dump(point_campaign(data, load(name)), sort_keys=False))
-        code, seconds, tail = run_campaign(campaign, work)
+        code, seconds, tail = run_campaign(campaign, work, warehouse)
         left = left_on_hosts(name)
     finally:
         testbed("down", "--name", name)
-    con = duckdb.connect(str(work / "servebench.duckdb"), read_only=True)
-    stages = {row[0]: row[1:] for row in con.execute(STAGES).fetchall()}
-    valid, cells = con.execute(CELLS).fetchone() or (0, 0)
-    rpc = con.execute(RPC).fetchall()
-    failed = con.execute("select cell_key, error from cells where status <> 'completed'").fetchall()
+    con = duckdb.connect(str(warehouse), read_only=True)
+    found = con.execute("select run_id from runs order by started_at desc limit 1").fetchone()
+    run = {"run": found[0] if found else ""}
+    stages = {row[0]: row[1:] for row in con.execute(STAGES, run).fetchall()}
+    valid, cells = con.execute(CELLS, run).fetchone() or (0, 0)
+    rpc = con.execute(RPC, run).fetchall()
+    failed = con.execute("select cell_key, error from cells where run_id = $run and status <> 'completed'",
+                         run).fetchall()
     con.close()
     return {"provider": provider, "hosts": hosts, "exit": code, "wall": seconds, "stages": stages, "valid": valid,
             "cells": cells, "rpc": rpc, "work": work, "tail": tail if code and not cut_host else "", "left": left,
@@ -207,11 +211,15 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for provider in args.providers:
+        # one warehouse for every size of a provider: its last run's report draws the orchestration cost
+        warehouse = Path(tempfile.mkdtemp(prefix=f"sb-scale-{provider}-", dir="/var/tmp")) / "servebench.duckdb"
         for hosts in args.hosts:
             if args.most_workers and hosts < MAX_RPC_WORKERS:
                 continue
-            rows.append(measure(provider, hosts, args.placement, args.name, args.cut_host, args.most_workers))
+            rows.append(measure(provider, hosts, args.placement, args.name, warehouse, args.cut_host,
+                                args.most_workers))
             print(f"{provider} {hosts} hosts: exit {rows[-1]['exit']} in {rows[-1]['wall']:.0f} s", flush=True)
+        print(f"{provider}: warehouse {warehouse}; its last run's report draws the orchestration cost", flush=True)
     print_tables(rows)
 
 

@@ -140,6 +140,20 @@ def predicted_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
         where p.run_id = ? order by p.mode, c.load_kind, c.clients, c.offered_rate, p.cell_key""", [run_id])
 
 
+def stage_costs(con: Connection, run_id: str) -> list[dict[str, Any]]:
+    """Every finished run of this run's campaign up to it (the run itself included) with each stage's wall
+    time summed over the stage's rows (a server start a row per server), its orchestrator CPU time, and the
+    hosts the run covered (its provision stage's); the report's orchestration-cost chart."""
+    return rows(con, """
+        with these as (
+            select r.run_id from runs r, runs this
+            where this.run_id = ? and r.campaign = this.campaign and r.started_at <= this.started_at),
+        hosts as (select run_id, max(hosts) as hosts from stage_timings where stage = 'provision' group by run_id)
+        select t.run_id, h.hosts, t.stage, sum(t.seconds) as seconds, sum(t.orchestrator_cpu_s) as orchestrator_cpu_s
+        from stage_timings t join these using (run_id) join hosts h using (run_id)
+        where t.ok group by t.run_id, h.hosts, t.stage order by h.hosts, t.run_id, t.stage""", [run_id])
+
+
 def saturation_cells(con: Connection, run_id: str) -> list[dict[str, Any]]:
     """The completed cells (search probes aside) with what the saturation point is computed from."""
     return rows(con, """

@@ -56,6 +56,7 @@ from servebench.analysis.regression.series import cell_point
 from servebench.analysis.report_changes import history_section
 from servebench.analysis.run_summary import cell_notes, throughput_text, validity_word
 from servebench.analysis.saturation import normalized_per_series, run_saturation
+from servebench.analysis.scale_report import orchestration_cost_chart
 from servebench.analysis.summary_table import context_line, point_summaries, run_facts, summary_html
 from servebench.analysis.vega_bundle import vega_bundle
 from servebench.analysis.workload_report import whole_axis, workload_charts
@@ -698,6 +699,8 @@ def build_charts(con: Connection, run_id: str) -> dict[str, alt.TopLevelMixin]:
         "roofline": roofline_chart(label_modes(reads.roofline_cells(con, run_id), modes)),
         "capacity_pareto": pareto_chart(capacities, tuning, WIDTH, HEIGHT),
         "engines_side_by_side": engines_chart(label_modes(engine_cells(con, run_id), modes), WIDTH, HEIGHT),
+        # every run of the campaign at two or more sizes: servebench's own cost per stage against hosts
+        "orchestration_cost": orchestration_cost_chart(reads.stage_costs(con, run_id)),
         # lengths sent and served, per turn, prefix cache: workload cells only
         **workload_charts(con, run_id, lambda rows: label_modes(rows, modes)),
     }

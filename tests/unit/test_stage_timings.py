@@ -60,3 +60,24 @@ def test_landing_again_replaces_the_rows(con):
     land_stage_timings(con, "r1", clock.timings)
     rows = con.execute("select seq, stage, hosts, ok from stage_timings where run_id = 'r1' order by seq").fetchall()
     assert rows == [(0, "provision", 4, True), (1, "placement", 4, True), (2, "release", 4, True)]
+
+
+def test_the_campaign_s_runs_at_several_sizes_give_the_orchestration_cost_chart(con):
+    from servebench.analysis.scale_report import orchestration_cost_chart, stage_points
+    from warehouse.reads import stage_costs
+
+    con.execute("create table runs (run_id varchar, campaign varchar, started_at timestamp)")
+    con.execute("insert into runs values ('a', 'scale', '2026-01-01 00:00'), ('b', 'scale', '2026-01-01 01:00'), "
+                "('c', 'scale', '2026-01-01 02:00'), ('x', 'other', '2026-01-01 01:30')")
+    for run_id, hosts in (("a", 2), ("b", 32), ("c", 64), ("x", 8)):
+        clock = StageClock()
+        for name in ("provision", "server-start", "server-start", "release"):
+            with clock.stage(name, hosts=hosts):
+                pass
+        land_stage_timings(con, run_id, clock.timings)
+    found = stage_costs(con, "b")   # its campaign's runs up to it: a and b, not the later c nor another's x
+    assert sorted({(r["run_id"], r["hosts"]) for r in found}) == [("a", 2), ("b", 32)]
+    assert {r["stage"] for r in found} == {"provision", "server-start", "release"}  # a stage's rows summed
+    assert all(p["cpu_per_host"] is not None for p in stage_points(found))
+    assert orchestration_cost_chart(found) is not None
+    assert orchestration_cost_chart([r for r in found if r["run_id"] == "b"]) is None   # one size: no growth
