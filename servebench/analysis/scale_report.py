@@ -44,7 +44,7 @@ def orchestration_cost_chart(rows: list[dict]) -> alt.TopLevelMixin | None:
     cpu = base.mark_line(point=True).encode(
         y=alt.Y("mean(cpu_per_host):Q", title="orchestrator CPU per host [s]")).properties(
         width=WIDTH, height=HEIGHT, title=titled("Orchestrator CPU time per host",
-                                                 "its process and the children it waited for (ssh, srun, tar); "
+                                                 "its process and the node commands it waited for; "
                                                  "flat: the orchestration scales"))
     return alt.hconcat(seconds, cpu).properties(title=titled(
         "Orchestration cost against hosts", f"{len({p['run_id'] for p in points})} runs of this campaign"))

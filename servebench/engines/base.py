@@ -200,6 +200,8 @@ class ProcessLaunch:
     label: str = ""                             # names its log: <mode>.<label>.log ("" for the API process)
     # variables set from files on the node at start (a secret: its value never on a command line or in `env`)
     env_files: dict[str, str] = field(default_factory=dict)
+    # processes of one chain start in order; chains start side by side (a `replicas` mode: a chain a replica)
+    chain: int = 0
 
 
 @dataclass(frozen=True)

@@ -132,9 +132,10 @@ def mode_launch(d: Deployment, mode: ModeSpec, nodes: list[Node], secret_file: s
 
 
 def replica_launch(launches: list[ServerLaunch]) -> ServerLaunch:
-    """The replicas' processes as one server's, in start order (r0's, then r1's, ...), each labelled with its
-    replica so its log is `<mode>.r0.log` (`<mode>.r0.<label>.log` for the others of a replica)."""
-    processes = [replace(process, label=f"r{index}" + (f".{process.label}" if process.label else ""))
+    """The replicas' processes as one server's, in order (r0's, then r1's, ...), each labelled with its replica so
+    its log is `<mode>.r0.log` (`<mode>.r0.<label>.log` for the others of a replica); each replica a chain of its
+    own, so the replicas start side by side (`start_server`)."""
+    processes = [replace(process, label=f"r{index}" + (f".{process.label}" if process.label else ""), chain=index)
                  for index, launch in enumerate(launches) for process in launch.processes]
     return ServerLaunch(processes=processes, port=launches[0].port, health_path=launches[0].health_path)
 

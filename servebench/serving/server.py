@@ -27,6 +27,7 @@ from servebench.load.run_secret import env_from_files_argv
 from servebench.logs import tail_text
 from servebench.platform.emulation import node_argv
 from servebench.providers.base import Node, NodeProcess, Provider
+from servebench.providers.fanout import each_node, hosts_at_once
 from servebench.serving.balancer import Balancer, check_balancer, stop_balancer
 from servebench.waiting import poll
 
@@ -103,29 +104,48 @@ class Server:
 
 def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mode: str, log_dir: Path,
                  ready_timeout_s: float) -> Server:
-    """Start the server's processes in order, each on its node (a process with a ready_port is
-    waited on before the next starts); on failure, what was started is stopped."""
+    """Start the server's processes, each on its node: in order within a chain (a process with a ready_port
+    is waited on before the next starts), the chains side by side, `hosts_at_once` at a time (a `replicas`
+    mode's replicas); on failure, what was started is stopped."""
     log_dir.mkdir(parents=True, exist_ok=True)
     by_name = {n.name: n for n in nodes}
-    used = {by_name[p.node].name: by_name[p.node] for p in launch.processes}
+    used = list({by_name[p.node].name: by_name[p.node] for p in launch.processes}.values())
     api_node = by_name[launch.api.node]
+    at_once = hosts_at_once(provider)
     server = Server(mode=mode, url=f"http://{api_node.address}:{launch.port}", launch=launch, processes=[],
-                    shm_before={name: provider.shm_entries(node) for name, node in used.items()},
+                    shm_before=dict(zip([n.name for n in used], each_node(used, provider.shm_entries, at_once,
+                                                                          name=lambda node: node.name))),
                     started_at=datetime.now(timezone.utc))
-    try:
-        for process_launch in launch.processes:
+
+    def start_chain(chain: list[ProcessLaunch]) -> None:
+        for process_launch in chain:
             node = by_name[process_launch.node]
             suffix = f".{process_launch.label}" if process_launch.label else ""
             log_path = log_dir / f"{mode}{suffix}.log"
             argv = env_from_files_argv(process_launch.env_files, node_argv(node, process_launch.argv))
             process = provider.start(node, argv, process_launch.env, log_path, unset=process_launch.unset_env)
-            server.processes.append(RunningProcess(process_launch, node, process, log_path))
+            running = RunningProcess(process_launch, node, process, log_path)
+            server.processes.append(running)   # at once: a failure elsewhere stops it with the rest
             if process_launch.ready_port is not None and not process_launch.api:
-                _wait_port(server, server.processes[-1], ready_timeout_s)
+                _wait_port(server, running, ready_timeout_s)
+
+    chains = process_chains(launch.processes)
+    try:
+        each_node(chains, start_chain, at_once if len(chains) > 1 else 1, name=lambda chain: chain[0].label or mode)
     except BaseException:
         stop_server(provider, server)
         raise
+    order = {id(process): index for index, process in enumerate(launch.processes)}
+    server.processes.sort(key=lambda running: order[id(running.launch)])   # the launch's order, whoever was first
     return server
+
+
+def process_chains(processes: list[ProcessLaunch]) -> list[list[ProcessLaunch]]:
+    """The processes by `chain`, each chain in the launch's order, the chains in order of their first process."""
+    chains: dict[int, list[ProcessLaunch]] = {}
+    for process in processes:
+        chains.setdefault(process.chain, []).append(process)
+    return list(chains.values())
 
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:

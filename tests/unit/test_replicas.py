@@ -20,7 +20,7 @@ from servebench.config.campaign import ModeSpec, split_for_replicas
 from servebench.engines.base import ProcessLaunch, ServerLaunch
 from servebench.serving.balancer import nginx_config, requests_per_replica, start_balancer, stop_balancer
 from servebench.serving.mode_server import instance_urls, replica_launch
-from servebench.serving.server import ServerFailed, start_server, stop_server, wait_ready
+from servebench.serving.server import ServerFailed, process_chains, start_server, stop_server, wait_ready
 from tests.support.replicas import NEEDS_NGINX
 from tests.support.waiting import wait_until
 
@@ -214,6 +214,26 @@ def plain_nodes(tmp_path):
     (tmp_path / "model" / "config.json").write_text(json.dumps({"vocab_size": 500}))
     yield provider, nodes
     provider.release()
+
+
+def test_each_replica_is_a_chain_of_its_own_started_beside_the_others_and_kept_in_launch_order(tmp_path,
+                                                                                                 plain_nodes):
+    provider, nodes = plain_nodes
+    worker = ProcessLaunch(node="b", argv=[sys.executable, "-c", "import time; time.sleep(30)"], env={}, label="w")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    launches = [ServerLaunch(processes=[ProcessLaunch(node=n.name, argv=sleeper, env={}, api=True)], port=1)
+                for n in nodes]
+    launches[1] = ServerLaunch(processes=[worker, *launches[1].processes], port=1)
+    launch = replica_launch(launches)
+    assert [(p.chain, p.label) for p in launch.processes] == [(0, "r0"), (1, "r1.w"), (1, "r1")]
+    assert [[p.label for p in chain] for chain in process_chains(launch.processes)] == [["r0"], ["r1.w", "r1"]]
+    server = start_server(provider, nodes, launch, "r2", tmp_path / "servers", 30)
+    try:
+        assert [r.launch.label for r in server.processes] == ["r0", "r1.w", "r1"]   # whichever chain came first
+        assert all(r.process.alive() for r in server.processes)
+    finally:
+        stop_server(provider, server)
+    assert not any(r.process.alive() for r in server.processes)
 
 
 @NEEDS_NGINX
