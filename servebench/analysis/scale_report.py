@@ -14,7 +14,7 @@ import altair as alt
 from servebench.analysis.charts import titled
 
 WIDTH, HEIGHT = 320, 220
-STAGE_ORDER = ("provision", "placement", "server-start", "release")
+STAGE_ORDER = ("provision", "placement", "shared-services", "server-start", "release")
 
 
 def stage_points(rows: list[dict]) -> list[dict]:

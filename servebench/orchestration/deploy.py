@@ -89,7 +89,8 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
                                 clock_offsets=offsets, client=load_client, variant=variant, rooflines=rooflines)
     reporter().stage(f"starting the services the{named} modes share, if any")
     modes = [mode for mode in campaign.modes if campaign.engine_kind(mode) == kind]
-    shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
+    with ctx.stages.stage("shared-services", hosts=len(servers), subject=kind):   # a Ray cluster: its start
+        shared = start_shared_services(run.engine, run.spec, modes, servers, build, ctx.provider, str(ctx.run_dir))
     for line in shared.notes if shared is not None else []:
         reporter().stage(line)
     run.deployment = replace(run.deployment, shared=shared)
