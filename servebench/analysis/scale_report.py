@@ -33,7 +33,8 @@ def orchestration_cost_chart(rows: list[dict]) -> alt.TopLevelMixin | None:
     data = alt.Data(values=json.loads(json.dumps(points)))
     order = [s for s in STAGE_ORDER if any(p["stage"] == s for p in points)] + \
         sorted({p["stage"] for p in points} - set(STAGE_ORDER))
-    x = alt.X("hosts:Q", scale=alt.Scale(type="log", base=2), title="hosts [count, log2 axis]")
+    x = alt.X("hosts:Q", scale=alt.Scale(type="log", base=2), title="hosts [count, log2 axis]",
+              axis=alt.Axis(values=sorted({p["hosts"] for p in points}), format="d"))   # ticks at the sizes run
     color = alt.Color("stage:N", sort=order, title="stage")
     base = alt.Chart(data).encode(x=x, color=color, tooltip=["run_id:N", "hosts:Q", "stage:N",
                                                             alt.Tooltip("seconds:Q", format=".2f"),
