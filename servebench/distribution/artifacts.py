@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servebench.builds.venv import EngineBuild
-from servebench.config.campaign import ProviderSpecBase
 from servebench.distribution.distribute import (
     COPIES,
     TreePlacement,
@@ -24,12 +23,13 @@ from servebench.models.artifact import model_tree
 from servebench.paths import cache_dir
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
+from servebench.providers.fanout import campaign_block
 
 
 def placement_way(provider: Provider) -> str:
     """The way the campaign's provider block chose (`placement:`): copies, relay or sbcast."""
-    spec = getattr(provider, "spec", None)
-    return spec.placement if isinstance(spec, ProviderSpecBase) else COPIES
+    block = campaign_block(provider)
+    return block.placement if block is not None else COPIES
 
 
 @dataclass(frozen=True)

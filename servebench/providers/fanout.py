@@ -31,10 +31,16 @@ class Outcome(Generic[Item, Result]):
     error: BaseException | None = None
 
 
+def campaign_block(provider: object) -> ProviderSpecBase | None:
+    """The campaign's `provider:` block the provider was made from (None: one made without a block)."""
+    spec = getattr(provider, "spec", None)
+    return spec if isinstance(spec, ProviderSpecBase) else None
+
+
 def hosts_at_once(provider: object) -> int:
     """How many nodes the provider's campaign block lets a per-node stage work on at once."""
-    spec = getattr(provider, "spec", None)
-    return spec.hosts_at_once if isinstance(spec, ProviderSpecBase) else DEFAULT_HOSTS_AT_ONCE
+    block = campaign_block(provider)
+    return block.hosts_at_once if block is not None else DEFAULT_HOSTS_AT_ONCE
 
 
 def outcomes(items: Sequence[Item], work: Callable[[Item], Result], limit: int) -> list[Outcome[Item, Result]]:
