@@ -202,6 +202,9 @@ class ProcessLaunch:
     env_files: dict[str, str] = field(default_factory=dict)
     # processes of one chain start in order; chains start side by side (a `replicas` mode: a chain a replica)
     chain: int = 0
+    # a later stage starts once every process of the earlier ones has started and is ready (the API process
+    # that connects to RPC workers started side by side)
+    stage: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """One engine server: start its processes through the provider, wait until it answers,
 stop it and clean up.
 
-A mode's server starts once and serves all of that mode's cells. Its processes start in
-the order the engine gives; one with a `ready_port` (an RPC worker the API process will
-connect to) is waited on before the next starts. Readiness is the first 200 on the API
+A mode's server starts once and serves all of that mode's cells. Its processes start stage
+after stage, the chains of a stage side by side and each chain in the order the engine gives; one
+with a `ready_port` (an RPC worker the API process will connect to) is waited on before the next
+of its chain, and before the next stage, starts. Readiness is the first 200 on the API
 process's health path; a process that exits or a server that times out first is reported
 with the tail of its log, which is kept in the run directory. A process with `env_files` (the
 run's token as an engine's key variable) starts under a shell that sets them from the files on
@@ -104,9 +105,10 @@ class Server:
 
 def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mode: str, log_dir: Path,
                  ready_timeout_s: float) -> Server:
-    """Start the server's processes, each on its node: in order within a chain (a process with a ready_port
-    is waited on before the next starts), the chains side by side, `hosts_at_once` at a time (a `replicas`
-    mode's replicas); on failure, what was started is stopped."""
+    """Start the server's processes, each on its node, stage after stage: within a stage the chains side by
+    side, `hosts_at_once` at a time (a `replicas` mode's replicas, a mode's RPC workers), in order within a
+    chain (a process with a ready_port is waited on before the next starts); on failure, what was started is
+    stopped."""
     log_dir.mkdir(parents=True, exist_ok=True)
     by_name = {n.name: n for n in nodes}
     used = list({by_name[p.node].name: by_name[p.node] for p in launch.processes}.values())
@@ -129,9 +131,10 @@ def start_server(provider: Provider, nodes: list[Node], launch: ServerLaunch, mo
             if process_launch.ready_port is not None and not process_launch.api:
                 _wait_port(server, running, ready_timeout_s)
 
-    chains = process_chains(launch.processes)
     try:
-        each_node(chains, start_chain, at_once if len(chains) > 1 else 1, name=lambda chain: chain[0].label or mode)
+        for chains in process_stages(launch.processes):
+            each_node(chains, start_chain, at_once if len(chains) > 1 else 1,
+                      name=lambda chain: chain[0].label or mode)
     except BaseException:
         stop_server(provider, server)
         raise
@@ -146,6 +149,12 @@ def process_chains(processes: list[ProcessLaunch]) -> list[list[ProcessLaunch]]:
     for process in processes:
         chains.setdefault(process.chain, []).append(process)
     return list(chains.values())
+
+
+def process_stages(processes: list[ProcessLaunch]) -> list[list[list[ProcessLaunch]]]:
+    """The processes by `stage` (lowest first), each stage's processes by chain (process_chains)."""
+    stages = sorted({process.stage for process in processes})
+    return [process_chains([p for p in processes if p.stage == stage]) for stage in stages]
 
 
 def wait_ready(server: Server, timeout_s: float, poll_s: float = 0.5) -> float:

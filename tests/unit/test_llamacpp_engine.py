@@ -20,6 +20,7 @@ from servebench.engines.llamacpp.spec import LlamaCppEngineSpec
 from servebench.load.records import RequestRecord
 from servebench.load.sse import SseStream, count_paths
 from servebench.providers import Node
+from servebench.serving.server import process_stages
 from tests.support.ports import CountingPorts
 
 NODES = [Node(name="n0", address="127.0.1.1", cpus=[0, 1]), Node(name="n1", address="127.0.1.2", cpus=[2])]
@@ -44,9 +45,11 @@ def test_local_mode_is_one_llama_server_with_the_nodes_threads_and_metrics():
     assert "--metrics" in api.argv and value(api.argv, "-ngl") == "0" and "--rpc" not in api.argv
 
 
-def test_rpc_mode_starts_a_worker_per_node_and_waits_for_each_before_the_server():
+def test_rpc_mode_starts_its_workers_side_by_side_and_the_server_once_every_one_accepts():
     launch = ENGINE.launch(request(ModeSpec(name="rpc2", pp=2, executor="rpc")))
     first, second, api = launch.processes
+    assert [[[p.label for p in chain] for chain in stage] for stage in process_stages(launch.processes)] == \
+        [[[first.label], [second.label]], [[api.label]]]
     assert [p.node for p in launch.processes] == ["n0", "n1", "n0"] and api.api
     assert first.argv[0] == "/b/bin/ggml-rpc-server" and first.ready_port == int(value(first.argv, "-p"))
     assert value(second.argv, "-H") == "127.0.1.2" and value(second.argv, "-t") == "1"  # n1 has one CPU

@@ -311,3 +311,50 @@ def test_a_broken_install_is_not_retried(stand_in, temp_root, tmp_path):
     with pytest.raises(RayClusterError, match=r"(?s)did not start \(1 attempt\).*ModuleNotFoundError"):
         start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
     assert len(provider.started) == 1
+
+
+SAYS_STARTED_LATE = "import time; time.sleep(1.0); print('Ray runtime started.', flush=True); time.sleep(120)"
+
+
+def test_the_workers_start_side_by_side_hosts_at_once_in_a_wave_after_the_head(stand_in, temp_root, tmp_path,
+                                                                                monkeypatch):
+    nodes = [Node(name=f"node{i}", address="127.0.0.1", cpus=[0]) for i in range(4)]
+    provider = stand_in({node.name: [SAYS_STARTED_LATE] for node in nodes})
+    starts: dict[str, float] = {}
+    real_start = provider.start
+
+    def timed_start(node, argv, env, log_path, unset=()):
+        starts[node.name] = time.monotonic()
+        return real_start(node, argv, env, log_path, unset)
+
+    monkeypatch.setattr(provider, "start", timed_start)
+    monkeypatch.setattr(ray_cluster, "hosts_at_once", lambda provider: 2)
+    plans = plan_cluster(nodes, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
+    cluster = start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
+    try:
+        assert starts["node1"] - starts["node0"] >= 1.0           # the head is alive before any worker starts
+        assert abs(starts["node2"] - starts["node1"]) < 0.8       # a wave's workers side by side
+        assert starts["node3"] - max(starts["node1"], starts["node2"]) >= 1.0   # the next wave after it
+        assert [process.alive() for process in cluster.processes] == [True] * 4
+        node_of = {id(process): name for name, _, process in provider.started}
+        assert [node_of[id(process)] for process in cluster.processes] == [node.name for node in nodes]
+    finally:
+        ray_cluster.stop_cluster(provider, cluster)
+    assert all(not process.alive() for _, _, process in provider.started)
+
+
+def test_a_worker_that_fails_in_a_wave_is_retried_alone_and_its_neighbour_kept(stand_in, temp_root, tmp_path):
+    nodes = [Node(name=f"node{i}", address="127.0.0.1", cpus=[0]) for i in range(3)]
+    provider = stand_in({"node0": [ALIVE], "node1": [TIMES_OUT, ALIVE], "node2": [ALIVE]})
+    plans = plan_cluster(nodes, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
+    cluster = start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
+    try:
+        assert [name for name, _, _ in provider.started].count("node2") == 1
+        assert [name for name, _, _ in provider.started].count("node1") == 2
+        assert [plan.attempt for plan in cluster.plans] == [1, 2, 1]
+        assert all(process.alive() for process in cluster.processes)
+        [note] = cluster.notes
+        assert note.startswith("Ray node node1 attempt 1:")
+    finally:
+        ray_cluster.stop_cluster(provider, cluster)
+    assert all(not process.alive() for _, _, process in provider.started)

@@ -2,8 +2,8 @@
 
 - executor `local`: one `llama-server` on the first node, every layer on its CPU;
 - executor `rpc` with `pp: N`: N `ggml-rpc-server` workers, one on each of the first N nodes
-  (round robin when there are fewer), each started and accepting before the next process, then
-  `llama-server --rpc w1,w2,... -ngl 999` on the first node: the layers are split evenly over the
+  (round robin when there are fewer), started side by side (`hosts_at_once` at a time), and once
+  every one accepts, `llama-server --rpc w1,w2,... -ngl 999` on the first node: the layers are split evenly over the
   workers (`--tensor-split 1,1,...`), the head keeps the embeddings and sampling.
 
 A worker serves one client at a time and can die silently: every mode has workers of its own
@@ -64,7 +64,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
             port = request.ports.free_port(node)
             endpoints.append(f"{node.address}:{port}")
             processes.append(ProcessLaunch(
-                node=node.name, env=env, ready_port=port, label=f"rpc{index}.{node.name}",
+                node=node.name, env=env, ready_port=port, label=f"rpc{index}.{node.name}", chain=index,
                 argv=[tool(request, "ggml-rpc-server"), "-H", node.address, "-p", str(port),
                       "-t", threads(request, node)]))
         rpc_args = ["--rpc", ",".join(endpoints), "-ngl", ALL_LAYERS, "--tensor-split", ",".join(["1"] * mode.pp)]
@@ -75,6 +75,6 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
             "--host", head.address, "--port", str(port), "-t", threads(request, head),
             "-tb", threads(request, head), "--metrics", "--slots", "--no-webui", "-fit", "off",
             *rpc_args, *api_key_args(request), *knob_args(mode.knobs), *mode.args]
-    processes.append(ProcessLaunch(node=head.name, argv=argv, env=env, api=True))
+    processes.append(ProcessLaunch(node=head.name, argv=argv, env=env, api=True, stage=1 if endpoints else 0))
     notes = (rpc_note(mode.pp, endpoints),) if mode.executor == "rpc" else ()
     return ServerLaunch(processes=processes, port=port, notes=notes)

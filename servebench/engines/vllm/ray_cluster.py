@@ -14,8 +14,9 @@ oversubscribed (`host_loads`: the ranks' OpenMP threads, its node samplers, Ray'
 server and, on the orchestrator's host, the load generator outnumber its cores), every node of the
 cluster gets longer ones (`BUSY_HOST_TIMEOUTS`: a node waits on the others, so one slow host slows them
 all), as it does when the campaign says so (`engine.ray_timeouts`); the plan says which and why
-(`timeouts_note`). Every `ray start` turns off the drain Ray waits out on SIGTERM (`STOP_ENV`). The nodes
-start one at a time, each once the head lists the one before as alive; a node whose `ray start` fails is
+(`timeouts_note`). Every `ray start` turns off the drain Ray waits out on SIGTERM (`STOP_ENV`). The head
+starts first; then the workers side by side, the campaign's `hosts_at_once` at a time, one driver on the head
+asking each second which of them the GCS lists as alive; a node whose `ray start` fails is
 stopped by PID and started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times
 (each retry is said: `RayCluster.notes`, which the run prints); and a node that still fails raises an
 error naming the node, each attempt, its exit code, and the end of its `ray start` output and of its
@@ -39,6 +40,7 @@ from pathlib import Path
 from servebench.engines.base import PortSource
 from servebench.logs import tail
 from servebench.providers import Node, NodeProcess, Provider
+from servebench.providers.fanout import hosts_at_once, outcomes
 from servebench.waiting import poll
 
 OBJECT_STORE_BYTES = 300 * 1024 * 1024  # vLLM passes little through it; Ray's default is 30% of RAM
@@ -419,7 +421,7 @@ def _worker_range(ports: PortSource, node: Node, taken: set[int]) -> int:
 
 def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: str, log_dir: Path,
                   timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = START_ATTEMPTS) -> RayCluster:
-    """Start the head, then each worker once the one before is alive in the GCS.
+    """Start the head, then the workers side by side, `hosts_at_once` at a time, until the GCS lists them alive.
 
     `timeout_s` is what one `ray start` attempt has to show its node alive.
     """
@@ -430,8 +432,8 @@ def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: s
     log_dir.mkdir(parents=True, exist_ok=True)
     cluster.log_dir = log_dir
     try:
-        for index in range(len(cluster.plans)):
-            _start_node(provider, cluster, index, engine_python, log_dir, timeout_s, attempts)
+        _start_in_waves(provider, cluster, list(range(len(cluster.plans))), engine_python, log_dir, timeout_s,
+                        attempts)
     except BaseException:
         stop_cluster(provider, cluster)
         raise
@@ -461,8 +463,7 @@ def restart_lost_nodes(provider: Provider, cluster: RayCluster, timeout_s: float
     for index in lost:
         cluster.plans = replan_node(cluster.plans, index, provider)
         cluster.address = cluster.plans[0].gcs_address
-    for index in lost:
-        _start_node(provider, cluster, index, cluster.engine_python, cluster.log_dir or Path("."), timeout_s,
+    _start_in_waves(provider, cluster, lost, cluster.engine_python, cluster.log_dir or Path("."), timeout_s,
                     START_ATTEMPTS)
     return said
 
@@ -523,55 +524,102 @@ def keep_logs_and_remove_temp(provider: Provider, cluster: RayCluster) -> None:
         provider.run(node, ["rm", "-rf", "--", root], timeout=120)
 
 
-def _start_node(provider: Provider, cluster: RayCluster, index: int, engine_python: str, log_dir: Path,
-                timeout_s: float, attempts: int) -> None:
-    """Start node `index` (cluster.processes[index]), retried as should_retry says."""
-    failures: list[NodeStartFailure] = []
-    while True:
+def _start_in_waves(provider: Provider, cluster: RayCluster, indices: list[int], engine_python: str,
+                    log_dir: Path, timeout_s: float, attempts: int) -> None:
+    """Start nodes `indices`: the head (index 0) alone first when it is among them, then the others
+    side by side, at most the campaign's `hosts_at_once` in a wave; every node started before keeps
+    being watched (one that exits fails the start, naming it)."""
+    running = [index for index in range(len(cluster.processes)) if index not in indices]
+    size = hosts_at_once(provider)
+    workers = [index for index in indices if index != 0]
+    waves = ([[0]] if 0 in indices else []) + [workers[at:at + size] for at in range(0, len(workers), size)]
+    for wave in waves:
+        _start_wave(provider, cluster, wave, running, engine_python, log_dir, timeout_s, attempts)
+        running += wave
+
+
+def _start_wave(provider: Provider, cluster: RayCluster, wave: list[int], running: list[int], engine_python: str,
+                log_dir: Path, timeout_s: float, attempts: int) -> None:
+    """Start the wave's nodes side by side (cluster.processes[index] each) and wait until the head lists
+    them alive; a node that fails is stopped by PID and started again as should_retry says, the others
+    of its wave kept."""
+    failures: dict[int, list[NodeStartFailure]] = {index: [] for index in wave}
+    pending = list(wave)
+    while pending:
+        _launch(provider, cluster, pending, log_dir)
+        failed = _wait_alive(provider, cluster, pending, [*running, *(i for i in wave if i not in pending)],
+                             engine_python, timeout_s)
+        for index, failure in failed.items():
+            failures[index].append(failure)
+            provider.stop(cluster.processes[index])  # by PID, with all it spawned; never `ray stop`
+        final = [index for index, failure in failed.items()
+                 if not should_retry(failure, cluster.plans[index].attempt, attempts)]
+        if final:
+            error = RayClusterError(start_failure_message(failures[final[0]]))
+            for other in final[1:]:
+                error.add_note(f"also: {start_failure_message(failures[other]).splitlines()[0]}")
+            raise error
+        for index, failure in failed.items():
+            cluster.notes.append(retry_note(failure))
+            cluster.plans = replan_node(cluster.plans, index, provider)
+            cluster.address = cluster.plans[0].gcs_address
+        pending = list(failed)
+
+
+def _launch(provider: Provider, cluster: RayCluster, indices: list[int], log_dir: Path) -> None:
+    """`ray start` on each of the nodes at once; each process kept at its node's index, so a failure
+    stops every one started."""
+    def start(index: int) -> NodeProcess:
         plan = cluster.plans[index]
         suffix = "" if plan.attempt == 1 else f".{plan.attempt}"
-        process = provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}{suffix}.log",
-                                 unset=["RAY_ADDRESS"])
-        if index < len(cluster.processes):  # a lost node started again (restart_lost_nodes)
-            cluster.processes[index] = process
+        return provider.start(plan.node, plan.argv, plan.env, log_dir / f"ray-{plan.node.name}{suffix}.log",
+                              unset=["RAY_ADDRESS"])
+
+    done = outcomes(indices, start, len(indices))
+    for index, outcome in zip(indices, done):
+        if outcome.result is None:
+            continue
+        if index < len(cluster.processes):  # a retry, or a lost node started again (restart_lost_nodes)
+            cluster.processes[index] = outcome.result
         else:
-            cluster.processes.append(process)
-        failure = _wait_node_alive(provider, cluster, index, engine_python, timeout_s)
-        if failure is None:
-            return
-        failures.append(failure)
-        provider.stop(process)  # by PID, with all it spawned; never `ray stop`
-        if not should_retry(failure, plan.attempt, attempts):
-            raise RayClusterError(start_failure_message(failures))
-        cluster.notes.append(retry_note(failure))
-        cluster.plans = replan_node(cluster.plans, index, provider)
-        cluster.address = cluster.plans[0].gcs_address
+            cluster.processes.append(outcome.result)
+    errors = [outcome.error for outcome in done if outcome.error is not None]
+    if errors:
+        raise errors[0]
 
 
-def _wait_node_alive(provider: Provider, cluster: RayCluster, index: int, engine_python: str,
-                     timeout_s: float) -> NodeStartFailure | None:
-    """Wait until the head lists node `index` as alive; its failure if it exits or times out."""
-    plan, process = cluster.plans[index], cluster.processes[index]
+def _wait_alive(provider: Provider, cluster: RayCluster, indices: list[int], watched: list[int],
+                engine_python: str, timeout_s: float) -> dict[int, NodeStartFailure]:
+    """Wait until the head lists every node of `indices` as alive (one driver on the head a poll for all
+    of them); the failures of those that exit or time out, by index. A `watched` node (started
+    before) that exits meanwhile raises: no retry of these nodes can help."""
     started = time.monotonic()
+    waiting, failed = set(indices), {}
 
-    def state() -> str | None:
-        """"alive", "exited", or None while it is starting; an earlier node's exit raises."""
-        process.remember_descendants()  # a `ray start` that fails may leave its raylet behind
-        for earlier in range(index):
-            if not cluster.processes[earlier].alive():  # no retry of this node can help
-                lost = _failure(cluster, earlier, time.monotonic() - started)
+    def settled() -> bool:
+        for index in waiting:
+            cluster.processes[index].remember_descendants()  # a `ray start` that fails may leave its raylet
+        for other in watched:
+            if not cluster.processes[other].alive():
+                lost = _failure(cluster, other, time.monotonic() - started)
+                starting = ", ".join(cluster.plans[index].node.name for index in sorted(waiting))
                 raise RayClusterError(start_failure_message(
-                    [lost], f"Ray node {lost.node} exited with code {lost.exit_code} while node "
-                            f"{plan.node.name} was starting:"))
-        if not process.alive():
-            return "exited"
-        alive = alive_node_manager_ports(provider, cluster.head, engine_python, cluster.address,
-                                         **_auth_kwargs(cluster)) or set()
-        return "alive" if plan.node_manager_port in alive else None
+                    [lost], f"Ray node {lost.node} exited with code {lost.exit_code} while {starting} "
+                            f"{'was' if len(waiting) == 1 else 'were'} starting:"))
+        for index in sorted(waiting):
+            if not cluster.processes[index].alive():
+                failed[index] = _failure(cluster, index, time.monotonic() - started)
+                waiting.discard(index)
+        if waiting:
+            alive = alive_node_manager_ports(provider, cluster.head, engine_python, cluster.address,
+                                             **_auth_kwargs(cluster)) or set()
+            waiting.difference_update({index for index in waiting if cluster.plans[index].node_manager_port in alive})
+        return not waiting
 
-    if poll(state, timeout_s, interval_s=POLL_S) == "alive":
-        return None
-    return _failure(cluster, index, time.monotonic() - started)  # exited, or not alive in time
+    if not poll(settled, timeout_s, interval_s=POLL_S):
+        for index in sorted(waiting):
+            failed[index] = _failure(cluster, index, time.monotonic() - started)  # not alive in time
+    return dict(sorted(failed.items()))
 
 
 def _failure(cluster: RayCluster, index: int, waited_s: float) -> NodeStartFailure:
