@@ -1,5 +1,7 @@
 """Roofline stage: each server node's memory bandwidth and peak matmul rate, measured once the engine
-build is placed there (`servebench.roofline.nodes`), and landed on its `nodes` row."""
+build is placed there (`servebench.roofline.nodes`), and landed on its `nodes` row; and what one of the
+engine's server processes holds there before any model (`servebench.planning.runtime_probe`), kept for the
+next plan's memory check."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from prefect.cache_policies import NONE
 
 from servebench.builds.venv import EngineBuild
 from servebench.config.campaign import RooflineSpec
+from servebench.planning import runtime_probe
 from servebench.progress import reporter
 from servebench.providers import Node, Provider
 from servebench.roofline.nodes import cache_limits, measure_nodes
@@ -24,3 +27,10 @@ def measure_roofline(provider: Provider, nodes: list[Node], inventories: dict[st
 @task(name="land-roofline", cache_policy=NONE)
 def land_roofline(results: RunResults, figures: dict[str, dict]) -> None:
     results.roofline(figures)
+
+
+@task(name="measure-server-runtime", cache_policy=NONE)
+def measure_server_runtime(provider: Provider, nodes: list[Node], inventories: dict[str, dict], build: EngineBuild,
+                           modules: tuple[str, ...]) -> dict[str, dict]:
+    """`modules`: what one of the engine's server processes imports (`Engine.runtime_modules`; none: nothing)."""
+    return runtime_probe.measure_nodes(provider, nodes, inventories, build, modules, log=reporter().note)

@@ -180,6 +180,17 @@ LEAK_GRACE_S = 10.0
 
 
 @pytest.fixture(autouse=True)
+def engine_memory_figures(request, monkeypatch):
+    """A unit test's memory plan uses the engines' own per-process figures, whatever a campaign on this host
+    measured before (a run keeps what a server process held on each node: servebench/planning/runtime_probe.py,
+    whose own tests read and write a cache of their own)."""
+    if request.node.get_closest_marker("e2e") is None:
+        from servebench.planning import memory
+
+        monkeypatch.setattr(memory, "measured_runtimes", lambda *args, **kwargs: {})
+
+
+@pytest.fixture(autouse=True)
 def no_leaks():
     """Fail the test that leaves anything behind: a process it started (a child of
     this process, or any process carrying a run's SERVEBENCH_PROCESS mark), a new /dev/shm entry,

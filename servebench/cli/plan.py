@@ -326,6 +326,8 @@ def memory_lines(memory: ModeMemory | None) -> list[str]:
     if memory.shared_host is not None:
         total = sum(node.need or 0 for node in memory.nodes)
         lines.append(f"    these nodes share this host: {total / GIB:.2f} of {gib(memory.shared_host)} available")
+    if memory.runtime_note:
+        lines.append(f"  note     {memory.runtime_note}")
     return lines
 
 

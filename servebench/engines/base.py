@@ -98,6 +98,9 @@ class MemoryRequest:
     node_cpus: list[list[int]]
     layers: int
     max_position: int
+    # what one server process holds before any model, measured on a node for the build (by node name; a node
+    # absent from it: the engine's own figure)
+    runtime_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,9 @@ class ServerMemory:
     kv_reserved_tokens: int = 0        # tokens of each KV pool the engine keeps for itself (vLLM: its null block)
     # the context a pool must hold whole, or the server refuses to start (None: the engine fits it to its pool)
     served_context: Callable[[MemoryRequest], int] | None = None
+    # what the plan says of the per-process figures where no node of a mode was measured for the build
+    # (`Engine.runtime_modules`): where they come from
+    fallback_note: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +323,9 @@ class Engine(abc.ABC, Generic[SpecT, ServicesT]):
     # False: its modes measure servers it did not start (`external_server`): the run builds, places and starts
     # nothing for it, measures no roofline and predicts nothing; `build_recipe` and `launch` refuse
     starts_servers: ClassVar[bool] = True
+    # the modules one of its server processes imports, where those are Python: the run measures what a process
+    # holds with them imported on each node, for the build (servebench/planning/runtime_probe.py); () for none
+    runtime_modules: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def build_recipe(self, spec: SpecT) -> BuildRecipe:

@@ -27,7 +27,7 @@ from servebench.tasks.distribute import place_artifacts, place_node_tools
 from servebench.tasks.land import land_build, land_nodes, land_placements, land_run_update
 from servebench.tasks.model import prepare_model
 from servebench.tasks.provision import provision
-from servebench.tasks.roofline import land_roofline, measure_roofline
+from servebench.tasks.roofline import land_roofline, measure_roofline, measure_server_runtime
 from servebench.tasks.shared import start_shared_services
 from servebench.warehouse.landing import RunUpdate
 
@@ -81,6 +81,8 @@ def deploy_engine(ctx: RunContext, run: EngineRun, servers: list[Node], client: 
     # docs/roofline.md; measured again past the campaign's `roofline:` age and busy share
     rooflines = measure_roofline(ctx.provider, servers, inventories, build, campaign.roofline)
     land_roofline(results, rooflines)
+    # what a server process holds there before any model: the next plan's memory check reads it
+    measure_server_runtime(ctx.provider, servers, inventories, build, run.engine.runtime_modules)
     load_client = None if client is None else ClientNode(
         provider=ctx.provider, node=client, tree=placed.load_tree, clock_offset_s=offsets.get(client.name))
     run.deployment = Deployment(campaign=served_campaign(campaign, variant), engine=run.engine, spec=run.spec,

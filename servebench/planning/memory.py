@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from servebench.config.campaign import Campaign, GeneratedModelSpec, ModelSpec, ModeSpec, NodeSpec
@@ -25,6 +27,7 @@ from servebench.engines.base import Engine, MemoryRequest, RankShare, ServerMemo
 from servebench.models.hf_quantized import FORMATS as HF_QUANTIZED_FORMATS
 from servebench.models.hf_quantized import QuantizedFormat
 from servebench.models.shapes import DTYPE_BYTES, Architecture, ModelShape
+from servebench.planning.runtime_probe import measured_runtimes
 
 GIB = 1024 ** 3
 GGUF_BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # blocks of 32 with a scale
@@ -276,14 +279,39 @@ class ModeMemory:
     shared_host: int | None  # this host's MemAvailable when several of the mode's nodes (or replicas) share it
     context_tokens: int | None = None  # the served context a pool must hold whole (engines that refuse less)
     reserved_tokens: int = 0           # of each pool, what the engine keeps for itself
+    runtime_note: str | None = None    # where the per-process figures come from (measured on its nodes or not)
 
 
-def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], shape: ModelShape) -> MemoryRequest:
-    """What the engine's layout is computed from: the mode on its nodes (its `nodes:` in their order, else all)."""
+def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], shape: ModelShape,
+                   runtimes: Mapping[str, dict] | None = None) -> MemoryRequest:
+    """What the engine's layout is computed from: the mode on its nodes (its `nodes:` in their order, else all),
+    with what a server process was measured to hold on those of them a run probed (`runtime_probe`)."""
     by_name = dict(nodes)
     chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
+    measured = {name: int(runtimes[name]["pss_bytes"]) for name, _ in chosen if runtimes and name in runtimes}
     return MemoryRequest(mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
-                         layers=shape.layers, max_position=shape.max_position)
+                         layers=shape.layers, max_position=shape.max_position, runtime_bytes=measured)
+
+
+def runtime_note(memory: ServerMemory, request: MemoryRequest, runtimes: Mapping[str, dict] | None) -> str | None:
+    """What the plan says of the per-process figures: measured on each of the mode's nodes for its build (when,
+    and how much), else the engine's fallback, naming the nodes never measured."""
+    if memory.fallback_note is None:
+        return None
+    missing = [name for name in request.node_names if name not in request.runtime_bytes]
+    if not missing:
+        found = [runtimes[name] for name in request.node_names] if runtimes else []
+        held = ", ".join(f"{name} {int(figures['pss_bytes']) / 2 ** 20:.0f} MiB"
+                         for name, figures in zip(request.node_names, found))
+        when = max((int(figures.get("measured_at") or 0) for figures in found), default=0)
+        stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if when else "?"
+        return (f"memory: a server process's runtime as measured on its nodes for this build ({held}; Pss with the "
+                f"engine's server modules imported; measured by {stamp}), the other per-process figures the "
+                "engine's own")
+    if len(missing) == len(request.node_names):
+        return memory.fallback_note
+    return f"{memory.fallback_note}: measured on {len(request.node_names) - len(missing)} of its nodes, not " \
+           f"on {', '.join(missing)}"
 
 
 def rank_layout(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]]) -> list[RankShare]:
@@ -318,13 +346,16 @@ def kv_capacity_tokens(weights: ModelWeights, shares: list[RankShare]) -> int | 
 
 
 def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], weights: ModelWeights,
-                available: dict[str, tuple[int | None, str]], campaign_index: int = 0,
-                shared_host: int | None = None) -> ModeMemory:
-    """Per node of the mode: what each of its processes holds, the sum, and what the node has."""
+                available: dict[str, tuple[int | None, str]], shared_host: int | None = None,
+                runtimes: Mapping[str, dict] | None = None) -> ModeMemory:
+    """Per node of the mode: what each of its processes holds, the sum, and what the node has (`runtimes`: what a
+    server process was measured to hold on a node for the build, by node name). Its `campaign_index` is 0: the
+    caller that knows the campaign's mode sets it."""
+    campaign_index = 0
     if engine.api.memory is None or weights.shape is None:
         why = weights.why or f"engine {engine.kind!r} declares no memory layout"
         return ModeMemory(mode, campaign_index, [], None, why, None)
-    request = memory_request(mode, spec, nodes, weights.shape)
+    request = memory_request(mode, spec, nodes, weights.shape, runtimes)
     shares = engine.api.memory.ranks(request)
     per_node: dict[str, list[RankMemory]] = {}
     for share, working_set in zip(shares, working_sets(engine.api.memory, request, shares, weights)):
@@ -335,7 +366,8 @@ def mode_memory(engine: Engine, mode: ModeSpec, spec, nodes: list[tuple[str, lis
     host = shared_host if len(node_rows) > 1 or mode.replicas > 1 else None   # several servers, one host
     layout = engine.api.memory
     return ModeMemory(mode, campaign_index, node_rows, kv_capacity_tokens(weights, shares), None, host,
-                      layout.served_context(request) if layout.served_context else None, layout.kv_reserved_tokens)
+                      layout.served_context(request) if layout.served_context else None, layout.kv_reserved_tokens,
+                      runtime_note(layout, request, runtimes))
 
 
 def declared_memory(campaign: Campaign) -> dict[str, int]:
@@ -398,8 +430,10 @@ def campaign_memory(campaign: Campaign, engine_of, nodes: list[tuple[str, list[i
         engine = engine_of(kind)
         if kind not in weights_of:
             weights_of[kind] = model_weights(campaign.model, engine, resolved_model_path(campaign.model, base_dir))
-        result.append(mode_memory(engine, mode, campaign.engine_spec_for(mode), nodes, weights_of[kind], available,
-                                  index_of[str(point["mode"])], shared))
+        spec = campaign.engine_spec_for(mode)
+        memory = mode_memory(engine, mode, spec, nodes, weights_of[kind], available, shared,
+                             measured_runtimes(campaign, engine, spec, [name for name, _ in nodes]))
+        result.append(replace(memory, campaign_index=index_of[str(point["mode"])]))
     return result
 
 

@@ -74,6 +74,9 @@ class VllmEngine(Engine[VllmEngineSpec, RayCluster]):
     knobs: ClassVar[Mapping[str, Knob]] = KNOBS
     # a mode may set dp (--data-parallel-size) and ep (--enable-expert-parallel) beside tp and pp
     parallel_fields: ClassVar[frozenset[str]] = frozenset({"tp", "pp", "dp", "ep"})
+    # an API server, an engine core, a CPU worker: what each process of a server imports (docs/memory.md)
+    runtime_modules: ClassVar[tuple[str, ...]] = ("vllm.entrypoints.openai.api_server", "vllm.v1.engine.core",
+                                                  "vllm.v1.worker.cpu_worker")
 
     def build_recipe(self, spec: VllmEngineSpec) -> VenvRecipe:
         if spec.source is not None and spec.source.target is not None:

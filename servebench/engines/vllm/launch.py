@@ -33,7 +33,7 @@ from servebench.builds.cache import compile_cache_dir
 from servebench.cpus import format_cpu_list
 from servebench.engines.base import LaunchRequest, ProcessLaunch, ServerLaunch
 from servebench.engines.vllm.knobs import cut_binding, knob_args, knob_env
-from servebench.engines.vllm.memory import DEFAULT_KVCACHE_GIB, WORKING_SET_NOTE
+from servebench.engines.vllm.memory import DEFAULT_KVCACHE_GIB
 from servebench.engines.vllm.placement import (
     dp_ranks_per_node,
     mp_node_index,
@@ -70,8 +70,7 @@ def launch_mode(request: LaunchRequest) -> ServerLaunch:
     names, cpus, layouts = [n.name for n in nodes], [n.cpus for n in nodes], [n.numa for n in nodes]
     binds = node_bindings(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts)
     notes = (tuple(numa_notes(mode.executor, mode.world_size, names, cpus, mode.engine_size, layouts))
-             + distributed_notes(mode.executor, mode.world_size * mode.dp, [n for n in nodes if n.name in binds])
-             + (WORKING_SET_NOTE,))
+             + distributed_notes(mode.executor, mode.world_size * mode.dp, [n for n in nodes if n.name in binds]))
     binds = {node: cut_binding(bind, mode.knobs.get("omp_threads"), mode.knobs.get("omp_bind"))
              for node, bind in binds.items()}
     if mode.executor == "mp-multinode" and mode.dp > 1:

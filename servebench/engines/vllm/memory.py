@@ -10,7 +10,8 @@ block, which this layout cannot see (the request carries no model), so it still 
 
 Each process's working set beyond its weights and KV pool (`working_sets`, docs/memory.md) follows from
 the shape and the settings, measured per process on a 2-core x86 host at the Qwen2-1.5B shape and the
-tiny one: the runtime of every process that imports torch and vLLM (the API server, the DP coordinator,
+tiny one: the runtime (what a node measured for the build, where a run probed it: `process_runtime`) of
+every process that imports torch and vLLM (the API server, the DP coordinator,
 each engine core, each worker), and in each worker the second copy of its vocabulary matrices (vLLM's
 CPU backend packs the embedding and the head for oneDNN and keeps the originals: the embedding needs
 them for its lookup), one step's activations at `max_num_batched_tokens` and the sampler's float32
@@ -50,7 +51,8 @@ PROCESS_OVERHEAD_BYTES = 2 * GIB
 WORKING_SET_NOTE = ("memory: each process's working set from the per-process figures measured for vLLM 0.32 "
                     "(torch 2.13) on a 2-core x86 host (a process's runtime 512 MiB, 4 KiB per vocabulary token "
                     "in the API server, 1.5 KiB in the engine core; 2 GiB a process for a model of unknown shape; "
-                    "docs/memory.md): the fallback, not measured for this build on these nodes")
+                    "docs/memory.md): the fallback, not measured for this build on these nodes (a run measures "
+                    "the runtime on each node and the next plan uses it)")
 
 
 def kv_cache_gib(request: MemoryRequest) -> float:
@@ -109,7 +111,13 @@ def worker_working_set(share: RankShare, request: MemoryRequest, shape: ModelSha
         copies = 1
     activations = tokens * activation_values_per_token(shape, share.tp) * element_bytes if share.layers else 0
     logits = seqs * shape.vocab_size * 4 * LOGITS_COPIES if share.head else 0
-    return round(PROCESS_RUNTIME_BYTES + copies * vocab_matrix + activations + logits)
+    return round(process_runtime(request, share.node) + copies * vocab_matrix + activations + logits)
+
+
+def process_runtime(request: MemoryRequest, node: str) -> int:
+    """What a process holds with torch and vLLM imported: measured on the node for the build, else the figure
+    above."""
+    return request.runtime_bytes.get(node, PROCESS_RUNTIME_BYTES)
 
 
 def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelShape, element_bytes: float
@@ -120,17 +128,16 @@ def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelSh
     in a process of its own beside the engine core), and with `mp-multinode` the `--headless` launcher
     on every other node's first worker."""
     mode = request.mode
-    api_server = PROCESS_RUNTIME_BYTES + shape.vocab_size * API_SERVER_BYTES_PER_TOKEN
-    engine_core = PROCESS_RUNTIME_BYTES + shape.vocab_size * ENGINE_CORE_BYTES_PER_TOKEN
     sets, nodes_seen = [], set()
     for rank, share in enumerate(shares):
+        runtime = process_runtime(request, share.node)
         others = 0
-        if rank == 0:
-            others += api_server + (PROCESS_RUNTIME_BYTES if mode.dp > 1 else 0)   # and the DP coordinator
+        if rank == 0:   # the API server, and the DP coordinator
+            others += runtime + shape.vocab_size * API_SERVER_BYTES_PER_TOKEN + (runtime if mode.dp > 1 else 0)
         elif mode.executor == "mp-multinode" and share.node not in nodes_seen:
-            others += PROCESS_RUNTIME_BYTES                                          # a headless node's launcher
+            others += runtime                                                        # a headless node's launcher
         if rank % mode.engine_size == 0:
-            others += engine_core
+            others += runtime + shape.vocab_size * ENGINE_CORE_BYTES_PER_TOKEN
         nodes_seen.add(share.node)
         sets.append(worker_working_set(share, request, shape, element_bytes) + others)
     return sets
@@ -161,4 +168,4 @@ def served_context(request: MemoryRequest) -> int:
 
 SERVER_MEMORY = SizedServerMemory(process_overhead_bytes=PROCESS_OVERHEAD_BYTES, ranks=rank_shares,
                                   kv_reserved_tokens=BLOCK_TOKENS, served_context=served_context,
-                                  working_sets=working_sets)
+                                  working_sets=working_sets, fallback_note=WORKING_SET_NOTE)
