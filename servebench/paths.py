@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -53,3 +54,12 @@ def default_warehouse() -> Path:
     """SERVEBENCH_WAREHOUSE, else runs/servebench.duckdb under `home()`: beside the run directories,
     never in the warehouse/ package (schema and migrations only); runs/ is ignored by git."""
     return Path(os.environ.get("SERVEBENCH_WAREHOUSE") or home() / "runs" / "servebench.duckdb")
+
+
+def keep_json(path: Path, value: object) -> None:
+    """`value` as JSON at `path`, whole or not at all (written beside it, then renamed): a reader of a cache
+    never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(value, sort_keys=True))
+    scratch.rename(path)

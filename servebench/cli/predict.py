@@ -21,6 +21,7 @@ from typing import Any
 from servebench.config.campaign import Campaign
 from servebench.config.sweep import Cell
 from servebench.paths import cache_dir
+from servebench.planning import runtime_probe
 from servebench.planning.plan import Plan
 from servebench.prediction.campaign import (
     CellPrediction,
@@ -71,16 +72,10 @@ def cached_roofline(names: list[str], cpus: list[int], build_key: str, emulated:
 
 def build_key(campaign: Campaign) -> str:
     """The campaign's engine build key (the roofline cache's key has it), or '' when it has none yet."""
-    from servebench.builds.builders import inputs_and_key
     from servebench.engines import get_engine
-    from servebench.offline import no_network
 
     kind, spec = next(iter(campaign.engine_specs().items()))
-    try:
-        with no_network():  # a prediction downloads nothing: a source not fetched yet has no key
-            return inputs_and_key(get_engine(kind).build_recipe(spec), cache_dir())[1]
-    except Exception:  # a build this host cannot make, or not fetched: no key, so only the fallback finds figures
-        return ""
+    return runtime_probe.build_key(get_engine(kind), spec) or ""
 
 
 def server_nodes(plan: Plan) -> list[Any]:

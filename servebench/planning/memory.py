@@ -424,6 +424,7 @@ def campaign_memory(campaign: Campaign, engine_of, nodes: list[tuple[str, list[i
     shared = host_available if campaign.provider.nodes_on_this_host else None
     index_of = {mode.name: index for index, mode in enumerate(campaign.modes)}
     weights_of: dict[str, ModelWeights] = {}
+    runtimes_of: dict[str, dict[str, dict]] = {}
     result = []
     for point, mode in configuration_space(campaign):
         kind = campaign.engine_kind(mode)
@@ -431,8 +432,10 @@ def campaign_memory(campaign: Campaign, engine_of, nodes: list[tuple[str, list[i
         if kind not in weights_of:
             weights_of[kind] = model_weights(campaign.model, engine, resolved_model_path(campaign.model, base_dir))
         spec = campaign.engine_spec_for(mode)
-        memory = mode_memory(engine, mode, spec, nodes, weights_of[kind], available, shared,
-                             measured_runtimes(campaign, engine, spec, [name for name, _ in nodes]))
+        spec_json = spec.model_dump_json()
+        if spec_json not in runtimes_of:   # read once a build, not once a configuration
+            runtimes_of[spec_json] = measured_runtimes(campaign, engine, spec, [name for name, _ in nodes])
+        memory = mode_memory(engine, mode, spec, nodes, weights_of[kind], available, shared, runtimes_of[spec_json])
         result.append(replace(memory, campaign_index=index_of[str(point["mode"])]))
     return result
 

@@ -22,8 +22,9 @@ from servebench.builds.venv import EngineBuild
 from servebench.config.campaign import Campaign
 from servebench.engines.base import Engine, EngineSpecBase
 from servebench.offline import no_network
-from servebench.paths import cache_dir
+from servebench.paths import cache_dir, keep_json
 from servebench.providers import Node, Provider
+from servebench.providers.fanout import hosts_at_once, outcomes
 
 FOLDER = "runtime"
 TIMEOUT_S = 300.0   # the import of a served process's modules: 15 s on a busy 2-core host
@@ -56,11 +57,7 @@ def cached(cache: Path, key: str) -> dict | None:
 
 
 def keep(cache: Path, key: str, measured: dict) -> None:
-    folder = cache / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    scratch = folder / f"{key}.json.tmp"
-    scratch.write_text(json.dumps(measured, sort_keys=True))
-    scratch.rename(folder / f"{key}.json")
+    keep_json(cache / FOLDER / f"{key}.json", measured)
 
 
 def parse(stdout: str) -> dict:
@@ -95,22 +92,27 @@ def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineB
 
 def measure_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, dict], build: EngineBuild,
                   modules: Sequence[str], log: Callable[[str], None] = print) -> dict[str, dict]:
-    """{node name: figures} for each node the build runs on natively; a node that could not be probed is said
-    and left out (the plan's fallback stands for it)."""
+    """{node name: figures} for each node the build runs on natively: one probe a host (its nodes share the
+    figure), the hosts `hosts_at_once` at a time; a host that could not be probed is said and its nodes left out
+    (the plan's fallback stands for them)."""
     if not modules or not build.python_version:
         return {}
-    found: dict[str, dict] = {}
+    by_host: dict[str, list[Node]] = {}
     for node in nodes:
-        if node.emulate is not None:
+        if node.emulate is None:
+            by_host.setdefault(str(inventories.get(node.name, {}).get("hostname") or node.address), []).append(node)
+    probed = outcomes(list(by_host.values()), lambda members: measure_node(
+        provider, members[0], inventories.get(members[0].name, {}), build, modules), hosts_at_once(provider))
+    found: dict[str, dict] = {}
+    for outcome in probed:
+        first = outcome.item[0].name
+        if outcome.result is None:  # a figure for the next plan, never a reason to stop the run
+            log(f"node {first}: a server process's runtime not measured: {str(outcome.error).splitlines()[0]}")
             continue
-        try:
-            figures = measure_node(provider, node, inventories.get(node.name, {}), build, modules)
-        except Exception as exc:  # a figure for the next plan, never a reason to stop the run
-            log(f"node {node.name}: a server process's runtime not measured: {str(exc).splitlines()[0]}")
-            continue
-        found[node.name] = figures
+        figures = outcome.result
+        found.update({member.name: figures for member in outcome.item})
         how = "cached" if figures["cached"] else f"measured in {figures['import_s']} s"
-        log(f"node {node.name}: a server process's runtime {figures['pss_bytes'] / 2 ** 20:.0f} MiB "
+        log(f"node {first}: a server process's runtime {figures['pss_bytes'] / 2 ** 20:.0f} MiB "
             f"(Pss with {', '.join(modules)} imported; {how})")
     return found
 

@@ -23,6 +23,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from servebench.paths import keep_json
+
 VERSION = 4          # part of the cache key: a change to PROGRAM measures again
 MARK = "ROOFLINE "
 # (m, k, n): a 2048 square, and a transformer's shape: 1024 prompt tokens through an MLP projection of a
@@ -228,8 +230,4 @@ def stale(figures: dict, now: float, max_age_s: float, max_busy: float) -> str |
 
 
 def keep(cache: Path, key: str, result: dict) -> None:
-    folder = cache / "roofline"
-    folder.mkdir(parents=True, exist_ok=True)
-    scratch = folder / f"{key}.json.tmp"
-    scratch.write_text(json.dumps(result, sort_keys=True))
-    scratch.rename(folder / f"{key}.json")
+    keep_json(cache / "roofline" / f"{key}.json", result)
