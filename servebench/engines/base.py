@@ -98,9 +98,10 @@ class MemoryRequest:
     node_cpus: list[list[int]]
     layers: int
     max_position: int
-    # what one server process holds before any model, measured on a node for the build (by node name; a node
-    # absent from it: the engine's own figure)
+    # what one server process holds of its own before any model, measured on a node for the build (by node name;
+    # a node absent from it: the engine's own figure), and what the processes of a node share (its libraries), once
     runtime_bytes: Mapping[str, int] = field(default_factory=dict)
+    shared_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

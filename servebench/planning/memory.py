@@ -288,9 +288,11 @@ def memory_request(mode: ModeSpec, spec, nodes: list[tuple[str, list[int]]], sha
     with what a server process was measured to hold on those of them a run probed (`runtime_probe`)."""
     by_name = dict(nodes)
     chosen = [(name, by_name[name]) for name in mode.nodes if name in by_name] if mode.nodes else nodes
-    measured = {name: int(runtimes[name]["pss_bytes"]) for name, _ in chosen if runtimes and name in runtimes}
+    measured = {name: runtimes[name] for name, _ in chosen if runtimes and name in runtimes}
     return MemoryRequest(mode=mode, spec=spec, node_names=[n for n, _ in chosen], node_cpus=[c for _, c in chosen],
-                         layers=shape.layers, max_position=shape.max_position, runtime_bytes=measured)
+                         layers=shape.layers, max_position=shape.max_position,
+                         runtime_bytes={name: int(figures["private_bytes"]) for name, figures in measured.items()},
+                         shared_bytes={name: int(figures["shared_bytes"]) for name, figures in measured.items()})
 
 
 def runtime_note(memory: ServerMemory, request: MemoryRequest, runtimes: Mapping[str, dict] | None) -> str | None:
@@ -301,11 +303,12 @@ def runtime_note(memory: ServerMemory, request: MemoryRequest, runtimes: Mapping
     missing = [name for name in request.node_names if name not in request.runtime_bytes]
     if not missing:
         found = [runtimes[name] for name in request.node_names] if runtimes else []
-        held = ", ".join(f"{name} {int(figures['pss_bytes']) / 2 ** 20:.0f} MiB"
+        held = ", ".join(f"{name} {int(figures['private_bytes']) / 2 ** 20:.0f} MiB a process and "
+                         f"{int(figures['shared_bytes']) / 2 ** 20:.0f} MiB shared"
                          for name, figures in zip(request.node_names, found))
         when = max((int(figures.get("measured_at") or 0) for figures in found), default=0)
         stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if when else "?"
-        return (f"memory: a server process's runtime as measured on its nodes for this build ({held}; Pss with the "
+        return (f"memory: a server process's runtime as measured on its nodes for this build ({held}, with the "
                 f"engine's server modules imported; measured by {stamp}), the other per-process figures the "
                 "engine's own")
     if len(missing) == len(request.node_names):

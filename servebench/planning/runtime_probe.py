@@ -1,12 +1,14 @@
 """What one of an engine's server processes holds before any model: measured on the node, for the build.
 
 An engine whose server processes are Python (`Engine.runtime_modules`) is probed once its build is placed: the
-build's python imports the modules a served process imports and reports its proportional set size (Pss, from
-/proc/self/smaps_rollup: shared pages counted once across the processes that share them, as the memory check
-adds them). Kept per (hostname, build key), so a campaign pays for it on a host and build once
-(seconds: the import); read by `servebench plan` for the memory check, where the engine's own figure is the
-fallback the plan names when the node and build were never probed. Emulated nodes are not probed: qemu's own
-memory would be counted with the process's.
+build's python imports the modules a served process imports and reports, from /proc/self/smaps_rollup, its
+anonymous memory (the interpreter's objects and heaps: every server process holds its own) and the rest of what
+it maps (file-backed pages: the libraries' code and data, which the server's processes on a node map from the
+same files and hold once). Its Pss, or its private pages, would depend on what else maps those files at the
+time (alone, Pss equals Rss), so neither is taken. Kept per (hostname, build key), so a
+campaign pays for it on a host and build once (seconds: the import); read by `servebench plan` for the memory
+check, where the engine's own figure is the fallback the plan names when the node and build were never probed.
+Emulated nodes are not probed: qemu's own memory would be counted with the process's.
 """
 
 from __future__ import annotations
@@ -28,16 +30,25 @@ from servebench.providers.fanout import hosts_at_once, outcomes
 
 FOLDER = "runtime"
 TIMEOUT_S = 300.0   # the import of a served process's modules: 15 s on a busy 2-core host
-VERSION = 1         # of the program and what it reports: a change measures again
+VERSION = 2         # of the program and what it reports: a change measures again
 
 PROGRAM = r"""
-import importlib, json, re, sys, time
+import importlib, json, os, re, shutil, sys, tempfile, time
+# what the imports write for themselves (torch's compile caches) goes in a folder of its own, removed after:
+# the probe leaves nothing on the node
+scratch = tempfile.mkdtemp(prefix="sb-runtime-")
+os.environ["TMPDIR"] = tempfile.tempdir = scratch
 started = time.monotonic()
-for name in sys.argv[1].split(","):
-    importlib.import_module(name)
+try:
+    for name in sys.argv[1].split(","):
+        importlib.import_module(name)
+finally:
+    shutil.rmtree(scratch, ignore_errors=True)
 text = open("/proc/self/smaps_rollup").read()
-kib = {key: int(re.search(rf"^{key}:\s+(\d+) kB", text, re.M).group(1)) for key in ("Rss", "Pss")}
-print(json.dumps({"pss_bytes": kib["Pss"] * 1024, "rss_bytes": kib["Rss"] * 1024,
+kib = {key: int(re.search(rf"^{key}:\s+(\d+) kB", text, re.M).group(1))
+       for key in ("Rss", "Pss", "Anonymous")}
+print(json.dumps({"private_bytes": kib["Anonymous"] * 1024, "shared_bytes": (kib["Rss"] - kib["Anonymous"]) * 1024,
+                  "pss_bytes": kib["Pss"] * 1024, "rss_bytes": kib["Rss"] * 1024,
                   "import_s": round(time.monotonic() - started, 2)}))
 """
 
@@ -53,7 +64,7 @@ def cached(cache: Path, key: str) -> dict | None:
         found = json.loads((cache / FOLDER / f"{key}.json").read_text())
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) and isinstance(found.get("pss_bytes"), int) else None
+    return found if isinstance(found, dict) and isinstance(found.get("private_bytes"), int) else None
 
 
 def keep(cache: Path, key: str, measured: dict) -> None:
@@ -67,15 +78,15 @@ def parse(stdout: str) -> dict:
         found = json.loads(lines[-1]) if lines else None
     except ValueError:
         found = None
-    if not isinstance(found, dict) or not isinstance(found.get("pss_bytes"), int):
+    if not isinstance(found, dict) or not isinstance(found.get("private_bytes"), int):
         raise ValueError(f"the probe printed no figures: {stdout.strip()[-200:]!r}")
     return found
 
 
 def measure_node(provider: Provider, node: Node, inventory: dict, build: EngineBuild,
                  modules: Sequence[str]) -> dict:
-    """The node's figures (`pss_bytes`, `rss_bytes`, `import_s`, `hostname`, `build_key`, `measured_at`,
-    `cached`), from the cache when this host and build were probed before."""
+    """The node's figures (`private_bytes`, `shared_bytes`, `pss_bytes`, `rss_bytes`, `import_s`, `hostname`,
+    `build_key`, `measured_at`, `cached`), from the cache when this host and build were probed before."""
     hostname = str(inventory.get("hostname") or node.address)
     key = cache_key(hostname, build.key, modules)
     kept = cached(cache_dir(), key)
@@ -112,8 +123,9 @@ def measure_nodes(provider: Provider, nodes: list[Node], inventories: dict[str, 
         figures = outcome.result
         found.update({member.name: figures for member in outcome.item})
         how = "cached" if figures["cached"] else f"measured in {figures['import_s']} s"
-        log(f"node {first}: a server process's runtime {figures['pss_bytes'] / 2 ** 20:.0f} MiB "
-            f"(Pss with {', '.join(modules)} imported; {how})")
+        log(f"node {first}: a server process's runtime {figures['private_bytes'] / 2 ** 20:.0f} MiB of its own "
+            f"and {figures['shared_bytes'] / 2 ** 20:.0f} MiB its processes share (with {', '.join(modules)} "
+            f"imported; {how})")
     return found
 
 

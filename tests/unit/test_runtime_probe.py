@@ -50,13 +50,15 @@ def test_a_node_is_measured_once_per_build_and_its_figure_is_what_the_process_he
     assert figures["cached"] is False and figures["hostname"] == "host-a" and figures["build_key"] == build.key
     # a python with two standard modules imported: megabytes, never the whole machine's memory
     assert 2 * 2 ** 20 < figures["pss_bytes"] <= figures["rss_bytes"] < 200 * 2 ** 20, figures
+    # its own (anonymous) memory and the files it maps make up what it holds
+    assert figures["private_bytes"] > 0 and figures["private_bytes"] + figures["shared_bytes"] == figures["rss_bytes"]
     assert said[0].startswith("node a: a server process's runtime ") and "json, email.parser imported" in said[0]
     again = runtime_probe.measure_nodes(provider, [node], {"a": {"hostname": "host-a"}}, build,
                                         ("json", "email.parser"), log=said.append)
-    assert again["a"]["cached"] is True and again["a"]["pss_bytes"] == figures["pss_bytes"]
+    assert again["a"]["cached"] is True and again["a"]["private_bytes"] == figures["private_bytes"]
     # the plan finds it under the host's name, for that build and those modules only
-    assert runtime_probe.cached_runtime(["other", "host-a"], build.key, ("json", "email.parser"))["pss_bytes"] \
-        == figures["pss_bytes"]
+    assert runtime_probe.cached_runtime(["other", "host-a"], build.key, ("json", "email.parser"))["private_bytes"] \
+        == figures["private_bytes"]
     assert runtime_probe.cached_runtime(["host-a"], "engine-another", ("json", "email.parser")) is None
     assert runtime_probe.cached_runtime(["host-a"], build.key, ("json",)) is None
 
@@ -82,7 +84,8 @@ def test_an_engine_without_python_servers_or_a_build_without_python_is_not_probe
 def test_what_the_probe_printed_instead_of_figures_is_named():
     with pytest.raises(ValueError, match="the probe printed no figures: 'Traceback"):
         runtime_probe.parse("Traceback (most recent call last): ...\n")
-    assert runtime_probe.parse('noise\n{"pss_bytes": 5, "rss_bytes": 6, "import_s": 0.1}\n')["pss_bytes"] == 5
+    printed = 'noise\n{"private_bytes": 5, "shared_bytes": 1, "import_s": 0.1}\n'
+    assert runtime_probe.parse(printed)["private_bytes"] == 5
 
 
 def test_the_plan_reads_a_local_node_s_measurement_kept_under_this_host_s_name(cache):
@@ -97,7 +100,7 @@ def test_the_plan_reads_a_local_node_s_measurement_kept_under_this_host_s_name(c
     assert key and key.startswith("vllm-")
     names = [node.name for node in campaign.provider.node_specs()]
     assert runtime_probe.measured_runtimes(campaign, engine, spec, names) == {}
-    kept = {"pss_bytes": 480 * 2 ** 20, "rss_bytes": 640 * 2 ** 20, "import_s": 9.0, "measured_at": 1}
+    kept = {"private_bytes": 430 * 2 ** 20, "shared_bytes": 200 * 2 ** 20, "import_s": 9.0, "measured_at": 1}
     runtime_probe.keep(cache, runtime_probe.cache_key(socket.gethostname(), key, engine.runtime_modules), kept)
     assert runtime_probe.measured_runtimes(campaign, engine, spec, names) == {name: kept for name in names}
     assert runtime_probe.measured_runtimes(campaign, get_engine("llamacpp"), spec, names) == {}  # no python servers

@@ -19,8 +19,8 @@ MODES = [ModeSpec(name="tp1", executor="mp"), ModeSpec(name="tp2", tp=2, executo
          ModeSpec(name="pp2", pp=2, executor="mp-multinode"), ModeSpec(name="dp2", dp=2, executor="mp-multinode")]
 SHAPE = ModelShape(architecture="llama", layers=4, hidden=256, heads=4, kv_heads=2, intermediate=512,
                    vocab_size=32000, max_position=2048)
-MEASURED = {"n0": {"pss_bytes": 300 * memory.MIB, "measured_at": 1_764_000_000},
-            "n1": {"pss_bytes": 700 * memory.MIB, "measured_at": 1_764_000_000}}
+MEASURED = {"n0": {"private_bytes": 300 * memory.MIB, "shared_bytes": 100 * memory.MIB, "measured_at": 1_764_000_000},
+            "n1": {"private_bytes": 700 * memory.MIB, "shared_bytes": 150 * memory.MIB, "measured_at": 1_764_000_000}}
 
 
 def planned(mode: ModeSpec, runtimes: dict | None):
@@ -42,11 +42,13 @@ def test_a_mode_no_run_measured_says_its_working_sets_are_the_fallback_figures(m
 def test_what_a_node_measured_replaces_the_runtime_of_each_of_its_processes(mode):
     fallback, measured = planned(mode, None), planned(mode, MEASURED)
     for before, after in zip(fallback.nodes, measured.nodes):
-        processes = (after.part("working_set") - before.part("working_set")) / (
-            MEASURED[after.node]["pss_bytes"] - memory.PROCESS_RUNTIME_BYTES)
+        node = MEASURED[after.node]   # each process's own memory, and the node's shared libraries once
+        processes = (after.part("working_set") - before.part("working_set") - node["shared_bytes"]) / (
+            node["private_bytes"] - memory.PROCESS_RUNTIME_BYTES)
         assert processes == pytest.approx(round(processes)) and round(processes) >= 1, (after.node, processes)
     note = measured.runtime_note
-    assert note.startswith("memory: a server process's runtime as measured on its nodes for this build (n0 300 MiB")
+    assert note.startswith("memory: a server process's runtime as measured on its nodes for this build (n0 300 MiB a "
+                           "process and 100 MiB shared")
     assert "fallback" not in note
 
 

@@ -115,8 +115,8 @@ def worker_working_set(share: RankShare, request: MemoryRequest, shape: ModelSha
 
 
 def process_runtime(request: MemoryRequest, node: str) -> int:
-    """What a process holds with torch and vLLM imported: measured on the node for the build, else the figure
-    above."""
+    """What a process holds of its own with torch and vLLM imported: measured on the node for the build, else the
+    figure above (a served process's Pss, its share of the libraries in it)."""
     return request.runtime_bytes.get(node, PROCESS_RUNTIME_BYTES)
 
 
@@ -138,6 +138,8 @@ def working_sets(request: MemoryRequest, shares: list[RankShare], shape: ModelSh
             others += runtime                                                        # a headless node's launcher
         if rank % mode.engine_size == 0:
             others += runtime + shape.vocab_size * ENGINE_CORE_BYTES_PER_TOKEN
+        if share.node not in nodes_seen:   # the libraries the node's processes share, once (where measured)
+            others += request.shared_bytes.get(share.node, 0)
         nodes_seen.add(share.node)
         sets.append(worker_working_set(share, request, shape, element_bytes) + others)
     return sets
