@@ -104,7 +104,7 @@ def test_trace_offsets_are_scaled_windowed_and_rescaled_to_a_rate(tmp_path):
 
 def test_mooncake_replay_sends_shared_hash_ids_as_identical_tokens_on_the_scaled_schedule(tmp_path):
     """200 generated requests at 10x: the sent token ids share exactly the blocks their hash ids
-    share, and every request was scheduled at its scaled timestamp."""
+    share, and every request was scheduled at its scaled timestamp and not sent before it."""
     rng = random.Random(3)
     rows, stamp = [], 0
     for index in range(200):
@@ -124,7 +124,8 @@ def test_mooncake_replay_sends_shared_hash_ids_as_identical_tokens_on_the_scaled
     assert summary["offered_rate"] == pytest.approx(199 / ((stamp - first) / 1000 * 0.1))
     scheduled = [r["scheduled_s"] for r in result["requests"]]
     assert scheduled == pytest.approx([(r["timestamp"] - first) / 1000 * 0.1 for r in rows], abs=1e-6)
-    assert not [reason for reason in summary["invalid_reasons"] if "lag" in reason or "achieved" in reason]
+    # how far behind a loaded machine sends is the validity check's to judge; never before its time
+    assert all(r["sent_s"] >= r["scheduled_s"] for r in result["requests"])
     blocks: dict[int, list[int]] = {}   # hash id -> its tokens, from the longest use seen
     for row in rows:
         prompt = sent[row["output_length"]]
