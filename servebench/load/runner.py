@@ -412,8 +412,7 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make: 
     tasks: list[asyncio.Future[None]] = []
     for index, offset in enumerate(offsets):
         due = t0 + offset
-        delay = due - time.monotonic()
-        if delay > 0:
+        while (delay := due - time.monotonic()) > 0:  # the loop's timers may wake up to 1 ms early
             await asyncio.sleep(delay)
         record, payload = make(index, None, due)
         tasks.append(asyncio.ensure_future(capped(cap, record, payload) if cap else one(record, payload)))
