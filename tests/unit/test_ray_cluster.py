@@ -316,9 +316,9 @@ def test_a_broken_install_is_not_retried(stand_in, temp_root, tmp_path):
 SAYS_STARTED_LATE = "import time; time.sleep(1.0); print('Ray runtime started.', flush=True); time.sleep(120)"
 
 
-def test_the_workers_start_side_by_side_hosts_at_once_in_a_wave_after_the_head(stand_in, temp_root, tmp_path,
-                                                                                monkeypatch):
-    nodes = [Node(name=f"node{i}", address="127.0.0.1", cpus=[0]) for i in range(4)]
+def test_the_workers_start_after_the_head_in_waves_that_double_up_to_hosts_at_once(stand_in, temp_root, tmp_path,
+                                                                                  monkeypatch):
+    nodes = [Node(name=f"node{i}", address="127.0.0.1", cpus=[0]) for i in range(6)]
     provider = stand_in({node.name: [SAYS_STARTED_LATE] for node in nodes})
     starts: dict[str, float] = {}
     real_start = provider.start
@@ -331,16 +331,27 @@ def test_the_workers_start_side_by_side_hosts_at_once_in_a_wave_after_the_head(s
     monkeypatch.setattr(ray_cluster, "hosts_at_once", lambda provider: 2)
     plans = plan_cluster(nodes, "ray", 1, {}, temp_root=temp_root, ports=PORTS)
     cluster = start_cluster(provider, plans, sys.executable, tmp_path / "ray", timeout_s=60)
-    try:
+    try:  # waves: the head, node1, then node2 + node3 and node4 + node5 (two: hosts_at_once)
         assert starts["node1"] - starts["node0"] >= 1.0           # the head is alive before any worker starts
-        assert abs(starts["node2"] - starts["node1"]) < 0.8       # a wave's workers side by side
-        assert starts["node3"] - max(starts["node1"], starts["node2"]) >= 1.0   # the next wave after it
-        assert [process.alive() for process in cluster.processes] == [True] * 4
+        assert starts["node2"] - starts["node1"] >= 1.0           # a wave of one first
+        assert abs(starts["node3"] - starts["node2"]) < 0.8       # a wave's workers side by side
+        assert abs(starts["node5"] - starts["node4"]) < 0.8
+        assert starts["node4"] - max(starts["node2"], starts["node3"]) >= 1.0   # the next wave after it
+        assert [process.alive() for process in cluster.processes] == [True] * 6
         node_of = {id(process): name for name, _, process in provider.started}
         assert [node_of[id(process)] for process in cluster.processes] == [node.name for node in nodes]
     finally:
         ray_cluster.stop_cluster(provider, cluster)
     assert all(not process.alive() for _, _, process in provider.started)
+
+
+def test_a_wave_doubles_after_one_that_came_up_and_halves_after_one_that_failed():
+    sizes, size = [], 1
+    for failed in (False, False, False, False, False, True, True, False):
+        sizes.append(size := ray_cluster.next_wave_size(size, 16, failed))
+    assert sizes == [2, 4, 8, 16, 16, 8, 4, 8]
+    assert ray_cluster.next_wave_size(1, 16, True) == 1
+    assert ray_cluster.next_wave_size(3, 1, False) == 1
 
 
 def test_a_worker_that_fails_in_a_wave_is_retried_alone_and_its_neighbour_kept(stand_in, temp_root, tmp_path):

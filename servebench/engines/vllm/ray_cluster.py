@@ -15,8 +15,9 @@ server and, on the orchestrator's host, the load generator outnumber its cores),
 cluster gets longer ones (`BUSY_HOST_TIMEOUTS`: a node waits on the others, so one slow host slows them
 all), as it does when the campaign says so (`engine.ray_timeouts`); the plan says which and why
 (`timeouts_note`). Every `ray start` turns off the drain Ray waits out on SIGTERM (`STOP_ENV`). The head
-starts first; then the workers side by side, the campaign's `hosts_at_once` at a time, one driver on the head
-asking each second which of them the GCS lists as alive; a node whose `ray start` fails is
+starts first; then the workers side by side in waves of one, two, four nodes and so on up to the campaign's
+`hosts_at_once` (half the last after a wave with a failed node), one driver on the head asking each second
+which of them the GCS lists as alive; a node whose `ray start` fails is
 stopped by PID and started again with fresh ports and a fresh temp dir, up to `START_ATTEMPTS` times
 (each retry is said: `RayCluster.notes`, which the run prints); and a node that still fails raises an
 error naming the node, each attempt, its exit code, and the end of its `ray start` output and of its
@@ -421,7 +422,7 @@ def _worker_range(ports: PortSource, node: Node, taken: set[int]) -> int:
 
 def start_cluster(provider: Provider, plans: list[RayNodePlan], engine_python: str, log_dir: Path,
                   timeout_s: float = NODE_START_TIMEOUT_S, attempts: int = START_ATTEMPTS) -> RayCluster:
-    """Start the head, then the workers side by side, `hosts_at_once` at a time, until the GCS lists them alive.
+    """Start the head, then the workers side by side in growing waves, until the GCS lists them alive.
 
     `timeout_s` is what one `ray start` attempt has to show its node alive.
     """
@@ -527,43 +528,59 @@ def keep_logs_and_remove_temp(provider: Provider, cluster: RayCluster) -> None:
 def _start_in_waves(provider: Provider, cluster: RayCluster, indices: list[int], engine_python: str,
                     log_dir: Path, timeout_s: float, attempts: int) -> None:
     """Start nodes `indices`: the head (index 0) alone first when it is among them, then the others
-    side by side, at most the campaign's `hosts_at_once` in a wave; every node started before keeps
-    being watched (one that exits fails the start, naming it)."""
+    side by side in waves that grow as the cluster takes them (`next_wave_size`), at most the campaign's
+    `hosts_at_once`; every node started before keeps being watched (one that exits fails the start,
+    naming it). A node that fails is stopped by PID and goes first into the next, smaller wave, as
+    should_retry says; once it may not, the start fails naming it and every attempt."""
     running = [index for index in range(len(cluster.processes)) if index not in indices]
-    size = hosts_at_once(provider)
-    workers = [index for index in indices if index != 0]
-    waves = ([[0]] if 0 in indices else []) + [workers[at:at + size] for at in range(0, len(workers), size)]
-    for wave in waves:
-        _start_wave(provider, cluster, wave, running, engine_python, log_dir, timeout_s, attempts)
-        running += wave
-
-
-def _start_wave(provider: Provider, cluster: RayCluster, wave: list[int], running: list[int], engine_python: str,
-                log_dir: Path, timeout_s: float, attempts: int) -> None:
-    """Start the wave's nodes side by side (cluster.processes[index] each) and wait until the head lists
-    them alive; a node that fails is stopped by PID and started again as should_retry says, the others
-    of its wave kept."""
-    failures: dict[int, list[NodeStartFailure]] = {index: [] for index in wave}
-    pending = list(wave)
-    while pending:
-        _launch(provider, cluster, pending, log_dir)
-        failed = _wait_alive(provider, cluster, pending, [*running, *(i for i in wave if i not in pending)],
-                             engine_python, timeout_s)
+    queue = ([0] if 0 in indices else []) + [index for index in indices if index != 0]
+    failures: dict[int, list[NodeStartFailure]] = {index: [] for index in indices}
+    cap, size = hosts_at_once(provider), 1
+    while queue:
+        wave = [0] if queue[0] == 0 else queue[:size]
+        queue = queue[len(wave):]
+        failed = _start_wave(provider, cluster, wave, running, engine_python, log_dir, timeout_s)
+        running += [index for index in wave if index not in failed]
         for index, failure in failed.items():
             failures[index].append(failure)
-            provider.stop(cluster.processes[index])  # by PID, with all it spawned; never `ray stop`
-        final = [index for index, failure in failed.items()
-                 if not should_retry(failure, cluster.plans[index].attempt, attempts)]
-        if final:
-            error = RayClusterError(start_failure_message(failures[final[0]]))
-            for other in final[1:]:
-                error.add_note(f"also: {start_failure_message(failures[other]).splitlines()[0]}")
-            raise error
+        _raise_final(cluster, failures, [index for index, failure in failed.items()
+                                         if not should_retry(failure, cluster.plans[index].attempt, attempts)])
         for index, failure in failed.items():
             cluster.notes.append(retry_note(failure))
             cluster.plans = replan_node(cluster.plans, index, provider)
             cluster.address = cluster.plans[0].gcs_address
-        pending = list(failed)
+        queue = list(failed) + queue
+        if wave != [0]:
+            size = next_wave_size(len(wave), cap, bool(failed))
+
+
+def next_wave_size(last: int, cap: int, failed: bool) -> int:
+    """Ray's nodes register with one GCS, and a host whose cores are all busy starts a raylet slowly: a
+    wave twice the last once every node of it came up, half of it after one failed, from one node to
+    `cap`. Wide waves where the cluster takes them, narrow ones where it does not, without a number
+    tuned to one kind of host."""
+    return max(1, last // 2) if failed else max(1, min(cap, 2 * last))
+
+
+def _raise_final(cluster: RayCluster, failures: dict[int, list[NodeStartFailure]], final: list[int]) -> None:
+    """The start fails naming the first node that may not be retried, the others as notes."""
+    if not final:
+        return
+    error = RayClusterError(start_failure_message(failures[final[0]]))
+    for other in final[1:]:
+        error.add_note(f"also: {start_failure_message(failures[other]).splitlines()[0]}")
+    raise error
+
+
+def _start_wave(provider: Provider, cluster: RayCluster, wave: list[int], running: list[int], engine_python: str,
+                log_dir: Path, timeout_s: float) -> dict[int, NodeStartFailure]:
+    """Start the wave's nodes side by side (cluster.processes[index] each) and wait until the head lists
+    them alive; those that exit or time out are stopped by PID and returned, the others kept."""
+    _launch(provider, cluster, wave, log_dir)
+    failed = _wait_alive(provider, cluster, wave, running, engine_python, timeout_s)
+    for index in failed:
+        provider.stop(cluster.processes[index])  # by PID, with all it spawned; never `ray stop`
+    return failed
 
 
 def _launch(provider: Provider, cluster: RayCluster, indices: list[int], log_dir: Path) -> None:
