@@ -14,7 +14,10 @@ check where the CPU lacks the shm kernels), samples of every host landed in the 
 host: no process carrying the run's mark, no listening port but sshd's and Slurm's, nothing in /dev/shm
 or /tmp.
 
-The test command's test serves TP=2 over Ray. The nightly lane's adds vLLM's own launcher across the
+The test command's test serves TP=2 over Ray, and while it runs another user (the machine's `nobody`, on
+h3, holding no token) probes every server the run starts on h1 and h2 (tests/support/second_user.py): vLLM's
+API answers only its health, Ray's GCS and raylets refuse every call without the run's token and the GCS
+answers it with the token. The nightly lane's adds vLLM's own launcher across the
 same hosts and a lost Ray node: during the last cell of the launcher's mode (which runs first
 and does not use Ray) every Ray process of h2 (its `ray start`, log monitor, agents; its raylet dies with
 them) is SIGKILLed; that cell fails as one a fault was injected into, with all its requests' rows landed,
@@ -29,19 +32,37 @@ loopback addresses of their own).
 """
 
 
+import json
+
 import pytest
 
+from tests.support.second_user import UNAUTHENTICATED, SecondUser
 from tests.support.testbed_run import RAY, check_gates_nodes_and_samples, check_ray_logs, run_across_hosts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.testbed, pytest.mark.root]
 
 
 def test_tp2_over_ray_across_ssh_hosts(tmp_path, monkeypatch):
-    outcome, db, stages, layout = run_across_hosts(tmp_path, monkeypatch, [RAY], faults=[])
+    second = SecondUser(probers=("h3",), hosts=("h1", "h2"), workdir=tmp_path)
+    outcome, db, stages, layout = run_across_hosts(tmp_path, monkeypatch, [RAY], faults=[], watcher=second)
     assert outcome["status"] == "completed", outcome
     cells = check_gates_nodes_and_samples(db, layout, {"tp2-ray"})
     assert all(c[1] == "completed" and c[2] == c[3] == 6 * 16 for c in cells), cells
     assert "was lost" not in stages and "restarting its server" not in stages, stages
     check_ray_logs(tmp_path / "runs", stages, h2_starts=1)
+    check_refused_to_a_second_user(second)
 
 
+def check_refused_to_a_second_user(second: SecondUser) -> None:
+    """From h3, as `nobody`, while the campaign ran: vLLM's API answered only its health, Ray's GCS and both
+    raylets refused every call (no node list, job table, job id or KV read), and the GCS answered the same
+    call carrying the run's token (the control)."""
+    assert second.errors == [], second.errors
+    kinds = {(service.what, service.host) for service in second.seen}
+    assert {("vllm", "h1"), ("gcs", "h1"), ("raylet", "h1"), ("raylet", "h2")} <= kinds, second.seen
+    http = {what: code for what, code in second.probed.items() if what.startswith("vllm ")}
+    assert http and {what: code for what, code in http.items() if code != 401} == {"vllm GET /health": 200}, http
+    ray = {what: code for what, code in second.probed.items() if what.startswith(("gcs@", "raylet@"))}
+    assert len(ray) >= 8 and set(ray.values()) == {UNAUTHENTICATED}, ray
+    assert second.controls == {"h1": 0}, second.controls
+    print("refused to a second user on h3:", json.dumps(second.probed, indent=1))

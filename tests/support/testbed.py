@@ -116,10 +116,10 @@ def marked_processes_on(layout: Layout, host) -> str:
                           timeout=60).stdout.strip()
 
 
-def ssh_provider_yaml(layout: Layout) -> str:
-    """A campaign's `provider:` block for the testbed's first two hosts over ssh, one CPU each."""
-    hosts = "".join(f'    - {{name: {h.name}, address: {h.address}, cpus: "0", key: {layout.ssh_key}}}\n'
-                    for h in layout.hosts[:2])
+def ssh_provider_yaml(layout: Layout, cpus: tuple[str, ...] = ("0", "0")) -> str:
+    """A campaign's `provider:` block for the testbed's first hosts over ssh, one for each of `cpus` (its CPUs)."""
+    hosts = "".join(f'    - {{name: {h.name}, address: {h.address}, cpus: "{c}", key: {layout.ssh_key}}}\n'
+                    for h, c in zip(layout.hosts, cpus))
     return f"provider:\n  kind: ssh\n  hosts:\n{hosts}  known_hosts: {layout.known_hosts}\n"
 
 

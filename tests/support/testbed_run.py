@@ -29,9 +29,10 @@ RAY = {"name": "tp2-ray", "tp": 2, "executor": "ray", "knobs": EAGER}
 LOAD = {"clients": [1, 2], "input_len": 32, "output_len": 16, "requests": 6, "client": {"node": "h3", "nice": -10}}
 
 
-def run_across_hosts(tmp_path, monkeypatch, modes: list[dict], faults: list[dict]) -> tuple:
-    """The campaign with these modes on a fresh 3-host testbed, through the flow; checks that nothing
-    of the run is left on any host; (outcome, warehouse path, the run's stage lines, the layout)."""
+def run_across_hosts(tmp_path, monkeypatch, modes: list[dict], faults: list[dict], watcher=None) -> tuple:
+    """The campaign with these modes on a fresh 3-host testbed, through the flow, `watcher` (a
+    tests.support.second_user.SecondUser) watching its hosts while it runs; checks that nothing of the run
+    is left on any host; (outcome, warehouse path, the run's stage lines, the layout)."""
     from servebench.flows.campaign import campaign_run
     from servebench.paths import cache_dir
     from tests.support.prefect_session import session_api_url
@@ -45,8 +46,14 @@ def run_across_hosts(tmp_path, monkeypatch, modes: list[dict], faults: list[dict
         started = time.monotonic()
         session_api_url()  # the flow reports to the session's Prefect server
         said = io.StringIO()  # the run's stage lines (plain, as in a CI log)
-        with live(Console(file=said)):
-            outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(db))
+        if watcher is not None:
+            watcher.start(layout)
+        try:
+            with live(Console(file=said)):
+                outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(db))
+        finally:
+            if watcher is not None:
+                watcher.stop()
         print(f"campaign across hosts: {time.monotonic() - started:.0f} s, {outcome['status']}")
 
         # nothing of the run left on any host
