@@ -1,16 +1,17 @@
 """llama.cpp over RPC across two testbed hosts (own network, /dev/shm, /tmp and /root each;
 real sshd), through the real flow: the llama.cpp build and the tiny GGUF copied to each host by
 digest, an `ggml-rpc-server` on h1 and on h2, `llama-server --rpc` on h1 reaching h2's worker over
-the testbed's bridge; a `replicas: 2` mode with a llama-server on each of them behind nginx, which runs with
-the load generator on h3 (CPU 1; the servers have CPU 0).
+the testbed's bridge; a `replicas: 2` mode with a llama-server on each of them behind nginx, which
+runs with the load generator on h3 (CPU 1; the servers have CPU 0).
 
-While it runs, another user (the machine's `nobody`, holding no token) probes every server from another
-host (h3 those of h1 and h2, h1 the balancer) (tests/support/second_user.py): each llama-server and the balancer answer only their health; the RPC
-workers, which have no authentication, listen on their node's address only.
+While it runs, another user (the machine's `nobody`, holding no token) probes every server from
+another host (h3 those of h1 and h2, h1 the balancer; tests/support/second_user.py): each
+llama-server and the balancer answer only their health; the RPC workers, which have no
+authentication, listen on their node's address only.
 
-Each cell sends for three seconds; the campaign kills h2's RPC worker one second into rpc2.c2.r0 (`faults:`): that cell fails with
-the cause (the worker's exit and the fault), the mode's next cell is served by a restarted server
-with new workers, and afterwards nothing of the run is left on either host.
+Each cell sends for three seconds; the campaign kills h2's RPC worker one second into rpc2.c2.r0
+(`faults:`): that cell fails with the cause (the worker's exit and the fault), the mode's next cell
+is served by a restarted server with new workers, and afterwards nothing of the run is left on any host.
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
     placements = con.execute("select node, placements from nodes").fetchall()
     sampled = con.execute("select distinct node from cell_node_cpu where cell_key = 'rpc2.c1.r0'").fetchall()
     faults = con.execute("select cell_key, node, hit from faults").fetchall()
-    answered, failed = con.execute("select count(*) filter (error_kind is null), count(*) filter (error_kind is not null) "
-                                   "from requests join cells using (cell_id) where cell_key = 'rpc2.c2.r0'").fetchone()
+    answered, failed = con.execute(
+        "select count(*) filter (error_kind is null), count(*) filter (error_kind is not null) "
+        "from requests join cells using (cell_id) where cell_key = 'rpc2.c2.r0'").fetchone()
     con.close()
 
     assert cells["rpc2.c1.r0"][0] == cells["rpc2.c4.r0"][0] == "completed", cells
@@ -90,8 +92,8 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
 
 
 def check_refused_to_a_second_user(second: SecondUser, layout) -> None:
-    """From another host, as `nobody`, while the campaign ran: every llama-server (the RPC mode's head, restarted after the
-    kill, and both replicas) and the balancer answered only their health; the RPC workers, which have no
+    """From another host, as `nobody`, while the campaign ran: every llama-server (the RPC mode's head, restarted
+    after the kill, and both replicas) and the balancer answered only their health; the RPC workers, which have no
     authentication, listened on their node's address only (docs/security.md: a private network's job)."""
     assert second.errors == [], second.errors
     kinds = [(service.what, service.host) for service in second.seen]
