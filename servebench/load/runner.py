@@ -402,6 +402,13 @@ def _hung_summary(hung: tuple[float, float], t0: float, config: LoadConfig, reco
                f"{in_flight} requests in flight{unsent}")
 
 
+async def sleep_until(due: float) -> None:
+    """Return once time.monotonic() reaches `due`, never before: the event loop's timers may wake up to a
+    millisecond early, so a request would be sent before its scheduled time."""
+    while (delay := due - time.monotonic()) > 0:
+        await asyncio.sleep(delay)
+
+
 async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make: Make, one: Send) -> None:
     cap = asyncio.Semaphore(config.clients) if config.clients else None
 
@@ -412,8 +419,7 @@ async def _open_loop(config: LoadConfig, offsets: list[float], t0: float, make: 
     tasks: list[asyncio.Future[None]] = []
     for index, offset in enumerate(offsets):
         due = t0 + offset
-        while (delay := due - time.monotonic()) > 0:  # the loop's timers may wake up to 1 ms early
-            await asyncio.sleep(delay)
+        await sleep_until(due)
         record, payload = make(index, None, due)
         tasks.append(asyncio.ensure_future(capped(cap, record, payload) if cap else one(record, payload)))
     await asyncio.gather(*tasks)
@@ -439,8 +445,7 @@ async def _sessions_loop(config: LoadConfig, workload: Workload, t0: float, make
                 if (config.requests is not None and index >= config.requests) or \
                         (deadline is not None and due >= deadline):
                     return
-                while (delay := due - time.monotonic()) > 0:  # the loop's timers may wake up to 1 ms early
-                    await asyncio.sleep(delay)
+                await sleep_until(due)
                 record, payload = make(index, client_id, due)
                 await one(record, payload)
                 due = time.monotonic() + workload.think_s(session, turn)
