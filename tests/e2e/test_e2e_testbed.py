@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.testbed, pytest.mark.root]
 
 
 def test_tp2_over_ray_across_ssh_hosts(tmp_path, monkeypatch):
-    second = SecondUser(probers=("h3",), hosts=("h1", "h2"), workdir=tmp_path)
+    second = SecondUser(probers=("h3",), hosts=("h1", "h2"))
     outcome, db, stages, layout = run_across_hosts(tmp_path, monkeypatch, [RAY], faults=[], watcher=second)
     assert outcome["status"] == "completed", outcome
     cells = check_gates_nodes_and_samples(db, layout, {"tp2-ray"})

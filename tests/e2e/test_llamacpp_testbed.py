@@ -50,7 +50,7 @@ def test_rpc_across_two_hosts_and_a_worker_killed_mid_cell(isolated, tmp_path, m
         campaign = tmp_path / "campaign.yaml"
         campaign.write_text(CAMPAIGN.format(provider=ssh_provider_yaml(layout, cpus=("0", "0", "1"))))
         session_api_url()  # the flow reports to the session's Prefect server
-        second = SecondUser(probers=("h3", "h1"), hosts=("h1", "h2", "h3"), workdir=tmp_path)
+        second = SecondUser(probers=("h3", "h1"), hosts=("h1", "h2", "h3"))
         second.start(layout)
         try:
             outcome = campaign_run(campaign_file=str(campaign), warehouse_path=str(isolated))

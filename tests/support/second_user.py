@@ -18,7 +18,8 @@ import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from tests.support.testbed import on_host
 
 UNAUTHENTICATED = 16
 # what the probe asks of each kind of server without a key (the body a POST sends is one any of them reads)
@@ -92,11 +93,7 @@ def _flag(argv: list[str], *names: str) -> str | None:
 
 def on_cpu1(layout, host, script: str) -> str:
     """stdout of a shell script run inside the host, on CPU 1 (where no server of the campaign runs)."""
-    from servebench.devtools.testbed import enter_argv
-
-    done = subprocess.run([*enter_argv(layout, host), "taskset", "-c", "1", "sh", "-c", script], capture_output=True,
-                          text=True, timeout=60)
-    return done.stdout
+    return on_host(layout, host, script, cpus="1")
 
 
 def _nginx_listen(layout, host, argv: list[str]) -> tuple[str, int] | None:
@@ -157,7 +154,6 @@ class SecondUser:
 
     probers: tuple[str, ...]                    # the testbed hosts the second user is on
     hosts: tuple[str, ...]                      # the hosts whose servers are probed
-    workdir: Path
     probed: dict[str, object] = field(default_factory=dict)     # "<what> <route>" -> status
     seen: list[Service] = field(default_factory=list)
     controls: dict[str, object] = field(default_factory=dict)   # the GCS with the run's token, as root
@@ -195,14 +191,15 @@ class SecondUser:
         return next(name for name in self.probers if name != service.host)
 
     def _answers(self, service: Service) -> bool:
-        """Whether the service accepts connections yet (asked from the prober's host, as root)."""
-        script = f"exec 3<>/dev/tcp/{service.address}/{service.port}"
-        done = subprocess.run(self._enter(service, "bash", "-c", script), capture_output=True, timeout=30)
-        if service.what in HTTP_ROUTES and done.returncode == 0:
+        """Whether the service is up yet (asked from the prober's host, as root): an HTTP server's health
+        answers 200, any other accepts a connection."""
+        if service.what in HTTP_ROUTES:
             health = subprocess.run(self._enter(service, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                                                 "--max-time", "5", f"http://{service.address}:{service.port}/health"),
                                     capture_output=True, text=True, timeout=30)
             return health.stdout.strip() == "200"
+        script = f"exec 3<>/dev/tcp/{service.address}/{service.port}"
+        done = subprocess.run(self._enter(service, "bash", "-c", script), capture_output=True, timeout=30)
         return done.returncode == 0
 
     def _enter(self, service: Service, *argv: str) -> list[str]:

@@ -134,11 +134,14 @@ def echo_model(directory) -> str:
     return str(directory)
 
 
-def on_host(layout: Layout, host, script: str) -> str:
-    """stdout of a shell script run inside the host (its namespaces), not through the provider."""
+def on_host(layout: Layout, host, script: str, cpus: str | None = None) -> str:
+    """stdout of a shell script run inside the host (its namespaces), not through the provider; on `cpus`
+    (taskset's list) when given."""
     from servebench.devtools.testbed import enter_argv
 
-    done = subprocess.run([*enter_argv(layout, host), "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    pinned = ["taskset", "-c", cpus] if cpus else []
+    done = subprocess.run([*enter_argv(layout, host), *pinned, "sh", "-c", script], capture_output=True, text=True,
+                          timeout=60)
     return done.stdout
 
 
